@@ -1,0 +1,74 @@
+"""The plugin contract: every placer, sync strategy, hardware adapter and model is provided through
+these hooks, built-ins included (they are registered from the same ``orchestrator`` entry-point group).
+
+A plugin module implements any subset of the hooks with ``@orchestrator.hookimpl``. Registry hooks
+return ``{name: "package.module:attribute"}`` (a lazy reference, imported only when the trial uses
+that name) so that listing plugins never imports TensorFlow.
+
+Bump HOOKSPEC_VERSION's major number on incompatible changes; a plugin can check it with
+``orchestrator.hookspecs.HOOKSPEC_VERSION`` or declare ``ORCHESTRATOR_HOOKSPEC = "1"`` at module level,
+which the plugin manager verifies when it loads the plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pluggy
+
+PROJECT = "orchestrator"
+HOOKSPEC_VERSION = "1.0"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+# A registry entry: "module:attr", resolved lazily by orchestrator.plugins.load().
+Ref = str
+
+
+@hookspec
+def orchestrator_placers() -> Mapping[str, Ref]:
+    """Placers this plugin provides, ``{name: "module:Class"}``.
+
+    The class is built as ``Class(cfg)`` with the trial's ``placer`` config node and must offer
+    ``place(graph, worker, evaluator, context) -> Placement`` (see ``orchestrator.placement``).
+    Called when plugins are listed or a trial looks up ``placer.name``.
+    """
+
+
+@hookspec
+def orchestrator_sync_strategies() -> Mapping[str, Ref]:
+    """Data-parallel sync strategies, ``{name: "module:Class"}``; ``Class(cfg)`` offers
+    ``train(context) -> TrainResult`` (see ``orchestrator.training``)."""
+
+
+@hookspec
+def orchestrator_hardware_adapters() -> Mapping[str, Ref]:
+    """Hardware adapters, ``{name: "module:Class"}``; ``Class(cfg)`` offers ``cluster(context) -> Cluster``
+    (see ``orchestrator.cluster``)."""
+
+
+@hookspec
+def orchestrator_models() -> Mapping[str, Ref]:
+    """Model builders, ``{name: "module:function"}``; ``function(cfg)`` returns a ``ModelSpec``
+    (see ``orchestrator.models``)."""
+
+
+@hookspec
+def orchestrator_config_searchpath() -> list[str]:
+    """Config directories to add to Hydra's search path, as ``pkg://package.module`` or ``file://DIR``.
+
+    This is how a plugin ships its own config option (``conf/placer/NAME.yaml`` inside its package)
+    so that ``+placer=NAME`` works after ``pip install`` and nothing in this project changes.
+    """
+
+
+@hookspec
+def orchestrator_trial_start(run_id: str, cfg: Any) -> None:
+    """A trial listener: called after the trial's MLflow run started and its config was logged."""
+
+
+@hookspec
+def orchestrator_trial_end(run_id: str, cfg: Any, status: str, metrics: Mapping[str, float]) -> None:
+    """A trial listener: called once the trial ended (status FINISHED, FAILED or KILLED), before the
+    MLflow run is closed; ``metrics`` are the trial's final metrics."""
