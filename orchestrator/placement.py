@@ -1,0 +1,45 @@
+"""A placement: which device of a worker runs each node of an op graph. Saved as ``placement.json``:
+``{"schema": 1, "devices": [...], "assignment": {node: device}}``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ConfigError
+
+
+@dataclass
+class Placement:
+    devices: list[str]
+    assignment: dict[str, str]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, graph) -> "Placement":
+        """Reject unknown devices and unplaced nodes, naming the node."""
+        known = set(self.devices)
+        for name, dev in self.assignment.items():
+            if dev not in known:
+                raise ConfigError(f"placement puts node {name!r} on unknown device {dev!r} (devices: {', '.join(self.devices)})")
+        for n in graph.nodes:
+            if n.name not in self.assignment:
+                raise ConfigError(f"placement leaves node {n.name!r} unplaced")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": 1, "devices": list(self.devices), "assignment": dict(self.assignment), **({"meta": self.meta} if self.meta else {})}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Placement":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read placement ({exc})") from exc
+        if data.get("schema") != 1 or "assignment" not in data:
+            raise ConfigError(f"{path}: not a placement.json (schema 1 with 'devices' and 'assignment')")
+        return cls(list(data.get("devices", sorted(set(data["assignment"].values())))), dict(data["assignment"]), data.get("meta", {}))

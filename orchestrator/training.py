@@ -1,0 +1,210 @@
+"""What every training run shares, whatever executes it (one local worker, virtual workers, MPI
+ranks): settings, the batch sampler, convergence tracking (metric names below) and the result.
+
+Metrics (with step = global update count): ``train.loss``, ``train.test_accuracy`` (0-1),
+``train.elapsed_s`` at each evaluation. Evaluation time is not counted in ``train.elapsed_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from orchestrator.errors import ConfigError
+
+
+@dataclass
+class TrainSettings:
+    batch_size: int = 64
+    lr: float = 0.1
+    target_accuracy: float = 0.97
+    stop: str = "target"            # "target": stop when reached (or at the budget); "budget": run the budget
+    eval_every: int = 25            # global updates between evaluations
+    budget_updates: int | None = 3000
+    budget_s: float | None = None
+    seed: int = 0
+    eval_samples: int | None = None  # evaluate on the first N test samples (None: all)
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> "TrainSettings":
+        def num(key, typ, default, minimum=None):
+            val = cfg.get(key, default) if cfg is not None else default
+            if val is None:
+                return None
+            try:
+                out = typ(val)
+            except (TypeError, ValueError):
+                raise ConfigError(f"train.{key}={val!r} is not a {typ.__name__}") from None
+            if minimum is not None and out < minimum:
+                raise ConfigError(f"train.{key}={val!r} must be >= {minimum}")
+            return out
+
+        stop = (cfg.get("stop", "target") if cfg is not None else "target")
+        if stop not in ("target", "budget"):
+            raise ConfigError(f"train.stop={stop!r} (accepted: target, budget)")
+        target = num("target_accuracy", float, 0.97, 0.0)
+        if target > 1.0:
+            raise ConfigError(f"train.target_accuracy={target!r} must be a fraction in [0, 1]")
+        s = cls(
+            batch_size=num("batch_size", int, 64, 1), lr=num("lr", float, 0.1, 0.0), target_accuracy=target,
+            stop=stop, eval_every=num("eval_every", int, 25, 1), budget_updates=num("budget_updates", int, 3000, 1),
+            budget_s=num("budget_s", float, None, 0.0), seed=num("seed", int, 0), eval_samples=num("eval_samples", int, None, 1),
+        )
+        if s.budget_updates is None and s.budget_s is None:
+            raise ConfigError("train.budget_updates and train.budget_s are both null: a run needs a budget")
+        return s
+
+
+class MetricsSink(Protocol):
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None: ...
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+    def log_artifact(self, path: str | Path) -> None: ...
+
+
+class NullSink:
+    """A sink that keeps metrics in memory (for tests and nested reference runs)."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[str, float, int | None]] = []
+        self.tags: dict[str, str] = {}
+        self.artifacts: list[str] = []
+
+    def log_metrics(self, metrics, step=None):
+        self.metrics.extend((k, float(v), step) for k, v in metrics.items())
+
+    def set_tags(self, tags):
+        self.tags.update(tags)
+
+    def log_artifact(self, path):
+        self.artifacts.append(str(path))
+
+
+class BatchSampler:
+    """Seeded mini-batches, epoch by epoch without replacement; one stream per worker."""
+
+    def __init__(self, n: int, seed: int, worker: int = 0):
+        self.n = n
+        self.rng = np.random.default_rng([seed, worker])
+        self._perm = self.rng.permutation(n)
+        self._pos = 0
+
+    def next(self, batch: int) -> np.ndarray:
+        out = []
+        while batch > 0:
+            if self._pos >= self.n:
+                self._perm, self._pos = self.rng.permutation(self.n), 0
+            take = min(batch, self.n - self._pos)
+            out.append(self._perm[self._pos : self._pos + take])
+            self._pos += take
+            batch -= take
+        return np.concatenate(out)
+
+
+@dataclass
+class EvalPoint:
+    step: int
+    elapsed_s: float
+    loss: float
+    accuracy: float
+
+
+@dataclass
+class TrainResult:
+    updates: int
+    elapsed_s: float
+    samples: int
+    final_test_accuracy: float
+    time_to_target_s: float | None
+    updates_to_target: int | None
+    clock: str                                  # "wall" or "virtual"
+    history: list[EvalPoint] = field(default_factory=list)
+    extra_metrics: dict[str, float] = field(default_factory=dict)
+    # time to target of the reference (one worker of speed 1.0, same model/settings) on the same
+    # clock, when the executor knows it; the trial turns it into train.speedup
+    reference_time_to_target_s: float | None = None
+
+    @property
+    def reached_target(self) -> bool:
+        return self.time_to_target_s is not None
+
+    @property
+    def throughput(self) -> float:
+        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass
+class TrainContext:
+    """Everything a training executor (single worker or a sync strategy) gets from the trial."""
+
+    settings: TrainSettings
+    dataset: Any                    # orchestrator.data.Dataset
+    model: Any                      # orchestrator.models.ModelSpec
+    cluster: Any                    # orchestrator.cluster.Cluster
+    sink: MetricsSink
+    output_dir: Path
+    cfg: Any = None                 # the trial's whole (resolved) config
+    # per-worker step time of the placed model (seconds, from the placer's evaluator), when a placer ran
+    worker_step_time_s: dict[str, float] = field(default_factory=dict)
+    show_progress: bool = False
+
+
+class ConvergenceTracker:
+    """Logs each evaluation and decides when a run stops (target reached, or budget spent)."""
+
+    def __init__(self, settings: TrainSettings, sink: MetricsSink, progress: Callable[[EvalPoint], None] | None = None):
+        self.s = settings
+        self.sink = sink
+        self.history: list[EvalPoint] = []
+        self.time_to_target: float | None = None
+        self.updates_to_target: int | None = None
+        self.progress = progress
+
+    def record(self, step: int, elapsed_s: float, loss: float, accuracy: float) -> None:
+        point = EvalPoint(step, elapsed_s, loss, accuracy)
+        self.history.append(point)
+        self.sink.log_metrics({"train.loss": loss, "train.test_accuracy": accuracy, "train.elapsed_s": elapsed_s}, step=step)
+        if self.time_to_target is None and accuracy >= self.s.target_accuracy:
+            self.time_to_target, self.updates_to_target = elapsed_s, step
+        if self.progress:
+            self.progress(point)
+
+    def budget_spent(self, step: int, elapsed_s: float) -> bool:
+        if self.s.budget_updates is not None and step >= self.s.budget_updates:
+            return True
+        return self.s.budget_s is not None and elapsed_s >= self.s.budget_s
+
+    def should_stop(self, step: int, elapsed_s: float) -> bool:
+        if self.s.stop == "target" and self.time_to_target is not None:
+            return True
+        return self.budget_spent(step, elapsed_s)
+
+    def result(self, updates: int, elapsed_s: float, samples: int, clock: str, **extra: float) -> TrainResult:
+        final = self.history[-1].accuracy if self.history else math.nan
+        return TrainResult(updates, elapsed_s, samples, final, self.time_to_target, self.updates_to_target,
+                           clock, list(self.history), dict(extra))
+
+
+def log_final(result: TrainResult, sink: MetricsSink, *, speedup: float | None,
+              reference_time_to_target_s: float | None) -> dict[str, float]:
+    """The end-of-training metrics of the foundation contract; returns what was logged."""
+    m: dict[str, float] = {
+        "train.final_test_accuracy": result.final_test_accuracy,
+        "train.throughput_samples_per_s": result.throughput,
+        "train.updates": float(result.updates),
+        "train.total_elapsed_s": result.elapsed_s,
+    }
+    if result.time_to_target_s is not None:
+        m["train.time_to_target_s"] = result.time_to_target_s
+        m["train.updates_to_target"] = float(result.updates_to_target or 0)
+    if reference_time_to_target_s is not None:
+        m["train.reference_time_to_target_s"] = reference_time_to_target_s
+    if speedup is not None:
+        m["train.speedup"] = speedup
+    m.update(result.extra_metrics)
+    sink.log_metrics(m)
+    sink.set_tags({"train.reached_target": str(result.reached_target).lower(), "train.clock": result.clock})
+    return m
