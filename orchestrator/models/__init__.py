@@ -25,3 +25,14 @@ class ModelSpec:
 @hookimpl
 def orchestrator_models():
     return {"cnn": "orchestrator.models.cnn:spec"}
+
+
+def layer_graph(spec: ModelSpec):
+    """The model's layers as a chain ``OpGraph`` (one forward node per layer, no costs): enough for
+    rule-based placement and measured evaluation."""
+    from orchestrator.graph import Edge, Node, OpGraph
+
+    names = [layer.name for layer in spec.build().layers]
+    nodes = [Node(name=n, op="layer", layer=n) for n in names]
+    edges = [Edge(a, b) for a, b in zip(names, names[1:])]
+    return OpGraph(spec.name, nodes, edges, granularity="layer")

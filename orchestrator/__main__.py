@@ -1,0 +1,3 @@
+from orchestrator.app import main
+
+main()

@@ -1,0 +1,169 @@
+"""The Hydra entry point: ``python -m orchestrator [overrides]`` runs one trial (or, with ``-m``, a
+sweep). Errors a user can cause print one line and exit non-zero; nothing here imports TensorFlow."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import warnings
+from pathlib import Path
+
+from orchestrator.errors import UserError
+from orchestrator.tracking import PARENT_ENV, disable_telemetry
+
+GROUPS = ("placer", "sync", "hardware", "model", "dataset", "experiment")
+
+
+def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
+def _group_options() -> dict[str, set[str]]:
+    """Options of each config group: the packaged ones and those plugins put on the search path."""
+    from importlib import resources
+
+    from orchestrator.plugins import config_searchpath
+
+    roots = [Path(str(resources.files("orchestrator_conf")))]
+    for entry in config_searchpath():
+        if entry.startswith("pkg://"):
+            module = entry[len("pkg://"):].replace("/", ".")
+            try:
+                roots.append(Path(str(resources.files(module))))
+            except ModuleNotFoundError:
+                continue
+        elif entry.startswith("file://"):
+            roots.append(Path(entry[len("file://"):]))
+    out: dict[str, set[str]] = {g: set() for g in GROUPS}
+    for root in roots:
+        for g in GROUPS:
+            d = root / g
+            if d.is_dir():
+                out[g].update(p.stem for p in d.glob("*.yaml"))
+    return out
+
+
+def precheck(argv: list[str]) -> list[str]:
+    """Reject unknown config-group options with one line; fill in sweep defaults. Returns argv."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    overrides = [a for a in argv if not a.startswith("-") and "=" in a]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise UserError(f"malformed override: {str(exc).splitlines()[0]}") from None
+    options = None
+    direction = "maximize"
+    has_optuna = has_direction = False
+    for ov in parsed:
+        key = ov.key_or_group
+        if key == "objective.direction":
+            direction = str(ov.value())
+        if key == "hydra/sweeper" and ov.value() == "optuna":
+            has_optuna = True
+        if key == "hydra.sweeper.direction":
+            has_direction = True
+        if key not in GROUPS or ov.is_delete():
+            continue
+        options = options or _group_options()
+        values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.value()]
+        for v in values:
+            if v is None:
+                continue
+            if str(v) not in options[key]:
+                raise UserError(f"unknown {key} {str(v)!r} (available: {', '.join(sorted(options[key])) or 'none'})")
+    if has_optuna and not has_direction:
+        argv = [*argv, f"hydra.sweeper.direction={direction}"]
+    if not any(a.startswith("-") for a in argv):
+        _compose_check([o for o in overrides if not o.lstrip("+~").startswith("hydra")])
+    return argv
+
+
+def _compose_check(overrides: list[str]) -> None:
+    """Compose the config once before Hydra runs, to turn its multi-line errors into one line."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        with initialize_config_module("orchestrator_conf", version_base="1.3"):
+            compose("config", overrides=overrides)
+    except Exception as exc:  # Hydra's and OmegaConf's errors: config a user wrote
+        text = f"{exc}\n{exc.__cause__}" if exc.__cause__ is not None else str(exc)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "To append"))]
+        raise UserError(" ".join(lines) or type(exc).__name__) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _task(cfg) -> float:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from orchestrator.errors import WorkerFailedError
+    from orchestrator.trial import Trial
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        value = Trial(cfg, Path(hc.runtime.output_dir)).run()
+        print(f"trial finished: {cfg.objective.metric} = {value:.4g}", flush=True)
+        return value
+    except (UserError, WorkerFailedError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        if multirun:  # the sweep goes on; this trial's run is marked FAILED
+            return math.nan
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted: the trial's run was marked KILLED", file=sys.stderr, flush=True)
+        raise
+    except Exception as exc:
+        if multirun:
+            import traceback
+
+            traceback.print_exc()
+            print(f"error: trial failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            return math.nan
+        raise
+
+
+def _kill_parent_run() -> None:
+    parent = os.environ.get(PARENT_ENV)
+    if not parent:
+        return
+    try:
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient().set_terminated(parent, status="KILLED")
+    except Exception:
+        pass
+
+
+def main() -> None:
+    # We ask for 1.3 semantics on purpose (the config's defaults rely on them).
+    warnings.filterwarnings("ignore", message=r"(?s).*version_base parameter is deprecated")
+    # Our own callback is the only _target_ instantiated from config by Hydra here.
+    warnings.filterwarnings("ignore", message=r"(?s).*_execution_whitelist_")
+    disable_telemetry()
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        sys.argv = [sys.argv[0], *precheck(sys.argv[1:])]
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+    import hydra
+
+    @hydra.main(config_path="pkg://orchestrator_conf", config_name="config", version_base="1.3")
+    def _hydra_main(cfg) -> float:
+        return _task(cfg)
+
+    try:
+        _hydra_main()
+    except KeyboardInterrupt:
+        _kill_parent_run()
+        sys.exit(130)

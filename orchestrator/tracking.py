@@ -1,0 +1,191 @@
+"""MLflow tracking: one run per trial, one parent run per Hydra multirun / Optuna sweep.
+
+Store: ``tracking.uri`` from config, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
+the working directory (MLflow's own default). MLflow is imported lazily (it costs a second).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from hydra.experimental.callback import Callback
+
+PARENT_ENV = "ORCHESTRATOR_PARENT_RUN_ID"
+DEFAULT_URI = "sqlite:///mlflow.db"
+
+
+def disable_telemetry() -> None:
+    """No usage telemetry unless the user asked for it (these machines have no network)."""
+    if "MLFLOW_DISABLE_TELEMETRY" not in os.environ and "DO_NOT_TRACK" not in os.environ:
+        os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+
+def tracking_uri(cfg: Any = None) -> str:
+    uri = None
+    if cfg is not None:
+        uri = (cfg.get("tracking") or {}).get("uri")
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
+
+
+def _mlflow(uri: str):
+    disable_telemetry()
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    return mlflow
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(d, (list, tuple)) and any(isinstance(x, (dict, list)) for x in d):
+        for i, v in enumerate(d):
+            out.update(flatten(v, f"{prefix}{i}."))
+    else:
+        out[prefix[:-1]] = "null" if d is None else str(d)
+    return out
+
+
+def git_commit() -> str | None:
+    """The commit of the source tree this package runs from, when it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+class MlflowSink:
+    """The ``MetricsSink`` of a trial: metrics, tags and artifacts of one MLflow run."""
+
+    def __init__(self, client, run_id: str):
+        self.client = client
+        self.run_id = run_id
+        self.latest: dict[str, float] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, int(step or 0)) for k, v in metrics.items() if v is not None]
+        for i in range(0, len(items), 500):
+            self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+        self.latest.update({m.key: m.value for m in items})
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, tags=items[i : i + 100])
+
+    def log_params(self, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        # MLflow keys allow alphanumerics and _ - . space : / only (config keys may be glob patterns).
+        items = [Param(re.sub(r"[^\w\-. :/]", "_", k)[:250], v[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i : i + 100])
+
+    def log_artifact(self, path: str | Path) -> None:
+        self.client.log_artifact(self.run_id, str(path))
+
+
+@contextmanager
+def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str,
+              output_dir: Path) -> Iterator[MlflowSink]:
+    """One MLflow run for one trial. An exception ends it FAILED (error recorded), Ctrl-C/SIGTERM
+    KILLED; either way the run is closed before the exception propagates."""
+    uri = tracking_uri(cfg)
+    mlflow = _mlflow(uri)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp_name = (cfg.get("tracking") or {}).get("experiment") or "orchestrator"
+    exp = client.get_experiment_by_name(exp_name)
+    exp_id = exp.experiment_id if exp is not None else client.create_experiment(exp_name)
+    all_tags = dict(tags)
+    parent = os.environ.get(PARENT_ENV)
+    if parent:
+        all_tags["mlflow.parentRunId"] = parent
+    run = client.create_run(exp_id, run_name=run_name, tags=all_tags)
+    sink = MlflowSink(client, run.info.run_id)
+    status = "FAILED"
+    try:
+        from omegaconf import OmegaConf
+
+        sink.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
+        output_dir.mkdir(parents=True, exist_ok=True)
+        cfg_path = output_dir / "config.yaml"
+        cfg_path.write_text(config_yaml)
+        sink.log_artifact(cfg_path)
+        yield sink
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        sink.set_tags({"orchestrator.error": "interrupted (Ctrl-C or SIGTERM)"})
+        raise
+    except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        sink.set_tags({"orchestrator.error": message[:5000]})
+        err = output_dir / "error.txt"
+        err.write_text(message + "\n\n" + traceback.format_exc())
+        try:
+            sink.log_artifact(err)
+        except Exception:  # the store may be the problem; the status below still records the failure
+            pass
+        raise
+    finally:
+        client.set_terminated(run.info.run_id, status=status)
+        del mlflow
+
+
+class SweepCallback(Callback):
+    """Makes one parent MLflow run per Hydra multirun; trials become its children."""
+
+    def __init__(self) -> None:
+        self.parent_run_id: str | None = None
+        self.uri: str | None = None
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        self.uri = tracking_uri(config)
+        _mlflow(self.uri)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.uri)
+        exp_name = (config.get("tracking") or {}).get("experiment") or "orchestrator"
+        exp = client.get_experiment_by_name(exp_name)
+        exp_id = exp.experiment_id if exp is not None else client.create_experiment(exp_name)
+        sweeper = config.hydra.sweeper.get("_target_", "basic").rsplit(".", 1)[-1]
+        overrides = " ".join(config.hydra.overrides.task)
+        run = client.create_run(exp_id, run_name=f"sweep: {overrides}"[:250] or "sweep",
+                                tags={"orchestrator.kind": "sweep", "orchestrator.sweeper": sweeper,
+                                      "orchestrator.sweep_dir": str(config.hydra.sweep.dir)})
+        self.parent_run_id = run.info.run_id
+        os.environ[PARENT_ENV] = self.parent_run_id
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        if self.parent_run_id is None:
+            return
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.uri)
+        children = client.search_runs(
+            [client.get_run(self.parent_run_id).info.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
+        )
+        statuses = [c.info.status for c in children]
+        client.log_metric(self.parent_run_id, "sweep.trials", len(children))
+        client.log_metric(self.parent_run_id, "sweep.failed_trials", statuses.count("FAILED"))
+        client.set_terminated(self.parent_run_id, status="FINISHED")
+        os.environ.pop(PARENT_ENV, None)

@@ -1,0 +1,201 @@
+"""One trial: hardware adapter -> cluster, model -> graph, placer -> placement (judged by the shared
+evaluator), sync strategy or single worker -> training, all recorded in one MLflow run."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from orchestrator import __version__, plugins
+from orchestrator.errors import ConfigError
+from orchestrator.progress import enabled as progress_enabled
+from orchestrator.training import TrainContext, TrainResult, TrainSettings, log_final
+
+
+def _name(cfg: DictConfig, group: str) -> str | None:
+    node = cfg.get(group)
+    if node is None:
+        return None
+    if not isinstance(node, DictConfig) or "name" not in node:
+        raise ConfigError(f"config group {group!r} has no 'name' (got {OmegaConf.to_yaml(node).strip()[:80]!r})")
+    return str(node.name)
+
+
+class Trial:
+    def __init__(self, cfg: DictConfig, output_dir: Path):
+        self.cfg = cfg
+        self.output_dir = output_dir
+        self.names = {g: _name(cfg, g) for g in ("placer", "sync", "hardware", "model")}
+        if self.names["hardware"] is None or self.names["model"] is None:
+            raise ConfigError("the config needs a hardware and a model group")
+        # Resolve every plugin before anything starts, so that a bad name costs no MLflow run.
+        self.hardware_cls = plugins.load("hardware", self.names["hardware"])
+        self.model_fn = plugins.load("model", self.names["model"])
+        self.placer_cls = plugins.load("placer", self.names["placer"]) if self.names["placer"] else None
+        self.sync_cls = plugins.load("sync", self.names["sync"]) if self.names["sync"] else None
+        self.settings = TrainSettings.from_cfg(cfg.get("train"))
+        objective = cfg.get("objective") or {}
+        self.objective_metric = str(objective.get("metric", "speedup"))
+        self.direction = str(objective.get("direction", "maximize"))
+        if self.direction not in ("maximize", "minimize"):
+            raise ConfigError(f"objective.direction={self.direction!r} (accepted: maximize, minimize)")
+        self.show_progress = progress_enabled(cfg.get("progress", "auto"))
+        # Build the pieces whose config can be wrong before the run starts, too.
+        self.hardware = self.hardware_cls(cfg.hardware)
+        self.placer = self.placer_cls(cfg.placer) if self.placer_cls else None
+        self.sync = self.sync_cls(cfg.sync) if self.sync_cls else None
+
+    @property
+    def has_sync(self) -> bool:
+        return self.sync is not None
+
+    @property
+    def runtime_kind(self) -> str:
+        if self.sync is not None:
+            return str(self.cfg.sync.get("runtime", "virtual"))
+        return "local"
+
+    def run_name(self) -> str:
+        custom = (self.cfg.get("tracking") or {}).get("run_name")
+        if custom:
+            return str(custom)
+        n = self.names
+        return f"{n['placer'] or 'none'}/{n['sync'] or 'none'}/{n['hardware']}/{n['model']}"
+
+    # -- the trial ----------------------------------------------------------------------------
+    def run(self) -> float:
+        from orchestrator import tracking
+
+        model_spec = self.model_fn(self.cfg.model)
+        cluster = self.hardware.cluster(self)
+        evaluator_kind = self._evaluator_kind(cluster)
+        tags = {
+            "placer": self.names["placer"] or "none", "sync": self.names["sync"] or "none",
+            "hardware": self.names["hardware"], "model": self.names["model"],
+            "evaluator": evaluator_kind, "runtime": self.runtime_kind,
+            "orchestrator.version": __version__, "cluster.simulated": str(cluster.simulated).lower(),
+        }
+        commit = tracking.git_commit()
+        if commit:
+            tags["orchestrator.git_commit"] = commit
+        config_yaml = OmegaConf.to_yaml(self.cfg, resolve=True)
+        pm = plugins.get_plugin_manager()
+        with tracking.trial_run(self.cfg, run_name=self.run_name(), tags=tags, config_yaml=config_yaml,
+                                output_dir=self.output_dir) as sink:
+            pm.hook.orchestrator_trial_start(run_id=sink.run_id, cfg=self.cfg)
+            metrics: dict[str, float] = {}
+            placed = None
+            if self.placer is not None:
+                placed = self._place(model_spec, cluster, evaluator_kind, sink)
+                metrics.update(placed["metrics"])
+            if model_spec.trainable_on_mnist:
+                metrics.update(self._train(model_spec, cluster, sink, placed))
+            if "train.speedup" in metrics:
+                metrics["speedup"] = metrics["train.speedup"]
+            elif "placement.speedup" in metrics:
+                metrics["speedup"] = metrics["placement.speedup"]
+            if "speedup" in metrics:
+                sink.log_metrics({"speedup": metrics["speedup"]})
+            pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status="FINISHED", metrics=metrics)
+        value = metrics.get(self.objective_metric, sink.latest.get(self.objective_metric))
+        if value is None:
+            print(f"objective.metric {self.objective_metric!r} was not logged by this trial", flush=True)
+            return math.nan
+        return float(value)
+
+    def _evaluator_kind(self, cluster) -> str:
+        if self.placer is None:
+            return "measured" if not cluster.simulated else "simulated"
+        wanted = str(self.cfg.placer.get("evaluator", "auto"))
+        if wanted == "auto":
+            return "simulated" if cluster.simulated else "measured"
+        if wanted not in ("measured", "simulated"):
+            raise ConfigError(f"placer.evaluator={wanted!r} (accepted: auto, measured, simulated)")
+        if wanted == "measured" and cluster.simulated:
+            raise ConfigError(f"placer.evaluator=measured needs real devices; hardware={self.names['hardware']} is simulated")
+        return wanted
+
+    def _dataset(self):
+        from orchestrator.data import load_mnist
+
+        ds = self.cfg.get("dataset") or {}
+        return load_mnist(ds.get("path"), seed=int(self.cfg.get("seed", 0)),
+                          test_fraction=float(ds.get("test_fraction", 0.2)), limit=ds.get("limit"))
+
+    def _place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
+        from orchestrator.evaluator import MeasuredEvaluator
+        from orchestrator.models import layer_graph
+
+        worker = cluster.workers[0]
+        graph = layer_graph(model_spec)
+        if evaluator_kind != "measured":
+            raise ConfigError("the simulated evaluator needs the cost-model simulator, which is not installed in this version")
+        evaluator = MeasuredEvaluator(model_spec, worker, self._dataset(), self.settings.batch_size, seed=self.settings.seed)
+        t0 = time.perf_counter()
+        placement = self.placer.place(graph, worker, evaluator, self).check(graph)
+        search_time = time.perf_counter() - t0
+        verdict = evaluator.evaluate(placement)
+        if self.names["placer"] == "manual":
+            base_dev, base = evaluator.single_device_baseline()
+            base_label = f"single device {base_dev}"
+        else:
+            from orchestrator_plugins.placers.manual import ManualPlacer
+
+            base = evaluator.evaluate(ManualPlacer(self.cfg.get("baseline_placer") or {}).place(graph, worker))
+            base_label = "manual placement"
+        path = self.output_dir / "placement.json"
+        placement.save(path)
+        sink.log_artifact(path)
+        m = {
+            "placement.step_time_s": verdict.step_time_s,
+            "placement.baseline_step_time_s": base.step_time_s,
+            "placement.search_time_s": search_time,
+            "placement.evaluations": float(evaluator.evaluations),
+            "placement.speedup": base.step_time_s / verdict.step_time_s,
+            "placement.devices_used": float(len(set(placement.assignment.values()))),
+        }
+        sink.log_metrics(m)
+        sink.set_tags({"placement.baseline": base_label})
+        return {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base}
+
+    def _train(self, model_spec, cluster, sink, placed) -> dict[str, float]:
+        ctx = TrainContext(self.settings, self._dataset(), model_spec, cluster, sink, self.output_dir, self.cfg,
+                           show_progress=self.show_progress)
+        reference: float | None
+        if self.sync is not None:
+            if placed is not None:
+                ctx.worker_step_time_s = {w.name: placed["verdict"].step_time_s / w.speed for w in cluster.workers}
+            result: TrainResult = self.sync.train(ctx)
+            reference = result.reference_time_to_target_s
+            sink.set_tags({"train.reference": "one worker of speed 1.0, same settings and clock"})
+        else:
+            result, reference = self._train_one_worker(ctx, placed)
+        speedup = None
+        if reference is not None and result.time_to_target_s:
+            speedup = reference / result.time_to_target_s
+        return log_final(result, sink, speedup=speedup, reference_time_to_target_s=reference)
+
+    def _train_one_worker(self, ctx: TrainContext, placed) -> tuple[TrainResult, float | None]:
+        from orchestrator.runtime import ModelRuntime
+        from orchestrator.single_worker import train_single_worker
+
+        if placed is None:
+            worker = ctx.cluster.workers[0]
+            rt = ModelRuntime(ctx.model, seed=self.settings.seed, lr=self.settings.lr,
+                              default_device=worker.devices[0].tf_device or "/device:CPU:0")
+            result = train_single_worker(ctx, rt)
+            ctx.sink.set_tags({"train.reference": "this trial (single device of one worker)"})
+            return result, result.time_to_target_s
+        rt = placed["evaluator"].runtime(placed["placement"], lr=self.settings.lr)
+        result = train_single_worker(ctx, rt)
+        reference = None
+        if result.updates_to_target is not None:
+            # Placement does not change the arithmetic, so the reference needs the same number of
+            # updates; each takes the baseline placement's measured step time.
+            reference = result.updates_to_target * placed["baseline"].step_time_s
+            ctx.sink.set_tags({"train.reference": "updates to target x baseline placement's measured step time"})
+        return result, reference

@@ -1,0 +1,8 @@
+"""Built-in hardware adapters."""
+
+from orchestrator.hookspecs import hookimpl
+
+
+@hookimpl
+def orchestrator_hardware_adapters():
+    return {"local": "orchestrator_plugins.hardware.local:LocalHardware"}

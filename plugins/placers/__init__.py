@@ -1,0 +1,8 @@
+"""Built-in placers."""
+
+from orchestrator.hookspecs import hookimpl
+
+
+@hookimpl
+def orchestrator_placers():
+    return {"manual": "orchestrator_plugins.placers.manual:ManualPlacer"}
