@@ -143,9 +143,7 @@ class Trial:
             base_dev, base = evaluator.single_device_baseline()
             base_label = f"single device {base_dev}"
         else:
-            from orchestrator_plugins.placers.manual import ManualPlacer
-
-            base = evaluator.evaluate(ManualPlacer(self.cfg.get("baseline_placer") or {}).place(graph, worker))
+            base = evaluator.evaluate(self._manual_baseline(graph, worker))
             base_label = "manual placement"
         path = self.output_dir / "placement.json"
         placement.save(path)
@@ -161,6 +159,18 @@ class Trial:
         sink.log_metrics(m)
         sink.set_tags({"placement.baseline": base_label})
         return {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base}
+
+    def _manual_baseline(self, graph, worker):
+        """The human expert's placement that other placers are measured against: the packaged
+        ``placer/manual.yaml`` unless ``placer.baseline`` gives its own manual-placer config."""
+        from importlib import resources
+
+        from orchestrator_plugins.placers.manual import ManualPlacer
+
+        cfg = self.cfg.placer.get("baseline")
+        if cfg is None:
+            cfg = OmegaConf.load(str(resources.files("orchestrator_conf") / "placer" / "manual.yaml"))
+        return ManualPlacer(cfg).place(graph, worker).check(graph)
 
     def _train(self, model_spec, cluster, sink, placed) -> dict[str, float]:
         ctx = TrainContext(self.settings, self._dataset(), model_spec, cluster, sink, self.output_dir, self.cfg,

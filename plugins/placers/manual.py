@@ -13,11 +13,7 @@ from orchestrator.placement import Placement
 class ManualPlacer:
     def __init__(self, cfg: Any):
         self.cfg = cfg
-        rules = cfg.get("rules") or {}
-        try:
-            self.rules = [(str(pattern), str(device)) for pattern, device in dict(rules).items()]
-        except (TypeError, ValueError):
-            raise ConfigError(f"placer.rules must map name patterns to devices, got {rules!r}") from None
+        self.rules = _parse_rules(cfg.get("rules") or [])
         self.split = cfg.get("split")
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
@@ -41,3 +37,13 @@ class ManualPlacer:
             else:
                 raise ConfigError(f"placer.rules place no device for node {node.name!r} (add a rule, e.g. '*': {devices[0]})")
         return Placement(devices, assignment, {"placer": "manual"})
+
+
+def _parse_rules(rules: Any) -> list[tuple[str, str]]:
+    """Rules as a list of ``{pattern, device}`` (or a ``{pattern: device}`` mapping), in order."""
+    try:
+        if hasattr(rules, "items"):
+            return [(str(p), str(d)) for p, d in rules.items()]
+        return [(str(r["pattern"]), str(r["device"])) for r in rules]
+    except (TypeError, KeyError, ValueError):
+        raise ConfigError(f"placer.rules must be a list of {{pattern: GLOB, device: NAME}}, got {rules!r}") from None

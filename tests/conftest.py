@@ -1,0 +1,40 @@
+"""Shared helpers: run the real CLI in a scratch directory and read the MLflow store it wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+
+# Small, fast training settings for tests that only need a trial to run end to end.
+QUICK = ["train.target_accuracy=0.8", "train.eval_every=10", "train.budget_updates=200", "train.eval_samples=500"]
+
+
+def run_cli(cwd: Path, *args: str, module: str = "orchestrator", timeout: float = 600, env: dict | None = None):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def store_runs(cwd: Path):
+    """All runs in ``cwd/mlflow.db`` (every experiment), newest first."""
+    from mlflow.tracking import MlflowClient
+
+    db = cwd / "mlflow.db"
+    if not db.exists():
+        return []
+    client = MlflowClient(f"sqlite:///{db}")
+    exps = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(exps, order_by=["attributes.start_time DESC"]) if exps else []
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path

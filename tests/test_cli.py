@@ -1,0 +1,43 @@
+"""The entry point as a user runs it: one-line errors, no TensorFlow for --help, runs in the store."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import QUICK, run_cli, store_runs
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["+placer=nope"], "unknown placer 'nope' (available: "),
+    (["model=resnet9000"], "unknown model 'resnet9000'"),
+    (["train.lr=abc"], "train.lr='abc' is not a float"),
+    (["train.stop=never"], "train.stop='never' (accepted: target, budget)"),
+    (["foo.bar=1"], "Could not override 'foo.bar'"),
+    (["train.lr=["], "malformed override"),
+    (["hardware.logical_cpus=0"], "hardware.logical_cpus=0 must be an integer >= 1"),
+])
+def test_user_errors_are_one_line_and_leave_no_run(workdir, args, expected):
+    out = run_cli(workdir, *args, timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+    assert all(r.info.status != "RUNNING" for r in store_runs(workdir))
+
+
+def test_help_imports_no_tensorflow(workdir):
+    code = ("import sys, atexit\n"
+            "atexit.register(lambda: print('TF_LOADED' if 'tensorflow' in sys.modules else 'TF_ABSENT'))\n"
+            "sys.argv = ['orchestrator', '--help']\n"
+            "from orchestrator.app import main\nmain()\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=120)
+    assert "Configuration groups" in out.stdout and "TF_ABSENT" in out.stdout, out.stdout + out.stderr
+
+
+def test_failure_inside_a_trial_marks_its_run_failed(workdir):
+    out = run_cli(workdir, "+placer=manual", "placer.rules=[{pattern:'*',device:'gpu:9'}]", *QUICK, timeout=300)
+    assert out.returncode == 2 and "names device 'gpu:9'" in out.stderr, out.stderr
+    runs = store_runs(workdir)
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"
+    assert "gpu:9" in runs[0].data.tags["orchestrator.error"]

@@ -1,0 +1,39 @@
+"""Hydra multirun and Optuna sweeps: one parent MLflow run, one child per trial; failures don't stop a sweep."""
+
+import pytest
+
+from conftest import QUICK, run_cli, store_runs
+
+
+def _parent_and_children(workdir):
+    runs = store_runs(workdir)
+    parents = [r for r in runs if r.data.tags.get("orchestrator.kind") == "sweep"]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    return parents[0], children
+
+
+@pytest.mark.slow
+def test_optuna_sweep_makes_one_parent_and_three_children(workdir):
+    out = run_cli(workdir, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+                  "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=t",
+                  "train.lr=interval(0.05,0.2)", "train.stop=budget", "train.budget_updates=30",
+                  "train.eval_every=10", "train.eval_samples=300", "objective.metric=train.final_test_accuracy",
+                  timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    parent, children = _parent_and_children(workdir)
+    assert len(children) == 3 and parent.info.status == "FINISHED"
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert len({c.data.params["train.lr"] for c in children}) == 3
+    assert (workdir / "optuna.db").exists()
+
+
+@pytest.mark.slow
+def test_a_failing_trial_does_not_stop_the_sweep(workdir):
+    out = run_cli(workdir, "-m", "train.lr=0.1,-1", *QUICK, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    parent, children = _parent_and_children(workdir)
+    assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
+    failed = next(c for c in children if c.info.status == "FAILED")
+    assert "train.lr" in failed.data.tags["orchestrator.error"]
+    assert parent.data.metrics["sweep.failed_trials"] == 1

@@ -1,0 +1,48 @@
+"""Whole trials through the CLI, from an empty directory, as the foundation issue specifies."""
+
+import pytest
+
+from conftest import QUICK, run_cli, store_runs
+
+TRAIN_METRICS = {"train.loss", "train.test_accuracy", "train.elapsed_s", "train.final_test_accuracy",
+                 "train.throughput_samples_per_s", "train.speedup", "speedup"}
+
+
+@pytest.mark.slow
+def test_default_trial_reaches_97_percent(workdir):
+    out = run_cli(workdir, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = store_runs(workdir)
+    assert run.info.status == "FINISHED"
+    m, tags = run.data.metrics, run.data.tags
+    assert TRAIN_METRICS | {"train.time_to_target_s"} <= set(m)
+    assert m["train.final_test_accuracy"] >= 0.97 and tags["train.reached_target"] == "true"
+    assert tags["placer"] == "none" and tags["sync"] == "none" and tags["hardware"] == "local"
+    assert tags["model"] == "cnn" and tags["evaluator"] == "measured" and tags["runtime"] == "local"
+    assert tags["orchestrator.version"]
+    assert run.data.params["train.lr"] == "0.1"
+    assert (workdir / "mlflow.db").exists()
+
+
+def test_manual_placement_trial_logs_placement_and_training(workdir):
+    out = run_cli(workdir, "+placer=manual", *QUICK, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = store_runs(workdir)
+    m = run.data.metrics
+    assert run.info.status == "FINISHED"
+    assert {"placement.step_time_s", "placement.baseline_step_time_s", "placement.speedup",
+            "placement.search_time_s", "placement.evaluations"} <= set(m)
+    assert m["placement.speedup"] == pytest.approx(m["placement.baseline_step_time_s"] / m["placement.step_time_s"])
+    assert TRAIN_METRICS <= set(m)
+    assert m["speedup"] == m["train.speedup"]
+    from mlflow.tracking import MlflowClient
+
+    arts = {a.path for a in MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "placement.json"} <= arts
+
+
+def test_tracking_uri_from_environment(workdir):
+    other = workdir / "elsewhere.db"
+    out = run_cli(workdir, *QUICK, env={"MLFLOW_TRACKING_URI": f"sqlite:///{other}"}, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert other.exists() and not (workdir / "mlflow.db").exists()
