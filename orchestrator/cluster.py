@@ -20,6 +20,7 @@ class Device:
     profile: str = "generic"       # e.g. "V100 (datasheet)", "H200 (measured)"
     tf_device: str | None = None   # a real TensorFlow device string when the device exists
     host: str = "host0"
+    memory_pool: str | None = None  # devices naming one pool share its memory (CPU cores of a host)
 
     @property
     def is_real(self) -> bool:
@@ -62,6 +63,9 @@ class Worker:
     def device_names(self) -> list[str]:
         return [d.name for d in self.devices]
 
+    def route(self, src: Device, dst: Device) -> list[Link]:
+        return _route(self, src, dst)
+
 
 @dataclass
 class Cluster:
@@ -75,3 +79,34 @@ class Cluster:
     @property
     def hosts(self) -> list[str]:
         return sorted({w.host for w in self.workers})
+
+
+# -- routes ------------------------------------------------------------------------------------
+def host_memory(host: str) -> str:
+    """The name of a host's memory as a link endpoint (CPU devices compute in it directly)."""
+    return f"{host}:mem"
+
+
+def _route(worker: Worker, src: Device, dst: Device) -> list[Link]:
+    """Links a tensor crosses from ``src`` to ``dst``: none on one device or between CPUs of one host,
+    a direct link where there is one (NVLink), else up to host memory, across the network between
+    hosts, and down. Raises ``ConfigError`` when a needed link is missing."""
+    if src.name == dst.name or (src.kind == "cpu" and dst.kind == "cpu" and src.host == dst.host):
+        return []
+    by_ends = {(l.src, l.dst): l for l in worker.links}
+    if (src.name, dst.name) in by_ends:
+        return [by_ends[src.name, dst.name]]
+    hops = []
+    a, b = host_memory(src.host), host_memory(dst.host)
+    if src.kind != "cpu":
+        hops.append((src.name, a))
+    if a != b:
+        hops.append((a, b))
+    if dst.kind != "cpu":
+        hops.append((b, dst.name))
+    missing = [h for h in hops if h not in by_ends]
+    if missing:
+        from orchestrator.errors import ConfigError
+        raise ConfigError(f"worker {worker.name!r}: no link {missing[0][0]} -> {missing[0][1]} (needed from {src.name} to {dst.name})")
+    return [by_ends[h] for h in hops]
+

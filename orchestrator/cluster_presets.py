@@ -1,0 +1,132 @@
+"""Simulated clusters: presets and user cluster files (YAML), built from ``hardware_profiles``.
+
+Rates: PCIe per direction from the GPU profile; NVLink per direction between every GPU pair of a
+host where the profile has one; the network between hosts is one shared channel per host NIC.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from orchestrator.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.errors import ConfigError
+from orchestrator.hardware_profiles import HardwareProfile, profile
+
+PCIE_LATENCY_S = 10e-6
+NVLINK_LATENCY_S = 2e-6
+
+
+def make_device(p: HardwareProfile, name: str, host: str, precision: str = "fp32") -> Device:
+    kind = "cpu" if p.kind == "cpu" else "gpu"
+    return Device(name, kind, p.peak_flops(precision), p.mem_bandwidth, p.memory_bytes, p.name, host=host,
+                  memory_pool=host_memory(host) if kind == "cpu" else None)
+
+
+def make_host(host: str, cpu: str, gpu: str | None, n_gpus: int, *, cpus: int = 1, nvlink: bool = True,
+              pcie_switch_per: int = 0, precision: str = "fp32") -> tuple[list[Device], list[Link]]:
+    """Devices and links of one host: ``cpus`` CPU devices sharing host memory, ``n_gpus`` GPUs on PCIe
+    (``pcie_switch_per`` GPUs share one upstream link, 0 = each its own), NVLink between GPUs if asked
+    and the profile has it."""
+    devs = [make_device(profile(cpu), f"{host}/cpu:{i}", host, precision) for i in range(cpus)]
+    links: list[Link] = []
+    mem = host_memory(host)
+    if gpu:
+        gp = profile(gpu)
+        for i in range(n_gpus):
+            d = make_device(gp, f"{host}/gpu:{i}", host, precision)
+            devs.append(d)
+            share = f"{host}/pcie-switch{i // pcie_switch_per}" if pcie_switch_per else None
+            links.append(Link(d.name, mem, gp.host_link_bandwidth, PCIE_LATENCY_S, f"{share}:up" if share else None, "pcie"))
+            links.append(Link(mem, d.name, gp.host_link_bandwidth, PCIE_LATENCY_S, f"{share}:down" if share else None, "pcie"))
+        if nvlink and gp.peer_link_bandwidth:
+            gpus = [d for d in devs if d.kind == "gpu"]
+            links += [Link(a.name, b.name, gp.peer_link_bandwidth, NVLINK_LATENCY_S, None, "nvlink")
+                      for a in gpus for b in gpus if a is not b]
+    return devs, links
+
+
+def sim_1cpu_4gpu(gpu: str = "K80 (datasheet)", cpu: str = "Xeon Platinum 8380 (datasheet)") -> Cluster:
+    """The reference study: one host, 1 CPU + 4 GPUs, one worker. Default K80-class GPUs (the
+    generation of the original device-placement studies), two per PCIe switch as on K80 boards, so
+    transfers of GPU pairs contend; no NVLink."""
+    devs, links = make_host("host0", cpu, gpu, 4, pcie_switch_per=2, nvlink=False)
+    return Cluster("sim_1cpu_4gpu", [Worker("worker0", devs, links, host="host0")], simulated=True,
+                   description=f"1 x {cpu} + 4 x {gpu}, PCIe (2 GPUs per switch)")
+
+
+def sim_hetero_cluster() -> Cluster:
+    """Three hosts with unequal GPUs, one worker each: 4 x V100 (NVLink), 2 x A100 (NVLink),
+    2 x K80 (PCIe only); 100 Gb/s network."""
+    spec = [("host0", "V100 (datasheet)", 4), ("host1", "A100 (datasheet)", 2), ("host2", "K80 (datasheet)", 2)]
+    workers = []
+    for host, gpu, n in spec:
+        devs, links = make_host(host, "Xeon Platinum 8380 (datasheet)", gpu, n)
+        workers.append(Worker(f"worker-{host}", devs, links, host=host))
+    return Cluster("sim_hetero_cluster", workers, simulated=True, network_bandwidth=12.5e9, network_latency_s=5e-6,
+                   description="; ".join(f"{h}: {n} x {g}" for h, g, n in spec))
+
+
+def load_cluster_file(path: str | Path) -> Cluster:
+    """A cluster from YAML::
+
+        name: my-cluster
+        network: {bandwidth_GBps: 12.5, latency_us: 5}      # optional
+        hosts:
+          - {name: h0, cpu: "Xeon Platinum 8380 (datasheet)", cpus: 1,
+             gpu: "V100 (datasheet)", gpus: 4, nvlink: true, pcie_switch_per: 0}
+
+    One worker per host. Any problem -> ``ConfigError`` naming the file and the key."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such cluster file") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hosts"), list) or not data["hosts"]:
+        raise ConfigError(f"{path}: expected a mapping with a non-empty 'hosts' list")
+    workers = []
+    for i, h in enumerate(data["hosts"]):
+        if not isinstance(h, dict) or "cpu" not in h:
+            raise ConfigError(f"{path}: hosts[{i}] needs at least 'cpu' (a device profile)")
+        name = str(h.get("name", f"host{i}"))
+        try:
+            n_gpus, cpus = int(h.get("gpus", 0)), int(h.get("cpus", 1))
+            switch = int(h.get("pcie_switch_per", 0))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}: hosts[{i}]: 'gpus', 'cpus' and 'pcie_switch_per' must be integers") from None
+        if n_gpus and "gpu" not in h:
+            raise ConfigError(f"{path}: hosts[{i}] has gpus: {n_gpus} but no 'gpu' profile")
+        try:
+            devs, links = make_host(name, h["cpu"], h.get("gpu"), n_gpus, cpus=cpus, nvlink=bool(h.get("nvlink", True)),
+                                    pcie_switch_per=switch)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: hosts[{i}]: {exc}") from None
+        workers.append(Worker(f"worker-{name}", devs, links, host=name))
+    net = data.get("network") or {}
+    try:
+        bw, lat = float(net.get("bandwidth_GBps", 1.25)) * 1e9, float(net.get("latency_us", 50)) * 1e-6
+    except (TypeError, ValueError, AttributeError):
+        raise ConfigError(f"{path}: network needs numeric bandwidth_GBps and latency_us") from None
+    return Cluster(str(data.get("name", Path(path).stem)), workers, simulated=True, network_bandwidth=bw,
+                   network_latency_s=lat)
+
+
+def single_host_worker(cluster: Cluster, index: int = 0) -> Worker:
+    return cluster.workers[index]
+
+
+def multi_host_worker(cluster: Cluster, name: str = "all") -> Worker:
+    """All devices of a cluster as one worker (model parallelism across hosts): host links plus one
+    shared NIC channel per host direction for the network."""
+    devs = [d for w in cluster.workers for d in w.devices]
+    links = [l for w in cluster.workers for l in w.links]
+    hosts = cluster.hosts
+    for a in hosts:
+        for b in hosts:
+            if a != b:
+                links.append(Link(host_memory(a), host_memory(b), cluster.network_bandwidth, cluster.network_latency_s,
+                                  f"{a}/nic:out", "network"))
+    return Worker(name, devs, links, host=hosts[0] if hosts else "host0")

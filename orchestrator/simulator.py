@@ -1,0 +1,194 @@
+"""Simulate one training step of an ``OpGraph`` placed on a ``Worker``: step time, per-device busy time
+and peak memory, out-of-memory verdicts, and optionally the full schedule (for ``gantt``).
+
+Model:
+- a node runs on its device for ``graph.node_cost_s``; each device runs one node at a time;
+- ready-list order: when a device is idle it starts, among its nodes whose inputs have all arrived,
+  the one with the largest *upward rank* (longest path to a sink with every node at its fastest
+  cost, communication free), ties by node index;
+- a node's output goes once per destination device along ``worker.route`` (latency + bytes /
+  bandwidth per hop, or the edge's fixed ``cost`` per hop); a link carries one tensor at a time and
+  links with one ``shared`` name are one channel (contention);
+- memory per device: params + activations of its nodes (all live for the step) + the largest temp;
+  devices with one ``memory_pool`` share it. Over capacity -> infeasible, never simulated as if fine:
+  ``step_time_s`` is inf, ``oom`` says where and by how many bytes; ``makespan_s`` still holds the
+  schedule length (what a memory-blind evaluator would report).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from orchestrator.cluster import Worker
+from orchestrator.errors import ConfigError
+from orchestrator.graph import OpGraph
+from orchestrator.placement import Placement
+from orchestrator.sim_kernel import HAVE_NUMBA, run_step
+
+
+@dataclass
+class SimResult:
+    step_time_s: float
+    feasible: bool
+    oom: list[tuple[str, float]]                 # (device or memory pool, bytes over)
+    peak_memory_bytes: dict[str, float]
+    busy_s: dict[str, float]
+    schedule: list[dict] | None = None           # {"kind": "node"|"transfer", "row", "name", "start", "end"}
+    makespan_s: float = 0.0
+    violations: list[str] = field(default_factory=list)   # cpu_only / colocation broken
+
+
+class Simulator:
+    """Precomputes a graph and worker into arrays; then each placement costs one pass of the kernel."""
+
+    def __init__(self, graph: OpGraph, worker: Worker):
+        self.graph, self.worker = graph, worker
+        devs = worker.devices
+        self.device_index = {d.name: i for i, d in enumerate(devs)}
+        n, nd = len(graph.nodes), len(devs)
+        self.cost = np.array([[graph.node_cost_s(nd_, d) for d in devs] for nd_ in graph.nodes], dtype=float).reshape(n, nd)
+        succ = graph.successors()
+        by_pair = {}
+        for e in graph.edges:
+            key = (graph.index(e.src), graph.index(e.dst))
+            b, f = by_pair.get(key, (0.0, -1.0))
+            by_pair[key] = (max(b, e.bytes), max(f, -1.0 if e.cost is None else e.cost * graph.time_unit_s))
+        ptr, idx, nbytes, fixed = [0], [], [], []
+        for u in range(n):
+            for v in sorted(set(succ[u])):
+                idx.append(v)
+                b, f = by_pair[u, v]
+                nbytes.append(b)
+                fixed.append(f)
+            ptr.append(len(idx))
+        self.succ_ptr, self.succ_idx = np.array(ptr, dtype=np.int64), np.array(idx, dtype=np.int64)
+        self.succ_bytes, self.succ_fixed = np.array(nbytes, dtype=float), np.array(fixed, dtype=float)
+        self.npred = np.zeros(n, dtype=np.int64)
+        np.add.at(self.npred, self.succ_idx, 1)
+        self._routes(worker)
+        self.fastest = self.cost.min(axis=1)
+        rank = np.zeros(n)
+        for u in reversed(graph.topological_order()):
+            nxt = self.succ_idx[self.succ_ptr[u]:self.succ_ptr[u + 1]]
+            rank[u] = self.fastest[u] + (rank[nxt].max() if len(nxt) else 0.0)
+        self.rank = rank
+        order = sorted(range(n), key=lambda i: (-rank[i], i))
+        self.prio = np.empty(n, dtype=np.int64)
+        self.prio[order] = np.arange(n)
+        self._memory(graph, worker)
+        groups = graph.groups()
+        self.group_members = [np.array([graph.index(m) for m in ms]) for ms in groups.values() if len(ms) > 1]
+
+    def _routes(self, worker: Worker) -> None:
+        links = worker.links
+        lid = {id(l): i for i, l in enumerate(links)}
+        chan_names: dict[str, int] = {}
+        self.link_chan = np.array([chan_names.setdefault(l.shared or f"{l.src}->{l.dst}", len(chan_names)) for l in links]
+                                  + [0], dtype=np.int64)
+        self.n_chan = max(1, len(chan_names))
+        self.link_lat = np.array([l.latency_s for l in links] + [0.0])
+        self.link_bw = np.array([l.bandwidth for l in links] + [1.0])
+        ptr, hops = [0], []
+        devs = worker.devices
+        for a in devs:
+            for b in devs:
+                try:
+                    hops += [lid[id(l)] for l in worker.route(a, b)]
+                except ConfigError:
+                    pass                       # unreachable pair: only an error if a placement uses it
+                ptr.append(len(hops))
+        self.route_ptr, self.route_link = np.array(ptr, dtype=np.int64), np.array(hops + [0], dtype=np.int64)
+        self.reachable = np.array([[a is b or self.route_ptr[i * len(devs) + j + 1] > self.route_ptr[i * len(devs) + j]
+                                    or (a.kind == "cpu" and b.kind == "cpu" and a.host == b.host)
+                                    for j, b in enumerate(devs)] for i, a in enumerate(devs)])
+
+    def _memory(self, graph: OpGraph, worker: Worker) -> None:
+        self.resident = np.array([n.param_bytes + n.activation_bytes for n in graph.nodes])
+        self.temp = np.array([n.temp_bytes for n in graph.nodes])
+        pools: dict[str, list[int]] = {}
+        for i, d in enumerate(worker.devices):
+            pools.setdefault(d.memory_pool or d.name, []).append(i)
+        self.pools = [(name, np.array(ix), min(worker.devices[i].memory_bytes for i in ix)) for name, ix in pools.items()]
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def assignment(self, placement: Placement) -> np.ndarray:
+        placement.check(self.graph)
+        try:
+            return np.array([self.device_index[placement.assignment[n.name]] for n in self.graph.nodes], dtype=np.int64)
+        except KeyError as exc:
+            raise ConfigError(f"placement uses device {exc.args[0]!r}, not on worker {self.worker.name!r}") from None
+
+    def memory(self, assign: np.ndarray) -> tuple[np.ndarray, list[tuple[str, float]]]:
+        nd = len(self.worker.devices)
+        res = np.bincount(assign, weights=self.resident, minlength=nd)
+        tmp = np.zeros(nd)
+        np.maximum.at(tmp, assign, self.temp)
+        peak = res + tmp
+        oom = []
+        for name, ix, cap in self.pools:
+            used = res[ix].sum() + tmp[ix].max()
+            if used > cap:
+                oom.append((name, float(used - cap)))
+        return peak, oom
+
+    def violations(self, assign: np.ndarray) -> list[str]:
+        out = []
+        bad = np.flatnonzero(~np.isfinite(self.cost[np.arange(len(assign)), assign]))
+        out += [f"node {self.graph.nodes[i].name!r} cannot run on {self.worker.devices[assign[i]].name}" for i in bad[:3]]
+        for m in self.group_members:
+            if (assign[m] != assign[m[0]]).any():
+                out.append(f"colocation group {self.graph.nodes[m[0]].group!r} is split")
+                break
+        src = np.repeat(np.arange(len(assign)), np.diff(self.succ_ptr))
+        if len(src) and not self.reachable[assign[src], assign[self.succ_idx]].all():
+            out.append("an edge joins devices with no route between them")
+        return out
+
+    def _run(self, assign: np.ndarray, record: bool):
+        return run_step(assign, self.cost, self.succ_ptr, self.succ_idx, self.succ_bytes, self.succ_fixed, self.npred,
+                        self.prio, self.route_ptr, self.route_link, self.link_chan, self.link_lat, self.link_bw,
+                        self.n_chan, record)
+
+    def step_time(self, assign) -> float:
+        """Seconds for one step; inf when the placement breaks memory or placement constraints."""
+        assign = np.asarray(assign, dtype=np.int64)
+        if self.memory(assign)[1] or self.violations(assign):
+            return math.inf
+        return float(self._run(assign, False)[0])
+
+    def evaluate(self, assign, *, schedule: bool = False) -> SimResult:
+        assign = np.asarray(assign, dtype=np.int64)
+        peak, oom = self.memory(assign)
+        viol = self.violations(assign)
+        makespan, start, finish, busy, tx, n_tx = self._run(assign, schedule)
+        names = [d.name for d in self.worker.devices]
+        events = None
+        if schedule:
+            events = [{"kind": "node", "row": names[assign[i]], "name": n.name, "start": float(start[i]),
+                       "end": float(finish[i])} for i, n in enumerate(self.graph.nodes)]
+            for row in tx[:n_tx]:
+                l = self.worker.links[int(row[2])]
+                events.append({"kind": "transfer", "row": f"{l.shared or l.src + '->' + l.dst}",
+                               "name": f"{self.graph.nodes[int(row[0])].name}->{names[int(row[1])]}",
+                               "start": float(row[3]), "end": float(row[4])})
+        feasible = not oom and not viol
+        return SimResult(float(makespan) if feasible else math.inf, feasible, oom,
+                         dict(zip(names, map(float, peak))), dict(zip(names, map(float, busy))), events,
+                         float(makespan), viol)
+
+
+def simulate(graph: OpGraph, worker: Worker, placement: Placement, *, schedule: bool = False) -> SimResult:
+    sim = Simulator(graph, worker)
+    return sim.evaluate(sim.assignment(placement), schedule=schedule)
+
+
+def lower_bound(graph: OpGraph, worker: Worker) -> float:
+    """max(critical path at fastest costs with free communication, total fastest work / devices)."""
+    sim = Simulator(graph, worker)
+    return float(max(sim.rank.max(initial=0.0), sim.fastest.sum() / len(worker.devices)))
+
+
+__all__ = ["SimResult", "Simulator", "simulate", "lower_bound", "HAVE_NUMBA"]

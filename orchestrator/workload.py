@@ -1,0 +1,179 @@
+"""Import the msr-dnn-partitioning workload format (Tarnawski et al., NeurIPS 2020) into an
+``OpGraph`` plus the file's own hardware, and its human-expert split files into a ``Placement``.
+
+Semantics (kept exact so the authors' evaluator numbers are reproduced by ``orchestrator.simulator``):
+- hardware: ``maxFPGAs`` accelerators ``acc:i`` (kind "accelerator", ``maxSizePerFPGA`` bytes each) and
+  ``maxCPUs`` CPU cores ``cpu:j`` (kind "cpu") sharing host memory (unbounded unless given);
+- node costs ``fpgaLatency`` / ``cpuLatency`` go to ``Node.cost`` under "accelerator" / "cpu";
+  ``supportedOnFpga`` 0 -> ``cpu_only``; ``colorClass`` -> ``Node.group``; ``size`` -> ``param_bytes``;
+- an edge's ``cost`` is one move between an accelerator and host memory: every accelerator has one
+  link to host memory and the simulator charges a fixed cost per hop, so CPU->CPU is free,
+  accelerator<->CPU pays it once and accelerator->accelerator twice; once per (source node,
+  destination device);
+- training files: where the file has no forward->backward edge, each forward node gets an edge to
+  its backward twins (same colorClass) and every forward sink one to every backward source;
+- time unit: milliseconds unless ``time_unit`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.errors import WorkloadError
+from orchestrator.graph import Edge, Node, OpGraph
+from orchestrator.placement import Placement
+
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+NODE_FIELDS = ("id", "supportedOnFpga", "cpuLatency", "fpgaLatency")
+EDGE_FIELDS = ("sourceId", "destId", "cost")
+
+
+@dataclass
+class Workload:
+    graph: OpGraph
+    cluster: Cluster
+
+    @property
+    def worker(self) -> Worker:
+        return self.cluster.workers[0]
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorkloadError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _need(rec: dict, fields: tuple[str, ...], where: str, path: Path) -> None:
+    if not isinstance(rec, dict):
+        raise WorkloadError(f"{path}: {where} is not an object")
+    for f in fields:
+        if f not in rec:
+            raise WorkloadError(f"{path}: {where} misses field {f!r}")
+
+
+def msr_worker(n_acc: int, n_cpu: int, acc_memory: float, host_memory_bytes: float = math.inf) -> Worker:
+    """The file's hardware as one worker; links carry the edges' fixed costs (bandwidth unused)."""
+    mem = host_memory("host0")
+    devs = [Device(f"acc:{i}", "accelerator", memory_bytes=acc_memory, profile="msr accelerator") for i in range(n_acc)]
+    devs += [Device(f"cpu:{j}", "cpu", memory_bytes=host_memory_bytes, profile="msr cpu core", memory_pool=mem)
+             for j in range(n_cpu)]
+    links = [l for i in range(n_acc) for l in (Link(f"acc:{i}", mem, math.inf, 0.0, None, "pcie"),
+                                                Link(mem, f"acc:{i}", math.inf, 0.0, None, "pcie"))]
+    return Worker("msr", devs, links)
+
+
+def load_msr_workload(path: str | Path, *, time_unit: str = "ms", host_memory_bytes: float = math.inf) -> Workload:
+    """Read any file of the format; ``WorkloadError`` (one line, naming the file) on any problem."""
+    path = Path(path)
+    if time_unit not in TIME_UNITS:
+        raise WorkloadError(f"{path}: unknown time_unit {time_unit!r} (one of {', '.join(TIME_UNITS)})")
+    data = _read_json(path)
+    _need(data, ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"), "the top level", path)
+    nodes: list[Node] = []
+    backward: dict[str, bool] = {}
+    for i, rec in enumerate(data["nodes"]):
+        _need(rec, NODE_FIELDS, f"node #{i}", path)
+        name = str(rec["id"])
+        backward[name] = bool(rec.get("isBackwardNode", False))
+        cc = rec.get("colorClass")
+        nodes.append(Node(name, op=str(rec.get("name", "layer")), role="backward" if backward[name] else "forward",
+                          cost={"accelerator": float(rec["fpgaLatency"]), "cpu": float(rec["cpuLatency"])},
+                          param_bytes=float(rec.get("size", 0.0)), group=None if cc is None else f"c{cc}",
+                          cpu_only=not rec["supportedOnFpga"], layer=str(rec["layerId"]) if "layerId" in rec else None))
+    edges: list[Edge] = []
+    for i, rec in enumerate(data["edges"]):
+        _need(rec, EDGE_FIELDS, f"edge #{i}", path)
+        edges.append(Edge(str(rec["sourceId"]), str(rec["destId"]), float(rec.get("size", 0.0)), float(rec["cost"])))
+    training = any(backward.values())
+    g = OpGraph(path.stem, nodes, edges, "layer", TIME_UNITS[time_unit],
+                {"format": "msr-dnn-partitioning", "source": str(path), "training": training})
+    g.validate(str(path))        # duplicate ids, edges to unknown nodes, cycles
+    if training:
+        _connect_training_step(g)
+        g.validate(str(path))
+    for e in g.edges:            # output size of a node = its largest outgoing tensor
+        n = g.node(e.src)
+        n.output_bytes = max(n.output_bytes, e.bytes)
+    worker = msr_worker(int(data["maxFPGAs"]), int(data["maxCPUs"]), float(data["maxSizePerFPGA"]), host_memory_bytes)
+    return Workload(g, Cluster(f"msr:{path.stem}", [worker], simulated=True, description="the workload file's hardware"))
+
+
+def _connect_training_step(g: OpGraph) -> None:
+    """Forward -> loss -> backward as one step, when the file leaves the two passes unconnected."""
+    bwd = {n.name for n in g.nodes if n.role == "backward"}
+    if any(e.src not in bwd and e.dst in bwd for e in g.edges):
+        return
+    out_cost = {e.src: (e.cost, e.bytes) for e in g.edges}
+    succ, pred = {n.name: 0 for n in g.nodes}, {n.name: 0 for n in g.nodes}
+    for e in g.edges:
+        succ[e.src] += 1
+        pred[e.dst] += 1
+    existing = {(e.src, e.dst) for e in g.edges}
+    added: list[Edge] = []
+
+    def add(a: str, b: str) -> None:
+        if (a, b) not in existing:
+            existing.add((a, b))
+            cost, nbytes = out_cost.get(a, (0.0, 0.0))
+            added.append(Edge(a, b, nbytes, cost))
+
+    twins: dict[str, list[str]] = {}
+    for n in g.nodes:
+        if n.name in bwd and n.group is not None:
+            twins.setdefault(n.group, []).append(n.name)
+    for n in g.nodes:
+        if n.name not in bwd and n.group is not None:
+            for b in twins.get(n.group, []):
+                add(n.name, b)
+    sinks = [n.name for n in g.nodes if n.name not in bwd and succ[n.name] == 0]
+    sources = [n.name for n in g.nodes if n.name in bwd and pred[n.name] == 0]
+    for a in sinks:
+        for b in sources:
+            add(a, b)
+    g.edges.extend(added)
+    g.meta["added_training_edges"] = len(added)
+
+
+def load_msr_split(path: str | Path, workload: Workload) -> Placement:
+    """A human-expert split: ``fpgas[i]`` -> ``acc:i``, ``cpus[j]`` -> ``cpu:j``. Nodes it leaves out
+    follow their colorClass (so a forward-only split covers a training graph); any node still
+    unplaced is an error."""
+    path = Path(path)
+    data = _read_json(path)
+    _need(data, ("cpus", "fpgas"), "the top level", path)
+    worker, g = workload.worker, workload.graph
+    n_acc = sum(d.kind == "accelerator" for d in worker.devices)
+    n_cpu = sum(d.kind == "cpu" for d in worker.devices)
+    if len(data["fpgas"]) > n_acc or len(data["cpus"]) > n_cpu:
+        raise WorkloadError(f"{path}: uses {len(data['fpgas'])} accelerators and {len(data['cpus'])} CPUs, "
+                            f"the workload has {n_acc} and {n_cpu}")
+    assignment: dict[str, str] = {}
+    for kind, prefix in (("fpgas", "acc"), ("cpus", "cpu")):
+        for i, machine in enumerate(data[kind]):
+            _need(machine, ("nodes",), f"{kind}[{i}]", path)
+            for nid in machine["nodes"]:
+                name = str(nid)
+                if name not in g._index:
+                    raise WorkloadError(f"{path}: {kind}[{i}] names unknown node {name!r}")
+                if name in assignment:
+                    raise WorkloadError(f"{path}: node {name!r} is placed twice")
+                assignment[name] = f"{prefix}:{i}"
+    by_group: dict[str, str] = {}
+    for n in g.nodes:
+        if n.name in assignment and n.group is not None:
+            by_group.setdefault(n.group, assignment[n.name])
+    for n in g.nodes:
+        if n.name not in assignment and n.group in by_group:
+            assignment[n.name] = by_group[n.group]
+    missing = [n.name for n in g.nodes if n.name not in assignment]
+    if missing:
+        raise WorkloadError(f"{path}: {len(missing)} nodes unplaced even through colorClass (first: {missing[0]!r})")
+    return Placement(worker.device_names, assignment, {"source": str(path)})

@@ -1,0 +1,45 @@
+"""Hardware profiles, presets, routes, cluster files."""
+
+import pytest
+
+from orchestrator.cluster_presets import load_cluster_file, multi_host_worker, sim_1cpu_4gpu, sim_hetero_cluster
+from orchestrator.errors import ConfigError
+from orchestrator.hardware_profiles import PROFILES
+
+
+def test_profiles_are_labelled():
+    for name in ("K80 (datasheet)", "V100 (datasheet)", "A100 (datasheet)", "H100 (datasheet)", "H200 (datasheet)"):
+        assert name in PROFILES
+    assert all(n.endswith(("(datasheet)", "(measured)")) for n in PROFILES)
+
+
+def test_reference_preset_routes_through_shared_pcie():
+    w = sim_1cpu_4gpu().workers[0]
+    g = [d for d in w.devices if d.kind == "gpu"]
+    assert len(g) == 4 and sum(d.kind == "cpu" for d in w.devices) == 1
+    hops = w.route(g[0], g[1])
+    assert [l.shared for l in hops] == ["host0/pcie-switch0:up", "host0/pcie-switch0:down"]
+    assert w.route(g[0], w.devices[0])[0].dst == "host0:mem"
+
+
+def test_hetero_cluster_has_unequal_hosts_and_network_routes():
+    c = sim_hetero_cluster()
+    assert len(c.workers) == 3 and len({d.profile for w in c.workers for d in w.devices if d.kind == "gpu"}) == 3
+    w = multi_host_worker(c)
+    a, b = w.device("host0/gpu:0"), w.device("host2/gpu:1")
+    assert [l.kind for l in w.route(a, b)] == ["pcie", "network", "pcie"]
+    assert [l.kind for l in w.route(a, w.device("host0/gpu:1"))] == ["nvlink"]
+
+
+def test_cluster_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("name: lab\nhosts:\n  - {name: h0, cpu: 'Xeon Platinum 8380 (datasheet)', gpu: 'A100 (datasheet)', gpus: 2}\n")
+    c = load_cluster_file(f)
+    assert c.name == "lab" and len(c.workers[0].devices) == 3
+    for text, words in [("hosts: [", "not valid YAML"), ("name: x\n", "non-empty 'hosts'"),
+                        ("hosts:\n  - {cpu: 'Xeon Platinum 8380 (datasheet)', gpus: 2}\n", "no 'gpu' profile"),
+                        ("hosts:\n  - {cpu: 'Pentium'}\n", "unknown device profile 'Pentium'")]:
+        f.write_text(text)
+        with pytest.raises(ConfigError) as exc:
+            load_cluster_file(f)
+        assert words in str(exc.value) and str(f) in str(exc.value) and "\n" not in str(exc.value)
