@@ -62,3 +62,37 @@ class MeasuredEvaluator:
         rt = ModelRuntime(self.spec, seed=self.seed, default_device=self.worker.device(device).tf_device)
         self.evaluations += 1
         return Verdict(rt.measure_step_time(self.x, self.y, warmup=self.warmup, repeats=self.repeats), True, self.kind)
+
+
+class SimulatedEvaluator:
+    """The cost-model simulator as judge. ``step_time(assign)`` is the fast path placers use for
+    many candidates (an int array: device index per node, in ``graph.nodes`` order, devices in
+    ``worker.devices`` order); infeasible placements return ``inf``."""
+
+    kind = "simulated"
+
+    def __init__(self, graph: Any, worker: Any):
+        from orchestrator.simulator import Simulator
+
+        self.graph, self.worker = graph, worker
+        self.simulator = Simulator(graph, worker)
+        self.evaluations = 0
+
+    def step_time(self, assign) -> float:
+        self.evaluations += 1
+        return self.simulator.step_time(assign)
+
+    def assignment(self, placement: Placement):
+        return self.simulator.assignment(placement)
+
+    def evaluate(self, placement: Placement | None, *, schedule: bool = False) -> Verdict:
+        self.evaluations += 1
+        r = self.simulator.evaluate(self.simulator.assignment(placement), schedule=schedule)
+        v = Verdict(r.step_time_s, r.feasible, self.kind, dict(r.peak_memory_bytes), dict(r.busy_s), list(r.oom))
+        v.result = r  # the full simulation (schedule for the Gantt chart)
+        return v
+
+    def lower_bound(self) -> float:
+        from orchestrator.simulator import lower_bound
+
+        return lower_bound(self.graph, self.worker)

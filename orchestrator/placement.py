@@ -43,3 +43,14 @@ class Placement:
         if data.get("schema") != 1 or "assignment" not in data:
             raise ConfigError(f"{path}: not a placement.json (schema 1 with 'devices' and 'assignment')")
         return cls(list(data.get("devices", sorted(set(data["assignment"].values())))), dict(data["assignment"]), data.get("meta", {}))
+
+
+@dataclass
+class PlacementContext:
+    """What a placer gets from the trial besides the graph, the worker and the evaluator."""
+
+    seed: int = 0
+    sink: Any = None                 # a MetricsSink (log_metrics/set_tags/log_artifact), e.g. the RL learning curve
+    output_dir: Path | None = None   # where to write artifacts (policy checkpoints, curves)
+    show_progress: bool = False
+    cfg: Any = None                  # the trial's whole config
