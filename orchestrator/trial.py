@@ -70,7 +70,7 @@ class Trial:
     def run(self) -> float:
         from orchestrator import tracking
 
-        model_spec = self.model_fn(self.cfg.model)
+        model_spec = self.model_spec = self.model_fn(self.cfg.model)
         cluster = self.hardware.cluster(self)
         evaluator_kind = self._evaluator_kind(cluster)
         tags = {
@@ -126,39 +126,91 @@ class Trial:
         return load_mnist(ds.get("path"), seed=int(self.cfg.get("seed", 0)),
                           test_fraction=float(ds.get("test_fraction", 0.2)), limit=ds.get("limit"))
 
-    def _place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
-        from orchestrator.evaluator import MeasuredEvaluator
+    def _graph(self, model_spec):
+        if model_spec.graph is not None:
+            return model_spec.graph
         from orchestrator.models import layer_graph
 
+        return layer_graph(model_spec)
+
+    def _evaluator(self, kind: str, graph, worker, model_spec):
+        from orchestrator.evaluator import MeasuredEvaluator, SimulatedEvaluator
+
+        if kind == "simulated":
+            return SimulatedEvaluator(graph, worker)
+        if model_spec.build is None:
+            raise ConfigError(f"model={self.names['model']} is a cost graph; it can only be simulated")
+        return MeasuredEvaluator(model_spec, worker, self._dataset(), self.settings.batch_size, seed=self.settings.seed)
+
+    def _place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
+        from orchestrator.errors import InfeasiblePlacementError
+        from orchestrator.placement import PlacementContext
+
         worker = cluster.workers[0]
-        graph = layer_graph(model_spec)
-        if evaluator_kind != "measured":
-            raise ConfigError("the simulated evaluator needs the cost-model simulator, which is not installed in this version")
-        evaluator = MeasuredEvaluator(model_spec, worker, self._dataset(), self.settings.batch_size, seed=self.settings.seed)
+        graph = self._graph(model_spec)
+        evaluator = self._evaluator(evaluator_kind, graph, worker, model_spec)
+        context = PlacementContext(seed=self.settings.seed, sink=sink, output_dir=self.output_dir,
+                                   show_progress=self.show_progress, cfg=self.cfg)
         t0 = time.perf_counter()
-        placement = self.placer.place(graph, worker, evaluator, self).check(graph)
+        placement = self.placer.place(graph, worker, evaluator, context).check(graph)
         search_time = time.perf_counter() - t0
-        verdict = evaluator.evaluate(placement)
-        if self.names["placer"] == "manual":
-            base_dev, base = evaluator.single_device_baseline()
-            base_label = f"single device {base_dev}"
-        else:
-            base = evaluator.evaluate(self._manual_baseline(graph, worker))
-            base_label = "manual placement"
+        searched = evaluator.evaluations
         path = self.output_dir / "placement.json"
         placement.save(path)
         sink.log_artifact(path)
+        verdict = evaluator.evaluate(placement, **({"schedule": True} if evaluator.kind == "simulated" else {}))
+        if not verdict.feasible:
+            over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
+            raise InfeasiblePlacementError(f"placer {self.names['placer']}'s placement does not fit in memory: {over}")
+        base_label, base = self._baseline(graph, worker, evaluator, model_spec)
         m = {
             "placement.step_time_s": verdict.step_time_s,
-            "placement.baseline_step_time_s": base.step_time_s,
             "placement.search_time_s": search_time,
-            "placement.evaluations": float(evaluator.evaluations),
-            "placement.speedup": base.step_time_s / verdict.step_time_s,
+            "placement.evaluations": float(searched),
             "placement.devices_used": float(len(set(placement.assignment.values()))),
         }
+        if base is not None:
+            m["placement.baseline_step_time_s"] = base.step_time_s
+            m["placement.speedup"] = base.step_time_s / verdict.step_time_s
+        if evaluator.kind == "simulated":
+            m["placement.lower_bound_s"] = evaluator.lower_bound()
+            for dev, b in verdict.peak_memory_bytes.items():
+                m[f"placement.memory_bytes.{dev}"] = b
+            for dev, busy in verdict.busy_s.items():
+                m[f"placement.utilisation.{dev}"] = busy / verdict.step_time_s if verdict.step_time_s else 0.0
+            self._gantt(verdict, sink)
         sink.log_metrics(m)
         sink.set_tags({"placement.baseline": base_label})
-        return {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base}
+        return {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base,
+                "graph": graph, "worker": worker}
+
+    def _baseline(self, graph, worker, evaluator, model_spec):
+        """The reference placement: the manual one, or (for the manual placer itself) the single
+        fastest device that fits."""
+        if self.names["placer"] != "manual":
+            manual = model_spec.expert_split or self._manual_baseline(graph, worker)
+            return "manual placement", evaluator.evaluate(manual.check(graph))
+        if evaluator.kind == "measured":
+            dev, v = evaluator.single_device_baseline()
+            return f"single device {dev}", v
+        from orchestrator.placement import Placement
+
+        best = None
+        for d in worker.devices:
+            v = evaluator.evaluate(Placement(worker.device_names, {n.name: d.name for n in graph.nodes}))
+            if v.feasible and (best is None or v.step_time_s < best[1].step_time_s):
+                best = (f"single device {d.name}", v)
+        return best if best is not None else ("none: no single device fits the model", None)
+
+    def _gantt(self, verdict, sink) -> None:
+        result = getattr(verdict, "result", None)
+        if result is None or not result.schedule:
+            return
+        from orchestrator.gantt import gantt
+
+        path = self.output_dir / "gantt.png"
+        gantt(result, path)
+        sink.log_artifact(path)
 
     def _manual_baseline(self, graph, worker):
         """The human expert's placement that other placers are measured against: the packaged

@@ -15,16 +15,19 @@ class ModelSpec:
     input is ``input_shape`` (without batch) and whose output is ``num_classes`` logits."""
 
     name: str
-    build: Callable[[], Any]
+    build: Callable[[], Any] | None
     input_shape: tuple[int, ...]
     num_classes: int
     trainable_on_mnist: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    graph: Any = None        # a ready OpGraph (cost-graph workloads); else extracted from ``build``
+    hardware: Any = None     # the Cluster a workload file describes (``hardware=auto``)
+    expert_split: Any = None # a human-expert Placement that comes with the workload
 
 
 @hookimpl
 def orchestrator_models():
-    return {"cnn": "orchestrator.models.cnn:spec"}
+    return {"cnn": "orchestrator.models.cnn:spec", "workload": "orchestrator.models.workload:spec"}
 
 
 def layer_graph(spec: ModelSpec):

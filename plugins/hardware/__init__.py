@@ -5,4 +5,8 @@ from orchestrator.hookspecs import hookimpl
 
 @hookimpl
 def orchestrator_hardware_adapters():
-    return {"local": "orchestrator_plugins.hardware.local:LocalHardware"}
+    return {
+        "local": "orchestrator_plugins.hardware.local:LocalHardware",
+        "simulated": "orchestrator_plugins.hardware.simulated:SimulatedHardware",
+        "auto": "orchestrator_plugins.hardware.simulated:WorkloadHardware",
+    }

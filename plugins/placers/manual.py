@@ -17,10 +17,12 @@ class ManualPlacer:
         self.split = cfg.get("split")
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
-        if self.split:
-            from orchestrator.workload import load_split
+        split = self.split or _model_split(context)
+        if split:
+            from orchestrator.cluster import Cluster
+            from orchestrator.workload import Workload, load_msr_split
 
-            return load_split(self.split, graph, worker)
+            return load_msr_split(split, Workload(graph, Cluster(worker.name, [worker], simulated=True)))
         if not self.rules:
             raise ConfigError("placer=manual needs placer.rules (pattern: device) or placer.split (a split file)")
         devices = worker.device_names
@@ -47,3 +49,10 @@ def _parse_rules(rules: Any) -> list[tuple[str, str]]:
         return [(str(r["pattern"]), str(r["device"])) for r in rules]
     except (TypeError, KeyError, ValueError):
         raise ConfigError(f"placer.rules must be a list of {{pattern: GLOB, device: NAME}}, got {rules!r}") from None
+
+
+def _model_split(context: Any) -> str | None:
+    """A workload's own expert split (``model.split``) when the trial has one."""
+    cfg = getattr(context, "cfg", None)
+    model = cfg.get("model") if cfg is not None else None
+    return model.get("split") if model is not None else None

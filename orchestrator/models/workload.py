@@ -1,0 +1,25 @@
+"""``model=workload model.path=FILE``: a profiled cost graph in the msr-dnn-partitioning format
+(placement only: there is nothing to train), with its own hardware and optional expert split."""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.errors import ConfigError
+from orchestrator.models import ModelSpec
+
+
+def spec(cfg) -> ModelSpec:
+    from orchestrator.workload import load_msr_split, load_msr_workload
+
+    path = cfg.get("path")
+    if not path:
+        raise ConfigError("model=workload needs model.path=FILE (a workload in the msr-dnn-partitioning format)")
+    host_mem = cfg.get("host_memory_bytes")
+    wl = load_msr_workload(path, time_unit=str(cfg.get("time_unit", "ms")),
+                           host_memory_bytes=math.inf if host_mem is None else float(host_mem))
+    split = cfg.get("split")
+    return ModelSpec(
+        name=wl.graph.name, build=None, input_shape=(), num_classes=0, trainable_on_mnist=False,
+        graph=wl.graph, hardware=wl.cluster, expert_split=load_msr_split(split, wl) if split else None,
+    )

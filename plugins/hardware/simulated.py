@@ -1,0 +1,64 @@
+"""Simulated hardware (the cost model): presets, a user's cluster file, or a workload's own hardware.
+Nothing here exists for real, and every figure computed on it is labelled ``simulated``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from orchestrator.cluster import Cluster, Worker
+from orchestrator.errors import ConfigError
+from orchestrator.workers import worker_layout
+
+PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
+
+
+def _replicate(cluster: Cluster, cfg: Any, has_sync: bool) -> Cluster:
+    """A one-worker preset becomes W identical-device workers of the configured relative speeds;
+    a multi-worker cluster keeps its workers (their speeds follow from their devices)."""
+    if len(cluster.workers) > 1:
+        speeds = cfg.get("worker_speeds")
+        if speeds is not None:
+            if len(speeds) != len(cluster.workers):
+                raise ConfigError(f"hardware.worker_speeds has {len(speeds)} entries; {cluster.name} has {len(cluster.workers)} workers")
+            cluster.workers = [replace(w, speed=float(s)) for w, s in zip(cluster.workers, speeds)]
+        return cluster
+    base = cluster.workers[0]
+    cluster.workers = [Worker(f"worker{i}", base.devices, base.links, speed=s, host=base.host)
+                       for i, s in enumerate(worker_layout(cfg, has_sync))]
+    return cluster
+
+
+class SimulatedHardware:
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.preset = cfg.get("preset")
+        self.path = cfg.get("path")
+        if self.preset is None and self.path is None:
+            raise ConfigError("hardware=simulated needs hardware.preset (sim_1cpu_4gpu, sim_hetero_cluster) or hardware.path")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ConfigError(f"hardware.preset={self.preset!r} (available: {', '.join(PRESETS)})")
+
+    def cluster(self, trial: Any) -> Cluster:
+        from orchestrator import cluster_presets
+
+        if self.path:
+            cluster = cluster_presets.load_cluster_file(self.path)
+        elif self.preset == "sim_1cpu_4gpu":
+            cluster = cluster_presets.sim_1cpu_4gpu(**({"gpu": self.cfg.gpu} if self.cfg.get("gpu") else {}))
+        else:
+            cluster = cluster_presets.sim_hetero_cluster()
+        return _replicate(cluster, self.cfg, trial.has_sync)
+
+
+class WorkloadHardware:
+    """``hardware=auto``: the hardware a cost-graph workload file describes."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def cluster(self, trial: Any) -> Cluster:
+        hw = getattr(trial.model_spec, "hardware", None)
+        if hw is None:
+            raise ConfigError(f"hardware=auto takes the hardware of a workload file; model={trial.names['model']} has none")
+        return _replicate(hw, self.cfg, trial.has_sync)
