@@ -98,7 +98,8 @@ class ModelRuntime:
     def _grad_impl(self, x, y):
         with tf.GradientTape() as tape:
             loss = self._loss(y, self._forward(x, True))
-        return loss, tape.gradient(loss, self.variables)
+        # dense gradients (an Embedding's are IndexedSlices) for flat vectors and plain SGD
+        return loss, [tf.convert_to_tensor(g) for g in tape.gradient(loss, self.variables)]
 
     def _train_step_impl(self, x, y):
         loss, grads = self._grad_impl(x, y)
