@@ -56,8 +56,15 @@ class ModelRuntime:
         self.device_of = device_of or (lambda name: default_device)
         self.layers = []
         self.devices = []
+        self.model = None  # the placed clone of a functional (non-chain) model
         shape = (None, *spec.input_shape)
-        for layer in template.layers:
+        if not isinstance(template, keras.Sequential):
+            from orchestrator.functional import clone_placed
+
+            self.model = clone_placed(template, self.device_of)
+            self.layers = [layer for layer in self.model.layers if not isinstance(layer, keras.layers.InputLayer)]
+            self.devices = [self.device_of(layer.name) for layer in self.layers]
+        for layer in template.layers if self.model is None else []:
             dev = self.device_of(layer.name)
             clone = layer.__class__.from_config(layer.get_config())
             with tf.device(dev):
@@ -79,6 +86,10 @@ class ModelRuntime:
 
     # -- the step ---------------------------------------------------------------------------
     def _forward(self, x, training: bool):
+        if self.model is not None:
+            from orchestrator.functional import run_placed
+
+            return run_placed(self.model, x, self.device_of, training)
         for layer, dev in zip(self.layers, self.devices):
             with tf.device(dev):
                 x = layer(x, training=training)
@@ -87,7 +98,8 @@ class ModelRuntime:
     def _grad_impl(self, x, y):
         with tf.GradientTape() as tape:
             loss = self._loss(y, self._forward(x, True))
-        return loss, tape.gradient(loss, self.variables)
+        # dense gradients (an Embedding's are IndexedSlices) for flat vectors and plain SGD
+        return loss, [tf.convert_to_tensor(g) for g in tape.gradient(loss, self.variables)]
 
     def _train_step_impl(self, x, y):
         loss, grads = self._grad_impl(x, y)

@@ -126,12 +126,15 @@ class Trial:
         return load_mnist(ds.get("path"), seed=int(self.cfg.get("seed", 0)),
                           test_fraction=float(ds.get("test_fraction", 0.2)), limit=ds.get("limit"))
 
-    def _graph(self, model_spec):
+    def _graph(self, model_spec, evaluator_kind: str):
+        """The op graph to place: a workload's own, else extracted from the Keras model (layer level;
+        profiled on this machine when a simulated evaluator judges local devices)."""
         if model_spec.graph is not None:
             return model_spec.graph
-        from orchestrator.models import layer_graph
+        from orchestrator.extract import extract
 
-        return layer_graph(model_spec)
+        profile = "local-cpu" if evaluator_kind == "simulated" and not self.cluster_simulated else None
+        return extract(model_spec, self.settings.batch_size, profile=profile, seed=self.settings.seed)
 
     def _evaluator(self, kind: str, graph, worker, model_spec):
         from orchestrator.evaluator import MeasuredEvaluator, SimulatedEvaluator
@@ -147,7 +150,8 @@ class Trial:
         from orchestrator.placement import PlacementContext
 
         worker = cluster.workers[0]
-        graph = self._graph(model_spec)
+        self.cluster_simulated = cluster.simulated
+        graph = self._graph(model_spec, evaluator_kind)
         evaluator = self._evaluator(evaluator_kind, graph, worker, model_spec)
         context = PlacementContext(seed=self.settings.seed, sink=sink, output_dir=self.output_dir,
                                    show_progress=self.show_progress, cfg=self.cfg)

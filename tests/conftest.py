@@ -14,6 +14,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
+from orchestrator.runtime import configure_threads, split_cpu  # noqa: E402
+
+# Two logical CPU devices for in-process placement tests; must happen before TensorFlow initialises.
+LOGICAL_CPUS = split_cpu(2)
+configure_threads(2)
+
 # Small, fast training settings for tests that only need a trial to run end to end.
 QUICK = ["train.target_accuracy=0.8", "train.eval_every=10", "train.budget_updates=200", "train.eval_samples=500"]
 

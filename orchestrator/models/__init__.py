@@ -3,6 +3,7 @@ hooks like third-party ones; builders import TensorFlow only when called."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -11,8 +12,10 @@ from orchestrator.hookspecs import hookimpl
 
 @dataclass
 class ModelSpec:
-    """A model: ``build()`` returns a fresh Keras model (its layers in execution order) whose
-    input is ``input_shape`` (without batch) and whose output is ``num_classes`` logits."""
+    """A model: ``build()`` returns a fresh Keras model whose input is ``input_shape`` (without
+    batch) and whose output is ``num_classes`` logits. Functional models (several inputs, branches)
+    list every input in ``inputs`` as ``(shape, dtype)``; ``sample_batch(batch, seed)`` returns an
+    ``(x, y)`` numpy batch (x a tuple for several inputs); labels are class ids of ``label_shape``."""
 
     name: str
     build: Callable[[], Any] | None
@@ -20,22 +23,53 @@ class ModelSpec:
     num_classes: int
     trainable_on_mnist: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
-    graph: Any = None        # a ready OpGraph (cost-graph workloads); else extracted from ``build``
-    hardware: Any = None     # the Cluster a workload file describes (``hardware=auto``)
-    expert_split: Any = None # a human-expert Placement that comes with the workload
+    input_dtype: str = "float32"
+    inputs: list[tuple[tuple[int, ...], str]] | None = None
+    label_shape: tuple[int, ...] = ()
+    sample_batch: Callable[[int, int], tuple[Any, Any]] | None = None
+    loss: str = "sparse_categorical_crossentropy_from_logits"
+    graph: Any = None          # a ready OpGraph (cost-graph workloads); else extracted from ``build``
+    hardware: Any = None       # the Cluster a workload file describes (``hardware=auto``)
+    expert_split: Any = None   # a human-expert Placement that comes with the workload
+
+    @property
+    def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        return list(self.inputs) if self.inputs else [(tuple(self.input_shape), self.input_dtype)]
+
+    def sample(self, batch: int, seed: int = 0) -> tuple[Any, Any]:
+        """A random batch of the model's input/label shapes (``sample_batch`` when given)."""
+        if self.sample_batch is not None:
+            return self.sample_batch(batch, seed)
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        xs = []
+        for shape, dtype in self.input_specs:
+            if dtype.startswith("int"):
+                xs.append(rng.integers(0, int(self.extra.get("vocab", self.num_classes)), (batch, *shape)).astype(dtype))
+            else:
+                xs.append(rng.standard_normal((batch, *shape)).astype(dtype))
+        y = rng.integers(0, self.num_classes, (batch, *self.label_shape)).astype("int32")
+        return (xs[0] if len(xs) == 1 else tuple(xs)), y
+
+
+BUILTIN = {
+    "cnn": "orchestrator.models.cnn:spec",
+    "inception_v3": "orchestrator.models.applications:inception_v3",
+    "resnet50": "orchestrator.models.applications:resnet50",
+    "nmt": "orchestrator.models.nmt:spec",
+    "transformer": "orchestrator.models.transformer:spec",
+    "keras": "orchestrator.models.user:spec",
+    "workload": "orchestrator.models.workload:spec",
+}
+
+
+def builtin(name: str, cfg: Any = None) -> ModelSpec:
+    """The built-in model ``name`` built from ``cfg`` (a mapping), without the plugin manager."""
+    module, _, attr = BUILTIN[name].partition(":")
+    return getattr(importlib.import_module(module), attr)(cfg or {})
 
 
 @hookimpl
 def orchestrator_models():
-    return {"cnn": "orchestrator.models.cnn:spec", "workload": "orchestrator.models.workload:spec"}
-
-
-def layer_graph(spec: ModelSpec):
-    """The model's layers as a chain ``OpGraph`` (one forward node per layer, no costs): enough for
-    rule-based placement and measured evaluation."""
-    from orchestrator.graph import Edge, Node, OpGraph
-
-    names = [layer.name for layer in spec.build().layers]
-    nodes = [Node(name=n, op="layer", layer=n) for n in names]
-    edges = [Edge(a, b) for a, b in zip(names, names[1:])]
-    return OpGraph(spec.name, nodes, edges, granularity="layer")
+    return dict(BUILTIN)

@@ -1,0 +1,102 @@
+"""Devices of other processes through TensorFlow's gRPC runtime: ``LocalTFCluster(n)`` starts n
+``tf.distribute.Server`` child processes on free local ports (stand-in hosts) and connects this
+program to them, so ``tf.device("/job:worker/replica:0/task:1/device:CPU:0")`` runs there;
+``connect(addresses)`` connects to servers a user started. Children are terminated on ``close()``,
+at exit, and exit by themselves when this process dies."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+from orchestrator.errors import WorkerFailedError
+
+
+def _connect(spec: dict[str, list[str]]) -> None:
+    import tensorflow as tf
+
+    tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
+
+
+def connect(addresses: list[str], job: str = "worker") -> list[str]:
+    """Connect to running servers ``host:port`` (task i = addresses[i]); returns their CPU devices."""
+    _connect({job: list(addresses)})
+    return [f"/job:{job}/replica:0/task:{i}/device:CPU:0" for i in range(len(addresses))]
+
+
+class LocalTFCluster:
+    """``with LocalTFCluster(2) as c: c.devices`` -> the tasks' CPU device strings."""
+
+    def __init__(self, n: int, job: str = "worker", threads: int | None = 1, start_timeout_s: float = 60.0,
+                 quiet: bool = True):
+        self.n, self.job, self.threads, self.timeout, self.quiet = int(n), job, threads, start_timeout_s, quiet
+        self.procs: list[subprocess.Popen] = []
+        self.addresses: list[str] = []
+
+    @property
+    def devices(self) -> list[str]:
+        return [f"/job:{self.job}/replica:0/task:{i}/device:CPU:0" for i in range(self.n)]
+
+    def start(self) -> "LocalTFCluster":
+        import portpicker
+
+        self.addresses = [f"localhost:{portpicker.pick_unused_port()}" for _ in range(self.n)]
+        spec = json.dumps({self.job: self.addresses})
+        atexit.register(self.close)
+        try:
+            for i in range(self.n):
+                cmd = [sys.executable, "-m", "orchestrator.tf_cluster", spec, self.job, str(i), str(self.threads or 0), str(os.getpid())]
+                env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR"}
+                self.procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env,
+                                                   stderr=subprocess.DEVNULL if self.quiet else None))
+            deadline = time.monotonic() + self.timeout
+            for i, p in enumerate(self.procs):
+                ready, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                line = p.stdout.readline() if ready else ""
+                if not line.startswith("ready"):
+                    raise WorkerFailedError(f"tf server task {i} did not start (exit code {p.poll()})")
+            _connect({self.job: self.addresses})
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout:
+                p.stdout.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "LocalTFCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _serve(spec: str, job: str, task: int, threads: int, parent: int) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads) if threads else None
+    tf.distribute.Server(tf.train.ClusterSpec(json.loads(spec)), job_name=job, task_index=task, config=config, start=True)
+    print("ready", flush=True)
+    while os.getppid() == parent:  # exit when the driver is gone
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

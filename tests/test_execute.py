@@ -1,0 +1,67 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.execute import compare_with_unplaced, layer_devices, measure_step
+from orchestrator.extract import extract_layer_graph
+from orchestrator.models import builtin
+from orchestrator.placement import Placement
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name,cfg", [("cnn", {}), ("transformer", {"seq_len": 6, "d_model": 8, "heads": 2,
+                                                                     "ff": 8, "blocks": 1, "vocab": 30})])
+def test_placed_step_matches_unplaced_on_two_logical_cpus(name, cfg):
+    import tensorflow as tf
+
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    assert len(cpus) == 2
+    spec = builtin(name, cfg)
+    layers = [layer.name for layer in spec.build().layers]
+    mapping = {n: cpus[i % 2] for i, n in enumerate(layers)}
+    out = compare_with_unplaced(spec, mapping, batch=4)
+    assert out["loss_abs_diff"] < 1e-5
+    assert out["grad_max_abs_diff"] <= 1e-5 * max(1.0, out["grad_max_abs"])
+    assert {d.split("/")[-1] for d in out["variable_devices"]} == {"device:CPU:0", "device:CPU:1"}
+
+
+def test_layer_devices_and_step_time():
+    spec = builtin("cnn")
+    g = extract_layer_graph(spec.build(), batch=4)
+    assignment = {n.name: ("cpu1" if n.group in ("fc1", "logits") else "cpu0") for n in g.nodes}
+    p = Placement(["cpu0", "cpu1"], assignment).check(g)
+
+    class W:  # a worker-like mapping of device names to TF devices
+        def device(self, name):
+            return type("D", (), {"tf_device": "/device:CPU:" + name[-1]})
+
+    devs = layer_devices(g, p, W())
+    assert devs["conv1"] == "/device:CPU:0" and devs["logits"] == "/device:CPU:1"
+    r = measure_step(spec, devs, batch=4, warmup=1, repeats=3)
+    assert len(r.times_s) == 3 and r.step_time_s > 0 and r.loss > 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@pytest.mark.slow
+def test_placed_step_on_two_tf_server_processes():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.execute", "2", "cnn", "8"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["loss_abs_diff"] < 1e-5 and out["grad_max_abs_diff"] <= 1e-5 * max(1.0, out["grad_max_abs"])
+    assert out["variable_devices"] == ["/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
+    assert out["step_time_s"] > 0
+    assert not any(_alive(pid) for pid in out["pids"])
