@@ -150,6 +150,13 @@ class ModelRuntime:
     def set_lr(self, lr: float) -> None:
         self.lr.assign(float(lr))
 
+    def warm_up(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Trace and run the training step once, then restore the parameters, so that a timed run
+        does not count TensorFlow's one-off compilation."""
+        saved = self.get_flat()
+        self._train_step(x, y).numpy()
+        self.set_flat(saved)
+
     # -- timing -------------------------------------------------------------------------------
     def measure_step_time(self, x: np.ndarray, y: np.ndarray, *, warmup: int = 3, repeats: int = 10) -> float:
         """Median wall time of one training step after warm-up (parameters restored afterwards)."""

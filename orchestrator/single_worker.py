@@ -20,6 +20,9 @@ def train_single_worker(ctx: TrainContext, runtime, *, virtual_step_time_s: floa
     bar = Bar(ctx.show_progress, s.budget_updates, "training", "update")
     tracker = ConvergenceTracker(s, ctx.sink, lambda p: bar.update(0, acc=f"{p.accuracy:.4f}"))
     runtime.set_lr(s.lr)
+    warm = sampler.next(s.batch_size)
+    runtime.warm_up(data.x_train[warm], data.y_train[warm])
+    sampler = BatchSampler(len(data.x_train), s.seed)
     elapsed, step, losses = 0.0, 0, []
     try:
         while not tracker.should_stop(step, elapsed):

@@ -11,9 +11,18 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import __version__, plugins
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.progress import enabled as progress_enabled
 from orchestrator.training import TrainContext, TrainResult, TrainSettings, log_final
+
+
+def _choices() -> dict[str, str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return {k: str(v) for k, v in HydraConfig.get().runtime.choices.items() if v is not None}
+    except Exception:  # not running under Hydra (tests, API use)
+        return {}
 
 
 def _name(cfg: DictConfig, group: str) -> str | None:
@@ -30,6 +39,10 @@ class Trial:
         self.cfg = cfg
         self.output_dir = output_dir
         self.names = {g: _name(cfg, g) for g in ("placer", "sync", "hardware", "model")}
+        # The option a user picked (hardware=sim_1cpu_4gpu) says more than the plugin behind it
+        # (simulated): tags and run names use the option where Hydra knows it.
+        self.labels = dict(self.names)
+        self.labels.update({g: c for g, c in _choices().items() if g in self.labels and c and self.names.get(g)})
         if self.names["hardware"] is None or self.names["model"] is None:
             raise ConfigError("the config needs a hardware and a model group")
         # Resolve every plugin before anything starts, so that a bad name costs no MLflow run.
@@ -63,7 +76,7 @@ class Trial:
         custom = (self.cfg.get("tracking") or {}).get("run_name")
         if custom:
             return str(custom)
-        n = self.names
+        n = self.labels
         return f"{n['placer'] or 'none'}/{n['sync'] or 'none'}/{n['hardware']}/{n['model']}"
 
     # -- the trial ----------------------------------------------------------------------------
@@ -72,10 +85,11 @@ class Trial:
 
         model_spec = self.model_spec = self.model_fn(self.cfg.model)
         cluster = self.hardware.cluster(self)
+        self.cluster_simulated = cluster.simulated
         evaluator_kind = self._evaluator_kind(cluster)
         tags = {
-            "placer": self.names["placer"] or "none", "sync": self.names["sync"] or "none",
-            "hardware": self.names["hardware"], "model": self.names["model"],
+            "placer": self.labels["placer"] or "none", "sync": self.labels["sync"] or "none",
+            "hardware": self.labels["hardware"], "model": self.labels["model"],
             "evaluator": evaluator_kind, "runtime": self.runtime_kind,
             "orchestrator.version": __version__, "cluster.simulated": str(cluster.simulated).lower(),
         }
@@ -146,11 +160,9 @@ class Trial:
         return MeasuredEvaluator(model_spec, worker, self._dataset(), self.settings.batch_size, seed=self.settings.seed)
 
     def _place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
-        from orchestrator.errors import InfeasiblePlacementError
         from orchestrator.placement import PlacementContext
 
         worker = cluster.workers[0]
-        self.cluster_simulated = cluster.simulated
         graph = self._graph(model_spec, evaluator_kind)
         evaluator = self._evaluator(evaluator_kind, graph, worker, model_spec)
         context = PlacementContext(seed=self.settings.seed, sink=sink, output_dir=self.output_dir,
@@ -197,6 +209,11 @@ class Trial:
         if evaluator.kind == "measured":
             dev, v = evaluator.single_device_baseline()
             return f"single device {dev}", v
+        return self._single_device(evaluator, graph, worker)
+
+    @staticmethod
+    def _single_device(evaluator, graph, worker):
+        """The fastest device that holds the whole model (simulated), as (label, verdict)."""
         from orchestrator.placement import Placement
 
         best = None
@@ -249,14 +266,23 @@ class Trial:
         from orchestrator.runtime import ModelRuntime
         from orchestrator.single_worker import train_single_worker
 
+        lr, seed = self.settings.lr, self.settings.seed
+        if ctx.cluster.simulated:
+            # Real gradients on this machine's CPU, but each update takes the simulated step time of
+            # the placed model (or of the single fastest device) on the simulated worker.
+            step, ref_step, label = self._simulated_step_times(ctx, placed)
+            rt = ModelRuntime(ctx.model, seed=seed, lr=lr)
+            result = train_single_worker(ctx, rt, virtual_step_time_s=step)
+            ctx.sink.set_tags({"train.reference": label})
+            ref = result.updates_to_target * ref_step if result.updates_to_target is not None else None
+            return result, ref
         if placed is None:
             worker = ctx.cluster.workers[0]
-            rt = ModelRuntime(ctx.model, seed=self.settings.seed, lr=self.settings.lr,
-                              default_device=worker.devices[0].tf_device or "/device:CPU:0")
+            rt = ModelRuntime(ctx.model, seed=seed, lr=lr, default_device=worker.devices[0].tf_device or "/device:CPU:0")
             result = train_single_worker(ctx, rt)
             ctx.sink.set_tags({"train.reference": "this trial (single device of one worker)"})
             return result, result.time_to_target_s
-        rt = placed["evaluator"].runtime(placed["placement"], lr=self.settings.lr)
+        rt = placed["evaluator"].runtime(placed["placement"], lr=lr)
         result = train_single_worker(ctx, rt)
         reference = None
         if result.updates_to_target is not None:
@@ -265,3 +291,19 @@ class Trial:
             reference = result.updates_to_target * placed["baseline"].step_time_s
             ctx.sink.set_tags({"train.reference": "updates to target x baseline placement's measured step time"})
         return result, reference
+
+    def _simulated_step_times(self, ctx: TrainContext, placed) -> tuple[float, float, str]:
+        """(this trial's step time, the reference step time, a label) on a simulated worker."""
+        if placed is not None and placed["baseline"] is not None:
+            return (placed["verdict"].step_time_s, placed["baseline"].step_time_s,
+                    "updates to target x baseline placement's simulated step time")
+        from orchestrator.evaluator import SimulatedEvaluator
+
+        worker = ctx.cluster.workers[0]
+        evaluator = SimulatedEvaluator(self._graph(ctx.model, "simulated"), worker)
+        label, verdict = self._single_device(evaluator, evaluator.graph, worker)
+        if verdict is None:
+            raise InfeasiblePlacementError(f"model {ctx.model.name} fits on no single device of {worker.name}; add a placer")
+        step = placed["verdict"].step_time_s if placed is not None else verdict.step_time_s
+        ctx.sink.log_metrics({"train.simulated_step_time_s": step})
+        return step, verdict.step_time_s, f"updates to target x simulated step time on {label}"
