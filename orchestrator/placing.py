@@ -153,3 +153,42 @@ def cfg_get(cfg: Any, key: str, default: Any) -> Any:
         return default
     v = cfg.get(key, default)
     return default if v is None else v
+
+
+def group_atoms(prob: PlacementProblem, max_groups: int, hint: np.ndarray | None = None) -> np.ndarray:
+    """A group index per atom: atoms in topological order (of their first node) cut into at most
+    ``max_groups`` contiguous runs (like the hierarchical placer's grouper). With ``hint`` (a device
+    per atom, e.g. the greedy placement) runs start where the hint changes device, so the groups can
+    express the hint exactly when there are few enough changes; runs are then merged (smallest
+    neighbours first) or split (costliest first) towards ``max_groups``. Only atoms of one allowed
+    device set share a group."""
+    order = np.argsort(prob.atom_pos, kind="stable")
+    w = prob.atom_cost.min(axis=1)[order]
+    sig = [prob.allowed[a].tobytes() for a in order]
+    hard = [i for i in range(1, len(order)) if sig[i] != sig[i - 1]]
+    soft = [i for i in range(1, len(order)) if hint is not None and hint[order[i]] != hint[order[i - 1]]]
+    cuts = sorted(set(hard) | set(soft))
+    bounds = [0] + cuts + [len(order)]
+    runs = [[bounds[i], bounds[i + 1]] for i in range(len(bounds) - 1)]
+    hard_set = set(hard)
+    while len(runs) > max_groups:          # merge the cheapest mergeable neighbours
+        cost = [(w[r[0]:r[1]].sum() + w[s[0]:s[1]].sum(), i) for i, (r, s) in enumerate(zip(runs, runs[1:]))
+                if s[0] not in hard_set]
+        if not cost:
+            break
+        _, i = min(cost)
+        runs[i:i + 2] = [[runs[i][0], runs[i + 1][1]]]
+    while len(runs) < max_groups:          # split the costliest run that has more than one atom
+        cand = [(w[r[0]:r[1]].sum(), i) for i, r in enumerate(runs) if r[1] - r[0] > 1]
+        if not cand:
+            break
+        _, i = max(cand)
+        lo, hi = runs[i]
+        c = np.cumsum(w[lo:hi])
+        mid = lo + 1 + int(np.searchsorted(c, c[-1] / 2)) if c[-1] > 0 else (lo + hi) // 2
+        mid = min(max(mid, lo + 1), hi - 1)
+        runs[i:i + 1] = [[lo, mid], [mid, hi]]
+    out = np.empty(prob.n_atoms, dtype=np.int64)
+    for gi, (lo, hi) in enumerate(runs):
+        out[order[lo:hi]] = gi
+    return out

@@ -1,5 +1,6 @@
-"""``placer=manual``: the human expert's placement, from name-pattern rules in the config or from a
-split file (``placer.split``, the msr-dnn-partitioning human-experts format)."""
+"""``placer=manual``: the human expert's placement: a built-in expert rule (``placer.strategy``:
+fastest, rnn, chain; see ``expert_rules``), a split file (``placer.split``, the msr-dnn-partitioning
+human-experts format) or name-pattern rules in the config, in that order."""
 
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ class ManualPlacer:
         self.cfg = cfg
         self.rules = _parse_rules(cfg.get("rules") or [])
         self.split = cfg.get("split")
+        self.strategy = cfg.get("strategy")
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
+        if self.strategy:
+            from orchestrator_plugins.placers.expert_rules import expert_placement
+
+            return expert_placement(str(self.strategy), graph, worker, evaluator)
         if self.split:
             from orchestrator.workload import load_split
 
             return load_split(self.split, graph, worker)
         if not self.rules:
-            raise ConfigError("placer=manual needs placer.rules (pattern: device) or placer.split (a split file)")
+            raise ConfigError("placer=manual needs placer.strategy, placer.rules (pattern: device) or placer.split (a split file)")
         devices = worker.device_names
         for _, dev in self.rules:
             if dev not in devices:
