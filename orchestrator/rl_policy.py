@@ -39,7 +39,7 @@ def group_features(prob: PlacementProblem, group: np.ndarray) -> tuple[np.ndarra
 
 class PlacementPolicy:
     def __init__(self, n_features: int, n_devices: int, n_groups: int, hidden: int = 64, seed: int = 0,
-                 lr: float = 0.05):
+                 lr: float = 0.05, mlp_lr_scale: float = 0.1):
         import tensorflow as tf
 
         self.tf = tf
@@ -50,7 +50,8 @@ class PlacementPolicy:
         self.w2 = g(hidden, n_devices, 0.01)
         self.b2 = tf.Variable(np.zeros(n_devices, np.float32))
         self.table = tf.Variable(np.zeros((n_groups, n_devices), np.float32))
-        self.opt = tf.keras.optimizers.Adam(learning_rate=lr)
+        self.opt = tf.keras.optimizers.Adam(learning_rate=lr)             # the table
+        self.opt_mlp = tf.keras.optimizers.Adam(learning_rate=lr * mlp_lr_scale)
         self._step = tf.function(self._train_step, reduce_retracing=True)
 
     @property
@@ -73,11 +74,12 @@ class PlacementPolicy:
             onehot = tf.one_hot(actions, tf.shape(logp)[1])                         # [B, G, D]
             lp = tf.reduce_sum(onehot * logp[None], axis=[1, 2])                    # [B]
             p = tf.exp(logp)
-            entropy = -tf.reduce_sum(tf.where(mask, p * logp, 0.0)) / tf.cast(tf.shape(logp)[0], tf.float32)
+            entropy = -tf.reduce_sum(tf.where(mask, p * logp, 0.0))                # summed over groups
             loss = -tf.reduce_mean(adv * lp) - ent_coef * entropy
         grads = tape.gradient(loss, self.variables)
-        self.opt.apply_gradients(zip(grads, self.variables))
-        return entropy
+        self.opt_mlp.apply_gradients(zip(grads[:4], self.variables[:4]))
+        self.opt.apply_gradients([(grads[4], self.table)])
+        return entropy / tf.cast(tf.shape(logp)[0], tf.float32)
 
     def update(self, feat, mask, actions: np.ndarray, adv: np.ndarray, ent_coef: float) -> float:
         tf = self.tf
