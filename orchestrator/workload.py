@@ -177,3 +177,8 @@ def load_msr_split(path: str | Path, workload: Workload) -> Placement:
     if missing:
         raise WorkloadError(f"{path}: {len(missing)} nodes unplaced even through colorClass (first: {missing[0]!r})")
     return Placement(worker.device_names, assignment, {"source": str(path)})
+
+
+def load_split(path: str | Path, graph: OpGraph, worker: Worker) -> Placement:
+    """``load_msr_split`` for a graph and worker already loaded (the manual placer's ``split``)."""
+    return load_msr_split(path, Workload(graph, Cluster(worker.name, [worker], simulated=True)))

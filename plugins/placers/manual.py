@@ -1,5 +1,6 @@
-"""``placer=manual``: the human expert's placement, from name-pattern rules in the config or from a
-split file (``placer.split``, the msr-dnn-partitioning human-experts format)."""
+"""``placer=manual``: the human expert's placement: a built-in expert rule (``placer.strategy``:
+fastest, rnn, chain; see ``expert_rules``), a split file (``placer.split``, the msr-dnn-partitioning
+human-experts format) or name-pattern rules in the config, in that order."""
 
 from __future__ import annotations
 
@@ -10,21 +11,48 @@ from orchestrator.errors import ConfigError
 from orchestrator.placement import Placement
 
 
+EXPERT = ("fastest", "rnn", "chain")
+
+
 class ManualPlacer:
     def __init__(self, cfg: Any):
         self.cfg = cfg
         self.rules = _parse_rules(cfg.get("rules") or [])
         self.split = cfg.get("split")
+        self.strategy = cfg.get("strategy")
+
+    def _strategy(self, graph: Any, worker: Any, context: Any) -> str:
+        """``auto``: the expert split if one is given, else the rules if this worker has every
+        device they name, else the literature's rule for the model (rnn for recurrent models,
+        everything on the fastest device otherwise)."""
+        strategy = str(self.strategy or "auto")
+        if strategy not in ("auto", "split", "rules", *EXPERT):
+            raise ConfigError(f"placer.strategy={strategy!r} (accepted: auto, split, rules, {', '.join(EXPERT)})")
+        if strategy != "auto":
+            return strategy
+        if self.split or _model_split(context):
+            return "split"
+        if self.rules and {d for _, d in self.rules} <= set(worker.device_names):
+            return "rules"
+        recurrent = any(n.op.lower().startswith(("lstm", "gru", "rnn")) for n in graph.nodes)
+        return "rnn" if recurrent else "fastest"
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
-        split = self.split or _model_split(context)
-        if split:
-            from orchestrator.cluster import Cluster
-            from orchestrator.workload import Workload, load_msr_split
+        strategy = self._strategy(graph, worker, context)
+        if strategy in EXPERT:
+            from orchestrator_plugins.placers.expert_rules import expert_placement
 
-            return load_msr_split(split, Workload(graph, Cluster(worker.name, [worker], simulated=True)))
+            return expert_placement(strategy, graph, worker, evaluator)
+        if strategy == "split":
+            from orchestrator.workload import load_split
+
+            split = self.split or _model_split(context)
+            if not split:
+                raise ConfigError("placer.strategy=split needs placer.split=FILE (or model.split)")
+
+            return load_split(split, graph, worker)
         if not self.rules:
-            raise ConfigError("placer=manual needs placer.rules (pattern: device) or placer.split (a split file)")
+            raise ConfigError("placer=manual needs placer.strategy, placer.rules (pattern: device) or placer.split (a split file)")
         devices = worker.device_names
         for _, dev in self.rules:
             if dev not in devices:
