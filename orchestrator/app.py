@@ -114,6 +114,7 @@ def _task(cfg) -> float:
     except (UserError, WorkerFailedError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         if multirun:  # the sweep goes on; this trial's run is marked FAILED
+            _record_failure(cfg, exc)
             return math.nan
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -125,8 +126,23 @@ def _task(cfg) -> float:
 
             traceback.print_exc()
             print(f"error: trial failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            _record_failure(cfg, exc)
             return math.nan
         raise
+
+
+def _record_failure(cfg, exc: BaseException) -> None:
+    """Give a sweep trial that failed before its run started a FAILED run (if it has none)."""
+    from orchestrator import tracking
+
+    if getattr(exc, "run_recorded", False):
+        return
+    choices = {g: (cfg.get(g) or {}).get("name", "none") if cfg.get(g) is not None else "none"
+               for g in ("placer", "sync", "hardware", "model")}
+    try:
+        tracking.record_failed_trial(cfg, "/".join(choices.values()), choices, f"{type(exc).__name__}: {exc}")
+    except Exception as store_exc:  # the store itself may be what failed
+        print(f"error: could not record the failed trial: {store_exc}", file=sys.stderr)
 
 
 def _kill_parent_run() -> None:

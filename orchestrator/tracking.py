@@ -39,7 +39,52 @@ def _mlflow(uri: str):
     import mlflow
 
     mlflow.set_tracking_uri(uri)
+    init_store(uri)
     return mlflow
+
+
+_READY: set[str] = set()
+
+
+def init_store(uri: str) -> None:
+    """Create/upgrade a SQLite store under a file lock: MLflow's schema migration is not safe when
+    two processes (parallel trials, a reader) open a new database at the same moment."""
+    if uri in _READY or not uri.startswith("sqlite:///"):
+        return
+    import fcntl
+
+    from mlflow.tracking import MlflowClient
+
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _READY.add(uri)
+
+
+def _experiment_id(client, cfg: Any) -> str:
+    name = (cfg.get("tracking") or {}).get("experiment") or "orchestrator"
+    exp = client.get_experiment_by_name(name)
+    return exp.experiment_id if exp is not None else client.create_experiment(name)
+
+
+def record_failed_trial(cfg: Any, run_name: str, tags: dict[str, str], error: str) -> None:
+    """A sweep's trial that failed before its run could start (a bad config value) still gets a
+    FAILED child run, so the sweep's record shows it."""
+    uri = tracking_uri(cfg)
+    _mlflow(uri)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    all_tags = {**tags, "orchestrator.error": error[:5000]}
+    if os.environ.get(PARENT_ENV):
+        all_tags["mlflow.parentRunId"] = os.environ[PARENT_ENV]
+    run = client.create_run(_experiment_id(client, cfg), run_name=run_name, tags=all_tags)
+    client.set_terminated(run.info.run_id, status="FAILED")
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, str]:
@@ -111,9 +156,7 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
-    exp_name = (cfg.get("tracking") or {}).get("experiment") or "orchestrator"
-    exp = client.get_experiment_by_name(exp_name)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(exp_name)
+    exp_id = _experiment_id(client, cfg)
     all_tags = dict(tags)
     parent = os.environ.get(PARENT_ENV)
     if parent:
@@ -136,6 +179,10 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
         sink.set_tags({"orchestrator.error": "interrupted (Ctrl-C or SIGTERM)"})
         raise
     except BaseException as exc:
+        try:
+            exc.run_recorded = True  # the caller need not record this failure again
+        except AttributeError:
+            pass
         message = f"{type(exc).__name__}: {exc}"
         sink.set_tags({"orchestrator.error": message[:5000]})
         err = output_dir / "error.txt"
@@ -163,9 +210,7 @@ class SweepCallback(Callback):
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(self.uri)
-        exp_name = (config.get("tracking") or {}).get("experiment") or "orchestrator"
-        exp = client.get_experiment_by_name(exp_name)
-        exp_id = exp.experiment_id if exp is not None else client.create_experiment(exp_name)
+        exp_id = _experiment_id(client, config)
         sweeper = config.hydra.sweeper.get("_target_", "basic").rsplit(".", 1)[-1]
         overrides = " ".join(config.hydra.overrides.task)
         run = client.create_run(exp_id, run_name=f"sweep: {overrides}"[:250] or "sweep",

@@ -33,10 +33,11 @@ def store_runs(cwd: Path):
     """All runs in ``cwd/mlflow.db`` (every experiment), newest first."""
     from mlflow.tracking import MlflowClient
 
-    db = cwd / "mlflow.db"
-    if not db.exists():
-        return []
-    client = MlflowClient(f"sqlite:///{db}")
+    from orchestrator.tracking import init_store
+
+    uri = f"sqlite:///{cwd / 'mlflow.db'}"
+    init_store(uri)  # under the same lock as the trials: no two processes migrate a new store at once
+    client = MlflowClient(uri)
     exps = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(exps, order_by=["attributes.start_time DESC"]) if exps else []
 
