@@ -1,8 +1,12 @@
-"""Built-in data-parallel sync strategies."""
+"""Built-in data-parallel sync strategies (allreduce, async parameter server, delay-sync)."""
 
 from orchestrator.hookspecs import hookimpl
 
 
 @hookimpl
 def orchestrator_sync_strategies():
-    return {}
+    return {
+        "allreduce": "orchestrator_plugins.sync.strategies:AllReduce",
+        "async": "orchestrator_plugins.sync.strategies:AsyncParameterServer",
+        "delay": "orchestrator_plugins.sync.strategies:DelaySync",
+    }

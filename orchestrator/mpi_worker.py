@@ -1,0 +1,296 @@
+"""The program every MPI rank runs: ``python -m orchestrator.mpi_worker JOB.json``.
+
+allreduce: W ranks, Horovod ``grouped_allreduce`` of per-variable gradients each step.
+async/delay: rank 0 is the parameter server (one thread per worker, the rules of
+``orchestrator.sync_core``), ranks 1..W are workers; numpy buffers go by ``Send``/``Recv``.
+Heterogeneity: a worker sleeps to stretch its compute time to ``time * slowdown / speed``.
+Each rank writes ``rank{r}.json``; rank 0 writes ``result.json``. A failing rank writes
+``rank{r}.error`` (one line) and aborts the job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+REQ, GO, PARAMS, HDR, GRAD = 1, 2, 3, 4, 5
+
+
+class Job:
+    def __init__(self, path: str):
+        from orchestrator.sync_core import SyncOptions, batch_shares, push_weights
+        from orchestrator.training import TrainSettings
+
+        spec = json.loads(Path(path).read_text())
+        self.raw = spec
+        self.opts = SyncOptions(**spec["opts"])
+        self.settings = TrainSettings(**spec["settings"])
+        self.out = Path(spec["out_dir"])
+        self.batches = batch_shares(self.opts.speeds, self.settings.batch_size, self.opts.proportional_batches)
+        scaling = "lr/W" if self.opts.name == "allreduce" else self.opts.lr_scaling
+        self.weights = push_weights(self.settings.lr, self.batches, scaling)
+        self.inject = spec.get("inject", {})
+
+    def runtime_and_data(self):
+        from orchestrator.data import load_mnist
+        from orchestrator.models import cnn
+        from orchestrator.runtime import ModelRuntime, configure_threads
+
+        configure_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", "1")), 1)
+        data = load_mnist(self.raw.get("dataset_path"), seed=self.raw.get("dataset_seed", 0))
+        rt = ModelRuntime(cnn.spec(self.raw.get("model_cfg", {})), seed=self.settings.seed, lr=self.settings.lr)
+        return rt, data
+
+    def tracker(self, per_step: int):
+        from orchestrator.training import ConvergenceTracker, NullSink
+
+        s = dataclasses.replace(self.settings, eval_every=self.settings.eval_every * per_step,
+                                budget_updates=None if self.settings.budget_updates is None
+                                else self.settings.budget_updates * per_step)
+        return ConvergenceTracker(s, NullSink())
+
+    def write(self, name: str, payload: dict) -> None:
+        tmp = self.out / (name + ".tmp")
+        tmp.write_text(json.dumps(payload))
+        tmp.replace(self.out / name)
+
+
+class Stretch:
+    """Sleeps so that a worker's iteration lasts ``compute * slowdown / speed`` (seeded stragglers),
+    plus injected delays (tests): ``inject.sleep = {worker, every, seconds}``, ``inject.random_max_s``."""
+
+    def __init__(self, job: Job, worker: int):
+        self.speed = job.opts.speeds[worker]
+        self.p, self.k = job.opts.straggler_p, job.opts.straggler_slowdown
+        self.rng = np.random.default_rng([job.settings.seed, 7919, worker])
+        self.worker, self.inject, self.iteration = worker, job.inject, 0
+        self.compute: list[float] = []
+
+    def after_compute(self, compute_s: float) -> None:
+        self.iteration += 1
+        self.compute.append(compute_s)
+        slow = self.k if self.p > 0 and self.rng.random() < self.p else 1.0
+        extra = compute_s * (slow / self.speed - 1.0)
+        sl = self.inject.get("sleep")
+        if sl and sl["worker"] == self.worker and self.iteration % sl["every"] == 0:
+            extra += sl["seconds"]
+        if self.inject.get("random_max_s"):
+            extra += self.rng.random() * self.inject["random_max_s"]
+        fail = self.inject.get("fail")
+        if fail and fail["worker"] == self.worker and self.iteration >= fail["after"]:
+            raise RuntimeError(f"injected failure at iteration {self.iteration}")
+        if extra > 0:
+            time.sleep(extra)
+
+
+# -- allreduce (Horovod) ------------------------------------------------------------------------
+def run_allreduce(job: Job) -> None:
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    hvd.init()
+    rank, w = hvd.rank(), hvd.size()
+    rt, data = job.runtime_and_data()
+    for v in rt.variables:
+        v.assign(hvd.broadcast(tf.convert_to_tensor(v), root_rank=0))
+    from orchestrator.training import BatchSampler
+
+    sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, rank), Stretch(job, rank)
+    scale = np.float32(job.batches[rank] * w / sum(job.batches))
+    tracker, every = job.tracker(1), job.settings.eval_every
+    n_eval = job.settings.eval_samples or len(data.y_test)
+    step, wait_s, eval_s, max_diff = 0, 0.0, 0.0, 0.0
+    verify = int(job.inject.get("verify_every", 0))
+    t_start = time.perf_counter()
+
+    def evaluate():
+        nonlocal eval_s
+        t0 = time.perf_counter()
+        loss, acc = rt.evaluate(data.x_test[:n_eval], data.y_test[:n_eval])
+        eval_s += time.perf_counter() - t0
+        tracker.record(step, time.perf_counter() - t_start - eval_s, loss, acc)
+
+    if rank == 0:
+        evaluate()
+    while True:
+        idx = sampler.next(job.batches[rank])
+        t0 = time.perf_counter()
+        _, grads = rt.gradients(data.x_train[idx], data.y_train[idx])
+        stretch.after_compute(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        avg = hvd.grouped_allreduce([g * scale for g in grads], op=hvd.Average)
+        wait_s += time.perf_counter() - t0
+        for v, g in zip(rt.variables, avg):
+            v.assign_sub(rt.lr * g)
+        step += 1
+        if verify and step % verify == 0:
+            flat = tf.constant(rt.get_flat())
+            diff = hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)
+            max_diff = max(max_diff, float(tf.reduce_max(diff)))
+        stop = 0
+        if rank == 0:
+            if step % every == 0:
+                evaluate()
+            stop = int(tracker.should_stop(step, time.perf_counter() - t_start - eval_s))
+        if int(hvd.broadcast(tf.constant([stop]), root_rank=0).numpy()[0]):
+            break
+    job.write(f"rank{rank}.json", {"iterations": step, "wait_s": wait_s, "pushes": step,
+                                   "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff})
+    if rank == 0:
+        if not tracker.history or tracker.history[-1].step != step:
+            evaluate()
+        elapsed = time.perf_counter() - t_start - eval_s
+        job.write("result.json", _result(tracker, step, elapsed, sum(job.batches) * step,
+                                         {"0": step * w}, {}, 0.0, step * w))
+
+
+def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied) -> dict:
+    return {"updates": updates, "elapsed_s": elapsed, "samples": samples,
+            "history": [dataclasses.asdict(p) for p in tracker.history],
+            "gap_histogram": gaps, "update_staleness": upd_staleness, "bound_max": bound, "pushes_applied": applied}
+
+
+# -- parameter server (async / delay) -------------------------------------------------------------
+def run_server(job: Job, comm) -> None:
+    from orchestrator.sync_core import ParameterServer, StalenessGate
+
+    rt, data = job.runtime_and_data()
+    w, o = job.opts.workers, job.opts
+    theta0 = rt.get_flat()
+    server = ParameterServer(theta0, job.weights)
+    gate = StalenessGate(w, o.staleness, dynamic=o.dynamic_staleness, max_staleness=o.max_staleness)
+    tracker, stop = job.tracker(w), threading.Event()
+    every, n_eval = tracker.s.eval_every, job.settings.eval_samples or len(data.y_test)
+    wait_s, eval_s, errors = [0.0] * w, [0.0], []
+    eval_lock = threading.Lock()
+    t_start = time.perf_counter()
+
+    def evaluate() -> None:
+        with eval_lock, server.lock:
+            t0 = time.perf_counter()
+            rt.set_flat(server.params)
+            loss, acc = rt.evaluate(data.x_test[:n_eval], data.y_test[:n_eval])
+            eval_s[0] += time.perf_counter() - t0
+            tracker.record(server.version, time.perf_counter() - t_start - eval_s[0], loss, acc)
+            if tracker.should_stop(server.version, time.perf_counter() - t_start - eval_s[0]):
+                stop.set()
+
+    def serve(i: int) -> None:
+        src, n = i + 1, theta0.size
+        req, hdr = np.zeros(1, np.int64), np.zeros(4, np.float64)
+        params, grad = np.empty(n, np.float32), np.empty(n, np.float32)
+        try:
+            while True:
+                comm.Recv(req, source=src, tag=REQ)
+                t0 = time.perf_counter()
+                granted = gate.wait_and_grant(i, stop)
+                wait_s[i] += time.perf_counter() - t0
+                if granted is None:
+                    comm.Send(np.zeros(2, np.int64), dest=src, tag=GO)
+                    return
+                version = server.pull_into(params)
+                comm.Send(np.array([1, version], np.int64), dest=src, tag=GO)
+                comm.Send(params, dest=src, tag=PARAMS)
+                comm.Recv(hdr, source=src, tag=HDR)
+                comm.Recv(grad, source=src, tag=GRAD)
+                applied = server.push(i, grad, int(hdr[2]), int(hdr[1]))
+                with gate.cond:
+                    gate.completed_push(i, float(hdr[3]))
+                    gate.cond.notify_all()
+                if applied % every == 0:
+                    evaluate()
+                elif tracker.budget_spent(applied, time.perf_counter() - t_start - eval_s[0]):
+                    stop.set()
+        except BaseException as exc:  # a server thread must not die silently
+            errors.append(exc)
+            stop.set()
+
+    evaluate()
+    threads = [threading.Thread(target=serve, args=(i,), daemon=True) for i in range(w)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    elapsed = time.perf_counter() - t_start - eval_s[0]
+    if tracker.history[-1].step != server.version:
+        evaluate()
+    from orchestrator.sync_core import histogram_dict
+
+    job.write("rank0.json", {"iterations": 0, "wait_s": 0.0, "pushes_by_worker": server.pushes_by_worker,
+                             "gate_completed": gate.completed, "gate_wait_s": wait_s})
+    if job.inject.get("audit"):
+        np.save(job.out / "theta0.npy", theta0)
+        np.save(job.out / "theta_final.npy", server.params)
+    job.write("result.json", _result(tracker, server.version, elapsed, server.samples,
+                                     histogram_dict(gate.gap_histogram), histogram_dict(server.update_staleness),
+                                     gate.max_bound_used, server.version))
+
+
+def run_worker(job: Job, comm, rank: int) -> None:
+    from orchestrator.training import BatchSampler
+
+    i = rank - 1
+    rt, data = job.runtime_and_data()
+    sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, i), Stretch(job, i)
+    n = rt.num_parameters
+    params, go = np.empty(n, np.float32), np.zeros(2, np.int64)
+    pushed = np.zeros(n, np.float64)
+    iterations, t_last = 0, time.perf_counter()
+    while True:
+        comm.Send(np.ones(1, np.int64), dest=0, tag=REQ)
+        comm.Recv(go, source=0, tag=GO)
+        if go[0] == 0:
+            break
+        comm.Recv(params, source=0, tag=PARAMS)
+        idx = sampler.next(job.batches[i])
+        t0 = time.perf_counter()
+        rt.set_flat(params)
+        loss, grad = rt.gradient(data.x_train[idx], data.y_train[idx])
+        stretch.after_compute(time.perf_counter() - t0)
+        now = time.perf_counter()
+        comm.Send(np.array([loss, job.batches[i], go[1], now - t_last], np.float64), dest=0, tag=HDR)
+        comm.Send(np.ascontiguousarray(grad, np.float32), dest=0, tag=GRAD)
+        t_last = now
+        pushed += job.weights[i] * grad.astype(np.float64)
+        iterations += 1
+    if job.inject.get("audit"):
+        np.save(job.out / f"pushed{rank}.npy", pushed)
+    job.write(f"rank{rank}.json", {"iterations": iterations, "pushes": iterations,
+                                   "compute_median_s": float(np.median(stretch.compute)) if stretch.compute else math.nan})
+
+
+def main(argv: list[str]) -> int:
+    job = Job(argv[0])
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    try:
+        if job.opts.name == "allreduce":
+            run_allreduce(job)
+        elif rank == 0:
+            run_server(job, comm)
+        else:
+            run_worker(job, comm, rank)
+    except BaseException as exc:
+        line = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        (job.out / f"rank{rank}.error").write_text(line + "\n" + traceback.format_exc())
+        sys.stderr.write(f"rank {rank} failed: {line}\n")
+        sys.stderr.flush()
+        comm.Abort(1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""MPI runtime launcher: runs ``mpiexec`` (own process group) over ``orchestrator.mpi_worker`` with W
+worker ranks (+1 server rank for async/delay), waits within ``sync.timeout_s`` and turns the ranks'
+JSON files into a ``TrainResult`` (wall clock). A failed rank raises ``WorkerFailedError`` naming the
+rank; every process of the job is gone when this returns or raises."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+import orchestrator
+from orchestrator.errors import WorkerFailedError
+from orchestrator.sync_core import SyncOptions
+from orchestrator.sync_virtual import SyncStats
+from orchestrator.training import EvalPoint, TrainResult
+
+
+def mpiexec_path() -> str:
+    here = Path(sys.executable).with_name("mpiexec")
+    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+def rank_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(orchestrator.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TF_NUM_INTRAOP_THREADS="1",
+               TF_NUM_INTEROP_THREADS="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2",
+               KERAS_BACKEND="tensorflow", MLFLOW_DISABLE_TELEMETRY="true")
+    return env
+
+
+def _job_processes(marker: str) -> list[int]:
+    """PIDs whose command line names this job's file (ranks that outlived mpiexec)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if marker in (d / "cmdline").read_bytes().decode(errors="ignore"):
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids
+
+
+def _kill_job(proc: subprocess.Popen, marker: str) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in _job_processes(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            continue
+        if not _job_processes(marker):
+            return
+
+
+class _Terminated(Exception):
+    pass
+
+
+def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str | None = None) -> Path:
+    """Run the job; returns ``run_dir``. Raises WorkerFailedError on a failed rank or timeout."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    job_file = run_dir / f"job-{uuid.uuid4().hex[:10]}.json"
+    job_file.write_text(json.dumps(job))
+    cmd = [mpiexec_path(), "--oversubscribe", "-n", str(ranks)]
+    if hostfile:
+        cmd += ["--hostfile", str(hostfile)]
+    cmd += [sys.executable, "-m", "orchestrator.mpi_worker", str(job_file)]
+    log = open(run_dir / "mpiexec.log", "w")
+    proc = subprocess.Popen(cmd, env=rank_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def on_term(signum, frame):
+        raise _Terminated(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_job(proc, str(job_file))
+        raise WorkerFailedError(f"MPI job timed out after {timeout_s:.0f}s{_first_error(run_dir)}") from None
+    except BaseException:
+        _kill_job(proc, str(job_file))
+        raise
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+        log.close()
+    if rc != 0 or not (run_dir / "result.json").exists():
+        _kill_job(proc, str(job_file))
+        err = _first_error(run_dir)
+        tail = (run_dir / "mpiexec.log").read_text(errors="ignore").strip().splitlines()[-1:] or [""]
+        raise WorkerFailedError(err.lstrip(": ") if err else f"mpiexec exited with code {rc}: {tail[0][:200]}")
+    _kill_job(proc, str(job_file))  # stray ranks, if any
+    return run_dir
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _first_error(run_dir: Path) -> str:
+    errs = sorted(run_dir.glob("rank*.error"), key=lambda p: int(p.stem[4:]))
+    if not errs:
+        return ""
+    return f": rank {errs[0].stem[4:]} failed: {errs[0].read_text().splitlines()[0][:300]}"
+
+
+def job_spec(opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) -> dict:
+    opts_d = dataclasses.asdict(opts)
+    ds_cfg = (ctx.cfg or {}).get("dataset", {}) if ctx.cfg is not None else {}
+    return {"opts": opts_d, "settings": dataclasses.asdict(ctx.settings), "out_dir": str(run_dir),
+            "dataset_path": ds_cfg.get("path") if ds_cfg else None, "dataset_seed": (ctx.cfg or {}).get("seed", 0),
+            "model_cfg": {}, "inject": inject or {}}
+
+
+def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[TrainResult, SyncStats, list[dict]]:
+    res = json.loads((run_dir / "result.json").read_text())
+    history = [EvalPoint(**p) for p in res["history"]]
+    w = opts.workers
+    first = 0 if opts.name == "allreduce" else 1
+    ranks = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(first, first + w)]
+    server = json.loads((run_dir / "rank0.json").read_text()) if first else None
+    target = next((p for p in history if p.accuracy >= target_accuracy), None)
+    result = TrainResult(res["updates"], res["elapsed_s"], res["samples"], history[-1].accuracy,
+                         target.elapsed_s if target else None, target.step if target else None, "wall", history)
+    wait = server["gate_wait_s"] if server else [r["wait_s"] for r in ranks]
+    stats = SyncStats([r["iterations"] for r in ranks], wait, {int(k): v for k, v in res["gap_histogram"].items()},
+                      {int(k): v for k, v in res["update_staleness"].items()}, sum(r["pushes"] for r in ranks),
+                      res["pushes_applied"], res["bound_max"])
+    return result, stats, ranks
+
+
+def train_mpi(opts: SyncOptions, ctx, *, inject: dict | None = None, reference: bool = True):
+    """Run the strategy on MPI ranks; returns (TrainResult, SyncStats)."""
+    from orchestrator.sync_core import batch_shares
+
+    run_dir = Path(ctx.output_dir) / f"mpi-{opts.name}-{int(time.time() * 1000)}"
+    ranks = opts.workers + (0 if opts.name == "allreduce" else 1)
+    launch(job_spec(opts, ctx, run_dir, inject), run_dir, ranks, opts.timeout_s, opts.hostfile)
+    result, stats, rank_info = collect(run_dir, opts, ctx.settings.target_accuracy)
+    stats.batches = batch_shares(opts.speeds, ctx.settings.batch_size, opts.proportional_batches)
+    if opts.name == "allreduce":
+        result.extra_metrics["sync.replica_max_diff"] = max(r["replica_max_diff"] for r in rank_info)
+    if reference:
+        result.reference_time_to_target_s = mpi_reference(opts, ctx, rank_info, stats.batches)
+    return result, stats
+
+
+def mpi_reference(opts, ctx, rank_info, batches) -> float | None:
+    """Labelled estimate: a W=1 virtual run's updates to target x the median per-rank gradient time
+    measured in this MPI run (scaled to ``train.batch_size``)."""
+    from orchestrator.runtime import ModelRuntime
+    from orchestrator.sync_virtual import reference_time
+
+    per_sample = [r["compute_median_s"] / b for r, b in zip(rank_info, batches) if np.isfinite(r["compute_median_s"])]
+    base = float(np.median(per_sample)) * ctx.settings.batch_size
+    runtime = ModelRuntime(ctx.model, seed=ctx.settings.seed, lr=ctx.settings.lr)
+    ctx.sink.set_tags({"sync.reference_method": f"virtual W=1 run x measured per-rank gradient time {base:.4f}s"})
+    return reference_time(opts, ctx, runtime, runtime.get_flat(), base)

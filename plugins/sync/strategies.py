@@ -1,0 +1,51 @@
+"""The three built-in sync strategies. Each is ``Class(cfg_sync)`` with ``train(ctx) -> TrainResult``;
+``sync.runtime`` picks the virtual emulation (``orchestrator.sync_virtual``) or real MPI ranks
+(``orchestrator.sync_mpi``). The rules themselves live in ``orchestrator.sync_core``."""
+
+from __future__ import annotations
+
+from orchestrator.sync_core import SyncOptions
+from orchestrator.sync_report import sync_metrics, write_artifacts
+from orchestrator.training import TrainContext, TrainResult
+
+
+class SyncStrategy:
+    name = ""
+
+    def __init__(self, cfg_sync):
+        self.cfg_sync = cfg_sync
+
+    def options(self, ctx: TrainContext) -> SyncOptions:
+        return SyncOptions.from_cfg(self.cfg_sync, ctx.cfg, name=self.name)
+
+    def train(self, ctx: TrainContext) -> TrainResult:
+        opts = self.options(ctx)
+        if opts.runtime == "mpi":
+            from orchestrator.sync_mpi import train_mpi
+
+            result, stats = train_mpi(opts, ctx)
+        else:
+            from orchestrator.sync_virtual import train_virtual
+
+            result, stats, _ = train_virtual(opts, ctx)
+        result.extra_metrics.update(sync_metrics(stats))
+        write_artifacts(result, stats, ctx.output_dir, f"{self.name} W={opts.workers} ({opts.runtime})", ctx.sink)
+        return result
+
+
+class AllReduce(SyncStrategy):
+    """Bulk synchronous: every step averages all workers' gradients (Horovod under MPI)."""
+
+    name = "allreduce"
+
+
+class AsyncParameterServer(SyncStrategy):
+    """Parameter server applying each push at once; nobody waits."""
+
+    name = "async"
+
+
+class DelaySync(SyncStrategy):
+    """Stale-synchronous parameter server: worker i runs ahead of the slowest by at most ``s``."""
+
+    name = "delay"

@@ -1,0 +1,71 @@
+"""The MPI runtime on real ranks (short runs; marked slow)."""
+
+import time
+
+import numpy as np
+import pytest
+
+from orchestrator.errors import WorkerFailedError
+from orchestrator.sync_core import SyncOptions
+from orchestrator.sync_mpi import _job_processes, train_mpi
+from orchestrator.sync_virtual import make_context
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    from orchestrator.data import load_mnist
+
+    return load_mnist()
+
+
+def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=6, timeout=120):
+    cfg = {"hardware": {"workers": len(speeds), "worker_speeds": speeds},
+           "sync": {"name": name, "runtime": "mpi", "staleness": staleness, "timeout_s": timeout},
+           "train": {"budget_updates": budget, "eval_every": 3, "eval_samples": 200, "stop": "budget"}}
+    ctx = make_context(cfg, tmp_path, dataset=mnist)
+    return train_mpi(SyncOptions.from_cfg(cfg["sync"], cfg), ctx, inject=inject, reference=False)
+
+
+def test_delay_bound_and_no_lost_update_under_random_delays(tmp_path, mnist):
+    result, stats = mpi_run(tmp_path, mnist, "delay", [1.0, 0.5, 1.0], {"audit": True, "random_max_s": 0.05})
+    assert max(stats.gap_histogram) <= 1   # the server also asserted it on every grant
+    assert stats.pushes_applied == stats.pushes_made == sum(stats.iterations) == result.updates
+    run_dir = next(tmp_path.glob("mpi-delay-*"))
+    theta0, final = np.load(run_dir / "theta0.npy"), np.load(run_dir / "theta_final.npy")
+    pushed = sum(np.load(p) for p in run_dir.glob("pushed*.npy"))
+    np.testing.assert_allclose(final, theta0 - pushed, atol=2e-5)
+
+
+def test_no_deadlock_and_fast_workers_wait_for_a_sleeper(tmp_path, mnist):
+    inject = {"sleep": {"worker": 0, "every": 2, "seconds": 0.4}}
+    t0 = time.time()
+    result, stats = mpi_run(tmp_path, mnist, "delay", [1.0, 1.0, 1.0], inject, staleness=1, budget=5, timeout=90)
+    assert time.time() - t0 < 90
+    assert max(stats.gap_histogram) == 1
+    assert max(stats.iterations) - min(stats.iterations) <= 2
+    assert min(stats.wait_s[1:]) > 0.2   # the fast ones were held back by the bound
+
+
+def test_allreduce_replicas_identical_after_every_step(tmp_path, mnist):
+    result, stats = mpi_run(tmp_path, mnist, "allreduce", [1.0, 0.5], {"verify_every": 1}, budget=5)
+    assert result.updates == 5 and stats.iterations == [5, 5]
+    assert result.extra_metrics["sync.replica_max_diff"] == 0.0
+    assert stats.wait_s[0] > stats.wait_s[1]   # the fast rank waits for the slow one
+
+
+def test_a_dying_rank_fails_the_trial_and_leaves_no_process(tmp_path, mnist):
+    t0 = time.time()
+    with pytest.raises(WorkerFailedError, match=r"rank 2 failed: RuntimeError: injected failure"):
+        mpi_run(tmp_path, mnist, "delay", [1.0, 1.0], {"fail": {"worker": 1, "after": 2}}, budget=50, timeout=60)
+    assert time.time() - t0 < 60
+    job = next(tmp_path.glob("mpi-delay-*/job-*.json"))
+    assert _job_processes(str(job)) == []
+
+
+def test_timeout_kills_the_job(tmp_path, mnist):
+    with pytest.raises(WorkerFailedError, match="timed out"):
+        mpi_run(tmp_path, mnist, "async", [1.0], {"sleep": {"worker": 0, "every": 1, "seconds": 30}}, timeout=15)
+    job = next(tmp_path.glob("mpi-async-*/job-*.json"))
+    assert _job_processes(str(job)) == []
