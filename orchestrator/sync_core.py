@@ -60,10 +60,10 @@ class SyncOptions:
         runtime = str(_get(cfg_sync, "runtime", "virtual"))
         if runtime not in ("virtual", "mpi"):
             raise ConfigError(f"sync.runtime={runtime!r} (accepted: virtual, mpi)")
-        workers = int(_get(cfg, "hardware.workers", 4))
+        speeds = _get(cfg, "hardware.worker_speeds", None)
+        workers = int(_get(cfg, "hardware.workers", len(speeds) if speeds is not None else 4))
         if workers < 1:
             raise ConfigError(f"hardware.workers={workers} must be >= 1")
-        speeds = _get(cfg, "hardware.worker_speeds", None)
         speeds = [1.0] * workers if speeds is None else [float(v) for v in speeds]
         if len(speeds) != workers:
             raise ConfigError(f"hardware.worker_speeds has {len(speeds)} entries, hardware.workers is {workers}")

@@ -250,8 +250,7 @@ class Trial:
                            show_progress=self.show_progress)
         reference: float | None
         if self.sync is not None:
-            if placed is not None:
-                ctx.worker_step_time_s = {w.name: placed["verdict"].step_time_s / w.speed for w in cluster.workers}
+            ctx.worker_step_time_s = self._worker_step_times(cluster, model_spec, placed, sink)
             result: TrainResult = self.sync.train(ctx)
             reference = result.reference_time_to_target_s
             sink.set_tags({"train.reference": "one worker of speed 1.0, same settings and clock"})
@@ -261,6 +260,42 @@ class Trial:
         if reference is not None and result.time_to_target_s:
             speedup = reference / result.time_to_target_s
         return log_final(result, sink, speedup=speedup, reference_time_to_target_s=reference)
+
+    def _worker_step_times(self, cluster, model_spec, placed, sink) -> dict[str, float]:
+        """The speed-1.0 step time the data-parallel workers start from. On a simulated cluster
+        whose workers have different devices, each distinct worker is placed (or put on its fastest
+        device) and the workers' speeds follow from their step times, relative to the first."""
+        if not cluster.simulated:
+            return {w.name: placed["verdict"].step_time_s for w in cluster.workers} if placed else {}
+        from orchestrator.evaluator import SimulatedEvaluator
+        from orchestrator.placement import PlacementContext
+
+        graph = placed["graph"] if placed else self._graph(model_spec, "simulated")
+        by_devices: dict[tuple, float] = {}
+        steps: dict[str, float] = {}
+        for w in cluster.workers:
+            key = tuple((d.name, d.profile) for d in w.devices)
+            if key not in by_devices:
+                if placed is not None and w is placed["worker"]:
+                    by_devices[key] = placed["verdict"].step_time_s
+                else:
+                    evaluator = SimulatedEvaluator(graph, w)
+                    if self.placer is not None:
+                        ctx = PlacementContext(seed=self.settings.seed, output_dir=self.output_dir, cfg=self.cfg)
+                        verdict = evaluator.evaluate(self.placer.place(graph, w, evaluator, ctx).check(graph))
+                    else:
+                        verdict = self._single_device(evaluator, graph, w)[1]
+                    if verdict is None or not verdict.feasible:
+                        raise InfeasiblePlacementError(f"model {model_spec.name} does not fit worker {w.name}")
+                    by_devices[key] = verdict.step_time_s
+            steps[w.name] = by_devices[key]
+        ref = steps[cluster.workers[0].name]
+        if len(by_devices) > 1:
+            for w in cluster.workers:
+                w.speed = w.speed * ref / steps[w.name]
+        sink.log_metrics({**{f"hardware.step_time_s.{w.name}": steps[w.name] for w in cluster.workers},
+                          **{f"hardware.speed.{w.name}": w.speed for w in cluster.workers}})
+        return {w.name: ref for w in cluster.workers}
 
     def _train_one_worker(self, ctx: TrainContext, placed) -> tuple[TrainResult, float | None]:
         from orchestrator.runtime import ModelRuntime

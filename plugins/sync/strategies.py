@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from orchestrator.sync_core import SyncOptions
 from orchestrator.sync_report import sync_metrics, write_artifacts
 from orchestrator.training import TrainContext, TrainResult
@@ -16,7 +18,13 @@ class SyncStrategy:
         self.cfg_sync = cfg_sync
 
     def options(self, ctx: TrainContext) -> SyncOptions:
-        return SyncOptions.from_cfg(self.cfg_sync, ctx.cfg, name=self.name)
+        opts = SyncOptions.from_cfg(self.cfg_sync, ctx.cfg, name=self.name)
+        if ctx.cluster is not None:
+            # The hardware adapter is the authority on how many workers there are and how fast
+            # each is (it may derive speeds from the workers' devices and placed step times).
+            opts = dataclasses.replace(opts, workers=len(ctx.cluster.workers),
+                                       speeds=[float(w.speed) for w in ctx.cluster.workers])
+        return opts
 
     def train(self, ctx: TrainContext) -> TrainResult:
         opts = self.options(ctx)
