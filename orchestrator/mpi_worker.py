@@ -41,13 +41,16 @@ class Job:
         self.inject = spec.get("inject", {})
 
     def runtime_and_data(self):
+        from orchestrator import plugins
         from orchestrator.data import load_mnist
-        from orchestrator.models import cnn
         from orchestrator.runtime import ModelRuntime, configure_threads
 
         configure_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", "1")), 1)
-        data = load_mnist(self.raw.get("dataset_path"), seed=self.raw.get("dataset_seed", 0))
-        rt = ModelRuntime(cnn.spec(self.raw.get("model_cfg", {})), seed=self.settings.seed, lr=self.settings.lr)
+        data = load_mnist(self.raw.get("dataset_path"), seed=self.raw.get("dataset_seed", 0),
+                          test_fraction=self.raw.get("dataset_test_fraction", 0.2), limit=self.raw.get("dataset_limit"))
+        model_cfg = self.raw.get("model_cfg") or {"name": "cnn"}
+        spec = plugins.load("model", model_cfg.get("name", "cnn"))(model_cfg)
+        rt = ModelRuntime(spec, seed=self.settings.seed, lr=self.settings.lr)
         return rt, data
 
     def tracker(self, per_step: int):

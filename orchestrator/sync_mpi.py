@@ -129,9 +129,16 @@ def _first_error(run_dir: Path) -> str:
 def job_spec(opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) -> dict:
     opts_d = dataclasses.asdict(opts)
     ds_cfg = (ctx.cfg or {}).get("dataset", {}) if ctx.cfg is not None else {}
+    model_cfg = (ctx.cfg or {}).get("model") if ctx.cfg is not None else None
+    if model_cfg is not None and not isinstance(model_cfg, dict):
+        from omegaconf import OmegaConf
+
+        model_cfg = OmegaConf.to_container(model_cfg, resolve=True)
     return {"opts": opts_d, "settings": dataclasses.asdict(ctx.settings), "out_dir": str(run_dir),
             "dataset_path": ds_cfg.get("path") if ds_cfg else None, "dataset_seed": (ctx.cfg or {}).get("seed", 0),
-            "model_cfg": {}, "inject": inject or {}}
+            "dataset_test_fraction": float(ds_cfg.get("test_fraction", 0.2)) if ds_cfg else 0.2,
+            "dataset_limit": ds_cfg.get("limit") if ds_cfg else None,
+            "model_cfg": model_cfg or {"name": "cnn"}, "inject": inject or {}}
 
 
 def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[TrainResult, SyncStats, list[dict]]:
@@ -159,6 +166,9 @@ def train_mpi(opts: SyncOptions, ctx, *, inject: dict | None = None, reference: 
     ranks = opts.workers + (0 if opts.name == "allreduce" else 1)
     launch(job_spec(opts, ctx, run_dir, inject), run_dir, ranks, opts.timeout_s, opts.hostfile)
     result, stats, rank_info = collect(run_dir, opts, ctx.settings.target_accuracy)
+    for p in result.history:  # the ranks evaluated; the trial's run records the curve
+        ctx.sink.log_metrics({"train.loss": p.loss, "train.test_accuracy": p.accuracy, "train.elapsed_s": p.elapsed_s},
+                             step=p.step)
     stats.batches = batch_shares(opts.speeds, ctx.settings.batch_size, opts.proportional_batches)
     if opts.name == "allreduce":
         result.extra_metrics["sync.replica_max_diff"] = max(r["replica_max_diff"] for r in rank_info)

@@ -22,9 +22,10 @@ class ManualPlacer:
         self.strategy = cfg.get("strategy")
 
     def _strategy(self, graph: Any, worker: Any, context: Any) -> str:
-        """``auto``: the expert split if one is given, else the rules if this worker has every
-        device they name, else the literature's rule for the model (rnn for recurrent models,
-        everything on the fastest device otherwise)."""
+        """``auto``: the expert split if one is given (``placer.split`` or ``model.split``), else
+        ``placer.rules``, else the model's own expert rules (``model.expert_rules``) if this worker
+        has every device they name, else the literature's rule for the model (rnn for recurrent
+        models, everything on the fastest device that fits otherwise)."""
         strategy = str(self.strategy or "auto")
         if strategy not in ("auto", "split", "rules", *EXPERT):
             raise ConfigError(f"placer.strategy={strategy!r} (accepted: auto, split, rules, {', '.join(EXPERT)})")
@@ -32,7 +33,11 @@ class ManualPlacer:
             return strategy
         if self.split or _model_split(context):
             return "split"
-        if self.rules and {d for _, d in self.rules} <= set(worker.device_names):
+        if self.rules:
+            return "rules"
+        model_rules = _parse_rules(_model_get(context, "expert_rules") or [])
+        if model_rules and {d for _, d in model_rules} <= set(worker.device_names):
+            self.rules = model_rules
             return "rules"
         recurrent = any(n.op.lower().startswith(("lstm", "gru", "rnn")) for n in graph.nodes)
         return "rnn" if recurrent else "fastest"
@@ -79,8 +84,12 @@ def _parse_rules(rules: Any) -> list[tuple[str, str]]:
         raise ConfigError(f"placer.rules must be a list of {{pattern: GLOB, device: NAME}}, got {rules!r}") from None
 
 
-def _model_split(context: Any) -> str | None:
-    """A workload's own expert split (``model.split``) when the trial has one."""
+def _model_get(context: Any, key: str) -> Any:
     cfg = getattr(context, "cfg", None)
     model = cfg.get("model") if cfg is not None else None
-    return model.get("split") if model is not None else None
+    return model.get(key) if model is not None else None
+
+
+def _model_split(context: Any) -> str | None:
+    """A workload's own expert split (``model.split``) when the trial has one."""
+    return _model_get(context, "split")
