@@ -32,7 +32,7 @@ from orchestrator.placing import PlacementProblem, cfg_get, group_atoms
 class RLPlacer:
     def __init__(self, cfg: Any = None):
         c = lambda k, d: cfg_get(cfg, k, d)
-        self.budget = int(c("budget_evaluations", 3000))
+        self.budget = int(c("budget_evaluations", 12000))
         self.batch = int(c("batch", 16))
         self.max_groups = int(c("max_groups", 64))
         self.lr = float(c("lr", 0.05))
