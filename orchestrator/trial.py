@@ -81,6 +81,14 @@ class Trial:
 
     # -- the trial ----------------------------------------------------------------------------
     def run(self) -> float:
+        try:
+            return self._run()
+        finally:
+            close = getattr(self.hardware, "close", None)
+            if close is not None:
+                close()  # stop the processes a hardware adapter started (tf_cluster servers)
+
+    def _run(self) -> float:
         from orchestrator import tracking
 
         model_spec = self.model_spec = self.model_fn(self.cfg.model)

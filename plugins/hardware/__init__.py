@@ -9,4 +9,5 @@ def orchestrator_hardware_adapters():
         "local": "orchestrator_plugins.hardware.local:LocalHardware",
         "simulated": "orchestrator_plugins.hardware.simulated:SimulatedHardware",
         "auto": "orchestrator_plugins.hardware.simulated:WorkloadHardware",
+        "tf_cluster": "orchestrator_plugins.hardware.tf_cluster:TFClusterHardware",
     }

@@ -1,0 +1,41 @@
+"""``hardware=tf_cluster``: devices of other processes or hosts through TensorFlow's gRPC runtime.
+Either N local ``tf.distribute.Server`` processes started as stand-in hosts, or the servers a user
+lists (``hardware.addresses``). Task i's CPU is device ``cpu:i``; everything is measured for real."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.cluster import Cluster, Device, Worker
+from orchestrator.errors import ConfigError
+from orchestrator.workers import worker_layout
+
+
+class TFClusterHardware:
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.addresses = list(cfg.get("addresses") or [])
+        self.tasks = cfg.get("tasks", 2)
+        if not self.addresses and (not isinstance(self.tasks, int) or self.tasks < 1):
+            raise ConfigError(f"hardware.tasks={self.tasks!r} must be an integer >= 1 (or give hardware.addresses)")
+        self._local = None
+
+    def cluster(self, trial: Any) -> Cluster:
+        from orchestrator.tf_cluster import LocalTFCluster, connect
+
+        if self.addresses:
+            tf_devices = connect([str(a) for a in self.addresses])
+            where = f"servers {', '.join(map(str, self.addresses))}"
+        else:
+            self._local = LocalTFCluster(self.tasks, threads=self.cfg.get("threads", 1)).start()
+            tf_devices = self._local.devices
+            where = f"{self.tasks} local tf.distribute.Server processes"
+        devices = [Device(f"cpu:{i}", "cpu", profile="tf-cluster-cpu", tf_device=d, host=f"task{i}")
+                   for i, d in enumerate(tf_devices)]
+        workers = [Worker(f"worker{i}", devices, speed=s) for i, s in enumerate(worker_layout(self.cfg, trial.has_sync))]
+        return Cluster("tf_cluster", workers, simulated=False, description=where)
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
+            self._local = None
