@@ -1,0 +1,85 @@
+"""Trials that combine the pieces: workloads, simulated hardware, placers x sync strategies, real remote devices."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import QUICK, run_cli, store_runs
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "msr-dnn-partitioning"
+DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
+INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
+
+
+def _only_run(workdir):
+    (run,) = store_runs(workdir)
+    return run
+
+
+def test_workload_with_expert_split_is_simulated(workdir):
+    bert = SHARED / "throughput-inputs/LayerGraphs/bert24_training.json"
+    if not bert.exists():
+        pytest.skip(f"{bert} is not here (the shared workloads sit beside the checkout)")
+    out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={bert}",
+                  f"model.split={SHARED / 'human-experts/bert24_training_expert.json'}", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = _only_run(workdir)
+    m, tags = run.data.metrics, run.data.tags
+    assert tags["evaluator"] == "simulated" and tags["placement.baseline"] == "manual placement"
+    assert m["placement.lower_bound_s"] <= m["placement.step_time_s"] + 1e-12
+    assert m["speedup"] == m["placement.speedup"] and "train.loss" not in m
+
+
+def test_memory_infeasible_graph_fails_before_search(workdir):
+    wl = json.loads(INCEPTION.read_text())
+    wl["maxSizePerFPGA"] = 1  # no accelerator can hold anything
+    wl["maxFPGAs"], wl["maxCPUs"] = 2, 0
+    path = workdir / "tiny.json"
+    path.write_text(json.dumps(wl))
+    out = run_cli(workdir, "+placer=rl", "model=workload", "hardware=auto", f"model.path={path}", timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert len([ln for ln in out.stderr.splitlines() if ln.startswith("error:")]) == 1, out.stderr
+    run = _only_run(workdir)
+    assert run.info.status == "FAILED" and "placement.evaluations" not in run.data.metrics
+
+
+def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
+    out = run_cli(workdir, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", *QUICK, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = _only_run(workdir)
+    m, tags = run.data.metrics, run.data.tags
+    assert tags["runtime"] == "virtual" and tags["evaluator"] == "simulated" and tags["train.clock"] == "virtual"
+    speeds = {k: v for k, v in m.items() if k.startswith("hardware.speed.")}
+    assert len(speeds) == 3 and len(set(round(v, 6) for v in speeds.values())) == 3  # V100, A100, K80 hosts differ
+    assert {"train.speedup", "placement.speedup", "sync.staleness_max", "sync.pushes_applied"} <= set(m)
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "async", "delay"])
+def test_sync_strategies_run_virtually(workdir, strategy):
+    out = run_cli(workdir, f"+sync={strategy}", *QUICK, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = _only_run(workdir)
+    assert run.data.tags["sync"] == strategy and run.data.tags["runtime"] == "virtual"
+    assert run.data.metrics["train.final_test_accuracy"] >= 0.8 and "train.speedup" in run.data.metrics
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["allreduce", "delay"])
+def test_sync_strategies_run_on_mpi(workdir, strategy):
+    out = run_cli(workdir, f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2", *QUICK, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = _only_run(workdir)
+    m = run.data.metrics
+    assert run.data.tags["runtime"] == "mpi" and run.data.tags["train.clock"] == "wall"
+    assert m["train.final_test_accuracy"] >= 0.8 and "train.test_accuracy" in m
+
+
+@pytest.mark.slow
+def test_placed_cnn_trains_on_two_tf_server_processes(workdir):
+    out = run_cli(workdir, "+placer=manual", "hardware=tf_cluster", *QUICK, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = _only_run(workdir)
+    assert run.data.metrics["placement.devices_used"] == 2 and run.data.tags["evaluator"] == "measured"
+    placement = json.loads(next(Path(workdir).rglob("placement.json")).read_text())
+    assert set(placement["assignment"].values()) == {"cpu:0", "cpu:1"}
