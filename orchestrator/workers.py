@@ -14,6 +14,13 @@ def worker_layout(hw_cfg: Any, has_sync: bool) -> list[float]:
     """Relative speed of each worker; the list's length is W."""
     w = hw_cfg.get("workers")
     speeds = hw_cfg.get("worker_speeds")
+    pattern = hw_cfg.get("speed_pattern")
+    if speeds is None and pattern:
+        if w is None:
+            w = DEFAULT_WORKERS_WITH_SYNC if has_sync else 1
+        if not isinstance(w, int) or w < 1:
+            raise ConfigError(f"hardware.workers={w!r} must be an integer >= 1")
+        speeds = [pattern[i % len(pattern)] for i in range(w)]  # cycled: scalability sweeps keep the mix
     if speeds is not None:
         try:
             speeds = [float(s) for s in speeds]
