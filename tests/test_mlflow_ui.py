@@ -62,6 +62,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture
 def ui_store(workdir):
+    _chromium()  # skip (or, under CI, fail) before spending a minute on trials
     for name, extra in zip(RUN_NAMES, ([], ["+placer=manual"])):
         out = run_cli(workdir, *extra, *QUICK, f"tracking.run_name={name}", timeout=600,
                       env={"MLFLOW_TRACKING_URI": ""})
