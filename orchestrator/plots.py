@@ -1,0 +1,198 @@
+"""Figures of a set of trials (PNG, matplotlib Agg). Every title says simulated or measured.
+
+``make_plots(records, out_dir)`` draws what the runs have data for; ``log_sweep_plots(client,
+parent_run_id)`` does it for a sweep's children and logs the PNGs on the parent run (``plots/``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+from orchestrator.runs import RunRecord
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def evaluated_by(records: Iterable[RunRecord]) -> str:
+    """'simulated', 'measured', or 'simulated and measured' for a title."""
+    kinds = sorted({r.tag("evaluator", "unknown") for r in records})
+    return " and ".join(kinds) if kinds else "no runs"
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+    return path
+
+
+def _colours(labels: Iterable[str]) -> dict[str, str]:
+    cycle = [f"C{i}" for i in range(10)]
+    return {label: cycle[i % len(cycle)] for i, label in enumerate(sorted(set(labels)))}
+
+
+def strategy(r: RunRecord) -> str:
+    """The data-parallel strategy a run used, with its placer when it had one."""
+    placer = r.tag("placer")
+    return f"sync={r.tag('sync')}" + ("" if placer == "none" else f", placer={placer}")
+
+
+def accuracy_vs_time(records: list[RunRecord], path: Path) -> Path | None:
+    """Test accuracy against training time, one line per run, coloured by strategy."""
+    curves = []
+    for r in records:
+        acc, t = dict(r.history("train.test_accuracy")), dict(r.history("train.elapsed_s"))
+        steps = sorted(set(acc) & set(t))
+        if steps:
+            curves.append((r, [t[s] for s in steps], [acc[s] for s in steps]))
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colours = _colours(strategy(r) for r, _, _ in curves)
+    counts = defaultdict(int)
+    for r, _, _ in curves:
+        counts[strategy(r)] += 1
+    labelled = set()
+    for r, xs, ys in curves:
+        s = strategy(r)
+        label = None if s in labelled else f"{s} ({counts[s]} run{'s' * (counts[s] > 1)})"
+        labelled.add(s)
+        ax.plot(xs, ys, marker=".", color=colours[s], label=label, alpha=0.85)
+    targets = {r.params.get("train.target_accuracy") for r, _, _ in curves} - {None, "null"}
+    if len(targets) == 1:
+        ax.axhline(float(targets.pop()), color="grey", linestyle="--", label="target accuracy")
+    clocks = sorted({r.tags.get("train.clock", "wall") for r, _, _ in curves})
+    ax.set_xlabel(f"training time (s, {'/'.join(clocks)} clock, evaluation excluded)")
+    ax.set_ylabel("test accuracy (fraction)")
+    ax.set_title(f"Test accuracy vs training time ({evaluated_by(r for r, _, _ in curves)})")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    return _save(fig, path)
+
+
+def speedup_vs_workers(records: list[RunRecord], path: Path) -> Path | None:
+    """Speedup against the number of workers, one marker series per strategy, with ideal scaling."""
+    pts = [(r, r.workers, r.metric("speedup")) for r in records]
+    pts = [(r, w, s) for r, w, s in pts if w is not None and s is not None]
+    if not pts:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    colours = _colours(strategy(r) for r, _, _ in pts)
+    for s, c in colours.items():
+        sel = sorted((w, v) for r, w, v in pts if strategy(r) == s)
+        ax.plot([w for w, _ in sel], [v for _, v in sel], marker="o", linestyle="-" if len(sel) > 1 else "",
+                color=c, label=s)
+    top = max(max(w for _, w, _ in pts), 2)
+    ax.plot([1, top], [1, top], color="black", linestyle="--", label="ideal (speedup = workers)")
+    ax.set_xlabel("number of data-parallel workers")
+    ax.set_ylabel("speedup (x, vs one worker)")
+    ax.set_title(f"Speedup vs workers ({evaluated_by(r for r, _, _ in pts)})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def step_time_per_placer(records: list[RunRecord], path: Path) -> Path | None:
+    """Placed step time per placer (best run of each), one group per model and hardware; the
+    simulator's lower bound of each group drawn as a line."""
+    placed = [r for r in records if r.metric("placement.step_time_s") is not None]
+    if not placed:
+        return None
+    best: dict[tuple[str, str], RunRecord] = {}
+    for r in placed:
+        context = f"{r.tag('model')}/{r.tag('hardware')}"
+        model_path = r.params.get("model.path")
+        if model_path and model_path != "null":
+            context = f"{Path(model_path).stem}/{r.tag('hardware')}"
+        key = (context, r.tag("placer"))
+        if key not in best or r.metric("placement.step_time_s") < best[key].metric("placement.step_time_s"):
+            best[key] = r
+    keys = sorted(best)
+    several = len({c for c, _ in keys}) > 1
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(keys) + 2), 5))
+    colours = _colours(p for _, p in keys)
+    bound_labelled = False
+    for i, (context, placer) in enumerate(keys):
+        r = best[(context, placer)]
+        ax.bar(i, r.metric("placement.step_time_s"), width=0.6, color=colours[placer], edgecolor="black")
+        lb = r.metric("placement.lower_bound_s")
+        if lb is not None:
+            ax.hlines(lb, i - 0.4, i + 0.4, colors="black", linestyles="--",
+                      label=None if bound_labelled else "lower bound (simulator)")
+            bound_labelled = True
+    ax.set_xticks(range(len(keys)), [f"{p}\n{c}" if several else p for c, p in keys])
+    ax.set_xlabel("placer" + (" / model/hardware" if several else f" (model/hardware {keys[0][0]})"))
+    ax.set_ylabel("step time (s per training step)")
+    ax.set_title(f"Step time per placer, best run each ({evaluated_by(best.values())})")
+    ax.grid(axis="y", alpha=0.3)
+    if bound_labelled:
+        ax.legend(loc="lower right")
+    return _save(fig, path)
+
+
+def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
+    """The RL placer's best and mean sampled step time per policy update, one pair of lines per run."""
+    curves = [(r, r.history("rl.best_step_time_s"), r.history("rl.mean_step_time_s")) for r in records
+              if r.metric("rl.best_step_time_s") is not None or r.metric("rl.mean_step_time_s") is not None]
+    curves = [c for c in curves if c[1] or c[2]]
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (r, best, mean) in enumerate(curves):
+        name = "" if len(curves) == 1 else f" ({r.name})"
+        if best:
+            ax.plot(*zip(*best), color=f"C{i}", label=f"best step time so far{name}")
+        if mean:
+            ax.plot(*zip(*mean), color=f"C{i}", linestyle=":", label=f"mean of sampled placements{name}")
+    ax.set_xlabel("policy update")
+    ax.set_ylabel("step time (s)")
+    ax.set_title(f"RL placer learning curve ({evaluated_by(r for r, _, _ in curves)})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+PLOTS = {
+    "accuracy_vs_time": accuracy_vs_time,
+    "speedup_vs_workers": speedup_vs_workers,
+    "step_time_per_placer": step_time_per_placer,
+    "rl_learning_curve": rl_learning_curve,
+}
+
+
+def make_plots(records: list[RunRecord], out_dir: str | Path) -> dict[str, Path]:
+    """Every plot the runs have data for, as ``out_dir/NAME.png``; ``{name: path}``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    made = {}
+    for name, fn in PLOTS.items():
+        path = fn(records, out / f"{name}.png")
+        if path is not None:
+            made[name] = path
+    return made
+
+
+def log_sweep_plots(client, parent_run_id: str) -> dict[str, Path]:
+    """Plot a sweep's children and log the PNGs on the parent run under ``plots/``."""
+    from orchestrator import runs
+
+    records = runs.load(client, parent_run_id=parent_run_id)
+    with tempfile.TemporaryDirectory(prefix="orchestrator-plots-") as tmp:
+        made = make_plots(records, tmp)
+        for path in made.values():
+            client.log_artifact(parent_run_id, str(path), artifact_path="plots")
+    return {name: Path("plots") / p.name for name, p in made.items()}

@@ -1,0 +1,88 @@
+"""Read trials back from an MLflow store: one ``RunRecord`` per trial run (sweep parents skipped).
+
+Shared by the report (``orchestrator.report``) and the plots (``orchestrator.plots``). No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SWEEP_KIND = "sweep"
+
+
+@dataclass
+class RunRecord:
+    """One trial's run: tags, params, latest metrics, and its metric histories on demand."""
+
+    run_id: str
+    name: str
+    status: str
+    experiment: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    start_time: int | None = None
+    client: Any = field(default=None, repr=False)
+    _histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict, repr=False)
+
+    def tag(self, key: str, default: str = "none") -> str:
+        return self.tags.get(key, default)
+
+    def metric(self, key: str) -> float | None:
+        v = self.metrics.get(key)
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+    @property
+    def workers(self) -> int | None:
+        """The number of data-parallel workers: ``hardware.workers``, else 1 without a sync strategy."""
+        raw = self.params.get("hardware.workers", "null")
+        try:
+            return int(float(raw))
+        except ValueError:
+            return 1 if self.tag("sync") == "none" else None
+
+    def history(self, key: str) -> list[tuple[int, float]]:
+        """``[(step, value)]`` of one metric, sorted by step (the last value per step)."""
+        if key not in self._histories:
+            points = self.client.get_metric_history(self.run_id, key) if self.client is not None else []
+            by_step = {}
+            for m in sorted(points, key=lambda m: (m.step, m.timestamp)):
+                by_step[m.step] = m.value
+            self._histories[key] = sorted(by_step.items())
+        return self._histories[key]
+
+
+def is_sweep(run) -> bool:
+    return run.data.tags.get("orchestrator.kind") == SWEEP_KIND
+
+
+def record(run, experiment: str, client=None) -> RunRecord:
+    return RunRecord(run_id=run.info.run_id, name=run.info.run_name or run.info.run_id, status=run.info.status,
+                     experiment=experiment, tags=dict(run.data.tags), params=dict(run.data.params),
+                     metrics=dict(run.data.metrics), start_time=run.info.start_time, client=client)
+
+
+def _search(client, exp_ids: list[str], filter_string: str = "") -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs(exp_ids, filter_string=filter_string, max_results=1000,
+                                  order_by=["attributes.start_time ASC"], page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def load(client, experiment_ids: list[str] | None = None, parent_run_id: str | None = None) -> list[RunRecord]:
+    """Trial runs of the given experiments (default: all), or the children of one sweep run."""
+    names = {e.experiment_id: e.name for e in client.search_experiments()}
+    if parent_run_id is not None:
+        parent = client.get_run(parent_run_id)
+        exp_ids = [parent.info.experiment_id]
+        runs = _search(client, exp_ids, f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    else:
+        exp_ids = experiment_ids if experiment_ids is not None else list(names)
+        runs = _search(client, exp_ids) if exp_ids else []
+    return [record(r, names.get(r.info.experiment_id, r.info.experiment_id), client) for r in runs if not is_sweep(r)]

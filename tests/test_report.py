@@ -1,0 +1,164 @@
+"""The report CLI and the plots, on a store written the way trials write it (and, slow, by real trials)."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import QUICK, run_cli, store_runs
+
+MLFLOW_ENV = {"MLFLOW_TRACKING_URI": ""}  # the tests choose the store; an inherited one must not leak in
+
+
+def _trial(client, exp_id, name, tags, metrics, histories=(), params=None, parent=None):
+    from mlflow.entities import Metric, Param
+
+    all_tags = {"placer": "none", "sync": "none", "hardware": "local", "model": "cnn", "evaluator": "measured",
+                "runtime": "local", **tags}
+    if parent:
+        all_tags["mlflow.parentRunId"] = parent
+    run = client.create_run(exp_id, run_name=name, tags=all_tags)
+    items = [Metric(k, v, 0, 0) for k, v in metrics.items()]
+    for key, values in histories:
+        items += [Metric(key, v, i, step) for i, (step, v) in enumerate(values)]
+    client.log_batch(run.info.run_id, metrics=items,
+                     params=[Param(k, v) for k, v in (params or {}).items()])
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+@pytest.fixture
+def store(tmp_path):
+    """Two experiments; a sweep of two 4-worker sync trials, a placement trial with an RL curve, a baseline."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("orchestrator")
+    other = client.create_experiment("placement")
+    sweep = client.create_run(exp, run_name="sweep: x", tags={"orchestrator.kind": "sweep"}).info.run_id
+    acc = [(10, 0.5), (20, 0.8), (30, 0.9)]
+    for name, sync, speed in (("ssgd-run", "ssgd", 3.2), ("delay-run", "delay", 3.7)):
+        _trial(client, exp, name, {"sync": sync, "runtime": "virtual", "evaluator": "simulated"},
+               {"speedup": speed, "train.time_to_target_s": 1.5, "train.final_test_accuracy": 0.9},
+               [("train.test_accuracy", acc), ("train.elapsed_s", [(10, 0.5), (20, 1.0), (30, 1.5)])],
+               {"hardware.workers": "4", "train.target_accuracy": "0.8"}, parent=sweep)
+    client.set_terminated(sweep, "FINISHED")
+    _trial(client, exp, "baseline", {}, {"speedup": 1.0, "train.final_test_accuracy": 0.97},
+           [("train.test_accuracy", [(25, 0.9)]), ("train.elapsed_s", [(25, 2.0)])], {"hardware.workers": "null"})
+    _trial(client, other, "rl-run", {"placer": "rl", "hardware": "sim_1cpu_4gpu", "evaluator": "simulated"},
+           {"placement.step_time_s": 0.25, "placement.lower_bound_s": 0.2, "speedup": 1.3,
+            "rl.best_step_time_s": 0.25},
+           [("rl.best_step_time_s", [(0, 0.4), (1, 0.3), (2, 0.25)]),
+            ("rl.mean_step_time_s", [(0, 0.6), (1, 0.45), (2, 0.35)])])
+    return tmp_path, sweep
+
+
+def report(cwd, *args):
+    return run_cli(cwd, *args, module="orchestrator.report", timeout=120, env=MLFLOW_ENV)
+
+
+def test_table_lists_trials_not_sweeps(store):
+    cwd, _ = store
+    out = report(cwd)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:3] == ["run", "status", "placer"] and "speedup" in lines[0]
+    body = {ln.split()[0]: ln.split() for ln in lines[2:]}
+    assert set(body) == {"ssgd-run", "delay-run", "baseline", "rl-run"}
+    assert body["delay-run"][:7] == ["delay-run", "FINISHED", "none", "delay", "local", "cnn", "4"]
+    assert body["rl-run"][-2:] == ["simulated", "local"] and "0.25" in body["rl-run"]
+    assert body["baseline"][6] == "1"  # no sync strategy: one worker
+    assert "\r" not in out.stderr and "it/s" not in out.stderr  # no progress bar off a terminal
+
+
+def test_csv_json_and_scopes(store):
+    cwd, sweep = store
+    rows = list(csv.DictReader(io.StringIO(report(cwd, "--format", "csv").stdout)))
+    assert {r["run_name"] for r in rows} == {"ssgd-run", "delay-run", "baseline", "rl-run"}
+    data = json.loads(report(cwd, "--format", "json", "--parent", sweep).stdout)
+    assert sorted(d["run_name"] for d in data) == ["delay-run", "ssgd-run"]
+    assert all(d["parent_run_id"] == sweep and d["workers"] == 4 for d in data)
+    assert {d["sync"]: d["speedup"] for d in data} == {"ssgd": 3.2, "delay": 3.7}
+    only = json.loads(report(cwd, "--format", "json", "--experiment", "placement").stdout)
+    assert [d["run_name"] for d in only] == ["rl-run"] and only[0]["step_time_s"] == 0.25
+
+
+def test_html_embeds_plots_and_md_writes_them_beside(store):
+    cwd, _ = store
+    assert report(cwd, "--format", "html", "--output", "r.html").returncode == 0
+    page = (cwd / "r.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 4 and "rl-run" in page
+    assert report(cwd, "--format", "md", "--output", "r.md").returncode == 0
+    md = (cwd / "r.md").read_text()
+    for name in ("accuracy_vs_time", "speedup_vs_workers", "step_time_per_placer", "rl_learning_curve"):
+        assert f"](r_plots/{name}.png)" in md
+        assert (cwd / "r_plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--experiment", "nope"], "no experiment 'nope'"),
+    (["--parent", "0123abc"], "no run '0123abc'"),
+])
+def test_errors_are_one_line(store, args, words):
+    cwd, _ = store
+    out = report(cwd, *args)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and words in out.stderr, out.stderr
+
+
+def test_no_store_is_an_error_and_creates_none(tmp_path):
+    out = report(tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("error: no MLflow store") and "\n" not in out.stderr.strip()
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_report_imports_no_tensorflow(store):
+    cwd, _ = store
+    code = ("import sys\nfrom orchestrator import report\nrc = report.main(['--format', 'html', '--output', 'x.html'])\n"
+            "print('TF_LOADED' if 'tensorflow' in sys.modules else 'TF_ABSENT', rc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert "TF_ABSENT 0" in out.stdout, out.stdout + out.stderr
+
+
+def test_plots_say_simulated_or_measured(store, tmp_path, monkeypatch):
+    from matplotlib import pyplot as plt
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator import plots, runs
+
+    cwd, sweep = store
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    titles, real_save = {}, plots._save
+
+    def save(fig, path):
+        titles[path.stem] = fig.axes[0].get_title()
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", save)
+    made = plots.make_plots(runs.load(client), tmp_path / "p")
+    assert set(made) == set(plots.PLOTS)
+    assert titles["rl_learning_curve"].endswith("(simulated)")
+    assert titles["accuracy_vs_time"].endswith("(measured and simulated)")
+    assert not plt.get_fignums()  # figures are closed
+    logged = plots.log_sweep_plots(client, sweep)
+    names = {Path(a.path).name for a in client.list_artifacts(sweep, "plots")}
+    assert names == {"accuracy_vs_time.png", "speedup_vs_workers.png"} == {p.name for p in logged.values()}
+
+
+@pytest.mark.slow
+def test_real_sweep_logs_plots_on_parent_and_reports(workdir):
+    out = run_cli(workdir, "-m", "train.lr=0.05,0.1", *QUICK, timeout=600, env=MLFLOW_ENV)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "\r" not in out.stderr and "update/s" not in out.stderr  # no bars off a terminal
+    runs = store_runs(workdir)
+    (parent,) = [r for r in runs if r.data.tags.get("orchestrator.kind") == "sweep"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    names = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert "accuracy_vs_time.png" in names and "orchestrator.plots_error" not in parent.data.tags
+    data = json.loads(report(workdir, "--format", "json", "--parent", parent.info.run_id).stdout)
+    assert len(data) == 2 and all(d["status"] == "FINISHED" and d["final_test_accuracy"] for d in data)
