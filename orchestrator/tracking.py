@@ -240,5 +240,12 @@ class SweepCallback(Callback):
         except Exception as exc:
             print(f"sweep plots not logged: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             client.set_tag(self.parent_run_id, "orchestrator.plots_error", f"{type(exc).__name__}: {exc}"[:5000])
+        try:  # end the sweep with its comparison, as `python -m orchestrator.report --parent` prints it
+            from orchestrator import report, runs
+
+            print(f"\nsweep {self.parent_run_id} ({len(children)} trials):\n"
+                  + report.table(report.rows(runs.load(client, parent_run_id=self.parent_run_id))), flush=True)
+        except Exception as exc:
+            print(f"sweep comparison not printed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         client.set_terminated(self.parent_run_id, status="FINISHED")
         os.environ.pop(PARENT_ENV, None)

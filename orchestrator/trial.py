@@ -25,6 +25,22 @@ def _choices() -> dict[str, str]:
         return {}
 
 
+def _sweep_overrides() -> list[str]:
+    """In a sweep, the overrides of this trial that are not group choices (those are in the name)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        if hc.mode != RunMode.MULTIRUN:
+            return []
+        task = list(hc.overrides.task)
+    except Exception:
+        return []
+    groups = ("placer=", "sync=", "hardware=", "model=", "+placer=", "+sync=", "+experiment=", "dataset=")
+    return [o for o in task if not o.startswith(groups)]
+
+
 def _name(cfg: DictConfig, group: str) -> str | None:
     node = cfg.get(group)
     if node is None:
@@ -77,7 +93,9 @@ class Trial:
         if custom:
             return str(custom)
         n = self.labels
-        return f"{n['placer'] or 'none'}/{n['sync'] or 'none'}/{n['hardware']}/{n['model']}"
+        name = f"{n['placer'] or 'none'}/{n['sync'] or 'none'}/{n['hardware']}/{n['model']}"
+        varied = _sweep_overrides()
+        return (f"{name} [{' '.join(varied)}]" if varied else name)[:250]
 
     # -- the trial ----------------------------------------------------------------------------
     def run(self) -> float:
