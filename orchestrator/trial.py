@@ -16,6 +16,12 @@ from orchestrator.progress import enabled as progress_enabled
 from orchestrator.training import TrainContext, TrainResult, TrainSettings, log_final
 
 
+def _on_one_device(graph, worker, device: str):
+    from orchestrator.placement import Placement
+
+    return Placement(worker.device_names, {n.name: device for n in graph.nodes}, {"placer": f"single device {device}"})
+
+
 def _choices() -> dict[str, str]:
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -152,7 +158,10 @@ class Trial:
             return "measured" if not cluster.simulated else "simulated"
         wanted = str(self.cfg.placer.get("evaluator", "auto"))
         if wanted == "auto":
-            return "simulated" if cluster.simulated else "measured"
+            # Searching placers judge many candidates: the simulator (with this machine's profiled
+            # costs on real hardware; the final placement is measured as well). A placer that
+            # evaluates only its answer (manual) says so with ``auto_evaluator = "measured"``.
+            return "simulated" if cluster.simulated else getattr(self.placer_cls, "auto_evaluator", "simulated")
         if wanted not in ("measured", "simulated"):
             raise ConfigError(f"placer.evaluator={wanted!r} (accepted: auto, measured, simulated)")
         if wanted == "measured" and cluster.simulated:
@@ -204,7 +213,7 @@ class Trial:
         if not verdict.feasible:
             over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
             raise InfeasiblePlacementError(f"placer {self.names['placer']}'s placement does not fit in memory: {over}")
-        base_label, base = self._baseline(graph, worker, evaluator, model_spec)
+        base_label, base_placement, base = self._baseline(graph, worker, evaluator, model_spec)
         m = {
             "placement.step_time_s": verdict.step_time_s,
             "placement.search_time_s": search_time,
@@ -221,30 +230,47 @@ class Trial:
             for dev, busy in verdict.busy_s.items():
                 m[f"placement.utilisation.{dev}"] = busy / verdict.step_time_s if verdict.step_time_s else 0.0
             self._gantt(verdict, sink)
+        placed = {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base,
+                  "graph": graph, "worker": worker}
+        if not cluster.simulated and model_spec.build is not None:
+            placed.update(self._measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
         sink.log_metrics(m)
         sink.set_tags({"placement.baseline": base_label})
-        return {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base,
-                "graph": graph, "worker": worker}
+        return placed
+
+    def _measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
+        """On real devices, the chosen and the baseline placement also run for real: their measured
+        step times are logged beside the simulated ones, and training uses the measured runtime."""
+        if evaluator.kind == "measured":
+            return {"measured": evaluator, "measured_baseline": base, "measured_step_s": m["placement.step_time_s"]}
+        measured = self._evaluator("measured", graph, worker, model_spec)
+        mv = measured.evaluate(placement)
+        mb = measured.evaluate(base_placement) if base_placement is not None else None
+        m["placement.measured_step_time_s"] = mv.step_time_s
+        if mb is not None:
+            m["placement.measured_baseline_step_time_s"] = mb.step_time_s
+            m["placement.measured_speedup"] = mb.step_time_s / mv.step_time_s
+        return {"measured": measured, "measured_baseline": mb, "measured_step_s": mv.step_time_s}
 
     def _baseline(self, graph, worker, evaluator, model_spec):
         """The reference placement: the manual one, or (for the manual placer itself) the single
         fastest device that fits."""
         if self.names["placer"] != "manual":
-            manual = model_spec.expert_split or self._manual_baseline(graph, worker)
-            return "manual placement", evaluator.evaluate(manual.check(graph))
+            manual = (model_spec.expert_split or self._manual_baseline(graph, worker)).check(graph)
+            return "manual placement", manual, evaluator.evaluate(manual)
         if evaluator.kind == "measured":
             dev, v = evaluator.single_device_baseline()
-            return f"single device {dev}", v
-        return self._single_device(evaluator, graph, worker)
+            return f"single device {dev}", _on_one_device(graph, worker, dev), v
+        label, v = self._single_device(evaluator, graph, worker)
+        dev = label.rsplit(" ", 1)[-1] if v is not None else None
+        return label, (_on_one_device(graph, worker, dev) if dev else None), v
 
     @staticmethod
     def _single_device(evaluator, graph, worker):
         """The fastest device that holds the whole model (simulated), as (label, verdict)."""
-        from orchestrator.placement import Placement
-
         best = None
         for d in worker.devices:
-            v = evaluator.evaluate(Placement(worker.device_names, {n.name: d.name for n in graph.nodes}))
+            v = evaluator.evaluate(_on_one_device(graph, worker, d.name))
             if v.feasible and (best is None or v.step_time_s < best[1].step_time_s):
                 best = (f"single device {d.name}", v)
         return best if best is not None else ("none: no single device fits the model", None)
@@ -292,7 +318,7 @@ class Trial:
         whose workers have different devices, each distinct worker is placed (or put on its fastest
         device) and the workers' speeds follow from their step times, relative to the first."""
         if not cluster.simulated:
-            return {w.name: placed["verdict"].step_time_s for w in cluster.workers} if placed else {}
+            return {w.name: placed["measured_step_s"] for w in cluster.workers} if placed else {}
         from orchestrator.evaluator import SimulatedEvaluator
         from orchestrator.placement import PlacementContext
 
@@ -343,13 +369,13 @@ class Trial:
             result = train_single_worker(ctx, rt)
             ctx.sink.set_tags({"train.reference": "this trial (single device of one worker)"})
             return result, result.time_to_target_s
-        rt = placed["evaluator"].runtime(placed["placement"], lr=lr)
+        rt = placed["measured"].runtime(placed["placement"], lr=lr)
         result = train_single_worker(ctx, rt)
         reference = None
-        if result.updates_to_target is not None:
+        if result.updates_to_target is not None and placed["measured_baseline"] is not None:
             # Placement does not change the arithmetic, so the reference needs the same number of
             # updates; each takes the baseline placement's measured step time.
-            reference = result.updates_to_target * placed["baseline"].step_time_s
+            reference = result.updates_to_target * placed["measured_baseline"].step_time_s
             ctx.sink.set_tags({"train.reference": "updates to target x baseline placement's measured step time"})
         return result, reference
 
