@@ -83,3 +83,25 @@ def test_placed_cnn_trains_on_two_tf_server_processes(workdir):
     assert run.data.metrics["placement.devices_used"] == 2 and run.data.tags["evaluator"] == "measured"
     placement = json.loads(next(Path(workdir).rglob("placement.json")).read_text())
     assert set(placement["assignment"].values()) == {"cpu:0", "cpu:1"}
+
+
+def test_the_mission_command_runs_on_the_defaults(workdir):
+    """`python -m orchestrator +placer=rl +sync=delay`, with small budgets."""
+    out = run_cli(workdir, "+placer=rl", "+sync=delay", "placer.budget_evaluations=300", *QUICK, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = _only_run(workdir)
+    m, tags = run.data.metrics, run.data.tags
+    assert tags["placer"] == "rl" and tags["sync"] == "delay" and tags["hardware"] == "local"
+    assert tags["evaluator"] == "simulated" and tags["runtime"] == "virtual"
+    # the placement was judged by the simulator and also measured on the real devices
+    assert {"placement.step_time_s", "placement.measured_step_time_s", "rl.best_step_time_s"} <= set(m)
+    assert tags["sync.base_time"].endswith("(placed)")
+    assert m["speedup"] == m["train.speedup"]
+
+
+@pytest.mark.slow
+def test_rl_on_tf_cluster_is_simulated_then_measured(workdir):
+    out = run_cli(workdir, "+placer=rl", "hardware=tf_cluster", "placer.budget_evaluations=200", *QUICK, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    m = _only_run(workdir).data.metrics
+    assert "placement.measured_step_time_s" in m and "placement.lower_bound_s" in m

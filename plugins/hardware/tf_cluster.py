@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.cluster import Cluster, Device, Worker
+from orchestrator.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.errors import ConfigError
 from orchestrator.workers import worker_layout
 
@@ -30,9 +30,17 @@ class TFClusterHardware:
             self._local = LocalTFCluster(self.tasks, threads=self.cfg.get("threads", 1)).start()
             tf_devices = self._local.devices
             where = f"{self.tasks} local tf.distribute.Server processes"
-        devices = [Device(f"cpu:{i}", "cpu", profile="tf-cluster-cpu", tf_device=d, host=f"task{i}")
-                   for i, d in enumerate(tf_devices)]
-        workers = [Worker(f"worker{i}", devices, speed=s) for i, s in enumerate(worker_layout(self.cfg, trial.has_sync))]
+        devices = [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=d, host=f"task{i}",
+                          memory_pool=host_memory(f"task{i}")) for i, d in enumerate(tf_devices)]
+        # What the simulator assumes between the processes (searching placers judge with it; the
+        # final placement is measured): gRPC over the network, here loopback. Calibrate with
+        # hardware.link_bandwidth_GBps / hardware.link_latency_us.
+        bw = float(self.cfg.get("link_bandwidth_GBps", 1.0)) * 1e9
+        lat = float(self.cfg.get("link_latency_us", 200.0)) * 1e-6
+        links = [Link(host_memory(a.host), host_memory(b.host), bw, lat, None, "network")
+                 for a in devices for b in devices if a is not b]
+        workers = [Worker(f"worker{i}", devices, links, speed=s)
+                   for i, s in enumerate(worker_layout(self.cfg, trial.has_sync))]
         return Cluster("tf_cluster", workers, simulated=False, description=where)
 
     def close(self) -> None:
