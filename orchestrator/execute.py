@@ -91,3 +91,29 @@ def _check_cluster(n: int, model: str, batch: int) -> int:
 
 if __name__ == "__main__":
     sys.exit(_check_cluster(int(sys.argv[1]), sys.argv[2], int(sys.argv[3])))
+
+
+def tf_device_name(device: str, device_map: Mapping[str, str] | None = None) -> str:
+    """A placement's device name as a TensorFlow device: ``cpu:0`` -> ``/device:CPU:0``,
+    ``host0/gpu:1`` -> ``/device:GPU:1``; TF strings pass through; ``device_map`` wins."""
+    if device_map and device in device_map:
+        return device_map[device]
+    if device.startswith("/"):
+        return device
+    kind, _, index = device.rsplit("/", 1)[-1].partition(":")
+    return f"/device:{kind.upper()}:{index or 0}"
+
+
+def apply_placement(model, placement: "Placement | str", device_map: Mapping[str, str] | None = None):
+    """The one call to use a trial's ``placement.json`` in your own code: a copy of ``model`` (same
+    weights) whose layers' variables live on the devices the placement gave those layers. Layers
+    the placement does not name stay where TensorFlow puts them.
+
+        placed = apply_placement(my_model, "outputs/.../placement.json", {"cpu:1": "/device:GPU:0"})
+    """
+    p = placement if isinstance(placement, Placement) else Placement.load(placement)
+    devices = {layer.name: tf_device_name(p.assignment[layer.name], device_map)
+               for layer in model.layers if layer.name in p.assignment}
+    from orchestrator.functional import clone_placed
+
+    return clone_placed(model, devices.get)

@@ -65,3 +65,24 @@ def test_placed_step_on_two_tf_server_processes():
     assert out["variable_devices"] == ["/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"]
     assert out["step_time_s"] > 0
     assert not any(_alive(pid) for pid in out["pids"])
+
+
+def test_apply_placement_puts_each_layers_variables_where_the_file_says(tmp_path):
+    from orchestrator.execute import apply_placement, tf_device_name
+    from orchestrator.models import builtin
+    from orchestrator.placement import Placement
+
+    assert tf_device_name("host0/gpu:1") == "/device:GPU:1" and tf_device_name("cpu:0") == "/device:CPU:0"
+    model = builtin("cnn").build()
+    names = [layer.name for layer in model.layers]
+    Placement(["cpu:0", "cpu:1"], {n: ("cpu:0" if n.startswith(("conv", "pool")) else "cpu:1") for n in names}).save(
+        tmp_path / "placement.json")
+    placed = apply_placement(model, tmp_path / "placement.json")
+    for layer in placed.layers:
+        for v in layer.weights:
+            want = "CPU:0" if layer.name.startswith("conv") else "CPU:1"
+            assert v.value.device.endswith(want), (layer.name, v.value.device)
+    import numpy as np
+
+    x = np.zeros((2, 28, 28, 1), np.float32)
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
