@@ -7,8 +7,10 @@ advantages, entropy bonus decaying to 0.
 
 The policy starts biased toward the greedy placement (``placer.init_bias`` on its logits), greedy
 is the incumbent, and the best placement seen is kept, so the result is never worse than greedy.
-After the policy phase, the best placement is improved locally (each colocation group / node moved
-to each other device, kept when the step gets shorter) with ``placer.local_fraction`` of the budget.
+After the policy phase, the rest of the budget (at least ``placer.local_fraction``) goes to an
+iterated local search on the best placement: first-improvement moves of each colocation group /
+node, then of runs of 2-16 consecutive groups (topological order), to each other device; when no
+move helps, a seeded kick (one or two runs moved to a random device) and a new descent.
 The budget counts placements scored (``placer.budget_evaluations``), so runs are reproducible.
 
 Ctrl-C during the search ends it: ``place`` returns the best placement so far (meta
@@ -60,7 +62,7 @@ class RLPlacer:
         policy = None
         try:
             policy, restored = self._search(prob, g_assign, seed, context)
-            self._local(prob, context)
+            self._local(prob, context, seed)
         except KeyboardInterrupt:
             self.interrupted = True
         if policy is not None and self.checkpoint:
@@ -123,30 +125,57 @@ class RLPlacer:
         return policy, restored
 
     # -- local improvement of the best ----------------------------------------------------------
-    def _local(self, prob: PlacementProblem, context: Any) -> None:
-        """First-improvement moves of single atoms, costliest atoms first, until no move helps or
-        the budget is spent."""
-        atoms = np.argsort(-np.where(np.isfinite(prob.atom_cost), prob.atom_cost, 0).max(axis=1), kind="stable")
+    def _local(self, prob: PlacementProblem, context: Any, seed: int = 0) -> None:
+        """Iterated local search on the best placement until the budget is spent. Descent: first
+        improvement over moves of single atoms (costliest first), then of contiguous runs of 2, 4,
+        8 and 16 atoms in topological order (a stage of layers moved together, so its inner
+        transfers do not count against the move), each to every device the run may use; repeated
+        until no move helps. Then, while budget remains, a seeded kick (a random run moved to a
+        random device, or two runs swapped) and a descent from there; the best is kept."""
+        rng = np.random.default_rng(seed + 1)
+        cost = np.where(np.isfinite(prob.atom_cost), prob.atom_cost, 0)
+        single = [np.array([a]) for a in np.argsort(-cost.max(axis=1), kind="stable")]
+        topo = np.argsort(prob.atom_pos, kind="stable")
+        runs = [topo[i:i + L] for L in (2, 4, 8, 16) if L < len(topo) for i in range(0, len(topo) - L + 1, L // 2)]
+        moves = single + runs
+        cur, cur_t = self.best.copy(), self.best_t
+        while self.used < self.budget:
+            cur, cur_t = self._descent(prob, moves, cur, cur_t)
+            if self.used >= self.budget or not runs:
+                return
+            cur = self.best.copy()                      # kick from the best
+            for _ in range(1 + int(rng.integers(0, 2))):
+                r = runs[int(rng.integers(len(runs)))]
+                ok = np.flatnonzero(prob.allowed[r].all(axis=0))
+                if len(ok):
+                    cur[np.concatenate([prob.members[a] for a in r])] = ok[int(rng.integers(len(ok)))]
+            self.used += 1
+            cur_t = math.inf if prob.overflow(cur) > 0 else prob.step_time(cur)
+            if cur_t < self.best_t * (1 - 1e-9):
+                self._new_best(prob, cur, cur_t)
+
+    def _descent(self, prob: PlacementProblem, moves: list, cur: np.ndarray, cur_t: float):
         improved = True
         while improved and self.used < self.budget:
             improved = False
-            for a in atoms:
-                cur = self.best.copy()
-                for d in np.flatnonzero(prob.allowed[a]):
+            for r in moves:
+                nodes = prob.members[r[0]] if len(r) == 1 else np.concatenate([prob.members[a] for a in r])
+                for d in np.flatnonzero(prob.allowed[r].all(axis=0)):
                     if self.used >= self.budget:
-                        return
-                    if d == cur[prob.members[a][0]]:
+                        return cur, cur_t
+                    if (cur[nodes] == d).all():
                         continue
                     cand = cur.copy()
-                    cand[prob.members[a]] = d
+                    cand[nodes] = d
                     self.used += 1
                     if prob.overflow(cand) > 0:
                         continue
                     t = prob.step_time(cand)
-                    if t < self.best_t * (1 - 1e-9):
-                        self._new_best(prob, cand, t)
-                        improved = True
-                        cur = cand
+                    if t < cur_t * (1 - 1e-9):
+                        cur, cur_t, improved = cand, t, True
+                        if t < self.best_t * (1 - 1e-9):
+                            self._new_best(prob, cand, t)
+        return cur, cur_t
 
     def _new_best(self, prob: PlacementProblem, assign: np.ndarray, t: float) -> None:
         self.best, self.best_t = assign.copy(), t
