@@ -1,77 +1,77 @@
-"""Calibration knobs for predicted step times, and a simple critical-path estimate to calibrate.
+"""Calibration knobs for the simulator (``orchestrator.simulator``), and the error measures used to
+fit them against measured step times.
 
-``Calibration``: a per-profile scale on node costs and a per-transfer latency plus bandwidth for
-edges between devices. ``critical_path_estimate`` is a list schedule (each device runs its nodes
-one at a time in topological order; a node starts when its device is free and its inputs arrived)
--- a stand-in for calibration where ``orchestrator.simulator`` is absent, not that simulator.
+``Calibration`` changes only what the simulator consumes -- there is no second estimator:
+
+- ``scale``: per device profile, a multiplier on the profiled costs ``Node.cost[profile]`` (what
+  ``OpGraph.node_cost_s`` returns for a device with that profile); roofline costs are untouched;
+- ``link_latency_s`` / ``link_bandwidth``: links between the CPU devices of one host (logical CPU
+  devices of ``runtime.split_cpu``), which the simulator otherwise treats as free. ``None`` for
+  both leaves the worker as it is; one of them set adds a direct link per ordered pair (the other
+  one then costs nothing: latency 0 s or infinite bandwidth). ``cluster._route`` prefers a direct
+  link over the free CPU-to-CPU path.
+
+``apply(graph, worker, calib)`` returns calibrated copies. ``hardware=local`` exposes the knobs as
+``hardware.cost_scale``, ``hardware.link_latency_us`` and ``hardware.link_bandwidth_GBps``;
+``benchmarks/calibration.py`` fits them on this machine.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from orchestrator.cluster import Link, Worker
 from orchestrator.graph import OpGraph
 
 
 @dataclass
 class Calibration:
-    scale: dict[str, float] = field(default_factory=dict)   # device profile -> cost multiplier
-    transfer_latency_s: float = 0.0                         # per edge that crosses devices
-    link_bandwidth: float = 10e9                            # bytes/s between local devices
+    scale: dict[str, float] = field(default_factory=dict)   # device profile -> multiplier on Node.cost[profile]
+    link_latency_s: float | None = None                     # per transfer between CPU devices of one host
+    link_bandwidth: float | None = None                     # bytes/s between CPU devices of one host
 
-    def node_cost_s(self, graph: OpGraph, node, device) -> float:
-        return graph.node_cost_s(node, device) * self.scale.get(device.profile, 1.0)
-
-    def transfer_s(self, nbytes: float) -> float:
-        return self.transfer_latency_s + nbytes / self.link_bandwidth
+    @property
+    def has_links(self) -> bool:
+        return self.link_latency_s is not None or self.link_bandwidth is not None
 
 
-def critical_path_estimate(graph: OpGraph, assignment: dict[str, str], devices: dict, calib: Calibration | None = None) -> float:
-    """Estimated step seconds of ``graph`` placed by ``assignment`` ({node: device name}) on
-    ``devices`` ({name: cluster.Device})."""
-    calib = calib or Calibration()
-    preds = graph.predecessors()
-    in_edges: dict[int, list] = {}
-    for e in graph.edges:
-        in_edges.setdefault(graph.index(e.dst), []).append(e)
-    finish = [0.0] * len(graph.nodes)
-    free: dict[str, float] = {}
-    order = _step_order(graph, preds)
-    for i in order:
-        node = graph.nodes[i]
-        dev = assignment[node.name]
-        ready = 0.0
-        for e in in_edges.get(i, []):
-            j = graph.index(e.src)
-            t = finish[j]
-            if assignment[e.src] != dev:
-                t += e.cost * graph.time_unit_s if e.cost is not None else calib.transfer_s(e.bytes)
-            ready = max(ready, t)
-        start = max(ready, free.get(dev, 0.0))
-        finish[i] = start + calib.node_cost_s(graph, node, devices[dev])
-        free[dev] = finish[i]
-    return max(finish, default=0.0)
+def calibrate_graph(graph: OpGraph, calib: Calibration) -> OpGraph:
+    """A copy of ``graph`` with ``Node.cost[profile]`` multiplied by ``calib.scale[profile]``."""
+    scale = {p: float(s) for p, s in calib.scale.items() if float(s) != 1.0}
+    if not scale:
+        return graph
+    nodes = [dataclasses.replace(n, cost={k: c * scale.get(k, 1.0) for k, c in n.cost.items()}) for n in graph.nodes]
+    done = dict(graph.meta.get("cost_scale", {}))
+    done.update({p: done.get(p, 1.0) * s for p, s in scale.items()})
+    return OpGraph(graph.name, nodes, list(graph.edges), graph.granularity, graph.time_unit_s,
+                   {**graph.meta, "cost_scale": done})
 
 
-def _step_order(graph: OpGraph, preds: list[list[int]]) -> list[int]:
-    """Topological order that keeps the graph's listing order where dependencies allow."""
-    import heapq
+def calibrate_worker(worker: Worker, calib: Calibration) -> Worker:
+    """A copy of ``worker`` with a direct link (``calib``'s latency and bandwidth) from every CPU
+    device to every other CPU device of its host; links it already has are kept."""
+    if not calib.has_links:
+        return worker
+    lat = float(calib.link_latency_s or 0.0)
+    bw = math.inf if calib.link_bandwidth is None else float(calib.link_bandwidth)
+    if lat < 0 or bw <= 0:
+        from orchestrator.errors import ConfigError
+        raise ConfigError(f"link latency {lat} s must be >= 0 and bandwidth {bw} B/s > 0")
+    have = {(l.src, l.dst) for l in worker.links}
+    cpus = [d for d in worker.devices if d.kind == "cpu"]
+    new = [Link(a.name, b.name, bw, lat, None, "local") for a in cpus for b in cpus
+           if a is not b and a.host == b.host and (a.name, b.name) not in have]
+    return dataclasses.replace(worker, links=[*worker.links, *new])
 
-    indeg = [len(p) for p in preds]
-    succ = graph.successors()
-    heap = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        i = heapq.heappop(heap)
-        out.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(heap, j)
-    return out
+
+def apply(graph: OpGraph | None, worker: Worker | None, calib: Calibration) -> tuple[OpGraph | None, Worker | None]:
+    """``(calibrate_graph(graph), calibrate_worker(worker))``; either may be None."""
+    return (None if graph is None else calibrate_graph(graph, calib),
+            None if worker is None else calibrate_worker(worker, calib))
 
 
 def median_abs_rel_error(estimated, measured) -> float:
@@ -80,5 +80,5 @@ def median_abs_rel_error(estimated, measured) -> float:
 
 
 def fit_scale(estimated, measured) -> float:
-    """The cost scale that makes the median estimate/measurement ratio 1."""
+    """The cost scale that makes the median measurement/estimate ratio 1."""
     return float(np.median(np.asarray(measured, float) / np.asarray(estimated, float)))

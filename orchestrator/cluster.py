@@ -88,14 +88,17 @@ def host_memory(host: str) -> str:
 
 
 def _route(worker: Worker, src: Device, dst: Device) -> list[Link]:
-    """Links a tensor crosses from ``src`` to ``dst``: none on one device or between CPUs of one host,
-    a direct link where there is one (NVLink), else up to host memory, across the network between
-    hosts, and down. Raises ``ConfigError`` when a needed link is missing."""
-    if src.name == dst.name or (src.kind == "cpu" and dst.kind == "cpu" and src.host == dst.host):
+    """Links a tensor crosses from ``src`` to ``dst``: none on one device, a direct link where there
+    is one (NVLink; a calibrated link between logical CPUs), none between CPUs of one host, else up
+    to host memory, across the network between hosts, and down. Raises ``ConfigError`` when a
+    needed link is missing."""
+    if src.name == dst.name:
         return []
     by_ends = {(l.src, l.dst): l for l in worker.links}
     if (src.name, dst.name) in by_ends:
         return [by_ends[src.name, dst.name]]
+    if src.kind == "cpu" and dst.kind == "cpu" and src.host == dst.host:
+        return []
     hops = []
     a, b = host_memory(src.host), host_memory(dst.host)
     if src.kind != "cpu":

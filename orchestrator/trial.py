@@ -183,7 +183,12 @@ class Trial:
         from orchestrator.extract import extract
 
         profile = "local-cpu" if evaluator_kind == "simulated" and not self.cluster_simulated else None
-        return extract(model_spec, self.settings.batch_size, profile=profile, seed=self.settings.seed)
+        graph = extract(model_spec, self.settings.batch_size, profile=profile, seed=self.settings.seed)
+        calib = getattr(self.hardware, "calibration", None)   # hardware.cost_scale on the profiled costs
+        if profile and calib is not None:
+            from orchestrator.calibration import calibrate_graph
+            graph = calibrate_graph(graph, calib)
+        return graph
 
     def _evaluator(self, kind: str, graph, worker, model_spec):
         from orchestrator.evaluator import MeasuredEvaluator, SimulatedEvaluator

@@ -1,10 +1,16 @@
 """``hardware=local``: this machine's real TensorFlow devices. The CPU can be split into several
-logical devices so that placements have somewhere to go on a CPU-only machine."""
+logical devices so that placements have somewhere to go on a CPU-only machine.
+
+Calibration knobs for the simulator that searching placers judge with (``orchestrator.calibration``;
+fit them with ``benchmarks/calibration.py``): ``cost_scale`` multiplies this machine's profiled
+costs; ``link_latency_us`` / ``link_bandwidth_GBps`` put links between the logical CPU devices
+(null for both: transfers between them are free, as the simulator assumes for CPUs of one host)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.calibration import Calibration, calibrate_worker
 from orchestrator.cluster import Cluster, Device, Worker
 from orchestrator.errors import ConfigError
 from orchestrator.workers import worker_layout
@@ -17,6 +23,7 @@ class LocalHardware:
         if not isinstance(n, int) or n < 1:
             raise ConfigError(f"hardware.logical_cpus={n!r} must be an integer >= 1")
         self.logical_cpus = n
+        self.calibration = calibration_of(cfg)
 
     def cluster(self, trial: Any) -> Cluster:
         from orchestrator.runtime import split_cpu, tf
@@ -27,6 +34,27 @@ class LocalHardware:
             for i, d in enumerate(tf.config.list_logical_devices("GPU")):
                 devices.append(Device(f"gpu:{i}", "gpu", profile="local-gpu", tf_device=d.name))
         speeds = worker_layout(self.cfg, trial.has_sync)
-        workers = [Worker(f"worker{i}", devices, speed=s) for i, s in enumerate(speeds)]
+        workers = [calibrate_worker(Worker(f"worker{i}", devices, speed=s), self.calibration)
+                   for i, s in enumerate(speeds)]
         return Cluster("local", workers, simulated=False,
                        description=f"this machine: {len(cpus)} logical CPU device(s), {len(devices) - len(cpus)} GPU(s)")
+
+
+def calibration_of(cfg: Any) -> Calibration:
+    """``hardware.cost_scale`` (on the "local-cpu" profiled costs), ``hardware.link_latency_us`` and
+    ``hardware.link_bandwidth_GBps`` as a ``Calibration``; null knobs leave the simulator as it is."""
+    def number(key: str, minimum: float, strict: bool):
+        v = cfg.get(key)
+        if v is None:
+            return None
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"hardware.{key}={v!r} must be a number or null") from None
+        if v < minimum or (strict and v == minimum) or v != v:
+            raise ConfigError(f"hardware.{key}={v!r} must be {'>' if strict else '>='} {minimum:g} (or null)")
+        return v
+
+    scale, lat, bw = number("cost_scale", 0.0, True), number("link_latency_us", 0.0, False), number("link_bandwidth_GBps", 0.0, True)
+    return Calibration({"local-cpu": scale} if scale is not None else {},
+                       None if lat is None else lat * 1e-6, None if bw is None else bw * 1e9)
