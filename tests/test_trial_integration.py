@@ -7,7 +7,6 @@ import pytest
 
 from conftest import QUICK, run_cli, store_runs
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "msr-dnn-partitioning"
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
 
@@ -18,11 +17,9 @@ def _only_run(workdir):
 
 
 def test_workload_with_expert_split_is_simulated(workdir):
-    bert = SHARED / "throughput-inputs/LayerGraphs/bert24_training.json"
-    if not bert.exists():
-        pytest.skip(f"{bert} is not here (the shared workloads sit beside the checkout)")
+    bert = DATA / "throughput-inputs/LayerGraphs/bert24_training.json"
     out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={bert}",
-                  f"model.split={SHARED / 'human-experts/bert24_training_expert.json'}", timeout=300)
+                  f"model.split={DATA / 'human-experts/bert24_training_expert.json'}", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     m, tags = run.data.metrics, run.data.tags
