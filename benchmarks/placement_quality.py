@@ -45,11 +45,6 @@ EXTRACTED = [("Inception-V3", "inception_v3", {"input_size": 299}), ("ResNet-50"
              ("Transformer", "transformer", {})]
 
 
-def _plugins():
-    sys.path.insert(0, str(ROOT / "tests"))
-    import conftest  # noqa: F401  (this checkout's plugins/ as orchestrator_plugins)
-
-
 def mixed_gpu_host():
     """One host, one worker: 1 Xeon Platinum 8380 + 2 V100 (NVLink pair, each its own PCIe link)
     + 2 K80 (PCIe only, sharing one switch); V100 <-> K80 and GPU <-> CPU through host memory."""
@@ -351,7 +346,6 @@ def main() -> None:
     ap.add_argument("--workloads", default=str(DEFAULT_WORKLOADS), help="msr-dnn-partitioning folder (missing files are skipped)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "placement.md"))
     args = ap.parse_args()
-    _plugins()
     rl_budget = rl_default_budget()
     budgets = {"random": 1000, "optuna": 300, "rl": rl_budget} if args.full else {"random": 200, "optuna": 100, "rl": rl_budget}
     notes: list[str] = []

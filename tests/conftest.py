@@ -51,28 +51,3 @@ def store_runs(cwd: Path):
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
-
-
-def _alias_worktree_plugins() -> None:
-    """Make ``orchestrator_plugins`` this checkout's ``plugins/`` when the installed one is another
-    checkout's (editable installs point at one worktree)."""
-    import importlib.util
-    import sys
-
-    here = Path(__file__).resolve().parent.parent / "plugins"
-    try:
-        import orchestrator_plugins
-        if Path(orchestrator_plugins.__file__).resolve().parent == here:
-            return
-    except ImportError:
-        pass
-    for name in [m for m in sys.modules if m == "orchestrator_plugins" or m.startswith("orchestrator_plugins.")]:
-        del sys.modules[name]
-    spec = importlib.util.spec_from_file_location("orchestrator_plugins", here / "__init__.py",
-                                                  submodule_search_locations=[str(here)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["orchestrator_plugins"] = module
-    spec.loader.exec_module(module)
-
-
-_alias_worktree_plugins()
