@@ -16,7 +16,11 @@ from orchestrator.tracking import PARENT_ENV, disable_telemetry
 GROUPS = ("placer", "sync", "hardware", "model", "dataset", "experiment")
 
 
+_SIGNAL = {"received": signal.SIGINT}
+
+
 def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
+    _SIGNAL["received"] = signum
     raise KeyboardInterrupt
 
 
@@ -118,7 +122,7 @@ def _task(cfg) -> float:
             return math.nan
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        print("interrupted: the trial's run was marked KILLED", file=sys.stderr, flush=True)
+        print("interrupted: a trial run that had started is marked KILLED", file=sys.stderr, flush=True)
         raise
     except Exception as exc:
         if multirun:
@@ -182,4 +186,4 @@ def main() -> None:
         _hydra_main()
     except KeyboardInterrupt:
         _kill_parent_run()
-        sys.exit(130)
+        sys.exit(128 + int(_SIGNAL["received"]))  # 130 for Ctrl-C, 143 for SIGTERM

@@ -72,7 +72,7 @@ def _kill_job(proc: subprocess.Popen, marker: str) -> None:
             return
 
 
-class _Terminated(Exception):
+class _Terminated(KeyboardInterrupt):
     pass
 
 

@@ -165,11 +165,11 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
     run = client.create_run(exp_id, run_name=run_name, tags=all_tags)
     sink = MlflowSink(client, run.info.run_id)
     status = "FAILED"
+    output_dir.mkdir(parents=True, exist_ok=True)
     try:
         from omegaconf import OmegaConf
 
         sink.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
-        output_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = output_dir / "config.yaml"
         cfg_path.write_text(config_yaml)
         sink.log_artifact(cfg_path)
@@ -233,6 +233,8 @@ class SweepCallback(Callback):
         statuses = [c.info.status for c in children]
         client.log_metric(self.parent_run_id, "sweep.trials", len(children))
         client.log_metric(self.parent_run_id, "sweep.failed_trials", statuses.count("FAILED"))
+        # A sweep none of whose trials finished has failed as a whole.
+        sweep_status = "FINISHED" if "FINISHED" in statuses else "FAILED"
         try:  # the figures are a convenience: a plotting failure must not fail the sweep
             from orchestrator.plots import log_sweep_plots
 
@@ -247,5 +249,5 @@ class SweepCallback(Callback):
                   + report.table(report.rows(runs.load(client, parent_run_id=self.parent_run_id))), flush=True)
         except Exception as exc:
             print(f"sweep comparison not printed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        client.set_terminated(self.parent_run_id, status="FINISHED")
+        client.set_terminated(self.parent_run_id, status=sweep_status)
         os.environ.pop(PARENT_ENV, None)

@@ -133,19 +133,25 @@ class Trial:
         with tracking.trial_run(self.cfg, run_name=self.run_name(), tags=tags, config_yaml=config_yaml,
                                 output_dir=self.output_dir) as sink:
             pm.hook.orchestrator_trial_start(run_id=sink.run_id, cfg=self.cfg)
-            metrics: dict[str, float] = {}
-            placed = None
-            if self.placer is not None:
-                placed = self._place(model_spec, cluster, evaluator_kind, sink)
-                metrics.update(placed["metrics"])
-            if model_spec.trainable_on_mnist:
-                metrics.update(self._train(model_spec, cluster, sink, placed))
-            if "train.speedup" in metrics:
-                metrics["speedup"] = metrics["train.speedup"]
-            elif "placement.speedup" in metrics:
-                metrics["speedup"] = metrics["placement.speedup"]
-            if "speedup" in metrics:
-                sink.log_metrics({"speedup": metrics["speedup"]})
+            try:
+                metrics: dict[str, float] = {}
+                placed = None
+                if self.placer is not None:
+                    placed = self._place(model_spec, cluster, evaluator_kind, sink)
+                    metrics.update(placed["metrics"])
+                if model_spec.trainable_on_mnist:
+                    metrics.update(self._train(model_spec, cluster, sink, placed))
+                # One meaning per trial: the training speedup when it trained (absent if the target was
+                # not reached), the placement speedup when it only placed.
+                key = "train.speedup" if model_spec.trainable_on_mnist else "placement.speedup"
+                if key in metrics:
+                    metrics["speedup"] = metrics[key]
+                if "speedup" in metrics:
+                    sink.log_metrics({"speedup": metrics["speedup"]})
+            except BaseException as exc:  # listeners hear of failed and killed trials too
+                status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+                pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status=status, metrics=dict(sink.latest))
+                raise
             pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status="FINISHED", metrics=metrics)
         value = metrics.get(self.objective_metric, sink.latest.get(self.objective_metric))
         if value is None:
@@ -225,9 +231,13 @@ class Trial:
             "placement.evaluations": float(searched),
             "placement.devices_used": float(len(set(placement.assignment.values()))),
         }
-        if base is not None:
+        if base is not None and base.feasible:
             m["placement.baseline_step_time_s"] = base.step_time_s
             m["placement.speedup"] = base.step_time_s / verdict.step_time_s
+        elif base is not None:  # e.g. an expert split that breaks device memory: nothing to compare with
+            over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in base.oom)
+            base_label = f"{base_label}: infeasible ({over})"
+            base = None
         if evaluator.kind == "simulated":
             m["placement.lower_bound_s"] = evaluator.lower_bound()
             for dev, b in verdict.peak_memory_bytes.items():

@@ -102,3 +102,15 @@ def test_rl_on_tf_cluster_is_simulated_then_measured(workdir):
     assert out.returncode == 0, out.stderr[-3000:]
     m = _only_run(workdir).data.metrics
     assert "placement.measured_step_time_s" in m and "placement.lower_bound_s" in m
+
+
+def test_an_expert_split_that_breaks_memory_is_no_baseline(workdir):
+    """The inceptionv3 expert split overflows its accelerators: the trial says so instead of a speedup of inf."""
+    split = DATA / "human-experts" / "inceptionv3_inference_expert.json"
+    out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={INCEPTION}",
+                  f"model.split={split}", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = _only_run(workdir)
+    assert "placement.speedup" not in run.data.metrics and "speedup" not in run.data.metrics
+    assert "infeasible" in run.data.tags["placement.baseline"]
+    assert run.data.metrics["placement.step_time_s"] < float("inf")

@@ -29,6 +29,10 @@ class LocalHardware:
         from orchestrator.runtime import split_cpu, tf
 
         cpus = split_cpu(self.logical_cpus)
+        if len(cpus) < self.logical_cpus:
+            raise ConfigError(f"hardware.logical_cpus={self.logical_cpus} cannot take effect: TensorFlow in this process "
+                              f"already has {len(cpus)} CPU device(s) (sweep it with hydra/launcher=joblib, one process per trial)")
+        cpus = cpus[: self.logical_cpus]
         devices = [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=name) for i, name in enumerate(cpus)]
         if self.cfg.get("gpus", True):
             for i, d in enumerate(tf.config.list_logical_devices("GPU")):

@@ -91,6 +91,8 @@ def _chain(prob: PlacementProblem) -> np.ndarray:
     acc = _accelerators(prob.worker)
     fastest = np.where(np.isfinite(prob.sim.cost[:, acc]), prob.sim.cost[:, acc], np.inf).min(axis=1)
     fastest = np.where(np.isfinite(fastest), fastest, 0.0)
+    if not fastest.any():  # no costs known (e.g. a measured-only graph): balance by node count
+        fastest = np.ones_like(fastest)
     order = prob.graph.topological_order()
     cum = np.cumsum(fastest[order])
     total = cum[-1] if len(cum) else 0.0

@@ -22,7 +22,7 @@ class ManualPlacer:
         self.split = cfg.get("split")
         self.strategy = cfg.get("strategy")
 
-    def _strategy(self, graph: Any, worker: Any, context: Any) -> str:
+    def _strategy(self, graph: Any, worker: Any, context: Any) -> tuple[str, list[tuple[str, str]]]:
         """``auto``: the expert split if one is given (``placer.split`` or ``model.split``), else
         ``placer.rules``, else the model's own expert rules (``model.expert_rules``) if this worker
         has every device they name, else the literature's rule for the model (rnn for recurrent
@@ -31,20 +31,19 @@ class ManualPlacer:
         if strategy not in ("auto", "split", "rules", *EXPERT):
             raise ConfigError(f"placer.strategy={strategy!r} (accepted: auto, split, rules, {', '.join(EXPERT)})")
         if strategy != "auto":
-            return strategy
+            return strategy, self.rules
         if self.split or _model_split(context):
-            return "split"
+            return "split", []
         if self.rules:
-            return "rules"
+            return "rules", self.rules
         model_rules = _parse_rules(_model_get(context, "expert_rules") or [])
         if model_rules and {d for _, d in model_rules} <= set(worker.device_names):
-            self.rules = model_rules
-            return "rules"
+            return "rules", model_rules  # per call: another worker may lack these devices
         recurrent = any(n.op.lower().startswith(("lstm", "gru", "rnn")) for n in graph.nodes)
-        return "rnn" if recurrent else "fastest"
+        return ("rnn" if recurrent else "fastest"), []
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
-        strategy = self._strategy(graph, worker, context)
+        strategy, rules = self._strategy(graph, worker, context)
         if strategy in EXPERT:
             from orchestrator_plugins.placers.expert_rules import expert_placement
 
@@ -57,16 +56,16 @@ class ManualPlacer:
                 raise ConfigError("placer.strategy=split needs placer.split=FILE (or model.split)")
 
             return load_split(split, graph, worker)
-        if not self.rules:
+        if not rules:
             raise ConfigError("placer=manual needs placer.strategy, placer.rules (pattern: device) or placer.split (a split file)")
         devices = worker.device_names
-        for _, dev in self.rules:
+        for _, dev in rules:
             if dev not in devices:
                 raise ConfigError(f"placer.rules names device {dev!r}; this worker has {', '.join(devices)}")
         assignment: dict[str, str] = {}
         for node in graph.nodes:
             key = node.layer or node.name
-            for pattern, dev in self.rules:
+            for pattern, dev in rules:
                 if fnmatch.fnmatchcase(key, pattern) or fnmatch.fnmatchcase(node.name, pattern):
                     assignment[node.name] = dev
                     break
