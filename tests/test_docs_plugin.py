@@ -54,3 +54,48 @@ def test_documented_placer_installs_and_runs(workdir, docs_placer):
     own = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *load, "tests"], cwd=docs_placer,
                          capture_output=True, text=True, timeout=900)
     assert own.returncode == 0 and "1 passed" in own.stdout, own.stdout[-3000:] + own.stderr[-2000:]
+
+
+def section_files(title: str) -> dict[str, str]:
+    text = DOC.read_text()
+    section = text.split(f"## {title}, as a package", 1)[1].split("\n## ", 1)[0]
+    return {m["path"]: m["body"] for m in BLOCK.finditer(section)}
+
+
+@pytest.fixture
+def docs_package(tmp_path, request):
+    """Write one documented package's files, pip install it, uninstall it afterwards."""
+    files = section_files(request.param)
+    for rel, body in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    (name,) = {rel.split("/", 1)[0] for rel in files}
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(tmp_path / name)], check=True, timeout=300)
+    yield name
+    subprocess.run([*pip, "uninstall", "-y", name], check=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("docs_package", ["A sync strategy"], indirect=True)
+def test_documented_sync_strategy_installs_and_runs(workdir, docs_package):
+    out = run_cli(workdir, "+sync=one_worker", *QUICK, timeout=600, env={"MLFLOW_TRACKING_URI": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = store_runs(workdir)
+    assert run.info.status == "FINISHED" and run.data.tags["sync"] == "one_worker"
+    assert run.data.tags["runtime"] == "local" and run.data.metrics["sync.workers_used"] == 1
+    assert run.data.metrics["train.speedup"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("docs_package", ["A hardware adapter"], indirect=True)
+def test_documented_hardware_adapter_installs_and_runs(workdir, docs_package):
+    out = run_cli(workdir, "hardware=local4", "+placer=greedy", "placer.evaluator=measured", *QUICK, timeout=600,
+                  env={"MLFLOW_TRACKING_URI": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = store_runs(workdir)
+    assert run.info.status == "FINISHED" and run.data.tags["hardware"] == "local4"
+    import json
+
+    placement = json.loads(next(Path(workdir).rglob("placement.json")).read_text())
+    assert placement["devices"] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
