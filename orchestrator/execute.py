@@ -42,20 +42,8 @@ def _runtime(spec, device_of, seed: int, default_device: str):
 def measure_step(spec, device_of: Mapping[str, str] | Callable[[str], str] | None, batch: int = 32, *,
                  warmup: int = 3, repeats: int = 10, seed: int = 0, default_device: str = "/device:CPU:0") -> StepResult:
     """Median wall time of the placed training step (parameters restored afterwards)."""
-    import time
-
     rt = _runtime(spec, device_of, seed, default_device)
-    x, y = spec.sample(batch, seed)
-    saved = rt.get_flat()
-    loss = 0.0
-    for _ in range(warmup):
-        loss = float(rt._train_step(x, y))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        loss = float(rt._train_step(x, y))
-        times.append(time.perf_counter() - t0)
-    rt.set_flat(saved)
+    times, loss = rt.time_steps(*spec.sample(batch, seed), warmup=warmup, repeats=repeats)
     return StepResult(float(np.median(times)), times, loss)
 
 

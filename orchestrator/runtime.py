@@ -158,15 +158,21 @@ class ModelRuntime:
         self.set_flat(saved)
 
     # -- timing -------------------------------------------------------------------------------
-    def measure_step_time(self, x: np.ndarray, y: np.ndarray, *, warmup: int = 3, repeats: int = 10) -> float:
-        """Median wall time of one training step after warm-up (parameters restored afterwards)."""
+    def time_steps(self, x, y, *, warmup: int = 3, repeats: int = 10) -> tuple[list[float], float]:
+        """Wall times of ``repeats`` training steps after ``warmup`` untimed ones, and the last loss
+        (parameters restored afterwards)."""
         saved = self.get_flat()
+        loss = 0.0
         for _ in range(warmup):
-            self._train_step(x, y)
+            loss = float(self._train_step(x, y))
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            self._train_step(x, y).numpy()
+            loss = float(self._train_step(x, y))
             times.append(time.perf_counter() - t0)
         self.set_flat(saved)
-        return float(np.median(times))
+        return times, loss
+
+    def measure_step_time(self, x: np.ndarray, y: np.ndarray, *, warmup: int = 3, repeats: int = 10) -> float:
+        """Median wall time of one training step after warm-up (parameters restored afterwards)."""
+        return float(np.median(self.time_steps(x, y, warmup=warmup, repeats=repeats)[0]))

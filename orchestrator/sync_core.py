@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError
+from orchestrator.workers import worker_layout
 
 UNBOUNDED = math.inf
 DEFAULT_STALENESS = 2.0            # delay-sync default bound s
@@ -60,15 +61,8 @@ class SyncOptions:
         runtime = str(_get(cfg_sync, "runtime", "virtual"))
         if runtime not in ("virtual", "mpi"):
             raise ConfigError(f"sync.runtime={runtime!r} (accepted: virtual, mpi)")
-        speeds = _get(cfg, "hardware.worker_speeds", None)
-        workers = int(_get(cfg, "hardware.workers", len(speeds) if speeds is not None else 4))
-        if workers < 1:
-            raise ConfigError(f"hardware.workers={workers} must be >= 1")
-        speeds = [1.0] * workers if speeds is None else [float(v) for v in speeds]
-        if len(speeds) != workers:
-            raise ConfigError(f"hardware.worker_speeds has {len(speeds)} entries, hardware.workers is {workers}")
-        if min(speeds) <= 0:
-            raise ConfigError("hardware.worker_speeds must all be > 0")
+        speeds = worker_layout(_get(cfg, "hardware", None) or {}, has_sync=True)  # one parser for W and speeds
+        workers = len(speeds)
         strag = _get(cfg, "hardware.stragglers", None)
         p = float(_get(strag, "probability", 0.0)) if strag is not None else 0.0
         k = float(_get(strag, "slowdown", 1.0)) if strag is not None else 1.0

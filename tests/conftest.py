@@ -26,8 +26,9 @@ from orchestrator.runtime import configure_threads, split_cpu  # noqa: E402
 LOGICAL_CPUS = split_cpu(2)
 configure_threads(2)
 
-# Small, fast training settings for tests that only need a trial to run end to end.
-QUICK = ["train.target_accuracy=0.8", "train.eval_every=10", "train.budget_updates=200", "train.eval_samples=500"]
+# Small, fast training settings for tests that only need a trial to run end to end (the same budget
+# the fixture exported to plugin authors uses).
+from orchestrator.testing import QUICK  # noqa: E402,F401
 
 
 def run_cli(cwd: Path, *args: str, module: str = "orchestrator", timeout: float = 600, env: dict | None = None):
