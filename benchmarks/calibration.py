@@ -28,16 +28,16 @@ from types import SimpleNamespace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from orchestrator.runtime import configure_threads, split_cpu  # noqa: E402
+from orchestrator.execution.runtime import configure_threads, split_cpu  # noqa: E402
 
 CPUS = split_cpu(2)
 
 import numpy as np  # noqa: E402
 
-from orchestrator.calibration import fit_scale, median_abs_rel_error  # noqa: E402
-from orchestrator.evaluator import SimulatedEvaluator  # noqa: E402
-from orchestrator.execute import layer_devices, measure_step  # noqa: E402
-from orchestrator.extract import extract  # noqa: E402
+from orchestrator.hardware.calibration import fit_scale, median_abs_rel_error  # noqa: E402
+from orchestrator.placement.evaluator import SimulatedEvaluator  # noqa: E402
+from orchestrator.execution.execute import layer_devices, measure_step  # noqa: E402
+from orchestrator.placement.extract import extract  # noqa: E402
 from orchestrator.models import builtin  # noqa: E402
 from orchestrator.placement import Placement  # noqa: E402
 from plugins.hardware.local import LocalHardware  # noqa: E402
@@ -73,7 +73,7 @@ def placements(graph, devices: list[str]) -> dict[str, Placement]:
 
 
 def simulate(graph, placement: Placement, **knobs) -> float:
-    from orchestrator.calibration import calibrate_graph
+    from orchestrator.hardware.calibration import calibrate_graph
 
     calib, worker = local(**knobs)
     return SimulatedEvaluator(calibrate_graph(graph, calib), worker).evaluate(placement).step_time_s

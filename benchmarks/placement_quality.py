@@ -1,6 +1,6 @@
 """Placement quality: manual, greedy, random, optuna and rl, judged by the simulator, on
 
-- the Keras models the trial extracts (``orchestrator.extract``, layer level, analytic roofline
+- the Keras models the trial extracts (``orchestrator.placement.extract``, layer level, analytic roofline
   costs, batch 64 = the trial default): Inception-V3 (299), ResNet-50 (224), NMT 2/4/8 layers and
   the Transformer, each on ``sim_1cpu_4gpu`` and on a mixed-GPU host (``mixed_gpu_host``);
   manual = the manual placer's ``auto`` expert rule, as the trial's baseline (rnn for NMT,
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.cluster_presets import sim_1cpu_4gpu
-from orchestrator.evaluator import SimulatedEvaluator
+from orchestrator.hardware.presets import sim_1cpu_4gpu
+from orchestrator.placement.evaluator import SimulatedEvaluator
 from orchestrator.placement import PlacementContext
-from orchestrator.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.workload import load_msr_split, load_msr_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORKLOADS = ROOT.parent / "shared" / "workloads" / "msr-dnn-partitioning"
@@ -48,9 +48,9 @@ EXTRACTED = [("Inception-V3", "inception_v3", {"input_size": 299}), ("ResNet-50"
 def mixed_gpu_host():
     """One host, one worker: 1 Xeon Platinum 8380 + 2 V100 (NVLink pair, each its own PCIe link)
     + 2 K80 (PCIe only, sharing one switch); V100 <-> K80 and GPU <-> CPU through host memory."""
-    from orchestrator.cluster import Link, Worker, host_memory
-    from orchestrator.cluster_presets import NVLINK_LATENCY_S, PCIE_LATENCY_S, make_device
-    from orchestrator.hardware_profiles import profile
+    from orchestrator.hardware.cluster import Link, Worker, host_memory
+    from orchestrator.hardware.presets import NVLINK_LATENCY_S, PCIE_LATENCY_S, make_device
+    from orchestrator.hardware.profiles import profile
 
     h, mem = "host0", host_memory("host0")
     devs = [make_device(profile("Xeon Platinum 8380 (datasheet)"), f"{h}/cpu:0", h)]
@@ -113,7 +113,7 @@ def synthetic_cases(full: bool, notes: list[str]):
 
 def extracted_cases(notes: list[str]):
     """The trial's graphs: ``extract(spec, 64, profile=None)`` (simulated cluster: analytic costs)."""
-    from orchestrator.extract import extract
+    from orchestrator.placement.extract import extract
     from orchestrator.models import builtin
 
     workers = (("sim_1cpu_4gpu", sim_1cpu_4gpu().workers[0]), ("mixed V100/K80", mixed_gpu_host()))
@@ -135,7 +135,7 @@ def memory_facts(ev: SimulatedEvaluator) -> dict:
     memory); ``cut`` = for each of the k - 1 cuts of a contiguous split whose pieces fit, the cheapest
     transfer of everything crossing it (each tensor sent once between two such devices, one after
     another on the link)."""
-    from orchestrator.placing import PlacementProblem
+    from orchestrator.placement.search import PlacementProblem
 
     prob = PlacementProblem(ev.graph, ev.worker, ev)
     s = ev.simulator

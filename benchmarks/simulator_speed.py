@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.cluster_presets import sim_1cpu_4gpu
+from orchestrator.hardware.presets import sim_1cpu_4gpu
 from orchestrator.errors import WorkloadError
-from orchestrator.graph import Edge, Node, OpGraph
-from orchestrator.simulator import HAVE_NUMBA, Simulator, lower_bound, simulate
-from orchestrator.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.graph import Edge, Node, OpGraph
+from orchestrator.placement.simulator import HAVE_NUMBA, Simulator, lower_bound, simulate
+from orchestrator.placement.workload import load_msr_split, load_msr_workload
 
 SHARED = Path("/work/shared/workloads/msr-dnn-partitioning")
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "msr-dnn-partitioning"

@@ -35,7 +35,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-from orchestrator.sync_core import SyncOptions  # noqa: E402
+from orchestrator.sync.core import SyncOptions  # noqa: E402
 
 SLOW = 4.0                       # a straggler's iteration is this many times longer
 STALENESS = (0, 1, 2, 4, 8)
@@ -102,7 +102,7 @@ class Bench:
         return self.cache[key]
 
     def _run(self, strat: Strat, setting: str, w: int, runtime: str, mode: str) -> dict:
-        from orchestrator.sync_virtual import make_context, train_virtual
+        from orchestrator.sync.virtual import make_context, train_virtual
 
         speeds, strag = speeds_for(setting, w)
         sync = dict(strat.cfg(), runtime=runtime, base_time_s=self.base, timeout_s=900)
@@ -117,7 +117,7 @@ class Bench:
             ctx = make_context(cfg, tmp, dataset=self.data)
             opts = SyncOptions.from_cfg(sync, cfg)
             if runtime == "mpi":
-                from orchestrator.sync_mpi import train_mpi
+                from orchestrator.sync.mpi import train_mpi
 
                 result, _ = train_mpi(opts, ctx, reference=False)
             else:
@@ -244,7 +244,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     os.environ["TF_NUM_INTRAOP_THREADS"] = str(a.threads)
 
-    from orchestrator.runtime import ModelRuntime, configure_threads
+    from orchestrator.execution.runtime import ModelRuntime, configure_threads
 
     configure_threads(a.threads, 1)
     from orchestrator.data import load_mnist

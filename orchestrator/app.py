@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from orchestrator.errors import UserError
-from orchestrator.tracking import PARENT_ENV, disable_telemetry
+from orchestrator.tracking.store import PARENT_ENV, disable_telemetry
 
 GROUPS = ("placer", "sync", "hardware", "model", "dataset", "experiment")
 
@@ -137,7 +137,7 @@ def _task(cfg) -> float:
 
 def _record_failure(cfg, exc: BaseException) -> None:
     """Give a sweep trial that failed before its run started a FAILED run (if it has none)."""
-    from orchestrator import tracking
+    from orchestrator.tracking import store as tracking
 
     if getattr(exc, "run_recorded", False):
         return

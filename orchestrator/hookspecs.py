@@ -31,7 +31,7 @@ def orchestrator_placers() -> Mapping[str, Ref]:
     """Placers this plugin provides, ``{name: "module:Class"}``.
 
     The class is built as ``Class(cfg)`` with the trial's ``placer`` config node and must offer
-    ``place(graph, worker, evaluator, context) -> Placement`` (see ``orchestrator.placement``).
+    ``place(graph, worker, evaluator, context) -> Placement`` (see ``orchestrator.placement.base``).
     Called when plugins are listed or a trial looks up ``placer.name``.
     """
 
@@ -39,13 +39,13 @@ def orchestrator_placers() -> Mapping[str, Ref]:
 @hookspec
 def orchestrator_sync_strategies() -> Mapping[str, Ref]:
     """Data-parallel sync strategies, ``{name: "module:Class"}``; ``Class(cfg)`` offers
-    ``train(context) -> TrainResult`` (see ``orchestrator.training``)."""
+    ``train(context) -> TrainResult`` (see ``orchestrator.execution.training``)."""
 
 
 @hookspec
 def orchestrator_hardware_adapters() -> Mapping[str, Ref]:
     """Hardware adapters, ``{name: "module:Class"}``; ``Class(cfg)`` offers ``cluster(context) -> Cluster``
-    (see ``orchestrator.cluster``)."""
+    (see ``orchestrator.hardware.cluster``)."""
 
 
 @hookspec

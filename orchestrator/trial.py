@@ -4,22 +4,15 @@ evaluator), sync strategy or single worker -> training, all recorded in one MLfl
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import __version__, plugins
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.progress import enabled as progress_enabled
-from orchestrator.training import TrainContext, TrainResult, TrainSettings, log_final
-
-
-def _on_one_device(graph, worker, device: str):
-    from orchestrator.placement import Placement
-
-    return Placement(worker.device_names, {n.name: device for n in graph.nodes}, {"placer": f"single device {device}"})
+from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
+from orchestrator.placement.phase import PlacementPhase, single_device
 
 
 def _choices() -> dict[str, str]:
@@ -83,6 +76,7 @@ class Trial:
         self.hardware = self.hardware_cls(cfg.hardware)
         self.placer = self.placer_cls(cfg.placer) if self.placer_cls else None
         self.sync = self.sync_cls(cfg.sync) if self.sync_cls else None
+        self.placing = PlacementPhase(self)
 
     @property
     def has_sync(self) -> bool:
@@ -113,7 +107,7 @@ class Trial:
                 close()  # stop the processes a hardware adapter started (tf_cluster servers)
 
     def _run(self) -> float:
-        from orchestrator import tracking
+        from orchestrator.tracking import store as tracking
 
         model_spec = self.model_spec = self.model_fn(self.cfg.model)
         cluster = self.hardware.cluster(self)
@@ -137,7 +131,7 @@ class Trial:
                 metrics: dict[str, float] = {}
                 placed = None
                 if self.placer is not None:
-                    placed = self._place(model_spec, cluster, evaluator_kind, sink)
+                    placed = self.placing.place(model_spec, cluster, evaluator_kind, sink)
                     metrics.update(placed["metrics"])
                 if model_spec.trainable_on_mnist:
                     metrics.update(self._train(model_spec, cluster, sink, placed))
@@ -181,137 +175,6 @@ class Trial:
         return load_mnist(ds.get("path"), seed=int(self.cfg.get("seed", 0)),
                           test_fraction=float(ds.get("test_fraction", 0.2)), limit=ds.get("limit"))
 
-    def _graph(self, model_spec, evaluator_kind: str):
-        """The op graph to place: a workload's own, else extracted from the Keras model (layer level;
-        profiled on this machine when a simulated evaluator judges local devices)."""
-        if model_spec.graph is not None:
-            return model_spec.graph
-        from orchestrator.extract import extract
-
-        profile = "local-cpu" if evaluator_kind == "simulated" and not self.cluster_simulated else None
-        graph = extract(model_spec, self.settings.batch_size, profile=profile, seed=self.settings.seed)
-        calib = getattr(self.hardware, "calibration", None)   # hardware.cost_scale on the profiled costs
-        if profile and calib is not None:
-            from orchestrator.calibration import calibrate_graph
-            graph = calibrate_graph(graph, calib)
-        return graph
-
-    def _evaluator(self, kind: str, graph, worker, model_spec):
-        from orchestrator.evaluator import MeasuredEvaluator, SimulatedEvaluator
-
-        if kind == "simulated":
-            return SimulatedEvaluator(graph, worker)
-        if model_spec.build is None:
-            raise ConfigError(f"model={self.names['model']} is a cost graph; it can only be simulated")
-        return MeasuredEvaluator(model_spec, worker, self._dataset(), self.settings.batch_size, seed=self.settings.seed)
-
-    def _place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
-        from orchestrator.placement import PlacementContext
-
-        worker = cluster.workers[0]
-        graph = self._graph(model_spec, evaluator_kind)
-        evaluator = self._evaluator(evaluator_kind, graph, worker, model_spec)
-        context = PlacementContext(seed=self.settings.seed, sink=sink, output_dir=self.output_dir,
-                                   show_progress=self.show_progress, cfg=self.cfg)
-        t0 = time.perf_counter()
-        placement = self.placer.place(graph, worker, evaluator, context).check(graph)
-        search_time = time.perf_counter() - t0
-        searched = evaluator.evaluations
-        path = self.output_dir / "placement.json"
-        placement.save(path)
-        sink.log_artifact(path)
-        verdict = evaluator.evaluate(placement, **({"schedule": True} if evaluator.kind == "simulated" else {}))
-        if not verdict.feasible:
-            over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
-            raise InfeasiblePlacementError(f"placer {self.names['placer']}'s placement does not fit in memory: {over}")
-        base_label, base_placement, base = self._baseline(graph, worker, evaluator, model_spec)
-        m = {
-            "placement.step_time_s": verdict.step_time_s,
-            "placement.search_time_s": search_time,
-            "placement.evaluations": float(searched),
-            "placement.devices_used": float(len(set(placement.assignment.values()))),
-        }
-        if base is not None and base.feasible:
-            m["placement.baseline_step_time_s"] = base.step_time_s
-            m["placement.speedup"] = base.step_time_s / verdict.step_time_s
-        elif base is not None:  # e.g. an expert split that breaks device memory: nothing to compare with
-            over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in base.oom)
-            base_label = f"{base_label}: infeasible ({over})"
-            base = None
-        if evaluator.kind == "simulated":
-            m["placement.lower_bound_s"] = evaluator.lower_bound()
-            for dev, b in verdict.peak_memory_bytes.items():
-                m[f"placement.memory_bytes.{dev}"] = b
-            for dev, busy in verdict.busy_s.items():
-                m[f"placement.utilisation.{dev}"] = busy / verdict.step_time_s if verdict.step_time_s else 0.0
-            self._gantt(verdict, sink)
-        placed = {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base,
-                  "graph": graph, "worker": worker}
-        if not cluster.simulated and model_spec.build is not None:
-            placed.update(self._measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
-        sink.log_metrics(m)
-        sink.set_tags({"placement.baseline": base_label})
-        return placed
-
-    def _measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
-        """On real devices, the chosen and the baseline placement also run for real: their measured
-        step times are logged beside the simulated ones, and training uses the measured runtime."""
-        if evaluator.kind == "measured":
-            return {"measured": evaluator, "measured_baseline": base, "measured_step_s": m["placement.step_time_s"]}
-        measured = self._evaluator("measured", graph, worker, model_spec)
-        mv = measured.evaluate(placement)
-        mb = measured.evaluate(base_placement) if base_placement is not None else None
-        m["placement.measured_step_time_s"] = mv.step_time_s
-        if mb is not None:
-            m["placement.measured_baseline_step_time_s"] = mb.step_time_s
-            m["placement.measured_speedup"] = mb.step_time_s / mv.step_time_s
-        return {"measured": measured, "measured_baseline": mb, "measured_step_s": mv.step_time_s}
-
-    def _baseline(self, graph, worker, evaluator, model_spec):
-        """The reference placement: the manual one, or (for the manual placer itself) the single
-        fastest device that fits."""
-        if self.names["placer"] != "manual":
-            manual = (model_spec.expert_split or self._manual_baseline(graph, worker)).check(graph)
-            return "manual placement", manual, evaluator.evaluate(manual)
-        if evaluator.kind == "measured":
-            dev, v = evaluator.single_device_baseline()
-            return f"single device {dev}", _on_one_device(graph, worker, dev), v
-        label, v = self._single_device(evaluator, graph, worker)
-        dev = label.rsplit(" ", 1)[-1] if v is not None else None
-        return label, (_on_one_device(graph, worker, dev) if dev else None), v
-
-    @staticmethod
-    def _single_device(evaluator, graph, worker):
-        """The fastest device that holds the whole model (simulated), as (label, verdict)."""
-        best = None
-        for d in worker.devices:
-            v = evaluator.evaluate(_on_one_device(graph, worker, d.name))
-            if v.feasible and (best is None or v.step_time_s < best[1].step_time_s):
-                best = (f"single device {d.name}", v)
-        return best if best is not None else ("none: no single device fits the model", None)
-
-    def _gantt(self, verdict, sink) -> None:
-        result = getattr(verdict, "result", None)
-        if result is None or not result.schedule:
-            return
-        from orchestrator.gantt import gantt
-
-        path = self.output_dir / "gantt.png"
-        gantt(result, path)
-        sink.log_artifact(path)
-
-    def _manual_baseline(self, graph, worker):
-        """The human expert's placement that other placers are measured against: the packaged
-        ``placer/manual.yaml`` unless ``placer.baseline`` gives its own manual-placer config."""
-        from importlib import resources
-
-        from orchestrator_plugins.placers.manual import ManualPlacer
-
-        cfg = self.cfg.placer.get("baseline")
-        if cfg is None:
-            cfg = OmegaConf.load(str(resources.files("orchestrator_conf") / "placer" / "manual.yaml"))
-        return ManualPlacer(cfg).place(graph, worker).check(graph)
-
     def _train(self, model_spec, cluster, sink, placed) -> dict[str, float]:
         ctx = TrainContext(self.settings, self._dataset(), model_spec, cluster, sink, self.output_dir, self.cfg,
                            show_progress=self.show_progress)
@@ -334,10 +197,10 @@ class Trial:
         device) and the workers' speeds follow from their step times, relative to the first."""
         if not cluster.simulated:
             return {w.name: placed["measured_step_s"] for w in cluster.workers} if placed else {}
-        from orchestrator.evaluator import SimulatedEvaluator
+        from orchestrator.placement.evaluator import SimulatedEvaluator
         from orchestrator.placement import PlacementContext
 
-        graph = placed["graph"] if placed else self._graph(model_spec, "simulated")
+        graph = placed["graph"] if placed else self.placing.graph(model_spec, "simulated")
         by_devices: dict[tuple, float] = {}
         steps: dict[str, float] = {}
         for w in cluster.workers:
@@ -351,7 +214,7 @@ class Trial:
                         ctx = PlacementContext(seed=self.settings.seed, output_dir=self.output_dir, cfg=self.cfg)
                         verdict = evaluator.evaluate(self.placer.place(graph, w, evaluator, ctx).check(graph))
                     else:
-                        verdict = self._single_device(evaluator, graph, w)[1]
+                        verdict = single_device(evaluator, graph, w)[1]
                     if verdict is None or not verdict.feasible:
                         raise InfeasiblePlacementError(f"model {model_spec.name} does not fit worker {w.name}")
                     by_devices[key] = verdict.step_time_s
@@ -365,8 +228,8 @@ class Trial:
         return {w.name: ref for w in cluster.workers}
 
     def _train_one_worker(self, ctx: TrainContext, placed) -> tuple[TrainResult, float | None]:
-        from orchestrator.runtime import ModelRuntime
-        from orchestrator.single_worker import train_single_worker
+        from orchestrator.execution.runtime import ModelRuntime
+        from orchestrator.execution.single_worker import train_single_worker
 
         lr, seed = self.settings.lr, self.settings.seed
         if ctx.cluster.simulated:
@@ -399,11 +262,11 @@ class Trial:
         if placed is not None and placed["baseline"] is not None:
             return (placed["verdict"].step_time_s, placed["baseline"].step_time_s,
                     "updates to target x baseline placement's simulated step time")
-        from orchestrator.evaluator import SimulatedEvaluator
+        from orchestrator.placement.evaluator import SimulatedEvaluator
 
         worker = ctx.cluster.workers[0]
-        evaluator = SimulatedEvaluator(self._graph(ctx.model, "simulated"), worker)
-        label, verdict = self._single_device(evaluator, evaluator.graph, worker)
+        evaluator = SimulatedEvaluator(self.placing.graph(ctx.model, "simulated"), worker)
+        label, verdict = single_device(evaluator, evaluator.graph, worker)
         if verdict is None:
             raise InfeasiblePlacementError(f"model {ctx.model.name} fits on no single device of {worker.name}; add a placer")
         step = placed["verdict"].step_time_s if placed is not None else verdict.step_time_s

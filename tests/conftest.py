@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-from orchestrator.runtime import configure_threads, split_cpu  # noqa: E402
+from orchestrator.execution.runtime import configure_threads, split_cpu  # noqa: E402
 
 # Two logical CPU devices for in-process placement tests; must happen before TensorFlow initialises.
 LOGICAL_CPUS = split_cpu(2)
@@ -40,7 +40,7 @@ def store_runs(cwd: Path):
     """All runs in ``cwd/mlflow.db`` (every experiment), newest first."""
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.tracking import init_store
+    from orchestrator.tracking.store import init_store
 
     uri = f"sqlite:///{cwd / 'mlflow.db'}"
     init_store(uri)  # under the same lock as the trials: no two processes migrate a new store at once

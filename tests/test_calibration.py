@@ -4,12 +4,12 @@ import math
 
 import pytest
 
-from orchestrator.calibration import (Calibration, apply, calibrate_graph, calibrate_worker, fit_scale,
+from orchestrator.hardware.calibration import (Calibration, apply, calibrate_graph, calibrate_worker, fit_scale,
                                       median_abs_rel_error)
-from orchestrator.cluster import Device, Link, Worker
+from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.errors import ConfigError
-from orchestrator.evaluator import SimulatedEvaluator
-from orchestrator.graph import Edge, Node, OpGraph
+from orchestrator.placement.evaluator import SimulatedEvaluator
+from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import Placement
 from plugins.hardware.local import calibration_of
 

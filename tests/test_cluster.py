@@ -2,9 +2,9 @@
 
 import pytest
 
-from orchestrator.cluster_presets import load_cluster_file, multi_host_worker, sim_1cpu_4gpu, sim_hetero_cluster
+from orchestrator.hardware.presets import load_cluster_file, multi_host_worker, sim_1cpu_4gpu, sim_hetero_cluster
 from orchestrator.errors import ConfigError
-from orchestrator.hardware_profiles import PROFILES
+from orchestrator.hardware.profiles import PROFILES
 
 
 def test_profiles_are_labelled():

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.execute import compare_with_unplaced, layer_devices, measure_step
-from orchestrator.extract import extract_layer_graph
+from orchestrator.execution.execute import compare_with_unplaced, layer_devices, measure_step
+from orchestrator.placement.extract import extract_layer_graph
 from orchestrator.models import builtin
 from orchestrator.placement import Placement
 
@@ -57,7 +57,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 def test_placed_step_on_two_tf_server_processes():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.execute", "2", "cnn", "8"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.execution.execute", "2", "cnn", "8"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -68,7 +68,7 @@ def test_placed_step_on_two_tf_server_processes():
 
 
 def test_apply_placement_puts_each_layers_variables_where_the_file_says(tmp_path):
-    from orchestrator.execute import apply_placement, tf_device_name
+    from orchestrator.execution.execute import apply_placement, tf_device_name
     from orchestrator.models import builtin
     from orchestrator.placement import Placement
 

@@ -3,10 +3,10 @@ import time
 
 import pytest
 
-from orchestrator.cluster import Device
-from orchestrator.extract import extract, extract_layer_graph
-from orchestrator.extract_ops import extract_op_graph
-from orchestrator.graph import OpGraph
+from orchestrator.hardware.cluster import Device
+from orchestrator.placement.extract import extract, extract_layer_graph
+from orchestrator.placement.extract_ops import extract_op_graph
+from orchestrator.placement.graph import OpGraph
 from orchestrator.models import builtin
 
 

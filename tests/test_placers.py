@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator.cluster import Device, Link, Worker, host_memory
+from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
 from orchestrator.errors import InfeasiblePlacementError
-from orchestrator.evaluator import SimulatedEvaluator
-from orchestrator.graph import Edge, Node, OpGraph
+from orchestrator.placement.evaluator import SimulatedEvaluator
+from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import PlacementContext
-from orchestrator.simulator import Simulator
+from orchestrator.placement.simulator import Simulator
 from orchestrator_plugins.placers.greedy import GreedyPlacer
 from orchestrator_plugins.placers.manual import ManualPlacer
 from orchestrator_plugins.placers.optuna_placer import OptunaPlacer

@@ -31,7 +31,7 @@ def test_staleness_recipe_runs_and_ends_with_a_comparison(workdir):
     children = [r for r in store_runs(workdir) if r.data.tags.get("mlflow.parentRunId")]
     assert sorted(r.data.params["sync.staleness"] for r in children) == ["0", "4"]
     assert all("sync.staleness=" in r.info.run_name for r in children)
-    report = run_cli(workdir, "--experiment", "delay_sync_staleness", module="orchestrator.report", timeout=120)
+    report = run_cli(workdir, "--experiment", "delay_sync_staleness", module="orchestrator.tracking.report", timeout=120)
     assert report.returncode == 0 and report.stdout.count("none/delay/local/cnn") == 2, report.stdout
 
 

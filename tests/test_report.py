@@ -58,7 +58,7 @@ def store(tmp_path):
 
 
 def report(cwd, *args):
-    return run_cli(cwd, *args, module="orchestrator.report", timeout=120, env=MLFLOW_ENV)
+    return run_cli(cwd, *args, module="orchestrator.tracking.report", timeout=120, env=MLFLOW_ENV)
 
 
 def test_table_lists_trials_not_sweeps(store):

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from orchestrator.cluster import Device, Link, Worker
-from orchestrator.gantt import gantt
-from orchestrator.graph import Edge, Node, OpGraph
+from orchestrator.hardware.cluster import Device, Link, Worker
+from orchestrator.placement.gantt import gantt
+from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import Placement
-from orchestrator.simulator import Simulator, lower_bound, simulate
+from orchestrator.placement.simulator import Simulator, lower_bound, simulate
 
 
 def graph(costs, edges, **node_kw):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import WorkerFailedError
-from orchestrator.sync_core import SyncOptions
-from orchestrator.sync_mpi import _job_processes, train_mpi
-from orchestrator.sync_virtual import make_context
+from orchestrator.sync.core import SyncOptions
+from orchestrator.sync.mpi import _job_processes, train_mpi
+from orchestrator.sync.virtual import make_context
 
 pytestmark = pytest.mark.slow
 

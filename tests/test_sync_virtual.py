@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from orchestrator.sync_core import StalenessGate, SyncOptions, batch_shares, push_weights
-from orchestrator.sync_virtual import VirtualRun
-from orchestrator.training import TrainSettings
+from orchestrator.sync.core import StalenessGate, SyncOptions, batch_shares, push_weights
+from orchestrator.sync.virtual import VirtualRun
+from orchestrator.execution.training import TrainSettings
 from tests.fakes import FakeRuntime, fake_data
 
 
@@ -42,7 +42,7 @@ class CheckingGate(StalenessGate):
 @given(workers=st.integers(1, 6), s=st.integers(0, 4), p=st.floats(0.0, 0.9), k=st.floats(1.0, 20.0),
        speeds_seed=st.integers(0, 1000), proportional=st.booleans())
 def test_staleness_bound_holds_under_random_delays(monkeypatch, workers, s, p, k, speeds_seed, proportional):
-    import orchestrator.sync_virtual as sv
+    import orchestrator.sync.virtual as sv
 
     monkeypatch.setattr(sv, "StalenessGate", CheckingGate)
     speeds = list(np.random.default_rng(speeds_seed).uniform(0.1, 1.0, workers))
@@ -132,7 +132,7 @@ def mnist():
 
 def cnn_run(opts, s, data):
     from orchestrator.models import cnn
-    from orchestrator.runtime import ModelRuntime
+    from orchestrator.execution.runtime import ModelRuntime
 
     rt = ModelRuntime(cnn.spec({}), seed=s.seed, lr=s.lr)
     v = VirtualRun(opts, s, rt, data, 0.01)
@@ -155,7 +155,7 @@ def test_64_virtual_workers_run(mnist):
 
 
 def test_plugin_writes_metrics_and_artifacts(mnist, tmp_path):
-    from orchestrator.sync_virtual import make_context
+    from orchestrator.sync.virtual import make_context
     from orchestrator_plugins.sync.strategies import DelaySync
 
     cfg = {"hardware": {"workers": 2, "worker_speeds": [1.0, 0.5]},

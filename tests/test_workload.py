@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import WorkloadError
-from orchestrator.graph import OpGraph
-from orchestrator.simulator import lower_bound, simulate
-from orchestrator.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.graph import OpGraph
+from orchestrator.placement.simulator import lower_bound, simulate
+from orchestrator.placement.workload import load_msr_split, load_msr_workload
 
 SHARED = Path("/work/shared/workloads/msr-dnn-partitioning")
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"

@@ -1,7 +1,7 @@
 """``hardware=local``: this machine's real TensorFlow devices. The CPU can be split into several
 logical devices so that placements have somewhere to go on a CPU-only machine.
 
-Calibration knobs for the simulator that searching placers judge with (``orchestrator.calibration``;
+Calibration knobs for the simulator that searching placers judge with (``orchestrator.hardware.calibration``;
 fit them with ``benchmarks/calibration.py``): ``cost_scale`` multiplies this machine's profiled
 costs; ``link_latency_us`` / ``link_bandwidth_GBps`` put links between the logical CPU devices
 (null for both: transfers between them are free, as the simulator assumes for CPUs of one host)."""
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.calibration import Calibration, calibrate_worker
-from orchestrator.cluster import Cluster, Device, Worker
+from orchestrator.hardware.calibration import Calibration, calibrate_worker
+from orchestrator.hardware.cluster import Cluster, Device, Worker
 from orchestrator.errors import ConfigError
-from orchestrator.workers import worker_layout
+from orchestrator.hardware.workers import worker_layout
 
 
 class LocalHardware:
@@ -26,7 +26,7 @@ class LocalHardware:
         self.calibration = calibration_of(cfg)
 
     def cluster(self, trial: Any) -> Cluster:
-        from orchestrator.runtime import split_cpu, tf
+        from orchestrator.execution.runtime import split_cpu, tf
 
         cpus = split_cpu(self.logical_cpus)
         if len(cpus) < self.logical_cpus:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from orchestrator.cluster import Cluster, Worker
+from orchestrator.hardware.cluster import Cluster, Worker
 from orchestrator.errors import ConfigError
-from orchestrator.workers import worker_layout
+from orchestrator.hardware.workers import worker_layout
 
 PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
 
@@ -40,7 +40,7 @@ class SimulatedHardware:
             raise ConfigError(f"hardware.preset={self.preset!r} (available: {', '.join(PRESETS)})")
 
     def cluster(self, trial: Any) -> Cluster:
-        from orchestrator import cluster_presets
+        from orchestrator.hardware import presets as cluster_presets
 
         if self.path:
             cluster = cluster_presets.load_cluster_file(self.path)

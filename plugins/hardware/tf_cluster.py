@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.errors import ConfigError
-from orchestrator.workers import worker_layout
+from orchestrator.hardware.workers import worker_layout
 
 
 class TFClusterHardware:
@@ -21,7 +21,7 @@ class TFClusterHardware:
         self._local = None
 
     def cluster(self, trial: Any) -> Cluster:
-        from orchestrator.tf_cluster import LocalTFCluster, connect
+        from orchestrator.hardware.tf_cluster import LocalTFCluster, connect
 
         if self.addresses:
             tf_devices = connect([str(a) for a in self.addresses])

@@ -19,7 +19,7 @@ import numpy as np
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.placement import Placement
-from orchestrator.placing import PlacementProblem
+from orchestrator.placement.search import PlacementProblem
 
 STRATEGIES = ("fastest", "rnn", "chain")
 RNN_LAYER = re.compile(r"(?:lstm|gru|rnn|recurrent|cell|layer)[_/:\-]?(\d+)", re.I)

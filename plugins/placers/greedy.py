@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.placement import Placement
-from orchestrator.placing import PlacementProblem, cfg_get
+from orchestrator.placement.search import PlacementProblem, cfg_get
 
 
 class GreedyPlacer:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.placement import Placement
-from orchestrator.placing import PlacementProblem, cfg_get, group_atoms
+from orchestrator.placement.search import PlacementProblem, cfg_get, group_atoms
 
 
 class OptunaPlacer:

@@ -1,4 +1,4 @@
-"""``placer=rl``: REINFORCE over a TensorFlow policy (``orchestrator.rl_policy``) choosing a device
+"""``placer=rl``: REINFORCE over a TensorFlow policy (``orchestrator.placement.policy``) choosing a device
 per group (colocation groups merged along topological order into <= ``placer.max_groups``, cut
 where the greedy placement changes device). Per update a batch of placements is sampled and scored
 by the shared evaluator (its fast path when simulated); reward -sqrt(step / greedy step), an
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.placement import Placement
-from orchestrator.placing import PlacementProblem, cfg_get, group_atoms
+from orchestrator.placement.search import PlacementProblem, cfg_get, group_atoms
 
 
 class RLPlacer:
@@ -73,7 +73,7 @@ class RLPlacer:
 
     # -- the policy phase ------------------------------------------------------------------------
     def _search(self, prob: PlacementProblem, g_assign: np.ndarray, seed: int, context: Any):
-        from orchestrator.rl_policy import PlacementPolicy, group_features
+        from orchestrator.placement.policy import PlacementPolicy, group_features
 
         rng = np.random.default_rng(seed)
         g_atoms = prob.atoms_of(g_assign)

@@ -1,14 +1,14 @@
 """The three built-in sync strategies. Each is ``Class(cfg_sync)`` with ``train(ctx) -> TrainResult``;
-``sync.runtime`` picks the virtual emulation (``orchestrator.sync_virtual``) or real MPI ranks
-(``orchestrator.sync_mpi``). The rules themselves live in ``orchestrator.sync_core``."""
+``sync.runtime`` picks the virtual emulation (``orchestrator.sync.virtual``) or real MPI ranks
+(``orchestrator.sync.mpi``). The rules themselves live in ``orchestrator.sync.core``."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from orchestrator.sync_core import SyncOptions
-from orchestrator.sync_report import sync_metrics, write_artifacts
-from orchestrator.training import TrainContext, TrainResult
+from orchestrator.sync.core import SyncOptions
+from orchestrator.sync.report import sync_metrics, write_artifacts
+from orchestrator.execution.training import TrainContext, TrainResult
 
 
 class SyncStrategy:
@@ -29,11 +29,11 @@ class SyncStrategy:
     def train(self, ctx: TrainContext) -> TrainResult:
         opts = self.options(ctx)
         if opts.runtime == "mpi":
-            from orchestrator.sync_mpi import train_mpi
+            from orchestrator.sync.mpi import train_mpi
 
             result, stats = train_mpi(opts, ctx)
         else:
-            from orchestrator.sync_virtual import train_virtual
+            from orchestrator.sync.virtual import train_virtual
 
             result, stats, _ = train_virtual(opts, ctx)
         result.extra_metrics.update(sync_metrics(stats))

@@ -1,4 +1,4 @@
-"""MLflow tracking: one run per trial, one parent run per Hydra multirun / Optuna sweep.
+"""The MLflow store: one run per trial (the parent run of a sweep is made by ``tracking.sweep``).
 
 Store: ``tracking.uri`` from config, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
 the working directory (MLflow's own default). MLflow is imported lazily (it costs a second).
@@ -9,14 +9,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from hydra.experimental.callback import Callback
 
 PARENT_ENV = "ORCHESTRATOR_PARENT_RUN_ID"
 DEFAULT_URI = "sqlite:///mlflow.db"
@@ -196,58 +194,3 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
     finally:
         client.set_terminated(run.info.run_id, status=status)
         del mlflow
-
-
-class SweepCallback(Callback):
-    """Makes one parent MLflow run per Hydra multirun; trials become its children."""
-
-    def __init__(self) -> None:
-        self.parent_run_id: str | None = None
-        self.uri: str | None = None
-
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        self.uri = tracking_uri(config)
-        _mlflow(self.uri)
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(self.uri)
-        exp_id = _experiment_id(client, config)
-        sweeper = config.hydra.sweeper.get("_target_", "basic").rsplit(".", 1)[-1]
-        overrides = " ".join(config.hydra.overrides.task)
-        run = client.create_run(exp_id, run_name=f"sweep: {overrides}"[:250] or "sweep",
-                                tags={"orchestrator.kind": "sweep", "orchestrator.sweeper": sweeper,
-                                      "orchestrator.sweep_dir": str(config.hydra.sweep.dir)})
-        self.parent_run_id = run.info.run_id
-        os.environ[PARENT_ENV] = self.parent_run_id
-
-    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        if self.parent_run_id is None:
-            return
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(self.uri)
-        children = client.search_runs(
-            [client.get_run(self.parent_run_id).info.experiment_id],
-            filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
-        )
-        statuses = [c.info.status for c in children]
-        client.log_metric(self.parent_run_id, "sweep.trials", len(children))
-        client.log_metric(self.parent_run_id, "sweep.failed_trials", statuses.count("FAILED"))
-        # A sweep none of whose trials finished has failed as a whole.
-        sweep_status = "FINISHED" if "FINISHED" in statuses else "FAILED"
-        try:  # the figures are a convenience: a plotting failure must not fail the sweep
-            from orchestrator.plots import log_sweep_plots
-
-            log_sweep_plots(client, self.parent_run_id)
-        except Exception as exc:
-            print(f"sweep plots not logged: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            client.set_tag(self.parent_run_id, "orchestrator.plots_error", f"{type(exc).__name__}: {exc}"[:5000])
-        try:  # end the sweep with its comparison, as `python -m orchestrator.report --parent` prints it
-            from orchestrator import report, runs
-
-            print(f"\nsweep {self.parent_run_id} ({len(children)} trials):\n"
-                  + report.table(report.rows(runs.load(client, parent_run_id=self.parent_run_id))), flush=True)
-        except Exception as exc:
-            print(f"sweep comparison not printed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        client.set_terminated(self.parent_run_id, status=sweep_status)
-        os.environ.pop(PARENT_ENV, None)

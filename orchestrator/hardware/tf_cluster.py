@@ -50,7 +50,7 @@ class LocalTFCluster:
         atexit.register(self.close)
         try:
             for i in range(self.n):
-                cmd = [sys.executable, "-m", "orchestrator.tf_cluster", spec, self.job, str(i), str(self.threads or 0), str(os.getpid())]
+                cmd = [sys.executable, "-m", "orchestrator.hardware.tf_cluster", spec, self.job, str(i), str(self.threads or 0), str(os.getpid())]
                 env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR"}
                 self.procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env,
                                                    stderr=subprocess.DEVNULL if self.quiet else None))

@@ -6,12 +6,11 @@ host where the profile has one; the network between hosts is one shared channel 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from orchestrator.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.errors import ConfigError
-from orchestrator.hardware_profiles import HardwareProfile, profile
+from orchestrator.hardware.profiles import HardwareProfile, profile
 
 PCIE_LATENCY_S = 10e-6
 NVLINK_LATENCY_S = 2e-6

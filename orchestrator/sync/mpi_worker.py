@@ -1,8 +1,8 @@
-"""The program every MPI rank runs: ``python -m orchestrator.mpi_worker JOB.json``.
+"""The program every MPI rank runs: ``python -m orchestrator.sync.mpi_worker JOB.json``.
 
 allreduce: W ranks, Horovod ``grouped_allreduce`` of per-variable gradients each step.
 async/delay: rank 0 is the parameter server (one thread per worker, the rules of
-``orchestrator.sync_core``), ranks 1..W are workers; numpy buffers go by ``Send``/``Recv``.
+``orchestrator.sync.core``), ranks 1..W are workers; numpy buffers go by ``Send``/``Recv``.
 Heterogeneity: a worker sleeps to stretch its compute time to ``time * slowdown / speed``.
 Each rank writes ``rank{r}.json``; rank 0 writes ``result.json``. A failing rank writes
 ``rank{r}.error`` (one line) and aborts the job.
@@ -27,8 +27,8 @@ REQ, GO, PARAMS, HDR, GRAD = 1, 2, 3, 4, 5
 
 class Job:
     def __init__(self, path: str):
-        from orchestrator.sync_core import SyncOptions, batch_shares, push_weights
-        from orchestrator.training import TrainSettings
+        from orchestrator.sync.core import SyncOptions, batch_shares, push_weights
+        from orchestrator.execution.training import TrainSettings
 
         spec = json.loads(Path(path).read_text())
         self.raw = spec
@@ -43,7 +43,7 @@ class Job:
     def runtime_and_data(self):
         from orchestrator import plugins
         from orchestrator.data import load_mnist
-        from orchestrator.runtime import ModelRuntime, configure_threads
+        from orchestrator.execution.runtime import ModelRuntime, configure_threads
 
         configure_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", "1")), 1)
         data = load_mnist(self.raw.get("dataset_path"), seed=self.raw.get("dataset_seed", 0),
@@ -54,7 +54,7 @@ class Job:
         return rt, data
 
     def tracker(self, per_step: int):
-        from orchestrator.training import ConvergenceTracker, NullSink
+        from orchestrator.execution.training import ConvergenceTracker, NullSink
 
         s = dataclasses.replace(self.settings, eval_every=self.settings.eval_every * per_step,
                                 budget_updates=None if self.settings.budget_updates is None
@@ -105,7 +105,7 @@ def run_allreduce(job: Job) -> None:
     rt, data = job.runtime_and_data()
     for v in rt.variables:
         v.assign(hvd.broadcast(tf.convert_to_tensor(v), root_rank=0))
-    from orchestrator.training import BatchSampler
+    from orchestrator.execution.training import BatchSampler
 
     sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, rank), Stretch(job, rank)
     scale = np.float32(job.batches[rank] * w / sum(job.batches))
@@ -164,7 +164,7 @@ def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, appl
 
 # -- parameter server (async / delay) -------------------------------------------------------------
 def run_server(job: Job, comm) -> None:
-    from orchestrator.sync_core import ParameterServer, StalenessGate
+    from orchestrator.sync.core import ParameterServer, StalenessGate
 
     rt, data = job.runtime_and_data()
     w, o = job.opts.workers, job.opts
@@ -228,7 +228,7 @@ def run_server(job: Job, comm) -> None:
     elapsed = time.perf_counter() - t_start - eval_s[0]
     if tracker.history[-1].step != server.version:
         evaluate()
-    from orchestrator.sync_core import histogram_dict
+    from orchestrator.sync.core import histogram_dict
 
     job.write("rank0.json", {"iterations": 0, "wait_s": 0.0, "pushes_by_worker": server.pushes_by_worker,
                              "gate_completed": gate.completed, "gate_wait_s": wait_s})
@@ -241,7 +241,7 @@ def run_server(job: Job, comm) -> None:
 
 
 def run_worker(job: Job, comm, rank: int) -> None:
-    from orchestrator.training import BatchSampler
+    from orchestrator.execution.training import BatchSampler
 
     i = rank - 1
     rt, data = job.runtime_and_data()

@@ -143,7 +143,7 @@ class TrainContext:
     settings: TrainSettings
     dataset: Any                    # orchestrator.data.Dataset
     model: Any                      # orchestrator.models.ModelSpec
-    cluster: Any                    # orchestrator.cluster.Cluster
+    cluster: Any                    # orchestrator.hardware.cluster.Cluster
     sink: MetricsSink
     output_dir: Path
     cfg: Any = None                 # the trial's whole (resolved) config

@@ -37,7 +37,7 @@ class MeasuredEvaluator:
         self.evaluations = 0
 
     def runtime(self, placement: Placement | None, lr: float = 0.1):
-        from orchestrator.runtime import ModelRuntime
+        from orchestrator.execution.runtime import ModelRuntime
 
         tf_dev = {d.name: d.tf_device for d in self.worker.devices}
         mapping = {node: tf_dev[dev] for node, dev in placement.assignment.items()} if placement else None
@@ -57,7 +57,7 @@ class MeasuredEvaluator:
         return best, verdicts[best]
 
     def _on(self, device: str) -> Verdict:
-        from orchestrator.runtime import ModelRuntime
+        from orchestrator.execution.runtime import ModelRuntime
 
         rt = ModelRuntime(self.spec, seed=self.seed, default_device=self.worker.device(device).tf_device)
         self.evaluations += 1
@@ -72,7 +72,7 @@ class SimulatedEvaluator:
     kind = "simulated"
 
     def __init__(self, graph: Any, worker: Any):
-        from orchestrator.simulator import Simulator
+        from orchestrator.placement.simulator import Simulator
 
         self.graph, self.worker = graph, worker
         self.simulator = Simulator(graph, worker)
@@ -93,6 +93,6 @@ class SimulatedEvaluator:
         return v
 
     def lower_bound(self) -> float:
-        from orchestrator.simulator import lower_bound
+        from orchestrator.placement.simulator import lower_bound
 
         return lower_bound(self.graph, self.worker)

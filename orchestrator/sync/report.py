@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.training import TrainResult
+from orchestrator.execution.training import TrainResult
 
 
 def sync_metrics(stats) -> dict[str, float]:

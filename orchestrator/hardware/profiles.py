@@ -16,7 +16,7 @@ from orchestrator.errors import ConfigError
 
 GB = 1e9
 GiB = 2 ** 30
-MEASURED_H200_FILE = Path(__file__).resolve().parent / "profiles" / "h200-measured.json"
+MEASURED_H200_FILE = Path(__file__).resolve().parent / "device_profiles" / "h200-measured.json"
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class ModelRuntime:
         self.model = None  # the placed clone of a functional (non-chain) model
         shape = (None, *spec.input_shape)
         if not isinstance(template, keras.Sequential):
-            from orchestrator.functional import clone_placed
+            from orchestrator.execution.functional import clone_placed
 
             self.model = clone_placed(template, self.device_of)
             self.layers = [layer for layer in self.model.layers if not isinstance(layer, keras.layers.InputLayer)]
@@ -87,7 +87,7 @@ class ModelRuntime:
     # -- the step ---------------------------------------------------------------------------
     def _forward(self, x, training: bool):
         if self.model is not None:
-            from orchestrator.functional import run_placed
+            from orchestrator.execution.functional import run_placed
 
             return run_placed(self.model, x, self.device_of, training)
         for layer, dev in zip(self.layers, self.devices):

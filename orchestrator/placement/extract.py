@@ -4,7 +4,7 @@ Nodes: a forward node per layer (named as the layer), ``loss``, a backward node 
 (``<layer>.grad``) and an update node per layer with trainable weights (``<layer>.update``); all
 three share ``group = layer`` (gradients and updates stay where the weights are). Edges carry
 tensor bytes: activations forward, gradients backward, each layer's saved inputs to its backward
-twin, weight gradients to the update. FLOPs are analytic (``orchestrator.flops``; backward = 2x
+twin, weight gradients to the update. FLOPs are analytic (``orchestrator.placement.flops``; backward = 2x
 forward, SGD update = 2 per weight). ``profile_layers`` adds measured seconds per node under a
 device profile name, which ``OpGraph.node_cost_s`` prefers for a device with that profile.
 """
@@ -16,8 +16,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from orchestrator.flops import layer_flops, numel
-from orchestrator.graph import Edge, Node, OpGraph
+from orchestrator.placement.flops import layer_flops, numel
+from orchestrator.placement.graph import Edge, Node, OpGraph
 
 LOSS = "loss"
 
@@ -38,7 +38,7 @@ def extract_layer_graph(model, batch: int, name: str | None = None) -> OpGraph:
     """The layer-level training-step graph of a built Keras (Sequential or functional) model."""
     import keras
 
-    from orchestrator.functional import layer_calls
+    from orchestrator.execution.functional import layer_calls
 
     fwd: dict[str, Node] = {}
     edges: dict[tuple[str, str], float] = defaultdict(float)
@@ -116,7 +116,7 @@ def profile_layers(graph: OpGraph, model, x, y, *, profile: str = "local-cpu", w
     less the dispatch overhead of one tf.function call, in ``Node.cost[profile]``. Returns ``graph``."""
     import tensorflow as tf
 
-    from orchestrator.functional import run_placed
+    from orchestrator.execution.functional import run_placed
 
     calls: list = []
     with tf.device(device) if device else _Null():

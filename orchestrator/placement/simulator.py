@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestrator.cluster import Worker
+from orchestrator.hardware.cluster import Worker
 from orchestrator.errors import ConfigError
-from orchestrator.graph import OpGraph
+from orchestrator.placement.graph import OpGraph
 from orchestrator.placement import Placement
-from orchestrator.sim_kernel import HAVE_NUMBA, run_step
+from orchestrator.placement.sim_kernel import HAVE_NUMBA, run_step
 
 
 @dataclass

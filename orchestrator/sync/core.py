@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.workers import worker_layout
+from orchestrator.hardware.workers import worker_layout
 
 UNBOUNDED = math.inf
 DEFAULT_STALENESS = 2.0            # delay-sync default bound s

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestrator.sync_core import ParameterServer, StalenessGate, SyncOptions, batch_shares, push_weights
-from orchestrator.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
+from orchestrator.sync.core import ParameterServer, StalenessGate, SyncOptions, batch_shares, push_weights
+from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 
 
 @dataclass
@@ -53,7 +53,7 @@ class VirtualRun:
 
     def __init__(self, opts: SyncOptions, settings: TrainSettings, runtime, dataset, base_time: float,
                  sink=None, progress=None):
-        from orchestrator.training import BatchSampler
+        from orchestrator.execution.training import BatchSampler
 
         self.o, self.s, self.rt, self.data = opts, settings, runtime, dataset
         w = opts.workers
@@ -188,7 +188,7 @@ def base_step_time(opts: SyncOptions, ctx, runtime) -> tuple[float, str]:
 
 def train_virtual(opts: SyncOptions, ctx, *, reference: bool = True):
     """Run the emulation for ``ctx`` (plus the W=1 reference run); returns (result, stats, base_time)."""
-    from orchestrator.runtime import ModelRuntime
+    from orchestrator.execution.runtime import ModelRuntime
 
     runtime = ModelRuntime(ctx.model, seed=ctx.settings.seed, lr=ctx.settings.lr)
     theta0 = runtime.get_flat()
@@ -218,7 +218,7 @@ def make_context(cfg: dict, output_dir, *, dataset=None, sink=None):
 
     from orchestrator.data import load_mnist
     from orchestrator.models import cnn
-    from orchestrator.training import TrainContext
+    from orchestrator.execution.training import TrainContext
 
     settings = TrainSettings.from_cfg(cfg.get("train", {}))
     return TrainContext(settings=settings, dataset=dataset or load_mnist(seed=cfg.get("seed", 0)),

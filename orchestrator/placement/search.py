@@ -18,7 +18,7 @@ class PlacementProblem:
     """A graph on a worker, as arrays: ``assign`` is a device index per node (``graph.nodes`` order)."""
 
     def __init__(self, graph: Any, worker: Any, evaluator: Any = None):
-        from orchestrator.simulator import Simulator
+        from orchestrator.placement.simulator import Simulator
 
         self.graph, self.worker, self.evaluator = graph, worker, evaluator
         sim = getattr(evaluator, "simulator", None)

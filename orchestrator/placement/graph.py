@@ -144,7 +144,7 @@ class OpGraph:
 
     # -- costs --------------------------------------------------------------------------------
     def node_cost_s(self, node: Node, device) -> float:
-        """Seconds for ``node`` on ``device`` (an ``orchestrator.cluster.Device``)."""
+        """Seconds for ``node`` on ``device`` (an ``orchestrator.hardware.cluster.Device``)."""
         if node.cpu_only and device.kind != "cpu":
             return math.inf
         for key in (device.profile, device.kind):

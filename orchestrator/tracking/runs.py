@@ -1,6 +1,6 @@
 """Read trials back from an MLflow store: one ``RunRecord`` per trial run (sweep parents skipped).
 
-Shared by the report (``orchestrator.report``) and the plots (``orchestrator.plots``). No TensorFlow.
+Shared by the report (``orchestrator.tracking.report``) and the plots (``orchestrator.tracking.plots``). No TensorFlow.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.placing import PlacementProblem
+from orchestrator.placement.search import PlacementProblem
 
 
 def group_features(prob: PlacementProblem, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""MPI runtime launcher: runs ``mpiexec`` (own process group) over ``orchestrator.mpi_worker`` with W
+"""MPI runtime launcher: runs ``mpiexec`` (own process group) over ``orchestrator.sync.mpi_worker`` with W
 worker ranks (+1 server rank for async/delay), waits within ``sync.timeout_s`` and turns the ranks'
 JSON files into a ``TrainResult`` (wall clock). A failed rank raises ``WorkerFailedError`` naming the
 rank; every process of the job is gone when this returns or raises."""
@@ -20,9 +20,9 @@ import numpy as np
 
 import orchestrator
 from orchestrator.errors import WorkerFailedError
-from orchestrator.sync_core import SyncOptions
-from orchestrator.sync_virtual import SyncStats
-from orchestrator.training import EvalPoint, TrainResult
+from orchestrator.sync.core import SyncOptions
+from orchestrator.sync.virtual import SyncStats
+from orchestrator.execution.training import EvalPoint, TrainResult
 
 
 def mpiexec_path() -> str:
@@ -84,7 +84,7 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     cmd = [mpiexec_path(), "--oversubscribe", "-n", str(ranks)]
     if hostfile:
         cmd += ["--hostfile", str(hostfile)]
-    cmd += [sys.executable, "-m", "orchestrator.mpi_worker", str(job_file)]
+    cmd += [sys.executable, "-m", "orchestrator.sync.mpi_worker", str(job_file)]
     log = open(run_dir / "mpiexec.log", "w")
     proc = subprocess.Popen(cmd, env=rank_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -160,7 +160,7 @@ def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[T
 
 def train_mpi(opts: SyncOptions, ctx, *, inject: dict | None = None, reference: bool = True):
     """Run the strategy on MPI ranks; returns (TrainResult, SyncStats)."""
-    from orchestrator.sync_core import batch_shares
+    from orchestrator.sync.core import batch_shares
 
     run_dir = Path(ctx.output_dir) / f"mpi-{opts.name}-{int(time.time() * 1000)}"
     ranks = opts.workers + (0 if opts.name == "allreduce" else 1)
@@ -180,8 +180,8 @@ def train_mpi(opts: SyncOptions, ctx, *, inject: dict | None = None, reference: 
 def mpi_reference(opts, ctx, rank_info, batches) -> float | None:
     """Labelled estimate: a W=1 virtual run's updates to target x the median per-rank gradient time
     measured in this MPI run (scaled to ``train.batch_size``)."""
-    from orchestrator.runtime import ModelRuntime
-    from orchestrator.sync_virtual import reference_time
+    from orchestrator.execution.runtime import ModelRuntime
+    from orchestrator.sync.virtual import reference_time
 
     per_sample = [r["compute_median_s"] / b for r, b in zip(rank_info, batches) if np.isfinite(r["compute_median_s"])]
     base = float(np.median(per_sample)) * ctx.settings.batch_size

@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from orchestrator.graph import OpGraph
+from orchestrator.placement.graph import OpGraph
 from orchestrator.placement import Placement
 
 
@@ -34,7 +34,7 @@ class StepResult:
 
 
 def _runtime(spec, device_of, seed: int, default_device: str):
-    from orchestrator.runtime import ModelRuntime
+    from orchestrator.execution.runtime import ModelRuntime
 
     return ModelRuntime(spec, seed=seed, device_of=device_of, default_device=default_device)
 
@@ -61,10 +61,10 @@ def compare_with_unplaced(spec, device_of, batch: int = 8, *, seed: int = 0,
 
 
 def _check_cluster(n: int, model: str, batch: int) -> int:
-    """``python -m orchestrator.execute N MODEL BATCH``: place MODEL's layers round-robin on N local
+    """``python -m orchestrator.execution.execute N MODEL BATCH``: place MODEL's layers round-robin on N local
     tf_cluster processes, compare with the unplaced step, time it; prints one JSON line."""
     from orchestrator.models import builtin
-    from orchestrator.tf_cluster import LocalTFCluster
+    from orchestrator.hardware.tf_cluster import LocalTFCluster
 
     spec = builtin(model)
     with LocalTFCluster(n) as cluster:
@@ -102,6 +102,6 @@ def apply_placement(model, placement: "Placement | str", device_map: Mapping[str
     p = placement if isinstance(placement, Placement) else Placement.load(placement)
     devices = {layer.name: tf_device_name(p.assignment[layer.name], device_map)
                for layer in model.layers if layer.name in p.assignment}
-    from orchestrator.functional import clone_placed
+    from orchestrator.execution.functional import clone_placed
 
     return clone_placed(model, devices.get)

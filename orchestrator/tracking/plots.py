@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from orchestrator.runs import RunRecord
+from orchestrator.tracking.runs import RunRecord
 
 
 def _plt():
@@ -188,7 +188,7 @@ def make_plots(records: list[RunRecord], out_dir: str | Path) -> dict[str, Path]
 
 def log_sweep_plots(client, parent_run_id: str) -> dict[str, Path]:
     """Plot a sweep's children and log the PNGs on the parent run under ``plots/``."""
-    from orchestrator import runs
+    from orchestrator.tracking import runs
 
     records = runs.load(client, parent_run_id=parent_run_id)
     with tempfile.TemporaryDirectory(prefix="orchestrator-plots-") as tmp:

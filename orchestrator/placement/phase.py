@@ -1,0 +1,152 @@
+"""The placement phase of a trial: the op graph to place, the evaluator that judges placements, the
+placer's search, the baseline it is compared with, and the figures (simulated, and measured on real
+devices) that the trial logs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.placement.base import Placement, PlacementContext
+
+
+def on_one_device(graph, worker, device: str) -> Placement:
+    return Placement(worker.device_names, {n.name: device for n in graph.nodes}, {"placer": f"single device {device}"})
+
+
+def single_device(evaluator, graph, worker):
+    """The fastest device that holds the whole model (simulated), as (label, verdict)."""
+    best = None
+    for d in worker.devices:
+        v = evaluator.evaluate(on_one_device(graph, worker, d.name))
+        if v.feasible and (best is None or v.step_time_s < best[1].step_time_s):
+            best = (f"single device {d.name}", v)
+    return best if best is not None else ("none: no single device fits the model", None)
+
+
+class PlacementPhase:
+    def __init__(self, trial):
+        self.trial = trial
+
+    def graph(self, model_spec, evaluator_kind: str):
+        """The op graph to place: a workload's own, else extracted from the Keras model (layer level;
+        profiled on this machine when a simulated evaluator judges local devices)."""
+        if model_spec.graph is not None:
+            return model_spec.graph
+        from orchestrator.placement.extract import extract
+
+        profile = "local-cpu" if evaluator_kind == "simulated" and not self.trial.cluster_simulated else None
+        graph = extract(model_spec, self.trial.settings.batch_size, profile=profile, seed=self.trial.settings.seed)
+        calib = getattr(self.trial.hardware, "calibration", None)   # hardware.cost_scale on the profiled costs
+        if profile and calib is not None:
+            from orchestrator.hardware.calibration import calibrate_graph
+            graph = calibrate_graph(graph, calib)
+        return graph
+
+    def evaluator(self, kind: str, graph, worker, model_spec):
+        from orchestrator.placement.evaluator import MeasuredEvaluator, SimulatedEvaluator
+
+        if kind == "simulated":
+            return SimulatedEvaluator(graph, worker)
+        if model_spec.build is None:
+            raise ConfigError(f"model={self.trial.names['model']} is a cost graph; it can only be simulated")
+        return MeasuredEvaluator(model_spec, worker, self.trial._dataset(), self.trial.settings.batch_size, seed=self.trial.settings.seed)
+
+    def place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
+        worker = cluster.workers[0]
+        graph = self.graph(model_spec, evaluator_kind)
+        evaluator = self.evaluator(evaluator_kind, graph, worker, model_spec)
+        context = PlacementContext(seed=self.trial.settings.seed, sink=sink, output_dir=self.trial.output_dir,
+                                   show_progress=self.trial.show_progress, cfg=self.trial.cfg)
+        t0 = time.perf_counter()
+        placement = self.trial.placer.place(graph, worker, evaluator, context).check(graph)
+        search_time = time.perf_counter() - t0
+        searched = evaluator.evaluations
+        path = self.trial.output_dir / "placement.json"
+        placement.save(path)
+        sink.log_artifact(path)
+        verdict = evaluator.evaluate(placement, **({"schedule": True} if evaluator.kind == "simulated" else {}))
+        if not verdict.feasible:
+            over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
+            raise InfeasiblePlacementError(f"placer {self.trial.names['placer']}'s placement does not fit in memory: {over}")
+        base_label, base_placement, base = self.baseline(graph, worker, evaluator, model_spec)
+        m = {
+            "placement.step_time_s": verdict.step_time_s,
+            "placement.search_time_s": search_time,
+            "placement.evaluations": float(searched),
+            "placement.devices_used": float(len(set(placement.assignment.values()))),
+        }
+        if base is not None and base.feasible:
+            m["placement.baseline_step_time_s"] = base.step_time_s
+            m["placement.speedup"] = base.step_time_s / verdict.step_time_s
+        elif base is not None:  # e.g. an expert split that breaks device memory: nothing to compare with
+            over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in base.oom)
+            base_label = f"{base_label}: infeasible ({over})"
+            base = None
+        if evaluator.kind == "simulated":
+            m["placement.lower_bound_s"] = evaluator.lower_bound()
+            for dev, b in verdict.peak_memory_bytes.items():
+                m[f"placement.memory_bytes.{dev}"] = b
+            for dev, busy in verdict.busy_s.items():
+                m[f"placement.utilisation.{dev}"] = busy / verdict.step_time_s if verdict.step_time_s else 0.0
+            self.gantt(verdict, sink)
+        placed = {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base,
+                  "graph": graph, "worker": worker}
+        if not cluster.simulated and model_spec.build is not None:
+            placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
+        sink.log_metrics(m)
+        sink.set_tags({"placement.baseline": base_label})
+        return placed
+
+    def measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
+        """On real devices, the chosen and the baseline placement also run for real: their measured
+        step times are logged beside the simulated ones, and training uses the measured runtime."""
+        if evaluator.kind == "measured":
+            return {"measured": evaluator, "measured_baseline": base, "measured_step_s": m["placement.step_time_s"]}
+        measured = self.evaluator("measured", graph, worker, model_spec)
+        mv = measured.evaluate(placement)
+        mb = measured.evaluate(base_placement) if base_placement is not None else None
+        m["placement.measured_step_time_s"] = mv.step_time_s
+        if mb is not None:
+            m["placement.measured_baseline_step_time_s"] = mb.step_time_s
+            m["placement.measured_speedup"] = mb.step_time_s / mv.step_time_s
+        return {"measured": measured, "measured_baseline": mb, "measured_step_s": mv.step_time_s}
+
+    def baseline(self, graph, worker, evaluator, model_spec):
+        """The reference placement: the manual one, or (for the manual placer itself) the single
+        fastest device that fits."""
+        if self.trial.names["placer"] != "manual":
+            manual = (model_spec.expert_split or self.manual_baseline(graph, worker)).check(graph)
+            return "manual placement", manual, evaluator.evaluate(manual)
+        if evaluator.kind == "measured":
+            dev, v = evaluator.single_device_baseline()
+            return f"single device {dev}", on_one_device(graph, worker, dev), v
+        label, v = single_device(evaluator, graph, worker)
+        dev = label.rsplit(" ", 1)[-1] if v is not None else None
+        return label, (on_one_device(graph, worker, dev) if dev else None), v
+
+    def gantt(self, verdict, sink) -> None:
+        result = getattr(verdict, "result", None)
+        if result is None or not result.schedule:
+            return
+        from orchestrator.placement.gantt import gantt
+
+        path = self.trial.output_dir / "gantt.png"
+        gantt(result, path)
+        sink.log_artifact(path)
+
+    def manual_baseline(self, graph, worker):
+        """The human expert's placement that other placers are measured against: the packaged
+        ``placer/manual.yaml`` unless ``placer.baseline`` gives its own manual-placer config."""
+        from importlib import resources
+
+        from orchestrator import plugins
+
+        cfg = self.trial.cfg.placer.get("baseline")
+        if cfg is None:
+            cfg = OmegaConf.load(str(resources.files("orchestrator_conf") / "placer" / "manual.yaml"))
+        return plugins.load("placer", "manual")(cfg).place(graph, worker).check(graph)
+
