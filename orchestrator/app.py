@@ -10,18 +10,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from orchestrator.errors import UserError
+from orchestrator.errors import Interrupt, UserError
 from orchestrator.tracking.store import PARENT_ENV, disable_telemetry
 
 GROUPS = ("placer", "sync", "hardware", "model", "dataset", "experiment")
-
-
-_SIGNAL = {"received": signal.SIGINT}
-
-
-def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
-    _SIGNAL["received"] = signum
-    raise KeyboardInterrupt
 
 
 def _group_options() -> dict[str, set[str]]:
@@ -83,6 +75,40 @@ def precheck(argv: list[str]) -> list[str]:
         argv = [*argv, f"hydra.sweeper.direction={direction}"]
     if not any(a.startswith("-") for a in argv):
         _compose_check([o for o in overrides if not o.lstrip("+~").startswith("hydra")])
+    elif any(a in ("-m", "--multirun") for a in argv):
+        argv = _optuna_resume(argv, [o for o, ov in zip(overrides, parsed) if not ov.is_sweep_override()])
+    return argv
+
+
+def _optuna_resume(argv: list[str], overrides: list[str]) -> list[str]:
+    """An Optuna sweep on a stored study resumes it: trials left RUNNING are marked FAIL, and the
+    sampler's seed moves on by the study's trial count, so the re-run proposes new points."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        with initialize_config_module("orchestrator_conf", version_base="1.3"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    except Exception:  # Hydra itself reports a bad sweep config when it runs
+        return argv
+    finally:
+        GlobalHydra.instance().clear()
+    sweeper = cfg.hydra.sweeper
+    if "optuna" not in str(sweeper.get("_target_", "")) or not sweeper.get("storage"):
+        return argv
+    from orchestrator.tracking.sweep import resume_optuna
+
+    try:
+        done = resume_optuna(str(sweeper.storage), str(sweeper.study_name))
+    except Exception as exc:
+        raise UserError(f"hydra.sweeper.storage={sweeper.storage}: cannot open the Optuna study ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+    seed = (sweeper.get("sampler") or {}).get("seed")
+    if done and seed is not None:
+        print(f"resuming Optuna study {sweeper.study_name!r} ({done} trials stored): sampler seed {seed} -> {int(seed) + done}",
+              file=sys.stderr, flush=True)
+        argv = [a for a in argv if not a.startswith("hydra.sweeper.sampler.seed=")]
+        argv.append(f"hydra.sweeper.sampler.seed={int(seed) + done}")
     return argv
 
 
@@ -169,7 +195,8 @@ def main() -> None:
     disable_telemetry()
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signal.signal(signal.SIGTERM, Interrupt.handle)
+    signal.signal(signal.SIGINT, Interrupt.handle)
     try:
         sys.argv = [sys.argv[0], *precheck(sys.argv[1:])]
     except UserError as exc:
@@ -182,8 +209,12 @@ def main() -> None:
     def _hydra_main(cfg) -> float:
         return _task(cfg)
 
+    from orchestrator.tracking.sweep import OUTCOME
+
     try:
         _hydra_main()
     except KeyboardInterrupt:
         _kill_parent_run()
-        sys.exit(128 + int(_SIGNAL["received"]))  # 130 for Ctrl-C, 143 for SIGTERM
+        sys.exit(Interrupt.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
+    if OUTCOME.get("failed"):
+        sys.exit(1)  # a sweep with a failed trial (the summary line is printed)

@@ -27,3 +27,42 @@ class WorkerFailedError(Exception):
     """A worker process of a distributed run died or timed out."""
 
     exit_code = 3
+
+
+def number(value, key: str, typ: type = float, minimum: float | None = None, maximum: float | None = None):
+    """``typ(value)`` for the config key ``key``, or a ``ConfigError`` naming the key and the value
+    (wrong type, NaN, or outside ``[minimum, maximum]``). ``None`` passes through."""
+    import math
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or (typ is int and isinstance(value, float) and not value.is_integer()):
+        raise ConfigError(f"{key}={value!r} is not {'an integer' if typ is int else 'a number'}")
+    try:
+        out = typ(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key}={value!r} is not {'an integer' if typ is int else 'a number'}") from None
+    if isinstance(out, float) and math.isnan(out):
+        raise ConfigError(f"{key}={value!r} is not a number")
+    if minimum is not None and out < minimum:
+        raise ConfigError(f"{key}={value!r} must be >= {minimum}")
+    if maximum is not None and out > maximum:
+        raise ConfigError(f"{key}={value!r} must be <= {maximum}")
+    return out
+
+
+class Interrupt:
+    """The signal (SIGINT, SIGTERM) that is ending this process, recorded by the handler that turns it
+    into ``KeyboardInterrupt``: a phase that catches the interrupt to keep its best result so far (a
+    placer's search) cannot make an interrupted trial look finished."""
+
+    signal: int | None = None
+
+    @classmethod
+    def handle(cls, signum, frame=None):  # noqa: ARG003
+        cls.signal = signum
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    @classmethod
+    def exit_code(cls) -> int:
+        return 128 + (cls.signal or 2)  # 130 for Ctrl-C (SIGINT), 143 for SIGTERM

@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import __version__, plugins
-from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt
 from orchestrator.progress import enabled as progress_enabled
 from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
 from orchestrator.placement.phase import PlacementPhase, single_device
@@ -49,6 +49,14 @@ def _name(cfg: DictConfig, group: str) -> str | None:
     return str(node.name)
 
 
+def _stop_if_interrupted(sink, phase: str) -> None:
+    """A phase that kept its best result when interrupted (a placer's search) returned normally: the
+    run still ends KILLED, and what it logged is tagged partial."""
+    if Interrupt.signal is not None:
+        sink.set_tags({"orchestrator.partial": "true", "orchestrator.interrupted_in": phase})
+        raise KeyboardInterrupt(f"signal {Interrupt.signal} during {phase}")
+
+
 class Trial:
     def __init__(self, cfg: DictConfig, output_dir: Path):
         self.cfg = cfg
@@ -76,6 +84,8 @@ class Trial:
         self.hardware = self.hardware_cls(cfg.hardware)
         self.placer = self.placer_cls(cfg.placer) if self.placer_cls else None
         self.sync = self.sync_cls(cfg.sync) if self.sync_cls else None
+        if hasattr(self.sync, "check_config"):  # optional for third-party strategies
+            self.sync.check_config(cfg)
         self.placing = PlacementPhase(self)
 
     @property
@@ -133,8 +143,10 @@ class Trial:
                 if self.placer is not None:
                     placed = self.placing.place(model_spec, cluster, evaluator_kind, sink)
                     metrics.update(placed["metrics"])
+                    _stop_if_interrupted(sink, "placement")
                 if model_spec.trainable_on_mnist:
                     metrics.update(self._train(model_spec, cluster, sink, placed))
+                    _stop_if_interrupted(sink, "training")
                 # One meaning per trial: the training speedup when it trained (absent if the target was
                 # not reached), the placement speedup when it only placed.
                 key = "train.speedup" if model_spec.trainable_on_mnist else "placement.speedup"

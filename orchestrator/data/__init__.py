@@ -4,7 +4,9 @@ packaged 10k test split otherwise), with a fixed seeded train/test split."""
 from __future__ import annotations
 
 import gzip
+import math
 import struct
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -44,24 +46,45 @@ def _open(path: Path):
     return None
 
 
+MAX_IDX_BYTES = 1 << 31   # 2 GiB: the full MNIST training images are 47 MB
+
+
 def read_idx(path: Path, magic: int) -> np.ndarray:
+    """An unsigned-byte IDX array; any malformed file (binary junk, truncated, wrong magic, a header
+    that disagrees with the data, a bad gzip stream) is a one-line ``ConfigError`` naming it."""
     fh = _open(path)
     if fh is None:
         raise ConfigError(f"dataset file {path}(.gz) not found")
-    with fh:
-        data = fh.read()
-    if len(data) < 8:
-        raise ConfigError(f"{path}: not an IDX file (too short)")
+    try:
+        with fh:
+            data = fh.read(MAX_IDX_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise ConfigError(f"{path}: cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if len(data) > MAX_IDX_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_IDX_BYTES} bytes, not an MNIST IDX file")
+    return parse_idx(data, magic, str(path))
+
+
+def parse_idx(data: bytes, magic: int, name: str = "IDX data") -> np.ndarray:
+    if len(data) < 4:
+        raise ConfigError(f"{name}: not an IDX file ({len(data)} bytes, shorter than the 4-byte magic)")
     got = struct.unpack(">I", data[:4])[0]
     if got != magic:
-        raise ConfigError(f"{path}: IDX magic {got}, expected {magic}")
+        raise ConfigError(f"{name}: IDX magic {got}, expected {magic}")
     ndim = data[3]
-    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
     offset = 4 + 4 * ndim
-    expected = int(np.prod(dims))
+    if len(data) < offset:
+        raise ConfigError(f"{name}: truncated IDX header ({len(data)} bytes, a {ndim}-D header needs {offset})")
+    dims = struct.unpack(">" + "I" * ndim, data[4:offset])
+    expected = math.prod(dims)
     if len(data) - offset != expected:
-        raise ConfigError(f"{path}: {len(data) - offset} bytes of data, header says {expected}")
-    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
+        raise ConfigError(f"{name}: {len(data) - offset} bytes of data, header says {expected}")
+    if magic == IMAGE_MAGIC and tuple(dims[1:]) != (28, 28):
+        raise ConfigError(f"{name}: images of {'x'.join(map(str, dims[1:]))} pixels, MNIST's are 28x28")
+    out = np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
+    if magic == LABEL_MAGIC and out.size and int(out.max()) > 9:
+        raise ConfigError(f"{name}: label {int(out.max())} outside MNIST's classes 0-9")
+    return out
 
 
 def _load_split(directory: Path, split: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -103,6 +126,9 @@ def load_mnist(path: str | Path | None = None, *, seed: int = 0, test_fraction: 
         source = f"{directory} (seeded {len(xtr)}/{len(xte)} split, seed {seed})"
     if limit:
         xtr, ytr = xtr[:limit], ytr[:limit]
+    if len(xtr) == 0 or len(xte) == 0:
+        raise ConfigError(f"dataset.path {str(directory)!r}: {len(xtr)} training and {len(xte)} test images; "
+                          "both splits need at least one (check dataset.test_fraction and dataset.limit)")
 
     def prep(a: np.ndarray) -> np.ndarray:
         return (a.astype(np.float32) / 255.0)[..., None]

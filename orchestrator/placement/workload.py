@@ -42,13 +42,61 @@ class Workload:
         return self.cluster.workers[0]
 
 
+MAX_DEVICES = 10_000         # per kind: a file asking for more is malformed, not a machine
+MAX_FILE_BYTES = 1 << 30     # 1 GiB: the largest published workload is a few MB
+
+
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text())
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise WorkloadError(f"{path}: {path.stat().st_size} bytes, larger than any workload ({MAX_FILE_BYTES} max)")
+        return json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise WorkloadError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise WorkloadError(f"{path}: is a directory, not a JSON file") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{path}: not a text (UTF-8 JSON) file (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise WorkloadError(f"{path}: JSON nested too deeply") from None
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def _malformed(path: Path, what: str):
+    """Turn a wrong-typed field deep in a file into one line naming the file (a decorator)."""
+    def wrap(fn):
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except WorkloadError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError, OverflowError, IndexError) as exc:
+                raise WorkloadError(f"{path}: malformed {what} ({type(exc).__name__}: {str(exc)[:200]})") from None
+        return inner
+    return wrap
+
+
+def _count(data: dict, key: str, path: Path) -> int:
+    v = data[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 0:
+        raise WorkloadError(f"{path}: {key}={v!r} must be a whole number >= 0")
+    if v > MAX_DEVICES:
+        raise WorkloadError(f"{path}: {key}={v!r} is more than {MAX_DEVICES} devices")
+    return int(v)
+
+
+def _cost(rec: dict, key: str, where: str, path: Path, default: float | None = None) -> float:
+    v = rec.get(key, default)
+    try:
+        out = float(v)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{path}: {where} field {key!r}={v!r} is not a number") from None
+    if not math.isfinite(out) or out < 0:
+        raise WorkloadError(f"{path}: {where} field {key!r}={v!r} must be a finite number >= 0")
+    return out
 
 
 def _need(rec: dict, fields: tuple[str, ...], where: str, path: Path) -> None:
@@ -76,7 +124,20 @@ def load_msr_workload(path: str | Path, *, time_unit: str = "ms", host_memory_by
     if time_unit not in TIME_UNITS:
         raise WorkloadError(f"{path}: unknown time_unit {time_unit!r} (one of {', '.join(TIME_UNITS)})")
     data = _read_json(path)
+    return _malformed(path, "workload")(_parse_workload)(path, data, time_unit, host_memory_bytes)
+
+
+def _parse_workload(path: Path, data, time_unit: str, host_memory_bytes: float) -> Workload:
     _need(data, ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"), "the top level", path)
+    for key in ("nodes", "edges"):
+        if not isinstance(data[key], list):
+            raise WorkloadError(f"{path}: {key!r} is not a list")
+    if not data["nodes"]:
+        raise WorkloadError(f"{path}: the workload has no nodes")
+    n_acc, n_cpu = _count(data, "maxFPGAs", path), _count(data, "maxCPUs", path)
+    if n_acc + n_cpu == 0:
+        raise WorkloadError(f"{path}: maxFPGAs and maxCPUs are both 0: no device to place on")
+    acc_memory = _cost(data, "maxSizePerFPGA", "the top level", path)
     nodes: list[Node] = []
     backward: dict[str, bool] = {}
     for i, rec in enumerate(data["nodes"]):
@@ -85,13 +146,15 @@ def load_msr_workload(path: str | Path, *, time_unit: str = "ms", host_memory_by
         backward[name] = bool(rec.get("isBackwardNode", False))
         cc = rec.get("colorClass")
         nodes.append(Node(name, op=str(rec.get("name", "layer")), role="backward" if backward[name] else "forward",
-                          cost={"accelerator": float(rec["fpgaLatency"]), "cpu": float(rec["cpuLatency"])},
-                          param_bytes=float(rec.get("size", 0.0)), group=None if cc is None else f"c{cc}",
+                          cost={"accelerator": _cost(rec, "fpgaLatency", f"node #{i}", path),
+                                "cpu": _cost(rec, "cpuLatency", f"node #{i}", path)},
+                          param_bytes=_cost(rec, "size", f"node #{i}", path, 0.0), group=None if cc is None else f"c{cc}",
                           cpu_only=not rec["supportedOnFpga"], layer=str(rec["layerId"]) if "layerId" in rec else None))
     edges: list[Edge] = []
     for i, rec in enumerate(data["edges"]):
         _need(rec, EDGE_FIELDS, f"edge #{i}", path)
-        edges.append(Edge(str(rec["sourceId"]), str(rec["destId"]), float(rec.get("size", 0.0)), float(rec["cost"])))
+        edges.append(Edge(str(rec["sourceId"]), str(rec["destId"]), _cost(rec, "size", f"edge #{i}", path, 0.0),
+                          _cost(rec, "cost", f"edge #{i}", path)))
     training = any(backward.values())
     g = OpGraph(path.stem, nodes, edges, "layer", TIME_UNITS[time_unit],
                 {"format": "msr-dnn-partitioning", "source": str(path), "training": training})
@@ -102,7 +165,7 @@ def load_msr_workload(path: str | Path, *, time_unit: str = "ms", host_memory_by
     for e in g.edges:            # output size of a node = its largest outgoing tensor
         n = g.node(e.src)
         n.output_bytes = max(n.output_bytes, e.bytes)
-    worker = msr_worker(int(data["maxFPGAs"]), int(data["maxCPUs"]), float(data["maxSizePerFPGA"]), host_memory_bytes)
+    worker = msr_worker(n_acc, n_cpu, acc_memory, host_memory_bytes)
     return Workload(g, Cluster(f"msr:{path.stem}", [worker], simulated=True, description="the workload file's hardware"))
 
 
@@ -148,7 +211,14 @@ def load_msr_split(path: str | Path, workload: Workload) -> Placement:
     unplaced is an error."""
     path = Path(path)
     data = _read_json(path)
+    return _malformed(path, "split file")(_parse_split)(path, data, workload)
+
+
+def _parse_split(path: Path, data, workload: Workload) -> Placement:
     _need(data, ("cpus", "fpgas"), "the top level", path)
+    for key in ("cpus", "fpgas"):
+        if not isinstance(data[key], list):
+            raise WorkloadError(f"{path}: {key!r} is not a list")
     worker, g = workload.worker, workload.graph
     n_acc = sum(d.kind == "accelerator" for d in worker.devices)
     n_cpu = sum(d.kind == "cpu" for d in worker.devices)
@@ -159,6 +229,8 @@ def load_msr_split(path: str | Path, workload: Workload) -> Placement:
     for kind, prefix in (("fpgas", "acc"), ("cpus", "cpu")):
         for i, machine in enumerate(data[kind]):
             _need(machine, ("nodes",), f"{kind}[{i}]", path)
+            if not isinstance(machine["nodes"], list):
+                raise WorkloadError(f"{path}: {kind}[{i}].nodes is not a list")
             for nid in machine["nodes"]:
                 name = str(nid)
                 if name not in g._index:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, number
 from orchestrator.hardware.workers import worker_layout
 
 UNBOUNDED = math.inf
@@ -64,8 +64,8 @@ class SyncOptions:
         speeds = worker_layout(_get(cfg, "hardware", None) or {}, has_sync=True)  # one parser for W and speeds
         workers = len(speeds)
         strag = _get(cfg, "hardware.stragglers", None)
-        p = float(_get(strag, "probability", 0.0)) if strag is not None else 0.0
-        k = float(_get(strag, "slowdown", 1.0)) if strag is not None else 1.0
+        p = number(_get(strag, "probability", 0.0), "hardware.stragglers.probability") if strag is not None else 0.0
+        k = number(_get(strag, "slowdown", 1.0), "hardware.stragglers.slowdown") if strag is not None else 1.0
         if not 0.0 <= p <= 1.0 or k < 1.0:
             raise ConfigError(f"hardware.stragglers needs probability in [0,1], slowdown >= 1 (got {p}, {k})")
         staleness = _get(cfg_sync, "staleness", DEFAULT_STALENESS)
@@ -74,20 +74,19 @@ class SyncOptions:
         elif name == "async" or str(staleness).lower() == "inf":
             s = UNBOUNDED
         else:
-            s = float(staleness)
-            if s < 0:
-                raise ConfigError(f"sync.staleness={staleness!r} must be >= 0")
+            s = number(staleness, "sync.staleness", minimum=0)
         scaling = _get(cfg_sync, "lr_scaling", "lr/W")
-        if not (scaling in ("lr/W", "lr") or isinstance(scaling, (int, float))):
+        if not (scaling in ("lr/W", "lr") or (isinstance(scaling, (int, float)) and not isinstance(scaling, bool)
+                                               and math.isfinite(scaling) and scaling > 0)):
             raise ConfigError(f"sync.lr_scaling={scaling!r} (accepted: lr/W, lr, or a number)")
         prop = bool(_get(cfg_sync, "speed_proportional_batches", name == "delay"))
         base = _get(cfg_sync, "base_time_s", None)
         return cls(name=name, runtime=runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
                    staleness=s, lr_scaling=scaling, proportional_batches=prop,
                    dynamic_staleness=bool(_get(cfg_sync, "dynamic_staleness", False)),
-                   max_staleness=float(_get(cfg_sync, "max_staleness", 8.0)),
-                   base_time_s=None if base is None else float(base),
-                   timeout_s=float(_get(cfg_sync, "timeout_s", 600.0)),
+                   max_staleness=number(_get(cfg_sync, "max_staleness", 8.0), "sync.max_staleness", minimum=0),
+                   base_time_s=number(base, "sync.base_time_s", minimum=0),
+                   timeout_s=number(_get(cfg_sync, "timeout_s", 600.0), "sync.timeout_s", minimum=0),
                    hostfile=_get(cfg_sync, "hostfile", None))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import orchestrator
-from orchestrator.errors import WorkerFailedError
+from orchestrator.errors import Interrupt, WorkerFailedError
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.virtual import SyncStats
 from orchestrator.execution.training import EvalPoint, TrainResult
@@ -89,6 +89,7 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     proc = subprocess.Popen(cmd, env=rank_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def on_term(signum, frame):
+        Interrupt.signal = signum
         raise _Terminated(f"signal {signum}")
 
     old = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from orchestrator.sync.limits import check_virtual_memory
 from orchestrator.sync.core import ParameterServer, StalenessGate, SyncOptions, batch_shares, push_weights
 from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 
@@ -192,6 +193,7 @@ def train_virtual(opts: SyncOptions, ctx, *, reference: bool = True):
 
     runtime = ModelRuntime(ctx.model, seed=ctx.settings.seed, lr=ctx.settings.lr)
     theta0 = runtime.get_flat()
+    check_virtual_memory(opts.workers, theta0.size, ctx.dataset)  # refuse what would not fit in memory
     base, how = base_step_time(opts, ctx, runtime)
     ctx.sink.set_tags({"sync.base_time": f"{base:.6f}s ({how})"})
     run = VirtualRun(opts, ctx.settings, runtime, ctx.dataset, base, ctx.sink)

@@ -142,7 +142,7 @@ def render(fmt: str, records, args) -> str:
 
 
 def _client(uri: str | None):
-    from orchestrator.tracking.store import DEFAULT_URI, disable_telemetry
+    from orchestrator.tracking.store import DEFAULT_URI, disable_telemetry, open_store
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
     parsed = urlparse(uri)
@@ -156,6 +156,7 @@ def _client(uri: str | None):
     disable_telemetry()
     from mlflow.tracking import MlflowClient
 
+    open_store(uri)  # a corrupt store is one line; runs whose process died are marked FAILED
     return MlflowClient(uri)
 
 
@@ -179,8 +180,12 @@ def load(args):
                 raise ConfigError(f"no experiment {args.experiment!r} in the store (known: {known})")
             return runs.load(client, [exp.experiment_id])
         return runs.load(client)
-    except MlflowException as exc:
-        raise ConfigError(f"cannot read the MLflow store: {str(exc).splitlines()[0][:300]}") from None
+    except ConfigError:
+        raise
+    except Exception as exc:  # MlflowException, SQLAlchemy's errors, OSError: the store, not a bug here
+        from orchestrator.tracking.store import store_error
+
+        raise store_error(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db", exc) from None
 
 
 def parse(argv=None):

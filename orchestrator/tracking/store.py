@@ -33,13 +33,101 @@ def tracking_uri(cfg: Any = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
 
 
+def store_error(uri: str, exc: BaseException):
+    """A ``ConfigError`` naming the store a trial or the report could not open or write (a corrupt
+    file, a directory that is a file, a read-only disk): one line, not SQLAlchemy's traceback."""
+    from orchestrator.errors import ConfigError, UserError
+
+    if isinstance(exc, UserError):
+        return exc
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    detail = lines[0][:300] if lines else type(exc).__name__
+    return ConfigError(f"tracking store {uri} cannot be used: {type(exc).__name__}: {detail} "
+                       "(set tracking.uri or MLFLOW_TRACKING_URI to a writable sqlite:///PATH)")
+
+
 def _mlflow(uri: str):
     disable_telemetry()
     import mlflow
 
     mlflow.set_tracking_uri(uri)
-    init_store(uri)
+    open_store(uri)
     return mlflow
+
+
+def open_store(uri: str) -> None:
+    """Create/upgrade the store and fail abandoned runs, once per process; a store that cannot be
+    used is a one-line ``ConfigError``."""
+    if uri in _REAPED:
+        return
+    try:
+        init_store(uri)
+        from mlflow.tracking import MlflowClient
+
+        reap_abandoned(MlflowClient(uri))
+    except Exception as exc:
+        raise store_error(uri, exc) from None
+    _REAPED.add(uri)
+
+
+_REAPED: set[str] = set()
+HOST_TAG, PID_TAG, START_TAG = "orchestrator.host", "orchestrator.pid", "orchestrator.pid_start"
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of a process (clock ticks since boot): tells a pid apart from a reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_tags() -> dict[str, str]:
+    """Who writes this run: a later process can tell that a RUNNING run's writer is gone."""
+    import socket
+
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    start = _process_start(os.getpid())
+    if start is not None:
+        tags[START_TAG] = start
+    return tags
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return start is None or _process_start(pid) in (None, start)
+
+
+def reap_abandoned(client) -> list[str]:
+    """Mark FAILED the RUNNING runs whose process (recorded on this host) no longer exists: a
+    ``kill -9``, an OOM kill or a crash left them; tag ``orchestrator.error`` says so."""
+    import socket
+
+    host = socket.gethostname()
+    exps = [e.experiment_id for e in client.search_experiments()]
+    if not exps:
+        return []
+    reaped = []
+    for run in client.search_runs(exps, filter_string="attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != host or not str(tags.get(PID_TAG, "")).isdigit():
+            continue
+        pid = int(tags[PID_TAG])
+        if pid == os.getpid() or _alive(pid, tags.get(START_TAG)):
+            continue
+        client.set_tag(run.info.run_id, "orchestrator.error",
+                       f"abandoned: its process {pid} on {host} ended without closing the run (killed, e.g. kill -9 "
+                       "or out of memory); marked FAILED by the next process that opened the store")
+        client.set_tag(run.info.run_id, "orchestrator.abandoned", "true")
+        client.set_terminated(run.info.run_id, status="FAILED")
+        reaped.append(run.info.run_id)
+    return reaped
 
 
 _READY: set[str] = set()
@@ -154,13 +242,16 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
     mlflow = _mlflow(uri)
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(uri)
-    exp_id = _experiment_id(client, cfg)
-    all_tags = dict(tags)
+    all_tags = {**tags, **process_tags()}
     parent = os.environ.get(PARENT_ENV)
     if parent:
         all_tags["mlflow.parentRunId"] = parent
-    run = client.create_run(exp_id, run_name=run_name, tags=all_tags)
+    try:
+        client = MlflowClient(uri)
+        exp_id = _experiment_id(client, cfg)
+        run = client.create_run(exp_id, run_name=run_name, tags=all_tags)
+    except Exception as exc:
+        raise store_error(uri, exc) from None
     sink = MlflowSink(client, run.info.run_id)
     status = "FAILED"
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -175,7 +266,10 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
-        sink.set_tags({"orchestrator.error": "interrupted (Ctrl-C or SIGTERM)"})
+        from orchestrator.errors import Interrupt
+
+        name = {2: "SIGINT (Ctrl-C)", 15: "SIGTERM"}.get(Interrupt.signal or 2, f"signal {Interrupt.signal}")
+        sink.set_tags({"orchestrator.error": f"interrupted by {name}", "orchestrator.partial": "true"})
         raise
     except BaseException as exc:
         try:

@@ -9,7 +9,22 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from orchestrator.tracking.store import PARENT_ENV, _experiment_id, _mlflow, tracking_uri
+from orchestrator.tracking.store import PARENT_ENV, _experiment_id, _mlflow, process_tags, tracking_uri
+
+
+# What the last sweep of this process came to; the entry point exits 1 when a trial failed.
+OUTCOME: dict[str, Any] = {}
+
+
+def summary(statuses: list[str], first_error: str | None) -> str:
+    """One line: n finished, n failed (and killed), the first error."""
+    n_fin, n_fail, n_kill = statuses.count("FINISHED"), statuses.count("FAILED"), statuses.count("KILLED")
+    line = f"sweep: {len(statuses)} trials, {n_fin} finished, {n_fail} failed"
+    if n_kill:
+        line += f", {n_kill} killed"
+    if first_error:
+        line += f"; first error: {first_error.splitlines()[0][:300]}"
+    return line
 
 
 class SweepCallback(Callback):
@@ -20,8 +35,14 @@ class SweepCallback(Callback):
         self.uri: str | None = None
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        from orchestrator.errors import UserError
+
         self.uri = tracking_uri(config)
-        _mlflow(self.uri)
+        try:
+            _mlflow(self.uri)
+        except UserError as exc:  # Hydra would turn an exception here into a warning and go on
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(exc.exit_code) from None
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(self.uri)
@@ -30,7 +51,7 @@ class SweepCallback(Callback):
         overrides = " ".join(config.hydra.overrides.task)
         run = client.create_run(exp_id, run_name=f"sweep: {overrides}"[:250] or "sweep",
                                 tags={"orchestrator.kind": "sweep", "orchestrator.sweeper": sweeper,
-                                      "orchestrator.sweep_dir": str(config.hydra.sweep.dir)})
+                                      "orchestrator.sweep_dir": str(config.hydra.sweep.dir), **process_tags()})
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_ENV] = self.parent_run_id
 
@@ -44,7 +65,10 @@ class SweepCallback(Callback):
             [client.get_run(self.parent_run_id).info.experiment_id],
             filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
         )
+        children = sorted(children, key=lambda c: c.info.start_time or 0)
         statuses = [c.info.status for c in children]
+        first_error = next((c.data.tags.get("orchestrator.error") for c in children
+                            if c.info.status != "FINISHED" and c.data.tags.get("orchestrator.error")), None)
         client.log_metric(self.parent_run_id, "sweep.trials", len(children))
         client.log_metric(self.parent_run_id, "sweep.failed_trials", statuses.count("FAILED"))
         # A sweep none of whose trials finished has failed as a whole.
@@ -65,3 +89,24 @@ class SweepCallback(Callback):
             print(f"sweep comparison not printed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         client.set_terminated(self.parent_run_id, status=sweep_status)
         os.environ.pop(PARENT_ENV, None)
+        line = summary(statuses, first_error)
+        OUTCOME.update(trials=len(statuses), failed=len(statuses) - statuses.count("FINISHED"), line=line)
+        print(line, file=sys.stderr, flush=True)
+
+
+def resume_optuna(storage: str, study_name: str) -> int:
+    """Before an Optuna sweep re-runs on a stored study: mark FAIL the trials an interrupted run left
+    RUNNING (one sweep per study at a time), and return how many trials the study holds (the entry
+    point shifts the sampler's seed by it, so a seeded re-run proposes new points, not the same ones)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:  # no such study yet
+        return 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        study._storage.set_trial_user_attr(t._trial_id, "orchestrator.error", "interrupted: its sweep was stopped")
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    return len(study.get_trials(deepcopy=False))

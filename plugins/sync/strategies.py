@@ -17,6 +17,15 @@ class SyncStrategy:
     def __init__(self, cfg_sync):
         self.cfg_sync = cfg_sync
 
+    def check_config(self, cfg) -> None:
+        """Called by the trial before its run starts: a bad ``sync.*`` value (or too many MPI
+        ranks) costs no MLflow run."""
+        opts = SyncOptions.from_cfg(self.cfg_sync, cfg, name=self.name)
+        if opts.runtime == "mpi":
+            from orchestrator.sync.limits import check_mpi_ranks
+
+            check_mpi_ranks(opts, self.cfg_sync)
+
     def options(self, ctx: TrainContext) -> SyncOptions:
         opts = SyncOptions.from_cfg(self.cfg_sync, ctx.cfg, name=self.name)
         if ctx.cluster is not None:
