@@ -11,7 +11,8 @@ from conftest import QUICK, run_cli, store_runs
 @pytest.mark.parametrize("args, expected", [
     (["+placer=nope"], "unknown placer 'nope' (available: "),
     (["model=resnet9000"], "unknown model 'resnet9000'"),
-    (["train.lr=abc"], "train.lr='abc' is not a float"),
+    (["train.lr=abc"], "train.lr='abc' is not a number"),
+    (["+sync=delay", "sync.staleness=abc"], "sync.staleness='abc' is not a number"),
     (["train.stop=never"], "train.stop='never' (accepted: target, budget)"),
     (["foo.bar=1"], "Could not override 'foo.bar'"),
     (["train.lr=["], "malformed override"),

@@ -57,7 +57,7 @@ def test_allreduce_replicas_identical_after_every_step(tmp_path, mnist):
 
 def test_a_dying_rank_fails_the_trial_and_leaves_no_process(tmp_path, mnist):
     t0 = time.time()
-    with pytest.raises(WorkerFailedError, match=r"rank 2 failed: RuntimeError: injected failure"):
+    with pytest.raises(WorkerFailedError, match=r"MPI rank 2 on \S+ failed: RuntimeError: injected failure"):
         mpi_run(tmp_path, mnist, "delay", [1.0, 1.0], {"fail": {"worker": 1, "after": 2}}, budget=50, timeout=60)
     assert time.time() - t0 < 60
     job = next(tmp_path.glob("mpi-delay-*/job-*.json"))
@@ -69,3 +69,50 @@ def test_timeout_kills_the_job(tmp_path, mnist):
         mpi_run(tmp_path, mnist, "async", [1.0], {"sleep": {"worker": 0, "every": 1, "seconds": 30}}, timeout=15)
     job = next(tmp_path.glob("mpi-async-*/job-*.json"))
     assert _job_processes(str(job)) == []
+
+
+def test_a_rank_killed_by_a_signal_is_named_with_its_host_and_signal(tmp_path, mnist):
+    with pytest.raises(WorkerFailedError, match=r"^MPI rank 2 \(pid \d+\) on \S+ was killed by signal 9 \(Killed\)$"):
+        mpi_run(tmp_path, mnist, "delay", [1.0, 1.0], {"kill": {"worker": 1, "after": 2, "signal": 9}}, budget=50, timeout=60)
+    job = next(tmp_path.glob("mpi-delay-*/job-*.json"))
+    assert _job_processes(str(job)) == []
+
+
+def test_ranks_end_within_5_s_when_the_trial_process_is_killed(workdir):
+    """kill -9 of the trial: its ranks notice the launcher is gone and exit; the next process that
+    opens the store (here the report) marks the abandoned run FAILED."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import run_cli, store_runs
+
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "+sync=delay", "sync.runtime=mpi", "hardware.workers=2",
+                             "train.stop=budget", "train.budget_updates=100000", "train.eval_samples=200"],
+                            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and len(list(workdir.glob("outputs/**/mpi-delay-*/rank*.host"))) < 3:
+            assert proc.poll() is None
+            time.sleep(0.5)
+        (job,) = workdir.glob("outputs/**/mpi-delay-*/job-*.json")
+        assert _job_processes(str(job)), "the ranks never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        t0 = time.time()
+        while _job_processes(str(job)) and time.time() - t0 < 15:
+            time.sleep(0.2)
+        gone_after = time.time() - t0
+    finally:
+        for pid in _job_processes(str(job)) if "job" in locals() else []:
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert gone_after < 5, f"ranks still there {gone_after:.1f} s after the trial was killed"
+    assert [r.info.status for r in store_runs(workdir)] == ["RUNNING"]
+    out = run_cli(workdir, "--format", "json", module="orchestrator.report", timeout=120)
+    assert out.returncode == 0, out.stderr
+    (run,) = store_runs(workdir)
+    assert run.info.status == "FAILED" and run.data.tags["orchestrator.abandoned"] == "true"
+    assert f"process {proc.pid}" in run.data.tags["orchestrator.error"]

@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, number
 
 
 @dataclass
@@ -33,21 +33,16 @@ class TrainSettings:
     def from_cfg(cls, cfg: Any) -> "TrainSettings":
         def num(key, typ, default, minimum=None):
             val = cfg.get(key, default) if cfg is not None else default
-            if val is None:
-                return None
-            try:
-                out = typ(val)
-            except (TypeError, ValueError):
-                raise ConfigError(f"train.{key}={val!r} is not a {typ.__name__}") from None
-            if minimum is not None and out < minimum:
-                raise ConfigError(f"train.{key}={val!r} must be >= {minimum}")
+            out = number(val, f"train.{key}", typ, minimum)
+            if isinstance(out, float) and math.isinf(out) and key not in ("budget_s",):
+                raise ConfigError(f"train.{key}={val!r} must be finite")
             return out
 
         stop = (cfg.get("stop", "target") if cfg is not None else "target")
         if stop not in ("target", "budget"):
             raise ConfigError(f"train.stop={stop!r} (accepted: target, budget)")
         target = num("target_accuracy", float, 0.97, 0.0)
-        if target > 1.0:
+        if target is None or target > 1.0:
             raise ConfigError(f"train.target_accuracy={target!r} must be a fraction in [0, 1]")
         s = cls(
             batch_size=num("batch_size", int, 64, 1), lr=num("lr", float, 0.1, 0.0), target_accuracy=target,

@@ -108,8 +108,7 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     if rc != 0 or not (run_dir / "result.json").exists():
         _kill_job(proc, str(job_file))
         err = _first_error(run_dir)
-        tail = (run_dir / "mpiexec.log").read_text(errors="ignore").strip().splitlines()[-1:] or [""]
-        raise WorkerFailedError(err.lstrip(": ") if err else f"mpiexec exited with code {rc}: {tail[0][:200]}")
+        raise WorkerFailedError(err.lstrip(": ") if err else rank_failure(run_dir, rc))
     _kill_job(proc, str(job_file))  # stray ranks, if any
     return run_dir
 
@@ -124,7 +123,14 @@ def _first_error(run_dir: Path) -> str:
     errs = sorted(run_dir.glob("rank*.error"), key=lambda p: int(p.stem[4:]))
     if not errs:
         return ""
-    return f": rank {errs[0].stem[4:]} failed: {errs[0].read_text().splitlines()[0][:300]}"
+    rank, first = errs[0].stem[4:], (errs[0].read_text().splitlines() or [""])[0]
+    return f": MPI rank {rank} on {_rank_host(run_dir, rank)} failed: {first[:300]}"
+
+
+def _rank_host(run_dir: Path, rank: str) -> str:
+    f = run_dir / f"rank{rank}.host"
+    text = f.read_text().strip() if f.exists() else ""
+    return text.split()[0] if text else "an unknown host"
 
 
 def job_spec(opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) -> dict:
@@ -139,7 +145,36 @@ def job_spec(opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) 
             "dataset_path": ds_cfg.get("path") if ds_cfg else None, "dataset_seed": (ctx.cfg or {}).get("seed", 0),
             "dataset_test_fraction": float(ds_cfg.get("test_fraction", 0.2)) if ds_cfg else 0.2,
             "dataset_limit": ds_cfg.get("limit") if ds_cfg else None,
-            "model_cfg": model_cfg or {"name": "cnn"}, "inject": inject or {}}
+            "model_cfg": model_cfg or {"name": "cnn"}, "inject": inject or {}, **_launcher()}
+
+
+def _launcher() -> dict:
+    """Who launched the job: the ranks on this host exit when this process is gone."""
+    import socket
+
+    try:
+        start = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        start = None
+    return {"launcher_pid": os.getpid(), "launcher_start": start, "launcher_host": socket.gethostname()}
+
+
+def rank_failure(run_dir: Path, rc: int) -> str:
+    """A failed rank in one line, with its rank, host and signal or exit code, from Open MPI's report
+    (mpiexec.log) and the ranks' ``rank{r}.host`` files."""
+    import re
+
+    text = (run_dir / "mpiexec.log").read_text(errors="ignore") if (run_dir / "mpiexec.log").exists() else ""
+
+    m = re.search(r"process rank (\d+) with PID (\d+) on node (\S+) exited on\s+signal (\d+)(?:\s+\(([^)]*)\))?", text)
+    if m:
+        name = f" ({m[5]})" if m[5] else ""
+        return f"MPI rank {m[1]} (pid {m[2]}) on {m[3]} was killed by signal {m[4]}{name}"
+    m = re.search(r"Process name:\s*\[[^\]]*,(\d+)\]\s*Exit code:\s*(-?\d+)", text)
+    if m:
+        return f"MPI rank {m[1]} on {_rank_host(run_dir, m[1])} exited with code {m[2]}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"-"}]
+    return f"mpiexec exited with code {rc}" + (f": {lines[-1][:200]}" if lines else "")
 
 
 def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[TrainResult, SyncStats, list[dict]]:

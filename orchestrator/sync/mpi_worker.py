@@ -91,6 +91,11 @@ class Stretch:
         fail = self.inject.get("fail")
         if fail and fail["worker"] == self.worker and self.iteration >= fail["after"]:
             raise RuntimeError(f"injected failure at iteration {self.iteration}")
+        kill = self.inject.get("kill")  # a rank killed by a signal (the OOM killer, kill -9)
+        if kill and kill["worker"] == self.worker and self.iteration >= kill["after"]:
+            import signal
+
+            os.kill(os.getpid(), int(kill.get("signal", signal.SIGKILL)))
         if extra > 0:
             time.sleep(extra)
 
@@ -273,12 +278,45 @@ def run_worker(job: Job, comm, rank: int) -> None:
                                    "compute_median_s": float(np.median(stretch.compute)) if stretch.compute else math.nan})
 
 
+def watch_launcher(job: Job, rank: int, period_s: float = 1.0) -> None:
+    """End this rank when the trial process that launched the job is gone (``kill -9``, a crash):
+    a daemon thread checks the launcher's pid (and start time) every ``period_s`` on its host; a rank
+    that exits non-zero makes mpiexec end the ranks on other hosts too."""
+    import socket
+
+    pid, start, host = job.raw.get("launcher_pid"), job.raw.get("launcher_start"), job.raw.get("launcher_host")
+    if not pid or host != socket.gethostname():
+        return
+
+    def alive() -> bool:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return start is None or stat.rsplit(")", 1)[1].split()[19] == start
+
+    def loop() -> None:
+        while alive():
+            time.sleep(period_s)
+        try:
+            (job.out / f"rank{rank}.error").write_text(f"its launcher (pid {pid}) is gone\n")
+        finally:
+            os._exit(1)
+
+    threading.Thread(target=loop, name="watch-launcher", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
+    import socket
+
     job = Job(argv[0])
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    host = socket.gethostname()
+    (job.out / f"rank{rank}.host").write_text(f"{host} {os.getpid()}\n")
+    watch_launcher(job, rank)
     try:
         if job.opts.name == "allreduce":
             run_allreduce(job)
