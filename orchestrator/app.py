@@ -80,6 +80,9 @@ def precheck(argv: list[str]) -> list[str]:
     return argv
 
 
+_STUDY: dict[str, str] = {}  # the Optuna study of this sweep, if stored: its RUNNING trials fail on an interrupt
+
+
 def _optuna_resume(argv: list[str], overrides: list[str]) -> list[str]:
     """An Optuna sweep on a stored study resumes it: trials left RUNNING are marked FAIL, and the
     sampler's seed moves on by the study's trial count, so the re-run proposes new points."""
@@ -98,6 +101,12 @@ def _optuna_resume(argv: list[str], overrides: list[str]) -> list[str]:
         return argv
     from orchestrator.tracking.sweep import resume_optuna
 
+    _STUDY.update(storage=str(sweeper.storage), name=str(sweeper.study_name))
+    import json
+
+    from orchestrator.tracking.sweep import STUDY_ENV
+
+    os.environ[STUDY_ENV] = json.dumps([_STUDY["storage"], _STUDY["name"]])  # trials note their values
     try:
         done = resume_optuna(str(sweeper.storage), str(sweeper.study_name))
     except Exception as exc:
@@ -140,6 +149,13 @@ def _task(cfg) -> float:
     try:
         value = Trial(cfg, Path(hc.runtime.output_dir)).run()
         print(f"trial finished: {cfg.objective.metric} = {value:.4g}", flush=True)
+        if multirun:
+            from orchestrator.tracking.sweep import note_trial_value
+
+            try:
+                note_trial_value(cfg, value)
+            except Exception as exc:  # the study is a convenience for resuming; the trial is recorded
+                print(f"could not note the value in the Optuna study: {type(exc).__name__}: {exc}", file=sys.stderr)
         return value
     except (UserError, WorkerFailedError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -215,6 +231,13 @@ def main() -> None:
         _hydra_main()
     except KeyboardInterrupt:
         _kill_parent_run()
+        if _STUDY:
+            try:
+                from orchestrator.tracking.sweep import resume_optuna
+
+                resume_optuna(_STUDY["storage"], _STUDY["name"])  # the interrupted trial: FAIL, not RUNNING
+            except Exception:
+                pass
         sys.exit(Interrupt.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
     if OUTCOME.get("failed"):
         sys.exit(1)  # a sweep with a failed trial (the summary line is printed)

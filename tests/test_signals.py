@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,75 @@ def test_signal_marks_run_killed(workdir, sig):
     # nothing of the trial's process group is left
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)
+
+
+WORKLOAD = Path(__file__).parent / "data" / "msr-dnn-partitioning" / "throughput-inputs" / "LayerGraphs" / "bert24_training.json"
+
+
+def _wait_for(workdir, proc, predicate, what, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate(store_runs(workdir) if (workdir / "mlflow.db").exists() else []):
+            return
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.5)
+    pytest.fail(f"never saw {what}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_during_a_placement_search_ends_killed_and_partial(workdir, sig):
+    """The rl placer keeps its best placement when interrupted; the trial must not pass that off as
+    a finished trial (it exited 0 with FINISHED before)."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "+placer=rl", "model=workload", "hardware=auto",
+                             f"model.path={WORKLOAD}", "placer.budget_evaluations=100000000", "progress=false"],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(workdir, proc, lambda runs: runs and "rl.best_step_time_s" in runs[0].data.metrics, "the rl search")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig, err[-2000:]
+    (run,) = store_runs(workdir)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["orchestrator.partial"] == "true" and run.data.tags["orchestrator.interrupted_in"] == "placement"
+
+
+OPTUNA = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=s",
+          "hydra.sweeper.sampler.seed=0", "train.lr=interval(0.05,0.2)", "train.stop=budget", "train.eval_every=10",
+          "train.eval_samples=200", "objective.metric=train.final_test_accuracy", "progress=false"]
+
+
+@pytest.mark.slow
+def test_an_interrupted_optuna_sweep_ends_killed_and_resumes_with_new_points(workdir):
+    import optuna
+
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *OPTUNA, "hydra.sweeper.n_trials=3",
+                             "train.budget_updates=150"], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _wait_for(workdir, proc, lambda runs: any(r.info.status == "FINISHED" and "mlflow.parentRunId" in r.data.tags
+                                                  for r in runs), "a finished trial", timeout=400)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    parent = next(r for r in store_runs(workdir) if r.data.tags.get("orchestrator.kind") == "sweep")
+    assert parent.info.status == "KILLED"
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{workdir / 'optuna.db'}")
+    states = [t.state.name for t in study.trials]
+    assert "RUNNING" not in states and states.count("COMPLETE") >= 1, states
+    first = [t.params["train.lr"] for t in study.trials]
+
+    out = subprocess.run([sys.executable, "-m", "orchestrator", *OPTUNA, "hydra.sweeper.n_trials=2",
+                          "train.budget_updates=20"], cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{workdir / 'optuna.db'}")
+    assert len(study.trials) == len(first) + 2
+    lrs = [t.params["train.lr"] for t in study.trials]
+    assert len(set(lrs)) == len(lrs), lrs              # no parameter set proposed twice
+    assert [t.state.name for t in study.trials][-2:] == ["COMPLETE", "COMPLETE"]

@@ -71,12 +71,20 @@ class SweepCallback(Callback):
                             if c.info.status != "FINISHED" and c.data.tags.get("orchestrator.error")), None)
         client.log_metric(self.parent_run_id, "sweep.trials", len(children))
         client.log_metric(self.parent_run_id, "sweep.failed_trials", statuses.count("FAILED"))
-        # A sweep none of whose trials finished has failed as a whole.
-        sweep_status = "FINISHED" if "FINISHED" in statuses else "FAILED"
+        # A sweep none of whose trials finished has failed as a whole; an interrupted one was KILLED
+        # (Hydra calls this in a ``finally``, so it runs on Ctrl-C and SIGTERM too).
+        from orchestrator.errors import Interrupt
+
+        interrupted = Interrupt.signal is not None
+        sweep_status = "KILLED" if interrupted else ("FINISHED" if "FINISHED" in statuses else "FAILED")
+        if interrupted:
+            client.set_terminated(self.parent_run_id, status="KILLED")  # first: a second signal may follow
+            client.set_tag(self.parent_run_id, "orchestrator.error", f"interrupted by signal {Interrupt.signal}")
         try:  # the figures are a convenience: a plotting failure must not fail the sweep
             from orchestrator.tracking.plots import log_sweep_plots
 
-            log_sweep_plots(client, self.parent_run_id)
+            if not interrupted:  # end an interrupted sweep quickly
+                log_sweep_plots(client, self.parent_run_id)
         except Exception as exc:
             print(f"sweep plots not logged: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             client.set_tag(self.parent_run_id, "orchestrator.plots_error", f"{type(exc).__name__}: {exc}"[:5000])
@@ -94,19 +102,53 @@ class SweepCallback(Callback):
         print(line, file=sys.stderr, flush=True)
 
 
-def resume_optuna(storage: str, study_name: str) -> int:
-    """Before an Optuna sweep re-runs on a stored study: mark FAIL the trials an interrupted run left
-    RUNNING (one sweep per study at a time), and return how many trials the study holds (the entry
-    point shifts the sampler's seed by it, so a seeded re-run proposes new points, not the same ones)."""
+STUDY_ENV = "ORCHESTRATOR_OPTUNA_STUDY"   # '["storage", "study name"]' of the running Optuna sweep
+VALUE_ATTR = "orchestrator.value"
+
+
+def _study(storage: str, study_name: str):
     import optuna
-    from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
+        return optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:  # no such study yet
+        return None
+
+
+def note_trial_value(cfg: Any, value: float) -> None:
+    """Record a finished trial's objective on its Optuna trial at once (the sweeper tells the study
+    only when a whole batch of ``n_jobs`` trials is done): an interrupted sweep keeps it."""
+    import json
+    import math
+
+    from omegaconf import OmegaConf
+    from optuna.trial import TrialState
+
+    spec = os.environ.get(STUDY_ENV)
+    if not spec or value is None or not math.isfinite(value):
+        return
+    study = _study(*json.loads(spec))
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if study is not None else []:
+        if t.params and all(OmegaConf.select(cfg, k) == v for k, v in t.params.items()) and VALUE_ATTR not in t.user_attrs:
+            study._storage.set_trial_user_attr(t._trial_id, VALUE_ATTR, float(value))
+            return
+
+
+def resume_optuna(storage: str, study_name: str) -> int:
+    """Close what an interrupted Optuna sweep left RUNNING in its study (one sweep per study at a
+    time): a trial whose run finished becomes COMPLETE with its value, the others FAIL. Returns how
+    many trials the study holds (the entry point shifts the sampler's seed by it, so a seeded
+    re-run proposes new points, not the same ones)."""
+    from optuna.trial import TrialState
+
+    study = _study(storage, study_name)
+    if study is None:
         return 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-        study._storage.set_trial_user_attr(t._trial_id, "orchestrator.error", "interrupted: its sweep was stopped")
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        if VALUE_ATTR in t.user_attrs and len(study.directions) == 1:
+            study._storage.set_trial_state_values(t._trial_id, TrialState.COMPLETE, [t.user_attrs[VALUE_ATTR]])
+        else:
+            study._storage.set_trial_user_attr(t._trial_id, "orchestrator.error", "interrupted: its sweep was stopped")
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     return len(study.get_trials(deepcopy=False))

@@ -1,0 +1,132 @@
+"""Issue 14's cases: bad input and broken stores are one line (exit 2, no run left RUNNING), resources
+are bounded before a run starts, abandoned runs are marked FAILED, sweeps fail loudly."""
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_cli, store_runs
+
+
+def _one_line_error(out, expected: str) -> None:
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip() and "mlflow.store.db.utils" not in ln]
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr[-3000:]
+
+
+def _no_running_run(workdir) -> None:
+    assert not (workdir / "mlflow.db").exists() or all(r.info.status != "RUNNING" for r in store_runs(workdir))
+
+
+def _bad_files(workdir):
+    (workdir / "empty.json").write_text(json.dumps({"maxSizePerFPGA": 1e9, "maxFPGAs": 2, "maxCPUs": 1,
+                                                    "nodes": [], "edges": []}))
+    (workdir / "binary.json").write_bytes(bytes(range(256)) * 4)
+    idx = workdir / "idx"
+    idx.mkdir()
+    (idx / "t10k-images-idx3-ubyte").write_bytes(struct.pack(">I", 2051) + b"\x00\x00\x27")  # header cut short
+    (idx / "t10k-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, 1) + b"\x01")
+    (workdir / "corrupt.db").write_bytes(b"this is not a database" * 100)
+    (workdir / "a_file").write_text("x")
+
+
+WORKLOAD = ["+placer=greedy", "model=workload", "hardware=auto"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([*WORKLOAD, "model.path=empty.json"], "empty.json: the workload has no nodes"),
+    ([*WORKLOAD, "model.path=binary.json"], "binary.json: not a text (UTF-8 JSON) file"),
+    (["dataset.path=idx", "train.budget_updates=5"], "t10k-images-idx3-ubyte: truncated IDX header"),
+    (["tracking.uri=sqlite:///corrupt.db"], "tracking store sqlite:///corrupt.db cannot be used: DatabaseError"),
+    (["tracking.uri=sqlite:///a_file/mlflow.db"], "tracking store sqlite:///a_file/mlflow.db cannot be used"),
+    (["+sync=delay", "sync.runtime=mpi", "hardware.workers=100000"],
+     "hardware.workers=100000 needs 100001 MPI ranks (100000 workers + 1 server rank), more than"),
+])
+def test_bad_files_and_stores_are_one_line(workdir, args, expected):
+    _bad_files(workdir)
+    out = run_cli(workdir, *args, timeout=300)
+    _one_line_error(out, expected)
+    _no_running_run(workdir)
+
+
+@pytest.mark.parametrize("uri, expected", [
+    ("sqlite:///corrupt.db", "tracking store sqlite:///corrupt.db cannot be used: DatabaseError"),
+])
+def test_report_on_a_corrupt_store_is_one_line(workdir, uri, expected):
+    _bad_files(workdir)
+    _one_line_error(run_cli(workdir, "--tracking-uri", uri, module="orchestrator.report", timeout=120), expected)
+
+
+def test_virtual_runtime_refuses_what_would_not_fit():
+    import numpy as np
+
+    from orchestrator.data import Dataset
+    from orchestrator.errors import ConfigError
+    from orchestrator.sync.limits import FIXED_BYTES, check_virtual_memory, estimate_virtual_bytes
+
+    ds = Dataset(np.zeros((100, 28, 28, 1), np.float32), np.zeros(100, np.int32),
+                 np.zeros((10, 28, 28, 1), np.float32), np.zeros(10, np.int32), "test")
+    need = estimate_virtual_bytes(1000, 10_000, 100, 10, 784)
+    assert need == 1000 * (4 * 10_000 + 8 * 100) + 4 * 784 * 110 + FIXED_BYTES
+    assert check_virtual_memory(1000, 10_000, ds, available=2 * need) == need
+    with pytest.raises(ConfigError, match=r"^hardware.workers=100000 needs about 4\.8 GiB .* at most about \d+ workers fit$"):
+        check_virtual_memory(100_000, 10_000, ds, available=4 * 2**30)
+
+
+def test_mpi_rank_bound_follows_the_hostfile(tmp_path):
+    from orchestrator.errors import ConfigError
+    from orchestrator.sync.core import SyncOptions
+    from orchestrator.sync.limits import check_mpi_ranks, hostfile_slots
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# two nodes\nnode1 slots=4\nnode2 slots=2 max_slots=8\nnode3\n")
+    assert hostfile_slots(str(hosts)) == 7
+    sync = {"name": "delay", "runtime": "mpi", "hostfile": str(hosts)}
+    opts = SyncOptions.from_cfg(sync, {"hardware": {"workers": 6}})
+    assert check_mpi_ranks(opts, sync) == 7
+    opts = SyncOptions.from_cfg(sync, {"hardware": {"workers": 7}})
+    with pytest.raises(ConfigError, match=r"hardware.workers=7 needs 8 MPI ranks .* hostfile's slots \(7\)"):
+        check_mpi_ranks(opts, sync)
+    assert check_mpi_ranks(opts, {**sync, "oversubscribe": True}) == 8
+
+
+def test_runs_of_a_dead_process_are_marked_failed(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.tracking import store
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store.init_store(uri)
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e")
+    tags = store.process_tags()
+    mine = client.create_run(exp, tags=tags).info.run_id
+    gone = client.create_run(exp, tags={**tags, store.PID_TAG: str(dead.pid), store.START_TAG: "1"}).info.run_id
+    other_host = client.create_run(exp, tags={**tags, store.HOST_TAG: "elsewhere", store.PID_TAG: str(dead.pid)}).info.run_id
+    store.open_store(uri)
+    assert client.get_run(gone).info.status == "FAILED"
+    assert f"process {dead.pid}" in client.get_run(gone).data.tags["orchestrator.error"]
+    assert client.get_run(mine).info.status == "RUNNING"          # this process is alive
+    assert client.get_run(other_host).info.status == "RUNNING"    # another host's process: cannot tell
+
+
+def test_a_sweep_whose_trials_all_fail_exits_1_with_a_summary(workdir):
+    out = run_cli(workdir, "-m", "+sync=delay", "sync.staleness=-1,-2", timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1] == (
+        "sweep: 2 trials, 0 finished, 2 failed; first error: ConfigError: sync.staleness=-1 must be >= 0")
+    parent = next(r for r in store_runs(workdir) if r.data.tags.get("orchestrator.kind") == "sweep")
+    assert parent.info.status == "FAILED"
+
+
+def test_a_sweep_on_a_corrupt_store_stops_at_once(workdir):
+    _bad_files(workdir)
+    out = run_cli(workdir, "-m", "+sync=delay", "sync.staleness=1,2", "tracking.uri=sqlite:///corrupt.db", timeout=300)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "error: tracking store sqlite:///corrupt.db cannot be used" in out.stderr and "Launching" not in out.stderr
