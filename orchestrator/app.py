@@ -147,8 +147,11 @@ def _task(cfg) -> float:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     try:
-        value = Trial(cfg, Path(hc.runtime.output_dir)).run()
-        print(f"trial finished: {cfg.objective.metric} = {value:.4g}", flush=True)
+        trial = Trial(cfg, Path(hc.runtime.output_dir))
+        value = trial.run()
+        from orchestrator.summary import trial_summary
+
+        print(trial_summary(trial.outcome, str(cfg.objective.metric), value), flush=True)
         if multirun:
             from orchestrator.tracking.sweep import note_trial_value
 
@@ -180,13 +183,15 @@ def _task(cfg) -> float:
 def _record_failure(cfg, exc: BaseException) -> None:
     """Give a sweep trial that failed before its run started a FAILED run (if it has none)."""
     from orchestrator.tracking import store as tracking
+    from orchestrator.trial import sweep_suffix
 
     if getattr(exc, "run_recorded", False):
         return
     choices = {g: (cfg.get(g) or {}).get("name", "none") if cfg.get(g) is not None else "none"
                for g in ("placer", "sync", "hardware", "model")}
     try:
-        tracking.record_failed_trial(cfg, "/".join(choices.values()), choices, f"{type(exc).__name__}: {exc}")
+        tracking.record_failed_trial(cfg, ("/".join(choices.values()) + sweep_suffix())[:250], choices,
+                                     f"{type(exc).__name__}: {exc}")
     except Exception as store_exc:  # the store itself may be what failed
         print(f"error: could not record the failed trial: {store_exc}", file=sys.stderr)
 

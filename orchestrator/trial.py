@@ -24,20 +24,22 @@ def _choices() -> dict[str, str]:
         return {}
 
 
-def _sweep_overrides() -> list[str]:
-    """In a sweep, the overrides of this trial that are not group choices (those are in the name)."""
+def sweep_suffix() -> str:
+    """In a sweep, `` #N [overrides]``: the job number and this trial's overrides that are not group
+    choices (those are in the name), so that the trials of a sweep have different run names."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
         if hc.mode != RunMode.MULTIRUN:
-            return []
-        task = list(hc.overrides.task)
+            return ""
+        task, num = list(hc.overrides.task), hc.job.get("num")
     except Exception:
-        return []
+        return ""
     groups = ("placer=", "sync=", "hardware=", "model=", "+placer=", "+sync=", "+experiment=", "dataset=")
-    return [o for o in task if not o.startswith(groups)]
+    varied = [o for o in task if not o.startswith(groups)]
+    return (f" #{num}" if num is not None else "") + (f" [{' '.join(varied)}]" if varied else "")
 
 
 def _name(cfg: DictConfig, group: str) -> str | None:
@@ -104,8 +106,7 @@ class Trial:
             return str(custom)
         n = self.labels
         name = f"{n['placer'] or 'none'}/{n['sync'] or 'none'}/{n['hardware']}/{n['model']}"
-        varied = _sweep_overrides()
-        return (f"{name} [{' '.join(varied)}]" if varied else name)[:250]
+        return (name + sweep_suffix())[:250]
 
     # -- the trial ----------------------------------------------------------------------------
     def run(self) -> float:
@@ -137,6 +138,7 @@ class Trial:
         with tracking.trial_run(self.cfg, run_name=self.run_name(), tags=tags, config_yaml=config_yaml,
                                 output_dir=self.output_dir) as sink:
             pm.hook.orchestrator_trial_start(run_id=sink.run_id, cfg=self.cfg)
+            sink.log_metrics({"workers": len(cluster.workers)})  # data-parallel workers (a column in the UI)
             try:
                 metrics: dict[str, float] = {}
                 placed = None
@@ -159,6 +161,10 @@ class Trial:
                 pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status=status, metrics=dict(sink.latest))
                 raise
             pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status="FINISHED", metrics=metrics)
+        self.outcome = {"run_id": sink.run_id, "uri": tracking.tracking_uri(self.cfg), "metrics": dict(sink.latest),
+                        "tags": {**tags, **sink.tags}, "workers": len(cluster.workers), "runtime": self.runtime_kind,
+                        "target": self.settings.target_accuracy, "experiment_id": getattr(sink, "experiment_id", None),
+                        "experiment": (self.cfg.get("tracking") or {}).get("experiment") or "orchestrator"}
         value = metrics.get(self.objective_metric, sink.latest.get(self.objective_metric))
         if value is None:
             print(f"objective.metric {self.objective_metric!r} was not logged by this trial", flush=True)
@@ -201,7 +207,8 @@ class Trial:
         speedup = None
         if reference is not None and result.time_to_target_s:
             speedup = reference / result.time_to_target_s
-        return log_final(result, sink, speedup=speedup, reference_time_to_target_s=reference)
+        return log_final(result, sink, speedup=speedup, reference_time_to_target_s=reference,
+                         num_classes=model_spec.num_classes)
 
     def _worker_step_times(self, cluster, model_spec, placed, sink) -> dict[str, float]:
         """The speed-1.0 step time the data-parallel workers start from. On a simulated cluster

@@ -121,8 +121,11 @@ def test_a_sweep_whose_trials_all_fail_exits_1_with_a_summary(workdir):
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stderr.strip().splitlines()[-1] == (
         "sweep: 2 trials, 0 finished, 2 failed; first error: ConfigError: sync.staleness=-1 must be >= 0")
-    parent = next(r for r in store_runs(workdir) if r.data.tags.get("orchestrator.kind") == "sweep")
+    runs = store_runs(workdir)
+    parent = next(r for r in runs if r.data.tags.get("orchestrator.kind") == "sweep")
     assert parent.info.status == "FAILED"
+    names = sorted(r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id)
+    assert names == ["none/delay/local/cnn #0 [sync.staleness=-1]", "none/delay/local/cnn #1 [sync.staleness=-2]"]
 
 
 def test_a_sweep_on_a_corrupt_store_stops_at_once(workdir):
@@ -130,3 +133,21 @@ def test_a_sweep_on_a_corrupt_store_stops_at_once(workdir):
     out = run_cli(workdir, "-m", "+sync=delay", "sync.staleness=1,2", "tracking.uri=sqlite:///corrupt.db", timeout=300)
     assert out.returncode == 2, out.stderr[-3000:]
     assert "error: tracking store sqlite:///corrupt.db cannot be used" in out.stderr and "Launching" not in out.stderr
+
+
+def test_a_trial_ends_with_a_summary_that_says_the_target_was_missed(workdir):
+    """A diverged run (it said only `speedup = nan` before) and the report's workers column for a
+    sync trial with the default worker count (it showed `-`)."""
+    out = run_cli(workdir, "+sync=delay", "train.lr=1000", "train.eval_every=10", "train.budget_updates=40",
+                  "train.eval_samples=200", "progress=false", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert "ran:      placer none, sync delay (virtual runtime, 4 workers), hardware local, model cnn" in text, text
+    assert "target:   MISSED (test accuracy 0.97 not reached): diverged" in text, text
+    assert "figures:  training emulated on a virtual clock (real gradients)" in text, text
+    (run,) = store_runs(workdir)
+    assert f"run:      {run.info.run_id} in sqlite:///mlflow.db (experiment orchestrator)" in text, text
+    assert "python -m orchestrator.report" in text and "?workflowType=machine_learning" in text, text
+    assert run.data.tags["train.missed_target"].startswith("diverged")
+    report = run_cli(workdir, "--format", "json", module="orchestrator.report", timeout=120)
+    assert json.loads(report.stdout)[0]["workers"] == 4, report.stdout

@@ -172,8 +172,13 @@ class ConvergenceTracker:
             return True
         return self.s.budget_s is not None and elapsed_s >= self.s.budget_s
 
+    @property
+    def diverged(self) -> bool:
+        """The loss became NaN/inf: training can only go on producing NaN."""
+        return bool(self.history) and not math.isfinite(self.history[-1].loss)
+
     def should_stop(self, step: int, elapsed_s: float) -> bool:
-        if self.s.stop == "target" and self.time_to_target is not None:
+        if self.s.stop == "target" and (self.time_to_target is not None or self.diverged):
             return True
         return self.budget_spent(step, elapsed_s)
 
@@ -184,7 +189,7 @@ class ConvergenceTracker:
 
 
 def log_final(result: TrainResult, sink: MetricsSink, *, speedup: float | None,
-              reference_time_to_target_s: float | None) -> dict[str, float]:
+              reference_time_to_target_s: float | None, num_classes: int | None = None) -> dict[str, float]:
     """The end-of-training metrics of the foundation contract; returns what was logged."""
     m: dict[str, float] = {
         "train.final_test_accuracy": result.final_test_accuracy,
@@ -201,5 +206,20 @@ def log_final(result: TrainResult, sink: MetricsSink, *, speedup: float | None,
         m["train.speedup"] = speedup
     m.update(result.extra_metrics)
     sink.log_metrics(m)
-    sink.set_tags({"train.reached_target": str(result.reached_target).lower(), "train.clock": result.clock})
+    tags = {"train.reached_target": str(result.reached_target).lower(), "train.clock": result.clock}
+    if not result.reached_target:
+        tags["train.missed_target"] = missed_target_reason(result, num_classes)
+    sink.set_tags(tags)
     return m
+
+
+def missed_target_reason(result: TrainResult, num_classes: int | None = None) -> str:
+    """Why a run did not reach the target: it diverged (a NaN/inf loss, one above 10x the first
+    evaluation's, or above 10x ln(classes), the cross-entropy of a uniform guess), or spent its budget."""
+    h = result.history
+    chance = 10 * math.log(num_classes) if num_classes and num_classes > 1 else math.inf
+    if h and (not math.isfinite(h[-1].loss) or h[-1].loss > chance
+              or (len(h) > 1 and math.isfinite(h[0].loss) and h[-1].loss > 10 * h[0].loss)):
+        return f"diverged (loss {h[0].loss:.3g} -> {h[-1].loss:.3g}; try a smaller train.lr)"
+    return (f"budget spent after {result.updates} updates at accuracy {result.final_test_accuracy:.3f} "
+            "(raise train.budget_updates / train.budget_s, or lower train.target_accuracy)")

@@ -36,7 +36,10 @@ class RunRecord:
 
     @property
     def workers(self) -> int | None:
-        """The number of data-parallel workers: ``hardware.workers``, else 1 without a sync strategy."""
+        """The number of data-parallel workers: the trial's ``workers`` metric (the cluster it ran on),
+        else ``hardware.workers`` (runs of older versions), else 1 without a sync strategy."""
+        if self.metric("workers") is not None:
+            return int(self.metrics["workers"])
         raw = self.params.get("hardware.workers", "null")
         try:
             return int(float(raw))

@@ -153,10 +153,24 @@ def init_store(uri: str) -> None:
     _READY.add(uri)
 
 
+# The MLflow 3 UI opens an experiment tagged ``custom_model_development`` on its model-training view
+# (unless its global GenAI / Model training switch says otherwise: the link a trial prints names the view).
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def experiment_tags() -> dict[str, str]:
+    return dict(EXPERIMENT_TAGS)
+
+
 def _experiment_id(client, cfg: Any) -> str:
     name = (cfg.get("tracking") or {}).get("experiment") or "orchestrator"
     exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp is not None else client.create_experiment(name)
+    if exp is None:
+        return client.create_experiment(name, tags=experiment_tags())
+    for k, v in experiment_tags().items():  # stores made by older versions; a user's own kind stays
+        if k not in exp.tags:
+            client.set_experiment_tag(exp.experiment_id, k, v)
+    return exp.experiment_id
 
 
 def record_failed_trial(cfg: Any, run_name: str, tags: dict[str, str], error: str) -> None:
@@ -204,6 +218,7 @@ class MlflowSink:
         self.client = client
         self.run_id = run_id
         self.latest: dict[str, float] = {}
+        self.tags: dict[str, str] = {}
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         from mlflow.entities import Metric
@@ -218,6 +233,7 @@ class MlflowSink:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
+        self.tags.update({t.key: t.value for t in items})
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, tags=items[i : i + 100])
 
@@ -253,6 +269,7 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
     except Exception as exc:
         raise store_error(uri, exc) from None
     sink = MlflowSink(client, run.info.run_id)
+    sink.experiment_id = exp_id
     status = "FAILED"
     output_dir.mkdir(parents=True, exist_ok=True)
     try:
