@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import __version__, plugins
-from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt
+from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt, number
 from orchestrator.progress import enabled as progress_enabled
 from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
 from orchestrator.placement.phase import PlacementPhase, single_device
@@ -51,6 +51,21 @@ def _name(cfg: DictConfig, group: str) -> str | None:
     return str(node.name)
 
 
+def _build(group: str, cls, cfg: DictConfig):
+    """A plugin built from its config group; a value it cannot convert (``float('abc')``) is a
+    one-line ``ConfigError`` naming the keys that hold the offending value, not a traceback."""
+    node = cfg.get(group)
+    try:
+        return cls(node)
+    except (ValueError, TypeError) as exc:
+        flat = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else {}
+        text = str(exc)
+        keys = [f"{group}.{k}={v!r}" for k, v in (flat or {}).items()
+                if v is not None and not isinstance(v, (dict, list)) and (repr(v) in text or f"'{v}'" in text)]
+        where = ", ".join(keys) if keys else f"a {group}.* value"
+        raise ConfigError(f"{where} cannot be used by the {group} plugin ({str(exc).splitlines()[0][:200]})") from None
+
+
 def _stop_if_interrupted(sink, phase: str) -> None:
     """A phase that kept its best result when interrupted (a placer's search) returned normally: the
     run still ends KILLED, and what it logged is tagged partial."""
@@ -83,9 +98,13 @@ class Trial:
             raise ConfigError(f"objective.direction={self.direction!r} (accepted: maximize, minimize)")
         self.show_progress = progress_enabled(cfg.get("progress", "auto"))
         # Build the pieces whose config can be wrong before the run starts, too.
-        self.hardware = self.hardware_cls(cfg.hardware)
-        self.placer = self.placer_cls(cfg.placer) if self.placer_cls else None
-        self.sync = self.sync_cls(cfg.sync) if self.sync_cls else None
+        number(cfg.get("seed", 0), "seed", int)
+        ds = cfg.get("dataset") or {}
+        number(ds.get("test_fraction", 0.2), "dataset.test_fraction", float, 0.0, 1.0)
+        number(ds.get("limit"), "dataset.limit", int, 1)
+        self.hardware = _build("hardware", self.hardware_cls, cfg)
+        self.placer = _build("placer", self.placer_cls, cfg) if self.placer_cls else None
+        self.sync = _build("sync", self.sync_cls, cfg) if self.sync_cls else None
         if hasattr(self.sync, "check_config"):  # optional for third-party strategies
             self.sync.check_config(cfg)
         self.placing = PlacementPhase(self)
@@ -190,8 +209,9 @@ class Trial:
         from orchestrator.data import load_mnist
 
         ds = self.cfg.get("dataset") or {}
-        return load_mnist(ds.get("path"), seed=int(self.cfg.get("seed", 0)),
-                          test_fraction=float(ds.get("test_fraction", 0.2)), limit=ds.get("limit"))
+        return load_mnist(ds.get("path"), seed=number(self.cfg.get("seed", 0), "seed", int),
+                          test_fraction=number(ds.get("test_fraction", 0.2), "dataset.test_fraction", float, 0.0, 1.0),
+                          limit=number(ds.get("limit"), "dataset.limit", int, 1))
 
     def _train(self, model_spec, cluster, sink, placed) -> dict[str, float]:
         ctx = TrainContext(self.settings, self._dataset(), model_spec, cluster, sink, self.output_dir, self.cfg,

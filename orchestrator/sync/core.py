@@ -64,6 +64,8 @@ class SyncOptions:
         speeds = worker_layout(_get(cfg, "hardware", None) or {}, has_sync=True)  # one parser for W and speeds
         workers = len(speeds)
         strag = _get(cfg, "hardware.stragglers", None)
+        if strag is not None and not hasattr(strag, "get"):
+            raise ConfigError(f"hardware.stragglers={strag!r} must be a mapping {{probability: P, slowdown: K}}")
         p = number(_get(strag, "probability", 0.0), "hardware.stragglers.probability") if strag is not None else 0.0
         k = number(_get(strag, "slowdown", 1.0), "hardware.stragglers.slowdown") if strag is not None else 1.0
         if not 0.0 <= p <= 1.0 or k < 1.0:
