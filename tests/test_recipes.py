@@ -45,3 +45,5 @@ def test_tune_delay_resumes_its_study(workdir):
 
     study = optuna.load_study(study_name="tune_delay", storage=f"sqlite:///{workdir / 'tune_delay.db'}")
     assert len(study.trials) == 4  # the second command went on with the stored study
+    params = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(set(params)) == 4, params  # with new points (the seeded sampler repeated them before)
