@@ -348,7 +348,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "placement.md"))
     ap.add_argument("--part", choices=("all", "step", "pipeline"), default="all",
                     help="step: the one-step objective's table; pipeline: the throughput inputs under the pipeline objective")
-    ap.add_argument("--headroom", type=float, default=0.1, help="placement.memory_headroom of the search placers (the trial default)")
+    ap.add_argument("--headroom", type=float, default=None,
+                    help="placement.memory_headroom of the search placers (default: the trial's auto, 0 for step, 0.1 for pipeline)")
     args = ap.parse_args()
     rl_budget = rl_default_budget()
     budgets = {"random": 1000, "optuna": 300, "rl": rl_budget} if args.full else {"random": 200, "optuna": 100, "rl": rl_budget}
@@ -357,12 +358,13 @@ def main() -> None:
     t_all = time.perf_counter()
     cases = [*extracted_cases(notes), *msr_cases(Path(args.workloads), args.full, notes), *synthetic_cases(args.full, notes)]
     global HEADROOM
-    HEADROOM = args.headroom
+    HEADROOM = 0.0 if args.headroom is None else args.headroom
+    p_headroom = 0.1 if args.headroom is None else args.headroom
     prows = []
     if args.part in ("all", "pipeline"):
         from benchmarks.pipeline_quality import pipeline_rows
 
-        prows = pipeline_rows([Path(args.workloads), DATA], rl_budget, args.headroom, notes)
+        prows = pipeline_rows([Path(args.workloads), DATA], rl_budget, p_headroom, notes)
     if args.part == "pipeline":
         cases = []
     for case in cases:
@@ -390,10 +392,13 @@ def main() -> None:
 
         text += (f"\n## Pipeline objective (throughput inputs)\n\n`--part pipeline`: time per sample in the file's units "
                  "(ms), **simulated** with the workload authors' load rule (docs/pipeline.md); expert = the published "
-                 "human-expert split; optimal = `placer=optimal` (the exact DP over contiguous splits; `ideals`: all of "
-                 "them searched); rl = `placer=rl`, default budget, started from the better of greedy and the DP; "
-                 "certified bound = max(LP relaxation of the node-to-device assignment with memory, the costliest "
-                 f"node), valid for every placement; search placers keep {args.headroom:.0%} of memory free; seed 0.\n\n"
+                 "human-expert split; contiguous DP = `placer=optimal`'s exact DP over contiguous splits (`ideals`: all "
+                 "of them searched); optimal = `placer=optimal`'s answer (the DP, or the MILP over any split when better; "
+                 "MILP `optimal` = proven optimum over every split); rl = `placer=rl`, default budget, started from the "
+                 "better of greedy and the DP; certified bound = max(LP relaxation of the node-to-device assignment "
+                 "with memory, the costliest "
+                 f"node, the MILP's proven bound), valid for every placement; search placers keep {p_headroom:.0%} of memory "
+                 "free; seed 0.\n\n"
                  + pipeline_table(prows) + "\n\n" + pipeline_summary(prows) + "\n")
     text += "".join(f"\nNote: {n}\n" for n in notes)
     Path(args.out).write_text(text + (READING if rows else ""))

@@ -52,7 +52,8 @@ def test_top_level_seed_reaches_placer_and_training(tmp_path):
 def test_baseline_is_the_expert_split_on_the_trial_objective(tmp_path):
     placed, sink = _place(_trial(tmp_path, "+placer=greedy", "model=workload", f"model.path={BERT}", f"model.split={SPLIT}"))
     m = dict((k, v) for k, v, _ in sink.metrics)
-    assert sink.tags == {"placement.baseline": "expert split (model.split)", "placement.objective": "pipeline"}
+    assert sink.tags["placement.baseline"] == "expert split (model.split)"
+    assert sink.tags["placement.objective"] == "pipeline" and sink.tags["placement.lower_bound"] == "lp"
     assert round(m["placement.baseline_time_per_sample_s"] * 1e3, 2) == 49.40
     assert m["placement.speedup"] == pytest.approx(m["placement.baseline_time_per_sample_s"] / m["placement.time_per_sample_s"])
     assert m["placement.lower_bound_s"] <= m["placement.time_per_sample_s"]
@@ -76,11 +77,12 @@ def test_without_expert_the_best_single_accelerator_and_never_the_cpu(tmp_path):
 
 
 def test_optimal_placer_is_exact_and_certified_in_a_trial(tmp_path):
-    placed, sink = _place(_trial(tmp_path, "+placer=optimal", "model=workload", f"model.path={BERT}", f"model.split={SPLIT}"))
+    placed, sink = _place(_trial(tmp_path, "+placer=optimal", "placer.milp_time_limit_s=5", "model=workload",
+                                 f"model.path={BERT}", f"model.split={SPLIT}"))
     m = dict((k, v) for k, v, _ in sink.metrics)
     meta = placed["placement"].meta
     assert meta["order"] == "ideals" and meta["exact"]
-    assert m["placement.contiguous_optimum_s"] == pytest.approx(m["placement.time_per_sample_s"])
+    assert m["placement.contiguous_optimum_s"] >= m["placement.time_per_sample_s"]
     assert m["placement.lower_bound_s"] <= m["placement.time_per_sample_s"] < m["placement.baseline_time_per_sample_s"]
     with pytest.raises(Exception, match="placement.objective=pipeline"):
         _place(_trial(tmp_path, "+placer=optimal", "model=workload", f"model.path={BERT}", "placement.objective=step"))

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from orchestrator.placement import Placement
 from orchestrator.placement.contiguous import best_contiguous, solve
 from orchestrator.placement.evaluator import SimulatedEvaluator
+from orchestrator.placement.milp import solve_milp
 from orchestrator.placement.search import PlacementProblem
 from orchestrator.placement.workload import load_msr_split, load_msr_workload
 
@@ -134,6 +135,10 @@ def test_dp_equals_brute_force_on_random_small_dags(tmp_path, seed):
         assert ev.pipeline.time_per_sample(dp.assign) == pytest.approx(dp.value)
     assert best_contiguous(prob, ev.pipeline).value == pytest.approx(best_contig, abs=1e-12)
     assert ev.lower_bound() <= best_any + 1e-12
+    m = solve_milp(prob, ev.pipeline, time_limit_s=20)       # any split: the optimum and a proven bound
+    assert m.status == "optimal" and m.bound <= best_any
+    if math.isfinite(best_any):
+        assert ev.pipeline.time_per_sample(m.assign) == pytest.approx(best_any, rel=2e-4)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -49,6 +49,19 @@ def best_accelerator(evaluator, graph, worker):
     return best if best is not None else ("none: no single accelerator holds the model", None, None)
 
 
+def memory_headroom(cfg, objective: str) -> float:
+    """``placement.memory_headroom``: auto -> 0.1 for the pipeline objective (a stage keeps the
+    activations of micro-batches in flight, which the workload's sizes do not count), 0 for step
+    (the simulator already holds every activation of the step)."""
+    h = cfg.get("memory_headroom", "auto") if cfg is not None else "auto"
+    if h is None or str(h) == "auto":
+        return 0.1 if objective == "pipeline" else 0.0
+    try:
+        return float(h)
+    except (TypeError, ValueError):
+        raise ConfigError(f"placement.memory_headroom={h!r} (a fraction in [0, 1), or auto)") from None
+
+
 def resolve_objective(cfg, graph) -> str:
     """``placement.objective``: auto -> pipeline for the throughput inputs of the public workloads
     (their file says so: ``graph.meta["objective"]``), step elsewhere."""
@@ -86,9 +99,9 @@ class PlacementPhase:
         from orchestrator.placement.evaluator import MeasuredEvaluator, SimulatedEvaluator
 
         objective = resolve_objective(self.settings(), graph)
-        headroom = self.settings().get("memory_headroom", 0.1)
+        headroom = memory_headroom(self.settings(), objective)
         if kind == "simulated":
-            return SimulatedEvaluator(graph, worker, objective, 0.0 if headroom is None else float(headroom))
+            return SimulatedEvaluator(graph, worker, objective, headroom)
         if objective == "pipeline":
             raise ConfigError("placement.objective=pipeline is evaluated by the simulator: set placer.evaluator=simulated")
         if model_spec.build is None:
@@ -136,7 +149,10 @@ class PlacementPhase:
             base_label = f"{base_label}: infeasible ({over})"
             base = None
         if evaluator.kind == "simulated":
-            lb = evaluator.lower_bound()
+            lb, parts = evaluator.bound_parts()
+            certified = float(placement.meta.get("certified_bound_s") or 0.0)   # e.g. placer=optimal's MILP
+            bound_src = "milp" if certified > lb else max(parts, key=parts.get)
+            lb = max(lb, certified)
             m["placement.lower_bound_s"] = lb
             if lb > 0 and math.isfinite(verdict.value):
                 m["placement.optimality_gap"] = verdict.value / lb - 1.0
@@ -150,7 +166,10 @@ class PlacementPhase:
         if not cluster.simulated and model_spec.build is not None:
             placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
         sink.log_metrics(m)
-        sink.set_tags({"placement.baseline": base_label, "placement.objective": objective})
+        tags = {"placement.baseline": base_label, "placement.objective": objective}
+        if evaluator.kind == "simulated":
+            tags["placement.lower_bound"] = bound_src
+        sink.set_tags(tags)
         return placed
 
     def measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
