@@ -110,6 +110,10 @@ def pipeline_summary(rows) -> str:
     lines.append(f"- rl >= {SPEEDUP}x better than the expert where the expert is > {TIGHT}x the bound ({len(tight)} graphs): "
                  + ("met" if tight and all(v >= SPEEDUP for v in sp.values()) else "missed" if tight else "does not apply")
                  + (" (" + ", ".join(f"{k} {v:.3f}x" for k, v in sp.items()) + ")" if sp else "") + ".")
+    ceiling = [f"{r['graph']} {r['expert'] / r['lb']:.3f}x (rl {r['expert'] / r['rl']:.3f}x)" for r in rows
+               if math.isfinite(r["expert"])]
+    lines.append("  The largest speedup over the expert that any placement can reach is expert / certified bound: "
+                 + "; ".join(ceiling) + (". Where that is below the target, no placer can meet it." if ceiling else "."))
     worse = [r["graph"] for r in rows if r["rl"] > min(r["contig"], r["greedy"]) * (1 + 1e-9)]
     lines.append(f"- rl never worse than optimal's contiguous answer or greedy: {'met' if not worse else 'missed: ' + ', '.join(worse)}.")
     geo = float(np.exp(np.mean(np.log([r["best"] / r["lb"] for r in rows])))) if rows else math.nan

@@ -386,23 +386,30 @@ def main() -> None:
             "devices), memory-blind. rl evals = simulator runs (placements rejected by the memory check count against "
             "the budget without a run). Target columns: `-` = does not apply (speedup target where manual > 1.35x LB, "
             "within-5% target elsewhere).\n\n")
-    text = (head + table(rows) + "\n\n" + summary(rows) + "\n") if rows else ""
+    note_text = "".join(f"\nNote: {n}\n" for n in notes)
+    step_text = (head + table(rows) + "\n\n" + summary(rows) + "\n" + note_text + READING) if rows else ""
+    pipe_text = ""
     if prows:
         from benchmarks.pipeline_quality import pipeline_summary, pipeline_table
 
-        text += (f"\n## Pipeline objective (throughput inputs)\n\n`--part pipeline`: time per sample in the file's units "
-                 "(ms), **simulated** with the workload authors' load rule (docs/pipeline.md); expert = the published "
-                 "human-expert split; contiguous DP = `placer=optimal`'s exact DP over contiguous splits (`ideals`: all "
-                 "of them searched); optimal = `placer=optimal`'s answer (the DP, or the MILP over any split when better; "
-                 "MILP `optimal` = proven optimum over every split); rl = `placer=rl`, default budget, started from the "
-                 "better of greedy and the DP; certified bound = max(LP relaxation of the node-to-device assignment "
-                 "with memory, the costliest "
-                 f"node, the MILP's proven bound), valid for every placement; search placers keep {p_headroom:.0%} of memory "
-                 "free; seed 0.\n\n"
-                 + pipeline_table(prows) + "\n\n" + pipeline_summary(prows) + "\n")
-    text += "".join(f"\nNote: {n}\n" for n in notes)
-    Path(args.out).write_text(text + (READING if rows else ""))
-    print(text)
+        pipe_text = (f"\n## Pipeline objective (throughput inputs)\n\n`--part pipeline`: time per sample in the file's units "
+                     "(ms), **simulated** with the workload authors' load rule (docs/pipeline.md); expert = the published "
+                     "human-expert split; contiguous DP = `placer=optimal`'s exact DP over contiguous splits (`ideals`: all "
+                     "of them searched); optimal = `placer=optimal`'s answer (the DP, or the MILP over any split when "
+                     "better; MILP `optimal` = proven optimum over every split); rl = `placer=rl`, default budget, started "
+                     "from the better of greedy and the DP; certified bound = max(LP relaxation of the node-to-device "
+                     "assignment with memory, the costliest node, the MILP's proven bound), valid for every placement; "
+                     f"search placers keep {p_headroom:.0%} of memory free; seed 0; {time.strftime('%Y-%m-%d')}, 2-core "
+                     "shared machine (the MILP's time limit is wall time: under load it proves less).\n\n"
+                     + pipeline_table(prows) + "\n\n" + pipeline_summary(prows) + "\n" + ("" if rows else note_text))
+    print(step_text + pipe_text)
+    out, marker = Path(args.out), "\n## Pipeline objective"
+    old = out.read_text() if out.exists() else ""
+    if args.part == "step" and marker in old:            # keep the pipeline section of an earlier run
+        pipe_text = marker + old.split(marker, 1)[1]
+    elif args.part == "pipeline" and old:                # keep the step section of an earlier run
+        step_text = old.split(marker, 1)[0].rstrip("\n") + "\n"
+    out.write_text(step_text + pipe_text)
 
 
 READING = """
