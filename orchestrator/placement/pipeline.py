@@ -59,7 +59,6 @@ class PipelineModel:
         self.src = np.array([p[0] for p in pairs], dtype=np.int64)
         self.dst = np.array([p[1] for p in pairs], dtype=np.int64)
         links = worker.links
-        lid = {id(l): i for i, l in enumerate(links)}
         dev_ix = {d.name: i for i, d in enumerate(worker.devices)}
         self.n_links = max(1, len(links))
         self.link_src = np.array([dev_ix.get(l.src, -1) for l in links] + [-1], dtype=np.int64)
@@ -74,7 +73,6 @@ class PipelineModel:
                 r = a * nd + b
                 ls = self.sim.route_link[self.sim.route_ptr[r]:self.sim.route_ptr[r + 1]]
                 self.routes[a, b, :len(ls)] = ls
-        del lid
 
     def loads(self, assign) -> tuple[np.ndarray, np.ndarray]:
         """(load per device, busy time per link channel), in seconds per sample."""
