@@ -17,6 +17,9 @@ SPLIT = DATA / "human-experts/bert24_training_expert.json"
 
 
 def _trial(tmp_path, *overrides):
+    """A composed trial; the MILP bound is off unless asked for (it costs its time limit)."""
+    if not any(o.startswith("placement.bound_time_limit_s") for o in overrides):
+        overrides = ("placement.bound_time_limit_s=0", *overrides)
     with initialize_config_module(config_module="orchestrator_conf", version_base=None):
         cfg = compose("config", overrides=list(overrides))
     return Trial(cfg, tmp_path)
@@ -58,6 +61,11 @@ def test_baseline_is_the_expert_split_on_the_trial_objective(tmp_path):
     assert m["placement.speedup"] == pytest.approx(m["placement.baseline_time_per_sample_s"] / m["placement.time_per_sample_s"])
     assert m["placement.lower_bound_s"] <= m["placement.time_per_sample_s"]
     assert m["placement.optimality_gap"] == pytest.approx(m["placement.time_per_sample_s"] / m["placement.lower_bound_s"] - 1)
+    # the MILP's proven bound tightens it (bert24 training: the optimum over any split is 39.79)
+    _, sink2 = _place(_trial(tmp_path, "+placer=greedy", "model=workload", f"model.path={BERT}", "placement.bound_time_limit_s=20"))
+    m2 = dict((k, v) for k, v, _ in sink2.metrics)
+    assert sink2.tags["placement.lower_bound"] == "milp"
+    assert m["placement.lower_bound_s"] < m2["placement.lower_bound_s"] <= 0.03979
 
 
 def test_without_expert_the_best_single_accelerator_and_never_the_cpu(tmp_path):

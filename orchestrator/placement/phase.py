@@ -151,6 +151,12 @@ class PlacementPhase:
         if evaluator.kind == "simulated":
             lb, parts = evaluator.bound_parts()
             certified = float(placement.meta.get("certified_bound_s") or 0.0)   # e.g. placer=optimal's MILP
+            limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
+            if objective == "pipeline" and not certified and limit > 0:         # certify the gap of any placer
+                from orchestrator.placement.milp import solve_milp
+                from orchestrator.placement.search import PlacementProblem
+
+                certified = solve_milp(PlacementProblem(graph, worker, evaluator), evaluator.pipeline, limit).bound
             bound_src = "milp" if certified > lb else max(parts, key=parts.get)
             lb = max(lb, certified)
             m["placement.lower_bound_s"] = lb
