@@ -90,7 +90,7 @@ class Trial:
         self.model_fn = plugins.load("model", self.names["model"])
         self.placer_cls = plugins.load("placer", self.names["placer"]) if self.names["placer"] else None
         self.sync_cls = plugins.load("sync", self.names["sync"]) if self.names["sync"] else None
-        self.settings = TrainSettings.from_cfg(cfg.get("train"))
+        self.settings = TrainSettings.from_cfg(cfg.get("train"), seed=cfg.get("seed"))
         objective = cfg.get("objective") or {}
         self.objective_metric = str(objective.get("metric", "speedup"))
         self.direction = str(objective.get("direction", "maximize"))

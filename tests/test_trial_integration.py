@@ -23,7 +23,7 @@ def test_workload_with_expert_split_is_simulated(workdir):
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     m, tags = run.data.metrics, run.data.tags
-    assert tags["evaluator"] == "simulated" and tags["placement.baseline"] == "manual placement"
+    assert tags["evaluator"] == "simulated" and tags["placement.baseline"] == "expert split (model.split)" and tags["placement.objective"] == "pipeline"
     assert m["placement.lower_bound_s"] <= m["placement.step_time_s"] + 1e-12
     assert m["speedup"] == m["placement.speedup"] and "train.loss" not in m
 

@@ -30,7 +30,8 @@ class TrainSettings:
     eval_samples: int | None = None  # evaluate on the first N test samples (None: all)
 
     @classmethod
-    def from_cfg(cls, cfg: Any) -> "TrainSettings":
+    def from_cfg(cls, cfg: Any, seed: Any = None) -> "TrainSettings":
+        """``seed``: the trial's top-level ``seed`` (``train.seed``, when set, wins)."""
         def num(key, typ, default, minimum=None):
             val = cfg.get(key, default) if cfg is not None else default
             out = number(val, f"train.{key}", typ, minimum)
@@ -47,11 +48,20 @@ class TrainSettings:
         s = cls(
             batch_size=num("batch_size", int, 64, 1), lr=num("lr", float, 0.1, 0.0), target_accuracy=target,
             stop=stop, eval_every=num("eval_every", int, 25, 1), budget_updates=num("budget_updates", int, 3000, 1),
-            budget_s=num("budget_s", float, None, 0.0), seed=num("seed", int, 0), eval_samples=num("eval_samples", int, None, 1),
+            budget_s=num("budget_s", float, None, 0.0), seed=num("seed", int, _seed(seed)), eval_samples=num("eval_samples", int, None, 1),
         )
         if s.budget_updates is None and s.budget_s is None:
             raise ConfigError("train.budget_updates and train.budget_s are both null: a run needs a budget")
         return s
+
+
+def _seed(seed: Any) -> int:
+    if seed is None:
+        return 0
+    try:
+        return int(seed)
+    except (TypeError, ValueError):
+        raise ConfigError(f"seed={seed!r} is not an int") from None
 
 
 class MetricsSink(Protocol):

@@ -19,6 +19,13 @@ class Verdict:
     peak_memory_bytes: dict[str, float] = field(default_factory=dict)
     busy_s: dict[str, float] = field(default_factory=dict)
     oom: list[tuple[str, float]] = field(default_factory=list)
+    time_per_sample_s: float | None = None      # the pipeline objective (``placement.objective=pipeline``)
+    loads_s: dict[str, float] = field(default_factory=dict)   # pipeline load per device
+
+    @property
+    def value(self) -> float:
+        """The trial's objective: time per sample for ``pipeline``, else the one-step latency."""
+        return self.step_time_s if self.time_per_sample_s is None else self.time_per_sample_s
 
 
 class MeasuredEvaluator:
@@ -64,22 +71,40 @@ class MeasuredEvaluator:
         return Verdict(rt.measure_step_time(self.x, self.y, warmup=self.warmup, repeats=self.repeats), True, self.kind)
 
 
+OBJECTIVES = ("step", "pipeline")
+
+
 class SimulatedEvaluator:
     """The cost-model simulator as judge. ``step_time(assign)`` is the fast path placers use for
     many candidates (an int array: device index per node, in ``graph.nodes`` order, devices in
-    ``worker.devices`` order); infeasible placements return ``inf``."""
+    ``worker.devices`` order): the value of the trial's ``objective`` (``step``: one step's latency;
+    ``pipeline``: time per sample, ``orchestrator.placement.pipeline``); infeasible placements
+    return ``inf``. ``memory_headroom`` is the share of memory search placers keep free."""
 
     kind = "simulated"
 
-    def __init__(self, graph: Any, worker: Any):
+    def __init__(self, graph: Any, worker: Any, objective: str = "step", memory_headroom: float = 0.0):
         from orchestrator.placement.simulator import Simulator
 
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"placement.objective={objective!r} (accepted: auto, {', '.join(OBJECTIVES)})")
+        if not 0.0 <= float(memory_headroom) < 1.0:
+            raise ConfigError(f"placement.memory_headroom={memory_headroom!r} must be a fraction in [0, 1)")
         self.graph, self.worker = graph, worker
+        self.objective, self.memory_headroom = objective, float(memory_headroom)
         self.simulator = Simulator(graph, worker)
+        self.pipeline = None
+        if objective == "pipeline":
+            from orchestrator.placement.pipeline import PipelineModel
+            self.pipeline = PipelineModel(graph, worker, self.simulator)
         self.evaluations = 0
+        self._bound: tuple[float, dict] | None = None
 
     def step_time(self, assign) -> float:
+        """The objective's value of an assignment (kept under this name for the placers)."""
         self.evaluations += 1
+        if self.pipeline is not None:
+            return self.pipeline.time_per_sample(assign)
         return self.simulator.step_time(assign)
 
     def assignment(self, placement: Placement):
@@ -89,10 +114,24 @@ class SimulatedEvaluator:
         self.evaluations += 1
         r = self.simulator.evaluate(self.simulator.assignment(placement), schedule=schedule)
         v = Verdict(r.step_time_s, r.feasible, self.kind, dict(r.peak_memory_bytes), dict(r.busy_s), list(r.oom))
+        if self.pipeline is not None:
+            a = self.simulator.assignment(placement)
+            v.time_per_sample_s = self.pipeline.time_per_sample(a)
+            v.loads_s = self.pipeline.device_loads(a)
         v.result = r  # the full simulation (schedule for the Gantt chart)
         return v
 
     def lower_bound(self) -> float:
-        from orchestrator.placement.simulator import lower_bound
+        """A certified lower bound on the objective over every placement that fits."""
+        return self.bound_parts()[0]
 
-        return lower_bound(self.graph, self.worker)
+    def bound_parts(self) -> tuple[float, dict[str, float]]:
+        if self._bound is None:
+            if self.pipeline is not None:
+                from orchestrator.placement.pipeline import lower_bound as pipeline_bound
+                self._bound = pipeline_bound(self.graph, self.worker, self.simulator)
+            else:
+                from orchestrator.placement.simulator import lower_bound
+                lb = lower_bound(self.graph, self.worker)
+                self._bound = lb, {"simulator": lb}
+        return self._bound

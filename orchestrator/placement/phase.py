@@ -4,6 +4,7 @@ devices) that the trial logs."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -22,9 +23,54 @@ def single_device(evaluator, graph, worker):
     best = None
     for d in worker.devices:
         v = evaluator.evaluate(on_one_device(graph, worker, d.name))
-        if v.feasible and (best is None or v.step_time_s < best[1].step_time_s):
+        if v.feasible and (best is None or v.value < best[1].value):
             best = (f"single device {d.name}", v)
     return best if best is not None else ("none: no single device fits the model", None)
+
+
+def best_accelerator(evaluator, graph, worker):
+    """The baseline where no human expert's placement exists: the best single accelerator that
+    holds the model (nodes it cannot run go to their fastest allowed device), on the trial's
+    objective; on a worker without accelerators, the best single device. (label, placement,
+    verdict), or (reason, None, None) when no accelerator holds the model: no CPU straw man."""
+    from orchestrator.placement.search import PlacementProblem
+    import numpy as np
+
+    prob = PlacementProblem(graph, worker, evaluator, memory_headroom=0.0)
+    acc = [i for i, d in enumerate(worker.devices) if d.kind != "cpu"] or list(range(len(worker.devices)))
+    best = None
+    for d in acc:
+        atoms = np.where(prob.allowed[:, d], d, np.argmin(prob.atom_cost, axis=1))
+        placement = prob.placement(prob.expand(atoms), placer=f"single device {worker.devices[d].name}")
+        v = evaluator.evaluate(placement)
+        if v.feasible and math.isfinite(v.value) and (best is None or v.value < best[2].value):
+            best = (f"best single accelerator {worker.devices[d].name}" if worker.devices[d].kind != "cpu"
+                    else f"single device {worker.devices[d].name} (no accelerator)", placement, v)
+    return best if best is not None else ("none: no single accelerator holds the model", None, None)
+
+
+def memory_headroom(cfg, objective: str) -> float:
+    """``placement.memory_headroom``: auto -> 0.1 for the pipeline objective (a stage keeps the
+    activations of micro-batches in flight, which the workload's sizes do not count), 0 for step
+    (the simulator already holds every activation of the step)."""
+    h = cfg.get("memory_headroom", "auto") if cfg is not None else "auto"
+    if h is None or str(h) == "auto":
+        return 0.1 if objective == "pipeline" else 0.0
+    try:
+        return float(h)
+    except (TypeError, ValueError):
+        raise ConfigError(f"placement.memory_headroom={h!r} (a fraction in [0, 1), or auto)") from None
+
+
+def resolve_objective(cfg, graph) -> str:
+    """``placement.objective``: auto -> pipeline for the throughput inputs of the public workloads
+    (their file says so: ``graph.meta["objective"]``), step elsewhere."""
+    wanted = str(cfg.get("objective", "auto") if cfg is not None else "auto")
+    if wanted == "auto":
+        return str(graph.meta.get("objective", "step"))
+    if wanted not in ("step", "pipeline"):
+        raise ConfigError(f"placement.objective={wanted!r} (accepted: auto, step, pipeline)")
+    return wanted
 
 
 class PlacementPhase:
@@ -46,11 +92,18 @@ class PlacementPhase:
             graph = calibrate_graph(graph, calib)
         return graph
 
+    def settings(self) -> Any:
+        return self.trial.cfg.get("placement") or {}
+
     def evaluator(self, kind: str, graph, worker, model_spec):
         from orchestrator.placement.evaluator import MeasuredEvaluator, SimulatedEvaluator
 
+        objective = resolve_objective(self.settings(), graph)
+        headroom = memory_headroom(self.settings(), objective)
         if kind == "simulated":
-            return SimulatedEvaluator(graph, worker)
+            return SimulatedEvaluator(graph, worker, objective, headroom)
+        if objective == "pipeline":
+            raise ConfigError("placement.objective=pipeline is evaluated by the simulator: set placer.evaluator=simulated")
         if model_spec.build is None:
             raise ConfigError(f"model={self.trial.names['model']} is a cost graph; it can only be simulated")
         return MeasuredEvaluator(model_spec, worker, self.trial._dataset(), self.trial.settings.batch_size, seed=self.trial.settings.seed)
@@ -73,21 +126,42 @@ class PlacementPhase:
             over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
             raise InfeasiblePlacementError(f"placer {self.trial.names['placer']}'s placement does not fit in memory: {over}")
         base_label, base_placement, base = self.baseline(graph, worker, evaluator, model_spec)
+        objective = getattr(evaluator, "objective", "step")
         m = {
             "placement.step_time_s": verdict.step_time_s,
             "placement.search_time_s": search_time,
             "placement.evaluations": float(searched),
             "placement.devices_used": float(len(set(placement.assignment.values()))),
         }
-        if base is not None and base.feasible:
+        if objective == "pipeline":
+            m["placement.time_per_sample_s"] = verdict.time_per_sample_s
+            for dev, load in verdict.loads_s.items():
+                m[f"placement.load_s.{dev}"] = load
+        if "contiguous_optimum_s" in placement.meta:
+            m["placement.contiguous_optimum_s"] = float(placement.meta["contiguous_optimum_s"])
+        if base is not None and base.feasible and math.isfinite(base.value):
             m["placement.baseline_step_time_s"] = base.step_time_s
-            m["placement.speedup"] = base.step_time_s / verdict.step_time_s
+            if objective == "pipeline":
+                m["placement.baseline_time_per_sample_s"] = base.time_per_sample_s
+            m["placement.speedup"] = base.value / verdict.value
         elif base is not None:  # e.g. an expert split that breaks device memory: nothing to compare with
             over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in base.oom)
             base_label = f"{base_label}: infeasible ({over})"
             base = None
         if evaluator.kind == "simulated":
-            m["placement.lower_bound_s"] = evaluator.lower_bound()
+            lb, parts = evaluator.bound_parts()
+            certified = float(placement.meta.get("certified_bound_s") or 0.0)   # e.g. placer=optimal's MILP
+            limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
+            if objective == "pipeline" and not certified and limit > 0:         # certify the gap of any placer
+                from orchestrator.placement.milp import solve_milp
+                from orchestrator.placement.search import PlacementProblem
+
+                certified = solve_milp(PlacementProblem(graph, worker, evaluator), evaluator.pipeline, limit).bound
+            bound_src = "milp" if certified > lb else max(parts, key=parts.get)
+            lb = max(lb, certified)
+            m["placement.lower_bound_s"] = lb
+            if lb > 0 and math.isfinite(verdict.value):
+                m["placement.optimality_gap"] = verdict.value / lb - 1.0
             for dev, b in verdict.peak_memory_bytes.items():
                 m[f"placement.memory_bytes.{dev}"] = b
             for dev, busy in verdict.busy_s.items():
@@ -98,7 +172,10 @@ class PlacementPhase:
         if not cluster.simulated and model_spec.build is not None:
             placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
         sink.log_metrics(m)
-        sink.set_tags({"placement.baseline": base_label})
+        tags = {"placement.baseline": base_label, "placement.objective": objective}
+        if evaluator.kind == "simulated":
+            tags["placement.lower_bound"] = bound_src
+        sink.set_tags(tags)
         return placed
 
     def measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
@@ -116,17 +193,22 @@ class PlacementPhase:
         return {"measured": measured, "measured_baseline": mb, "measured_step_s": mv.step_time_s}
 
     def baseline(self, graph, worker, evaluator, model_spec):
-        """The reference placement: the manual one, or (for the manual placer itself) the single
-        fastest device that fits."""
+        """The reference placement: the human expert's where one exists (the workload's split file,
+        else the manual placer's split, rules, the model's own rules or a literature rule such as
+        rnn), else the best single accelerator that holds the model; none (no speedup) when no
+        accelerator does. The manual placer itself is compared with the best single accelerator."""
         if self.trial.names["placer"] != "manual":
-            manual = (model_spec.expert_split or self.manual_baseline(graph, worker)).check(graph)
-            return "manual placement", manual, evaluator.evaluate(manual)
+            if model_spec.expert_split is not None:
+                split = model_spec.expert_split.check(graph)
+                return "expert split (model.split)", split, evaluator.evaluate(split)
+            expert = self.manual_baseline(graph, worker)
+            if expert is not None:
+                expert, strategy = expert
+                return f"expert placement (manual placer, strategy {strategy})", expert.check(graph), evaluator.evaluate(expert)
         if evaluator.kind == "measured":
             dev, v = evaluator.single_device_baseline()
             return f"single device {dev}", on_one_device(graph, worker, dev), v
-        label, v = single_device(evaluator, graph, worker)
-        dev = label.rsplit(" ", 1)[-1] if v is not None else None
-        return label, (on_one_device(graph, worker, dev) if dev else None), v
+        return best_accelerator(evaluator, graph, worker)
 
     def gantt(self, verdict, sink) -> None:
         result = getattr(verdict, "result", None)
@@ -139,8 +221,9 @@ class PlacementPhase:
         sink.log_artifact(path)
 
     def manual_baseline(self, graph, worker):
-        """The human expert's placement that other placers are measured against: the packaged
-        ``placer/manual.yaml`` unless ``placer.baseline`` gives its own manual-placer config."""
+        """The human expert's placement that other placers are measured against, as (placement,
+        strategy): the packaged ``placer/manual.yaml`` unless ``placer.baseline`` gives its own
+        manual-placer config; None when its strategy is no expert's (``fastest``: one device)."""
         from importlib import resources
 
         from orchestrator import plugins
@@ -148,5 +231,11 @@ class PlacementPhase:
         cfg = self.trial.cfg.placer.get("baseline")
         if cfg is None:
             cfg = OmegaConf.load(str(resources.files("orchestrator_conf") / "placer" / "manual.yaml"))
-        return plugins.load("placer", "manual")(cfg).place(graph, worker).check(graph)
+        placer = plugins.load("placer", "manual")(cfg)
+        context = PlacementContext(seed=self.trial.settings.seed, cfg=self.trial.cfg)
+        strategy_of = getattr(placer, "_strategy", None)
+        strategy = strategy_of(graph, worker, context)[0] if strategy_of else "rules"
+        if strategy == "fastest":
+            return None
+        return placer.place(graph, worker, None, context).check(graph), strategy
 

@@ -15,9 +15,13 @@ from orchestrator.placement import Placement
 
 
 class PlacementProblem:
-    """A graph on a worker, as arrays: ``assign`` is a device index per node (``graph.nodes`` order)."""
+    """A graph on a worker, as arrays: ``assign`` is a device index per node (``graph.nodes`` order).
 
-    def __init__(self, graph: Any, worker: Any, evaluator: Any = None):
+    Search placers keep ``memory_headroom`` (a fraction of each memory pool; the evaluator's
+    ``memory_headroom``, ``placement.memory_headroom`` in a trial) free: ``overflow``, ``fits`` and
+    ``step_time`` use the reduced capacity ``pool_cap``; ``full_cap`` is the device's own."""
+
+    def __init__(self, graph: Any, worker: Any, evaluator: Any = None, memory_headroom: float | None = None):
         from orchestrator.placement.simulator import Simulator
 
         self.graph, self.worker, self.evaluator = graph, worker, evaluator
@@ -46,7 +50,10 @@ class PlacementProblem:
         self.atom_pos = np.full(self.n_atoms, n, dtype=np.int64)
         np.minimum.at(self.atom_pos, self.atom_of, topo)
         self.pool_of = np.zeros(nd, dtype=np.int64)
-        self.pool_cap = np.array([cap for _, _, cap in self.sim.pools], dtype=float)
+        self.full_cap = np.array([cap for _, _, cap in self.sim.pools], dtype=float)
+        h = getattr(evaluator, "memory_headroom", 0.0) if memory_headroom is None else memory_headroom
+        self.headroom = float(h or 0.0)
+        self.pool_cap = self.full_cap * (1.0 - self.headroom)
         for p, (_, ix, _) in enumerate(self.sim.pools):
             self.pool_of[ix] = p
         self._comm_tables()
@@ -73,8 +80,19 @@ class PlacementProblem:
                 f"{self.pool_cap.sum() / 2**30:.2f} GiB in all; no placement fits")
 
     def overflow(self, assign: np.ndarray) -> float:
-        """Bytes over capacity, summed over memory pools (0 when the placement fits)."""
-        return float(sum(b for _, b in self.sim.memory(np.asarray(assign, dtype=np.int64))[1]))
+        """Bytes over capacity less the headroom, summed over memory pools (0 when it fits)."""
+        a = np.asarray(assign, dtype=np.int64)
+        if self.headroom == 0.0:
+            return float(sum(b for _, b in self.sim.memory(a)[1]))
+        res = np.bincount(a, weights=self.sim.resident, minlength=self.nd)
+        tmp = np.zeros(self.nd)
+        np.maximum.at(tmp, a, self.sim.temp)
+        over = 0.0
+        for p, (_, ix, _) in enumerate(self.sim.pools):
+            used = res[ix].sum() + tmp[ix].max()
+            if used > self.pool_cap[p]:
+                over += float(used - self.pool_cap[p])
+        return over
 
     def fits(self, atom_assign: np.ndarray) -> bool:
         return self.overflow(self.expand(atom_assign)) == 0.0
@@ -94,8 +112,11 @@ class PlacementProblem:
 
     # -- scoring ------------------------------------------------------------------------------
     def step_time(self, assign: np.ndarray) -> float:
-        """The evaluator's verdict (its fast path when it has one); inf when infeasible."""
+        """The evaluator's verdict on the trial's objective (its fast path when it has one: one-step
+        latency, or time per sample for ``pipeline``); inf when infeasible or over the headroom."""
         ev = self.evaluator
+        if self.headroom and self.overflow(assign) > 0:
+            return math.inf
         if ev is None:
             return self.sim.step_time(assign)
         if hasattr(ev, "step_time"):

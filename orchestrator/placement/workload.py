@@ -12,7 +12,10 @@ Semantics (kept exact so the authors' evaluator numbers are reproduced by ``orch
   destination device);
 - training files: where the file has no forward->backward edge, each forward node gets an edge to
   its backward twins (same colorClass) and every forward sink one to every backward source;
-- time unit: milliseconds unless ``time_unit`` says otherwise.
+- time unit: milliseconds unless ``time_unit`` says otherwise;
+- objective: files under a ``throughput-inputs`` folder were published for pipelined training
+  (``meta["objective"] = "pipeline"``, the default ``placement.objective`` for them), others for
+  one-pass latency (``step``).
 """
 
 from __future__ import annotations
@@ -156,8 +159,11 @@ def _parse_workload(path: Path, data, time_unit: str, host_memory_bytes: float) 
         edges.append(Edge(str(rec["sourceId"]), str(rec["destId"]), _cost(rec, "size", f"edge #{i}", path, 0.0),
                           _cost(rec, "cost", f"edge #{i}", path)))
     training = any(backward.values())
+    # The format publishes throughput inputs (pipelined training, judged by time per sample) and
+    # latency inputs (one pass): a file under a ``throughput-inputs`` folder is the former.
+    objective = "pipeline" if any("throughput" in part.lower() for part in path.resolve().parts[:-1]) else "step"
     g = OpGraph(path.stem, nodes, edges, "layer", TIME_UNITS[time_unit],
-                {"format": "msr-dnn-partitioning", "source": str(path), "training": training})
+                {"format": "msr-dnn-partitioning", "source": str(path), "training": training, "objective": objective})
     g.validate(str(path))        # duplicate ids, edges to unknown nodes, cycles
     if training:
         _connect_training_step(g)

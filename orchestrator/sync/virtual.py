@@ -222,6 +222,6 @@ def make_context(cfg: dict, output_dir, *, dataset=None, sink=None):
     from orchestrator.models import cnn
     from orchestrator.execution.training import TrainContext
 
-    settings = TrainSettings.from_cfg(cfg.get("train", {}))
+    settings = TrainSettings.from_cfg(cfg.get("train", {}), seed=cfg.get("seed"))
     return TrainContext(settings=settings, dataset=dataset or load_mnist(seed=cfg.get("seed", 0)),
                         model=cnn.spec({}), cluster=None, sink=sink or NullSink(), output_dir=Path(output_dir), cfg=cfg)

@@ -33,6 +33,7 @@ COLUMNS = [
     ("model", "model", lambda r: r.tag("model")),
     ("workers", "workers", lambda r: r.workers),
     ("step_time_s", "step time (s)", lambda r: r.metric("placement.step_time_s")),
+    ("time_per_sample_s", "time per sample (s)", lambda r: r.metric("placement.time_per_sample_s")),
     ("speedup", "speedup", lambda r: r.metric("speedup")),
     ("time_to_target_s", "time to target (s)", lambda r: r.metric("train.time_to_target_s")),
     ("final_test_accuracy", "final accuracy", lambda r: r.metric("train.final_test_accuracy")),

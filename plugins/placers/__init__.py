@@ -11,4 +11,5 @@ def orchestrator_placers():
         "rl": "orchestrator_plugins.placers.rl:RLPlacer",
         "random": "orchestrator_plugins.placers.random:RandomPlacer",
         "optuna": "orchestrator_plugins.placers.optuna_placer:OptunaPlacer",
+        "optimal": "orchestrator_plugins.placers.optimal:OptimalPlacer",
     }

@@ -3,7 +3,9 @@ by priority, each goes to the device with the earliest finish time (device free 
 arrival over the route, node cost) among the devices whose memory still holds its colocation group;
 a group is placed as a unit with its first node. Two priorities: upward rank (HEFT: mean cost plus
 mean transfer to the exit) and topological order. Both (and the fastest single device that fits)
-are judged by the shared evaluator; the best wins. Deterministic."""
+are judged by the shared evaluator on the trial's objective; the best wins. For
+``placement.objective=pipeline`` a fourth candidate, ``chain``: one topological order cut into
+consecutive stages, the best such cut (a DP over the order's prefixes). Deterministic."""
 
 from __future__ import annotations
 
@@ -47,6 +49,14 @@ def best_greedy(prob: PlacementProblem, variants=("heft", "topo", "single")) -> 
         else:
             from orchestrator.errors import ConfigError
             raise ConfigError(f"placer.variants: unknown greedy variant {v!r} (heft, topo, single)")
+    if getattr(prob.evaluator, "pipeline", None) is not None:
+        # The pipeline objective: also the best split of one topological order into consecutive
+        # stages (``contiguous.solve(linear=True)``, cheap), which list scheduling does not aim at.
+        from orchestrator.placement.contiguous import solve
+
+        chain = solve(prob, prob.evaluator.pipeline, linear=True)
+        if chain.assign is not None:
+            cands["chain"] = chain.assign
     times = {k: prob.step_time(a) for k, a in cands.items()}
     best = min(times, key=lambda k: (times[k], list(times).index(k)))
     return cands[best], best, times

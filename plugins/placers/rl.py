@@ -7,6 +7,9 @@ advantages, entropy bonus decaying to 0.
 
 The policy starts biased toward the greedy placement (``placer.init_bias`` on its logits), greedy
 is the incumbent, and the best placement seen is kept, so the result is never worse than greedy.
+With ``placement.objective=pipeline`` the incumbent is the better of greedy and the exact
+contiguous optimum (``placer.seed_contiguous``; the DP of ``placer=optimal``, at most
+``placer.contiguous_time_limit_s``), and the search then goes on over any split.
 After the policy phase, the rest of the budget (at least ``placer.local_fraction``) goes to an
 iterated local search on the best placement: first-improvement moves of each colocation group /
 node, then of runs of 2-16 consecutive groups (topological order), to each other device; when no
@@ -43,6 +46,8 @@ class RLPlacer:
         self.hidden = int(c("hidden", 64))
         self.local_fraction = float(c("local_fraction", 0.3))
         self.checkpoint = c("checkpoint", None)
+        self.seed_contiguous = bool(c("seed_contiguous", True))
+        self.contiguous_time_limit_s = float(c("contiguous_time_limit_s", 30.0))
         self.best_placement: Placement | None = None
         self.history: list[tuple[float, float]] = []
         self._prob: PlacementProblem | None = None
@@ -58,6 +63,20 @@ class RLPlacer:
         self.used = len(g_times)
         self.best, self.best_t = g_assign.copy(), g_times[g_variant]
         self.best_placement = prob.placement(self.best, placer="rl", source="greedy")
+        self.contiguous_s = None
+        if getattr(evaluator, "pipeline", None) is not None and self.seed_contiguous:
+            # Pipeline objective: the exact contiguous optimum (placer=optimal's answer) is the
+            # incumbent the search starts from, so rl is never worse than it or than greedy.
+            from orchestrator.placement.contiguous import best_contiguous
+
+            dp = best_contiguous(prob, evaluator.pipeline, time_limit_s=self.contiguous_time_limit_s)
+            if dp.assign is not None:
+                t = prob.step_time(dp.assign)
+                self.used += 1
+                self.contiguous_s = t
+                if t < self.best_t:
+                    g_assign, g_variant = dp.assign.copy(), "contiguous-dp"
+                    self._new_best(prob, dp.assign, t)
         self.interrupted, restored = False, "none"
         policy = None
         try:
@@ -67,7 +86,8 @@ class RLPlacer:
             self.interrupted = True
         if policy is not None and self.checkpoint:
             policy.save(self.checkpoint)
-        return prob.placement(self.best, placer="rl", greedy_step_time_s=g_times[g_variant], greedy_variant=g_variant,
+        return prob.placement(self.best, placer="rl", greedy_step_time_s=min(g_times.values()), start=g_variant,
+                              contiguous_s=self.contiguous_s,
                               evaluations=self.used, search_s=time.perf_counter() - t0,
                               updates=len(self.history), interrupted=self.interrupted, restored=restored)
 

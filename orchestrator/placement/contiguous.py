@@ -1,0 +1,360 @@
+"""The exact optimiser of the pipeline objective among *contiguous* splits: every device gets
+``I \\ J`` for two ideals ``J ⊂ I`` of the DAG (down-closed sets of its forward nodes; a backward
+node goes with its forward twin), as in the workload authors' DP (msr-fiddle/dnn-partitioning
+``throughput-dp/dp.cpp``, ``Graph::runDP``)::
+
+    dp[k][∅] = 0
+    dp[k][I] = min over a device class c with k_c > 0 of
+               min( dp[k - e_c][I],                                           (a device left unused)
+                    min over ideals J ⊂ I of max(dp[k - e_c][J], load_c(I \\ J)) )
+    answer  = dp[all devices][all nodes]
+
+``k`` counts the devices used per class (identical devices: same costs, memory and links), and
+``load_c(S)`` is the pipeline load of ``S`` on a device of class c (``orchestrator.placement.pipeline``):
+compute + the hop cost of each node of S with an edge leaving S + of each node outside S with an
+edge into S; infinite when S does not fit the device's memory (less the headroom) or holds a node
+the class cannot run.
+
+What makes it fast where the reference takes minutes: (1) for each J the ideals above it are
+walked depth first, adding one node at a time, with the load updated incrementally (O(degree) per
+step, undone on the way back) instead of recomputed per pair; (2) a walk stops as soon as the
+compute alone, or the memory, of ``I \\ J`` rules it out against the best answer known (``upper``,
+e.g. a heuristic's value): both only grow along a walk, so nothing better is cut off; (3) a J whose
+every dp value is already >= ``upper`` is skipped.
+
+Exact when every device reaches the others through one link of its own to a hub (the format's
+hardware: accelerators linked to host memory, CPU cores in it); elsewhere the loads are estimated
+from each device's first and last hop (``exact`` False) and the final value is the evaluator's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from orchestrator.placement.pipeline import PipelineModel, original_edges
+from orchestrator.placement.search import PlacementProblem
+
+IDEALS_LIMIT = 200_000
+
+
+@dataclass
+class DPResult:
+    assign: np.ndarray | None     # device index per node, None when no contiguous split fits
+    value: float                  # the DP's time per sample (seconds)
+    ideals: int
+    pairs: int                    # (J, I) pairs whose load was computed
+    exact: bool                   # the DP's loads are the evaluator's (hub topology)
+    order: str                    # "ideals" (all contiguous splits) or "linear" (prefixes of one order)
+
+
+def supers(prob: PlacementProblem) -> tuple[np.ndarray, int, list[set[int]]]:
+    """Atoms fused into the units of the order (``super`` per atom), and each unit's order-predecessors.
+    Order edges: forward -> forward edges between atoms; where forward and backward nodes share
+    atoms (training), backward -> backward edges into or out of a backward-only atom, mirrored;
+    without such sharing, every edge. Strongly connected atoms are fused (as the authors do)."""
+    g = prob.graph
+    role_bwd = np.array([n.role == "backward" for n in g.nodes])
+    atom_bwd_only = np.ones(prob.n_atoms, dtype=bool)
+    np.logical_and.at(atom_bwd_only, prob.atom_of, role_bwd)
+    mixed = bool((~atom_bwd_only).any() and role_bwd.any()
+                 and any(role_bwd[m].any() and not role_bwd[m].all() for m in prob.members))
+    adj: list[set[int]] = [set() for _ in range(prob.n_atoms)]
+    for e in original_edges(g):
+        u, v = g.index(e.src), g.index(e.dst)
+        a, b = int(prob.atom_of[u]), int(prob.atom_of[v])
+        if a == b:
+            continue
+        if not mixed:
+            adj[a].add(b)
+        elif not role_bwd[u] and not role_bwd[v]:
+            adj[a].add(b)
+        elif role_bwd[u] and role_bwd[v] and (atom_bwd_only[a] or atom_bwd_only[b]):
+            adj[b].add(a)
+    comp = _scc(adj)
+    n_sup = int(comp.max()) + 1 if len(comp) else 0
+    preds: list[set[int]] = [set() for _ in range(n_sup)]
+    for a, outs in enumerate(adj):
+        for b in outs:
+            if comp[a] != comp[b]:
+                preds[comp[b]].add(int(comp[a]))
+    return comp, n_sup, preds
+
+
+def _scc(adj: list[set[int]]) -> np.ndarray:
+    """Tarjan's strongly connected components, iterative; component ids in topological order."""
+    n = len(adj)
+    index, low, on, comp = [-1] * n, [0] * n, [False] * n, [-1] * n
+    stack: list[int] = []
+    counter, n_comp = 0, 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, iter(sorted(adj[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on[root] = True
+        while work:
+            v, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if index[nxt] < 0:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on[nxt] = True
+                    work.append((nxt, iter(sorted(adj[nxt]))))
+                elif on[nxt]:
+                    low[v] = min(low[v], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    on[w] = False
+                    comp[w] = n_comp
+                    if w == v:
+                        break
+                n_comp += 1
+    comp_arr = np.array(comp, dtype=np.int64)
+    return (n_comp - 1 - comp_arr) if n else comp_arr      # Tarjan emits sinks first
+
+
+def ideals(n_sup: int, preds: list[set[int]], limit: int = IDEALS_LIMIT) -> tuple[list[int], list[list[tuple[int, int]]]] | None:
+    """All ideals as bitmasks, in nondecreasing size (BFS from the empty set), and per ideal the
+    (unit added, ideal reached) steps; None past ``limit``."""
+    pmask = [sum(1 << p for p in ps) for ps in preds]
+    succ: list[list[int]] = [[] for _ in range(n_sup)]
+    for x, ps in enumerate(preds):
+        for p in ps:
+            succ[p].append(x)
+    ids = {0: 0}
+    masks, frontier = [0], [frozenset(x for x in range(n_sup) if not pmask[x])]
+    steps: list[list[tuple[int, int]]] = [[]]
+    q = deque([0])
+    while q:
+        i = q.popleft()
+        m = masks[i]
+        for x in sorted(frontier[i]):
+            nm = m | (1 << x)
+            j = ids.get(nm)
+            if j is None:
+                if len(masks) >= limit:
+                    return None
+                j = ids[nm] = len(masks)
+                masks.append(nm)
+                steps.append([])
+                frontier.append((frontier[i] - {x}) | {y for y in succ[x] if pmask[y] & ~nm == 0})
+                q.append(j)
+            steps[i].append((x, j))
+    return masks, steps
+
+
+def device_classes(prob: PlacementProblem, model: PipelineModel) -> tuple[list[list[int]], list[tuple], bool]:
+    """Identical devices grouped (same costs, memory, links), each class's (up link, down link)
+    (link indices or -1), and whether the hub rule holds (the DP's loads are then exact)."""
+    nd, exact = prob.nd, True
+    up, down = [-1] * nd, [-1] * nd
+    for a in range(nd):
+        for b in range(nd):
+            if a == b:
+                continue
+            route = [int(l) for l in model.routes[a, b] if l >= 0]
+            touch_a = [l for l in route if a in (model.link_src[l], model.link_dst[l])]
+            touch_b = [l for l in route if b in (model.link_src[l], model.link_dst[l])]
+            others = [l for l in route if {int(model.link_src[l]), int(model.link_dst[l])} - {a, b, -1}]
+            if len(touch_a) > 1 or len(touch_b) > 1 or others or (touch_a and touch_a == touch_b):
+                exact = False
+            for lst, t in ((up, a), (down, b)):
+                link = (touch_a if t == a else touch_b)
+                if link:
+                    if lst[t] not in (-1, link[0]):
+                        exact = False
+                    lst[t] = link[0] if lst[t] == -1 else lst[t]
+    pools = np.bincount(prob.pool_of, minlength=len(prob.pool_cap))
+    keys: dict[tuple, list[int]] = {}
+    for d in range(nd):
+        shared = pools[prob.pool_of[d]] > 1 and math.isfinite(prob.pool_cap[prob.pool_of[d]])
+        exact &= not shared
+        sig = tuple((float(model.link_lat[l]), float(model.link_bw[l])) if l >= 0 else None for l in (up[d], down[d]))
+        key = (prob.worker.devices[d].kind, prob.sim.cost[:, d].tobytes(), float(prob.pool_cap[prob.pool_of[d]]), sig)
+        keys.setdefault(key, []).append(d)
+    classes = list(keys.values())
+    return classes, [(up[c[0]], down[c[0]]) for c in classes], exact
+
+
+def solve(prob: PlacementProblem, model: PipelineModel | None = None, upper: float = math.inf,
+          limit: int = IDEALS_LIMIT, linear: bool = False, deadline: float = math.inf) -> DPResult:
+    """The best contiguous split (see the module doc); ``upper``: a value known to be reachable
+    (only better splits are looked for; ``assign`` None if there is none)."""
+    model = model or PipelineModel(prob.graph, prob.worker, prob.sim)
+    comp, n_sup, preds = supers(prob)
+    sup_of = comp[prob.atom_of]
+    found = None if linear else ideals(n_sup, preds, limit)
+    order = "ideals"
+    if found is None:                                       # too many (or asked): prefixes of one order
+        order = "linear"
+        found = ideals(n_sup, [set() if x == 0 else {x - 1} for x in range(n_sup)], n_sup + 2)
+    masks, steps = found
+    classes, links, exact = device_classes(prob, model)
+    nc = len(classes)
+    reps = [c[0] for c in classes]
+    cost = prob.sim.cost
+    comp_c = np.zeros((n_sup, nc))
+    np.add.at(comp_c, sup_of, cost[:, reps])
+    mem = np.bincount(sup_of, weights=prob.sim.resident, minlength=n_sup)
+    tmp = np.zeros(n_sup)
+    np.maximum.at(tmp, sup_of, prob.sim.temp)
+    cap = [float(prob.pool_cap[prob.pool_of[r]]) for r in reps]
+    max_cap = max(cap)
+    # senders: nodes with an edge to another unit; their distinct receiving units
+    sm: dict[int, set[int]] = {}
+    for u, v in zip(model.src, model.dst):
+        if sup_of[u] != sup_of[v]:
+            sm.setdefault(int(u), set()).add(int(sup_of[v]))
+    senders = sorted(sm)
+    deg = {u: len(sm[u]) for u in senders}
+
+    def hop(u: int, l: int) -> float:
+        if l < 0:
+            return 0.0
+        f = model.fixed[u]
+        return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
+
+    send = {u: [hop(u, links[c][0]) for c in range(nc)] for u in senders}
+    recv = {u: [hop(u, links[c][1]) for c in range(nc)] for u in senders}
+    inside: list[list[int]] = [[] for _ in range(n_sup)]
+    pred_senders: list[list[int]] = [[] for _ in range(n_sup)]
+    for u in senders:
+        inside[int(sup_of[u])].append(u)
+        for x in sm[u]:
+            pred_senders[x].append(u)
+    # device-count states
+    counts = [len(c) for c in classes]
+    states = list(product(*[range(k + 1) for k in counts]))
+    states.sort(key=sum)
+    sid = {s: i for i, s in enumerate(states)}
+    trans = np.array([[sid[s[:c] + (s[c] - 1,) + s[c + 1:]] if s[c] > 0 else -1 for c in range(nc)] for s in states])
+    ks = [np.flatnonzero(trans[:, c] >= 0) for c in range(nc)]
+    kp = [trans[ks[c], c] for c in range(nc)]
+    n_id = len(masks)
+    dp = np.full((len(states), n_id), math.inf)
+    dp[:, 0] = 0.0
+    back_j = np.full((len(states), n_id), -1, dtype=np.int64)
+    back_c = np.full((len(states), n_id), -1, dtype=np.int64)
+    pairs = 0
+    cnt = {u: 0 for u in senders}
+    in_s = {u: False for u in senders}
+
+    def contrib(u: int, c: int) -> float:
+        if in_s[u]:
+            return send[u][c] if cnt[u] < deg[u] else 0.0
+        return recv[u][c] if cnt[u] > 0 else 0.0
+
+    def move(x: int, sign: int, comm: list[float]) -> None:
+        touched = set(inside[x]) | set(pred_senders[x])
+        for u in touched:
+            for c in range(nc):
+                comm[c] -= contrib(u, c)
+        for u in inside[x]:
+            in_s[u] = sign > 0
+        for u in pred_senders[x]:
+            cnt[u] += sign
+        for u in touched:
+            for c in range(nc):
+                comm[c] += contrib(u, c)
+
+    for j in range(n_id):
+        if time.perf_counter() > deadline:
+            return DPResult(None, math.inf, n_id, pairs, exact, "timeout")
+        for k in range(1, len(states)):                     # a device left unused
+            for c in range(nc):
+                p = trans[k, c]
+                if p >= 0 and dp[p, j] < dp[k, j]:
+                    dp[k, j], back_j[k, j], back_c[k, j] = dp[p, j], j, c
+        dpj = dp[:, j].copy()
+        if dpj.min() >= upper:
+            continue
+        seen = {j}
+        comm = [0.0] * nc
+        compute = [0.0] * nc
+        m_used, t_stack = 0.0, [0.0]
+        stack = [(j, iter(steps[j]), -1)]
+        while stack:
+            i, it, _ = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                _, _, x = stack.pop()
+                if x >= 0:                                   # undo adding x
+                    move(x, -1, comm)
+                    for c in range(nc):
+                        compute[c] -= comp_c[x, c]
+                    m_used -= mem[x]
+                    t_stack.pop()
+                continue
+            x, i2 = nxt
+            if i2 in seen:
+                continue
+            seen.add(i2)
+            new_compute = [compute[c] + comp_c[x, c] for c in range(nc)]
+            new_mem, new_t = m_used + mem[x], max(t_stack[-1], tmp[x])
+            if min(new_compute) >= upper or new_mem + new_t > max_cap:
+                continue                                     # supersets only get worse
+            compute, m_used = new_compute, new_mem
+            t_stack.append(new_t)
+            move(x, +1, comm)
+            stack.append((i2, iter(steps[i2]), x))
+            pairs += 1
+            for c in range(nc):
+                if m_used + new_t > cap[c] or not math.isfinite(compute[c]):
+                    continue
+                load = compute[c] + max(comm[c], 0.0)
+                cand = np.maximum(dpj[kp[c]], load)
+                better = cand < dp[ks[c], i2]
+                if better.any():
+                    rows = ks[c][better]
+                    dp[rows, i2] = cand[better]
+                    back_j[rows, i2] = j
+                    back_c[rows, i2] = c
+    full, top = n_id - 1, len(states) - 1
+    if masks[full] != (1 << n_sup) - 1 or not math.isfinite(dp[top, full]) or dp[top, full] >= upper:
+        return DPResult(None, math.inf, n_id, pairs, exact, order)
+    assign = np.full(prob.n, -1, dtype=np.int64)
+    free = [list(c) for c in classes]
+    k, i = top, full
+    while i != 0:
+        j, c = int(back_j[k, i]), int(back_c[k, i])
+        if j != i:
+            dev = free[c].pop(0)
+            units = masks[i] & ~masks[j]
+            for x in range(n_sup):
+                if units >> x & 1:
+                    assign[sup_of == x] = dev
+            i = j
+        k = int(trans[k, c])
+    return DPResult(assign, float(dp[top, full]), n_id, pairs, exact, order)
+
+
+def best_contiguous(prob: PlacementProblem, model: PipelineModel | None = None, upper: float = math.inf,
+                    limit: int = IDEALS_LIMIT, time_limit_s: float = math.inf) -> DPResult:
+    """The prefixes of one topological order first (a cheap incumbent), then every contiguous
+    split, pruned against the incumbent (and ``upper``); the better of the two is returned.
+    ``order`` says what was searched: ``ideals`` (all contiguous splits: the answer is the
+    contiguous optimum), ``linear`` (too many ideals) or ``timeout`` (the time limit cut it short)."""
+    model = model or PipelineModel(prob.graph, prob.worker, prob.sim)
+    t0 = time.perf_counter()
+    lin = solve(prob, model, upper, linear=True)
+    full = solve(prob, model, min(upper, lin.value), limit, deadline=t0 + time_limit_s)
+    if full.assign is None:
+        return DPResult(lin.assign, lin.value, full.ideals, lin.pairs + full.pairs, lin.exact, full.order)
+    full.pairs += lin.pairs
+    return full

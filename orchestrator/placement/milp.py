@@ -1,0 +1,152 @@
+"""The pipeline objective over *any* split as a mixed-integer program, solved by HiGHS
+(``scipy.optimize.milp``) with a time limit: the best placement found and the solver's proven
+lower bound (its dual bound), which certifies the gap of every placement, contiguous or not.
+
+Variables: ``x[a,d]`` in {0,1} (group a on device d, 0 where a may not run on d), ``s[u,d]``,
+``r[u,d]`` in [0,1] (device d sends / receives node u's output), ``T``::
+
+    min T  s.t.  Σ_d x[a,d] = 1                                   every group placed once
+                 s[u,d] >= x[a(u),d] - x[b,d]   for every group b fed by u   (u on d, a consumer off d)
+                 r[u,d] >= x[b,d] - x[a(u),d]   for every group b fed by u   (a consumer on d, u off d)
+                 Σ_a cost[a,d] x[a,d] + Σ_u (up_d(u) s[u,d] + down_d(u) r[u,d]) <= T    every device
+                 Σ_a mem[a] x[a,d] <= memory of d (parameters only: a relaxation of the simulator's rule)
+                 value precedence over identical devices (symmetry: device k+1 of a class is used
+                 only after device k, in topological order of the groups)
+
+``up_d(u)`` / ``down_d(u)``: the hop of u's output on d's own link to / from the hub (0 where d has
+none, e.g. a CPU core in host memory). This is the pipeline load of ``orchestrator.placement.pipeline``
+exactly where the DP is exact (the hub topology, ``contiguous.device_classes``); elsewhere it is not
+built (``None``). Link-channel limits and temporary memory are left out, so the optimum is a lower
+bound of the evaluator's and the dual bound stays a certified bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class MILPResult:
+    bound: float                 # certified lower bound (seconds), 0 when none was proven
+    assign: np.ndarray | None    # the best placement found (device per node), if any
+    status: str                  # "optimal", "time limit", or why it did not run
+
+
+def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    from orchestrator.placement.contiguous import device_classes
+
+    classes, links, exact = device_classes(prob, model)
+    if not exact:
+        return MILPResult(0.0, None, "not built: the worker is not a hub topology")
+    na, nd = prob.n_atoms, prob.nd
+    link_of = {}
+    for cls, (up, down) in zip(classes, links):
+        for d in cls:
+            link_of[d] = (up, down)
+    feeds: dict[int, set[int]] = {}
+    for u, v in zip(model.src, model.dst):
+        a, b = int(prob.atom_of[u]), int(prob.atom_of[v])
+        if a != b:
+            feeds.setdefault(int(u), set()).add(b)
+    senders = sorted(feeds)
+    ns = len(senders)
+
+    def hop(u: int, l: int) -> float:
+        if l < 0:
+            return 0.0
+        f = model.fixed[u]
+        return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
+
+    nx = na * nd
+    X = lambda a, d: a * nd + d
+    S = lambda i, d: nx + i * nd + d
+    R = lambda i, d: nx + ns * nd + i * nd + d
+    T = nx + 2 * ns * nd
+    nv = T + 1
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    r = 0
+
+    def row(entries, low, high):
+        nonlocal r
+        for c, v in entries:
+            rows.append(r), cols.append(c), vals.append(v)
+        lo.append(low), hi.append(high)
+        r += 1
+
+    for a in range(na):
+        row([(X(a, d), 1.0) for d in range(nd)], 1.0, 1.0)
+    for i, u in enumerate(senders):
+        au = int(prob.atom_of[u])
+        for b in feeds[u]:
+            for d in range(nd):
+                row([(S(i, d), 1.0), (X(au, d), -1.0), (X(b, d), 1.0)], 0.0, np.inf)
+                row([(R(i, d), 1.0), (X(b, d), -1.0), (X(au, d), 1.0)], 0.0, np.inf)
+    cost = np.where(prob.allowed, prob.atom_cost, 0.0)
+    scale = float(cost.max(initial=0.0)) or 1.0            # times ~1: the solver's absolute tolerances stay small
+    cost = cost / scale
+    for d in range(nd):
+        up, down = link_of[d]
+        ent = [(X(a, d), float(cost[a, d])) for a in range(na) if cost[a, d] > 0]
+        ent += [(S(i, d), hop(u, up) / scale) for i, u in enumerate(senders) if hop(u, up) > 0]
+        ent += [(R(i, d), hop(u, down) / scale) for i, u in enumerate(senders) if hop(u, down) > 0]
+        row(ent + [(T, -1.0)], -np.inf, 0.0)
+    for d in range(nd):
+        cap = float(prob.full_cap[prob.pool_of[d]])
+        if math.isfinite(cap):
+            row([(X(a, d), float(prob.atom_resident[a])) for a in range(na) if prob.atom_resident[a] > 0], -np.inf, cap)
+    order = np.argsort(prob.atom_pos, kind="stable")
+    for cls in classes:                                # value precedence over identical devices
+        for k in range(1, len(cls)):
+            for i, a in enumerate(order):
+                row([(X(int(a), cls[k]), 1.0)] + [(X(int(b), cls[k - 1]), -1.0) for b in order[:i]], -np.inf, 0.0)
+    a_mat = coo_matrix((vals, (rows, cols)), shape=(r, nv)).tocsr()
+    c = np.zeros(nv)
+    c[T] = 1.0
+    integrality = np.zeros(nv)
+    integrality[:nx] = 1
+    ub = np.ones(nv)
+    ub[T] = np.inf
+    ub[:nx][~prob.allowed.ravel()] = 0.0
+    try:
+        with _quiet_stdout():                              # HiGHS prints from C++ even with disp off
+            res = milp(c, constraints=[LinearConstraint(a_mat, lo, hi)], integrality=integrality,
+                       bounds=Bounds(0.0, ub), options={"time_limit": float(time_limit_s), "disp": False})
+    except (ValueError, MemoryError) as exc:
+        return MILPResult(0.0, None, f"solver error: {exc}")
+    dual = getattr(res, "mip_dual_bound", None)
+    bound = float(dual) if dual is not None and np.isfinite(dual) else 0.0
+    if res.status == 0 and res.fun is not None:
+        bound = max(bound, float(res.fun) * (1 - 1e-4))   # HiGHS stops at its relative gap 1e-4
+    bound = max(0.0, bound * (1 - 1e-5)) * scale           # solver tolerances (1e-7 on ~1): stay below
+    assign = None
+    if res.x is not None:
+        atoms = res.x[:nx].reshape(na, nd).argmax(axis=1)
+        assign = prob.expand(atoms)
+    return MILPResult(bound, assign, "optimal" if res.status == 0 else "time limit" if res.status == 1 else res.message)
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):   # no real stdout (captured): nothing to hide
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), fd)
+        try:
+            yield
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)

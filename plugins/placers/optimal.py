@@ -1,0 +1,60 @@
+"""``placer=optimal``: the exact optimiser of the pipeline objective among contiguous splits
+(``orchestrator.placement.contiguous``: the workload authors' DP over ideals, with incremental
+loads and pruning), returned with its certificate: the trial logs the certified lower bound
+(``placement.lower_bound_s``, valid for every placement, contiguous or not) and the gap.
+
+Meta of the placement: ``contiguous_optimum_s`` (the DP's value), ``order`` (``ideals``: every
+contiguous split was searched, so the answer is the contiguous optimum; ``linear``: the graph has
+more than ``placer.ideals_limit`` ideals and only the prefixes of one topological order were;
+``timeout``: ``placer.time_limit_s`` cut the full search short), ``exact`` (the DP's loads are the
+evaluator's: the hub topology of the workload format), ``ideals``, ``pairs``.
+
+Then any split (``orchestrator.placement.milp``): a mixed-integer program solved by HiGHS for at
+most ``placer.milp_time_limit_s`` (0: skipped). Its solution replaces the DP's when better, and its
+proven bound (``certified_bound_s``, ``milp_status``) tightens the trial's ``placement.lower_bound_s``;
+where it is ``optimal``, the placement is the optimum over every split.
+For ``placement.objective=step`` it is an error: use greedy or rl there."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.placement import Placement
+from orchestrator.placement.search import PlacementProblem, cfg_get
+
+
+class OptimalPlacer:
+    def __init__(self, cfg: Any = None):
+        self.time_limit_s = float(cfg_get(cfg, "time_limit_s", 60.0))
+        self.ideals_limit = int(cfg_get(cfg, "ideals_limit", 200_000))
+        self.milp_time_limit_s = float(cfg_get(cfg, "milp_time_limit_s", 60.0))
+        if self.time_limit_s <= 0 or self.ideals_limit < 1:
+            raise ConfigError("placer.time_limit_s must be > 0 and placer.ideals_limit >= 1")
+        self.last = None
+
+    def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
+        from orchestrator.placement.contiguous import best_contiguous
+
+        if getattr(evaluator, "objective", "step") != "pipeline":
+            raise ConfigError("placer=optimal optimises placement.objective=pipeline (exact over contiguous "
+                              "splits); for the one-step objective use +placer=greedy or +placer=rl")
+        prob = PlacementProblem(graph, worker, evaluator)
+        prob.check_feasible()
+        r = self.last = best_contiguous(prob, evaluator.pipeline, limit=self.ideals_limit, time_limit_s=self.time_limit_s)
+        if r.assign is None or not math.isfinite(r.value):
+            raise InfeasiblePlacementError(f"{graph.name}: no contiguous split fits the memory of worker {worker.name!r}")
+        assign, value, extra = r.assign, prob.step_time(r.assign), {}
+        if self.milp_time_limit_s > 0:
+            from orchestrator.placement.milp import solve_milp
+
+            m = solve_milp(prob, evaluator.pipeline, self.milp_time_limit_s)
+            extra = {"milp_status": m.status, "certified_bound_s": m.bound}
+            if m.assign is not None:
+                t = prob.step_time(m.assign)
+                if t < value * (1 - 1e-12):
+                    assign, value = m.assign, t
+                    extra["source"] = "milp"
+        return prob.placement(assign, placer="optimal", contiguous_optimum_s=r.value, order=r.order,
+                              exact=r.exact, ideals=r.ideals, pairs=r.pairs, **extra)
