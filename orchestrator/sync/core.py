@@ -134,8 +134,9 @@ class SyncOptions:
         if not (push in PUSH_LR or (isinstance(push, (int, float)) and not isinstance(push, bool) and push > 0)):
             raise ConfigError(f"sync.push_lr={push!r} (accepted: {', '.join(PUSH_LR)}, or a number > 0)")
         balance = _get(cfg_sync, "balance", None)
-        if balance is None:  # the 0.1 key
-            balance = "static" if bool(_get(cfg_sync, "speed_proportional_batches", name == "delay")) else "none"
+        if balance is None:  # the 0.1 key, else the defaults of conf/sync/*.yaml
+            legacy = _get(cfg_sync, "speed_proportional_batches", None)
+            balance = ("online" if name == "delay" else "none") if legacy is None else ("static" if legacy else "none")
         if balance not in BALANCE_MODES:
             raise ConfigError(f"sync.balance={balance!r} (accepted: {', '.join(BALANCE_MODES)})")
         rule = str(_get(cfg, "train.lr_scaling", "sqrt"))
