@@ -248,7 +248,7 @@ def main(argv=None):
     head = (f"Compute model t0 = {cm.t0 * 1e3:.2f} ms, t1 = {cm.t1 * 1e3:.4f} ms/sample ({how}, TensorFlow on "
             f"{a.threads} thread(s); batch 64 = {cm.time(64) * 1e3:.1f} ms); {rt.num_parameters} parameters "
             f"({nbytes / 1e6:.2f} MB fp32); network 10 Gbit/s, 50 us unless stated. train.lr 0.1 for batch 64, "
-            f"defaults otherwise (allreduce: lr_scaling linear with warm-up, no balancing; delay: s=2, push_lr lr, "
+            f"defaults otherwise (lr_scaling sqrt with warm-up; allreduce: no balancing; delay: s=2, push_lr scaled, "
             f"online balancing). **Baseline: one speed-1.0 worker** on the same clock ({fmt(b.ref_tt)} virtual s to 97%"
             f"{'' if b.mpi_ref is None else f'; MPI: one rank, {fmt(b.mpi_ref)} s wall'}). **Limit: the hardware "
             f"capacity** (sum of speeds); scaling efficiency = speedup / capacity. Virtual rows: virtual clock "
