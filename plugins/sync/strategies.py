@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from orchestrator.sync.core import SyncOptions
-from orchestrator.sync.report import sync_metrics, write_artifacts
+from orchestrator.sync.report import scaling_metrics, sync_metrics, write_artifacts
 from orchestrator.execution.training import TrainContext, TrainResult
 
 
@@ -17,14 +17,15 @@ class SyncStrategy:
     def __init__(self, cfg_sync):
         self.cfg_sync = cfg_sync
 
-    def check_config(self, cfg) -> None:
-        """Called by the trial before its run starts: a bad ``sync.*`` value (or too many MPI
-        ranks) costs no MLflow run."""
+    def check_config(self, cfg) -> SyncOptions:
+        """Called by the trial before its run starts: a bad ``sync.*`` / ``hardware.*`` / ``train.*``
+        value (or too many MPI ranks) is a one-line ConfigError and costs no MLflow run."""
         opts = SyncOptions.from_cfg(self.cfg_sync, cfg, name=self.name)
         if opts.runtime == "mpi":
             from orchestrator.sync.limits import check_mpi_ranks
 
             check_mpi_ranks(opts, self.cfg_sync)
+        return opts
 
     def options(self, ctx: TrainContext) -> SyncOptions:
         opts = SyncOptions.from_cfg(self.cfg_sync, ctx.cfg, name=self.name)
@@ -46,6 +47,12 @@ class SyncStrategy:
 
             result, stats, _ = train_virtual(opts, ctx)
         result.extra_metrics.update(sync_metrics(stats))
+        result.extra_metrics.update(scaling_metrics(result, stats.capacity))
+        m = result.extra_metrics
+        if "sync.speedup" in m:
+            print(f"{self.name} W={opts.workers} ({opts.runtime}, {result.clock} clock): speedup {m['sync.speedup']:.2f} "
+                  f"over one speed-1.0 worker, capacity {stats.capacity:.2f}, scaling efficiency "
+                  f"{m['sync.scaling_efficiency']:.2f}", flush=True)
         write_artifacts(result, stats, ctx.output_dir, f"{self.name} W={opts.workers} ({opts.runtime})", ctx.sink)
         return result
 
