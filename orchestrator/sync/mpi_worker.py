@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import socket
 import sys
 import threading
 import time
@@ -279,6 +280,7 @@ def main(argv: list[str]) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    (job.out / f"rank{rank}.host").write_text(socket.gethostname())   # for the launcher's error messages
     try:
         if job.opts.name == "allreduce":
             run_allreduce(job)
