@@ -177,6 +177,11 @@ def test_two_hosts_sweep_one_postgres_study(tmp_path):
             postgres(tmp_path, [lab.head, "127.0.0.1"], ["optuna", "mlflow"]) as port, \
             mlflow_server(tmp_path, f"postgresql://postgres@{lab.head}:{port}/mlflow", lab.head) as uri:
         storage = f"postgresql://postgres@{lab.head}:{port}/optuna"
+        import optuna
+
+        # Created once before the workers start (as `optuna create-study` does on a real cluster): two
+        # processes creating the schema at the same moment race in PostgreSQL's catalog.
+        optuna.create_study(study_name="shared", storage=storage, direction="minimize")
         args = ["-m", "hydra/sweeper=optuna", f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=shared",
                 "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=1", "hydra.sweeper.direction=minimize",
                 f"tracking.uri={uri}", "tracking.experiment=cluster-sweep",
@@ -193,8 +198,6 @@ def test_two_hosts_sweep_one_postgres_study(tmp_path):
         outs = [p.communicate(timeout=900) for p in procs]
         for p, (o, e) in zip(procs, outs):
             assert p.returncode == 0, e[-3000:]
-        import optuna
-
         study = optuna.load_study(study_name="shared", storage=storage)
         assert len(study.trials) == 8 and len({t.number for t in study.trials}) == 8
         assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
