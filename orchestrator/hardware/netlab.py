@@ -269,3 +269,36 @@ def status(state_dir: Path | str = DEFAULT_DIR) -> str:
     rows += [f"  {h.name:10s} {h.address:13s} {h.bandwidth:>8s}  slots={h.slots}  processes={len(pids(h.name))}"
              for h in lab.hosts]
     return "\n".join(rows)
+
+
+def rank_hosts(lab: Lab, ranks: int) -> list[Host]:
+    """The host each MPI rank runs on under the launcher's ``--map-by slot:OVERSUBSCRIBE``: hosts take
+    their slots in turn; beyond the slots, ranks are spread evenly, the first hosts taking one more.
+    (The ranks record their host, ``rank{r}.host``, so this can be checked after a run.)"""
+    total = sum(h.slots for h in lab.hosts)
+    if ranks <= total:
+        counts, left = [], ranks
+        for h in lab.hosts:
+            counts.append(min(h.slots, left))
+            left -= counts[-1]
+    else:
+        n = len(lab.hosts)
+        counts = [ranks // n + (1 if i < ranks % n else 0) for i in range(n)]
+    return [h for h, c in zip(lab.hosts, counts) for _ in range(c)]
+
+
+def network_config(lab: Lab, workers: int, server: bool) -> dict:
+    """``hardware.network`` for the sync cost model that describes W workers (and the parameter server
+    as rank 0, when ``server``) on this lab: each worker's link is its host's shaped bandwidth, the
+    server's is its host's; a worker on the server's own host talks to it without crossing a link
+    (loopback: modelled as 100 Gbit/s). Latency: not emulated (see the module docstring); the veth
+    path's own, ~50 us, is the cost model's default."""
+    hosts = rank_hosts(lab, workers + (1 if server else 0))
+    server_host = hosts[0] if server else None
+    worker_hosts = hosts[1:] if server else hosts
+    gbps = lambda h: h.bandwidth_Bps * 8 / 1e9  # noqa: E731
+    per = {i: {"bandwidth_Gbps": 100.0 if h is server_host else gbps(h)} for i, h in enumerate(worker_hosts)}
+    out = {"workers": per}
+    if server_host is not None:
+        out["server"] = {"bandwidth_Gbps": gbps(server_host)}
+    return out

@@ -1,0 +1,155 @@
+"""Emulated multi-host network (``python -m orchestrator.netlab``): measured communication vs the cost
+model, on hosts that are network namespaces of this machine with tbf-shaped links (no emulated latency).
+
+1. Horovod allreduce of the MNIST CNN's gradients (its real variables, fp32) across 4 hosts, one rank
+   each, at 1 Gbit/s, 100 Mbit/s, and with one host at 100 Mbit/s: the measured median time of one
+   ``hvd.grouped_allreduce`` (Open MPI ring algorithm) vs the ring formula
+   ``2 (W-1)/W * bytes / B_min + 2 (W-1) * L`` (orchestrator.sync.costmodel.ring_allreduce_s).
+2. A model-parallel training step of the CNN split over two hosts' TensorFlow servers (the expert's
+   split, ``+placer=manual``), measured, vs the simulator's step time with the hosts' bandwidths
+   (``hardware.netlab``).
+
+    python benchmarks/cluster_network.py            # both parts (~5 min on 2 cores)
+    python benchmarks/cluster_network.py --quick    # part 1 at 100 Mbit/s only
+
+Needs root (network namespaces). Prints markdown tables (quoted in docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PREFIX, SUBNET = "orbench", "10.79.0"
+STEPS = 20
+
+
+def _rank_main(out: str) -> None:
+    """Under mpiexec: time grouped_allreduce of the CNN's gradient-shaped tensors."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import horovod.tensorflow as hvd
+    import numpy as np
+    import tensorflow as tf
+
+    from orchestrator.models.cnn import build
+
+    hvd.init()
+    model = build()
+    grads = [tf.ones_like(v) for v in model.trainable_variables]
+    nbytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
+    times = []
+    for i in range(STEPS + 3):
+        t0 = time.perf_counter()
+        res = hvd.grouped_allreduce(grads, op=hvd.Average)
+        _ = [r.numpy() for r in res]
+        hvd.allreduce(tf.constant(0.0), name="sync")          # everyone finished this step
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    if hvd.rank() == 0:
+        Path(out).write_text(json.dumps({"bytes": nbytes, "times": times, "size": hvd.size()}))
+
+
+def _env() -> dict[str, str]:
+    from orchestrator.sync.mpi import rank_env
+
+    return rank_env()
+
+
+def allreduce_rows(bandwidths: list[str], tmp: Path) -> list[dict]:
+    from orchestrator.hardware import netlab
+    from orchestrator.sync.costmodel import ring_allreduce_s
+    from orchestrator.sync.mpi import RING_ALLREDUCE, host_args, mpiexec_path
+
+    rows = []
+    for bw in bandwidths:
+        lab = netlab.up(4, bw, state_dir=tmp / "lab", prefix=PREFIX, subnet=SUBNET)
+        try:
+            out = tmp / "allreduce.json"
+            env = _env()
+            cmd = [mpiexec_path(), "--map-by", "slot:OVERSUBSCRIBE", "-n", "4", *host_args(str(lab.hostfile), env),
+                   sys.executable, str(Path(__file__).resolve()), "--rank", str(out)]
+            assert RING_ALLREDUCE[-1] in cmd
+            subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
+            r = json.loads(out.read_text())
+        finally:
+            netlab.down(tmp / "lab")
+        times = sorted(r["times"])
+        measured = times[len(times) // 2]
+        slowest = min(h.bandwidth_Bps for h in lab.hosts)
+        predicted = ring_allreduce_s(r["bytes"], 4, slowest, 50e-6)
+        rows.append({"links": bw, "bytes": r["bytes"], "measured_s": measured, "predicted_s": predicted,
+                     "error": measured / predicted - 1})
+    return rows
+
+
+def tf_step_rows(bandwidths: list[str], tmp: Path) -> list[dict]:
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.hardware import netlab
+
+    rows = []
+    for bw in bandwidths:
+        lab = netlab.up(2, bw, state_dir=tmp / "lab", prefix=PREFIX, subnet=SUBNET)
+        addresses = [f"{h.address}:2222" for h in lab.hosts]
+        servers = [subprocess.Popen(lab.exec_prefix(h) + [sys.executable, "-m", "orchestrator.tf_server", "--cluster",
+                                                          ",".join(addresses), "--task", str(i), "--threads", "1"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                   for i, h in enumerate(lab.hosts)]
+        work = Path(tempfile.mkdtemp(dir=tmp))
+        try:
+            for s in servers:
+                assert s.stdout.readline().strip() == "ready"
+            subprocess.run([sys.executable, "-m", "orchestrator", "hardware=tf_cluster",
+                            f"hardware.addresses=[{','.join(addresses)}]", f"hardware.netlab={lab.dir}",
+                            "+placer=manual", "placer.evaluator=simulated", "train.budget_updates=30",
+                            "train.target_accuracy=0.5", "progress=false"],
+                           cwd=work, env={**os.environ, **_env()}, check=True, capture_output=True, timeout=900)
+        finally:
+            for s in servers:
+                s.terminate()
+                s.wait(timeout=20)
+            netlab.down(tmp / "lab")
+        c = MlflowClient(f"sqlite:///{work}/mlflow.db")
+        (run,) = c.search_runs([e.experiment_id for e in c.search_experiments()])
+        m = run.data.metrics
+        rows.append({"links": bw, "simulated_s": m["placement.step_time_s"],
+                     "measured_s": m["placement.measured_step_time_s"],
+                     "error": m["placement.measured_step_time_s"] / m["placement.step_time_s"] - 1})
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rank", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args()
+    if args.rank:
+        _rank_main(args.rank)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="orch-cluster-bench-"))
+    bws = ["100mbit"] if args.quick else ["1gbit", "100mbit", "1gbit,1gbit,1gbit,100mbit"]
+    print("### Horovod allreduce across 4 emulated hosts (measured wall time vs ring formula; MNIST CNN gradients)\n")
+    print("| host links | bytes | measured (median of 20) | ring formula | measured / formula - 1 |")
+    print("|---|---|---|---|---|")
+    for r in allreduce_rows(bws, tmp):
+        print(f"| {r['links']} | {r['bytes']:,} | {r['measured_s'] * 1e3:.1f} ms | {r['predicted_s'] * 1e3:.1f} ms "
+              f"| {r['error']:+.0%} |")
+    if args.quick:
+        return
+    print("\n### A model-parallel CNN step across 2 emulated hosts' TF servers (expert split; measured vs simulated)\n")
+    print("| host links | simulated step | measured step (median) | measured / simulated - 1 |")
+    print("|---|---|---|---|")
+    for r in tf_step_rows(["1gbit", "100mbit"], tmp):
+        print(f"| {r['links']} | {r['simulated_s'] * 1e3:.1f} ms | {r['measured_s'] * 1e3:.1f} ms | {r['error']:+.0%} |")
+
+
+if __name__ == "__main__":
+    main()
