@@ -76,6 +76,8 @@ class Trial:
         self.hardware = self.hardware_cls(cfg.hardware)
         self.placer = self.placer_cls(cfg.placer) if self.placer_cls else None
         self.sync = self.sync_cls(cfg.sync) if self.sync_cls else None
+        if self.sync is not None and hasattr(self.sync, "check"):
+            self.sync.check(cfg)  # sync, network, speed-change and scaling-rule errors before any run
         self.placing = PlacementPhase(self)
 
     @property

@@ -35,6 +35,23 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
+LR_RULES = ("linear", "sqrt", "none")
+PUSH_LR = ("lr", "lr/W", "lr/staleness")
+BATCH_POLICIES = ("per_worker", "global")
+
+
+def _plain(node: Any) -> Any:
+    """A DictConfig / ListConfig as plain dicts and lists (JSON-able for the MPI job file)."""
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(node):
+            return OmegaConf.to_container(node, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return node
+
+
 @dataclass
 class SyncOptions:
     name: str = "delay"
@@ -44,17 +61,53 @@ class SyncOptions:
     straggler_p: float = 0.0              # transient straggler probability per iteration
     straggler_slowdown: float = 1.0       # a transient straggler's iteration is this many times longer
     staleness: float = 0.0                # s; math.inf for async
-    lr_scaling: str | float = "lr/W"      # push weight: "lr/W" (batch-weighted), "lr", or a multiplier of lr
-    proportional_batches: bool = False
+    push_lr: str | float = "lr"           # push weight: "lr", "lr/staleness", "lr/W" (batch share), or a multiplier
+    balance: str = "static"               # batch split: none (equal), static (nominal speeds), online (measured)
+    balance_every: int = 10               # online: re-derive the split every k iterations per worker
     dynamic_staleness: bool = False
     max_staleness: float = 8.0            # upper end for the dynamic bound
+    lr_rule: str = "linear"               # train.lr_scaling: lr x rule(batch / train.batch_size)
+    warmup_samples: int = 0               # train.warmup_updates x train.batch_size: linear warm-up (Goyal et al.)
+    batch_policy: str = "per_worker"      # per_worker: global batch W x batch_size; global: batch_size split
     base_time_s: float | None = None      # virtual: one speed-1.0 iteration at the base batch (None: measure)
+    step_overhead_s: float | None = None  # t0 of the compute model (with per_sample_s; None: fit / linear)
+    per_sample_s: float | None = None     # t1 of the compute model
+    shards: int = 1                       # parameter-server shards (each with its own link)
+    overlap: bool = False                 # allreduce overlapped with the backward pass
+    fp16: bool = False                    # gradients / parameters sent as 16-bit floats
+    network: dict | None = None           # hardware.network (plain); see costmodel.Network
+    speed_changes: list = field(default_factory=list)   # [(worker, at_s, speed)]
+    emulated_step_s: float | None = None  # mpi: a speed-1.0 iteration lasts at least this long
     timeout_s: float = 600.0
     hostfile: str | None = None
 
+    @property
+    def proportional_batches(self) -> bool:
+        return self.balance != "none"
+
+    def net(self):
+        from orchestrator.sync.costmodel import Network
+
+        return Network.from_cfg(self.network, self.workers)
+
+    def schedule(self):
+        from orchestrator.sync.balance import SpeedChange, SpeedSchedule
+
+        return SpeedSchedule(self.speeds, tuple(SpeedChange(int(w), float(a), float(v)) for w, a, v in self.speed_changes))
+
+    def total_batch(self, batch_size: int) -> int:
+        if self.batch_policy == "global":
+            if batch_size < self.workers:
+                raise ConfigError(f"train.batch_policy=global: train.batch_size={batch_size} < {self.workers} workers")
+            return batch_size
+        return self.workers * batch_size
+
     @classmethod
     def from_cfg(cls, cfg_sync: Any, cfg: Any = None, name: str | None = None) -> "SyncOptions":
-        """Read ``sync.*`` from ``cfg_sync`` and ``hardware.*`` from the trial config ``cfg``."""
+        """Read ``sync.*`` from ``cfg_sync`` and ``hardware.*`` / ``train.*`` from the trial config ``cfg``."""
+        from orchestrator.sync.balance import BALANCE_MODES, parse_speed_changes
+        from orchestrator.sync.costmodel import Network
+
         name = name or str(_get(cfg_sync, "name", "delay"))
         if name not in ("allreduce", "async", "delay"):
             raise ConfigError(f"sync.name={name!r} (accepted: allreduce, async, delay)")
@@ -77,18 +130,90 @@ class SyncOptions:
             s = float(staleness)
             if s < 0:
                 raise ConfigError(f"sync.staleness={staleness!r} must be >= 0")
-        scaling = _get(cfg_sync, "lr_scaling", "lr/W")
-        if not (scaling in ("lr/W", "lr") or isinstance(scaling, (int, float))):
-            raise ConfigError(f"sync.lr_scaling={scaling!r} (accepted: lr/W, lr, or a number)")
-        prop = bool(_get(cfg_sync, "speed_proportional_batches", name == "delay"))
-        base = _get(cfg_sync, "base_time_s", None)
+        push = _get(cfg_sync, "push_lr", "lr")
+        if not (push in PUSH_LR or (isinstance(push, (int, float)) and not isinstance(push, bool) and push > 0)):
+            raise ConfigError(f"sync.push_lr={push!r} (accepted: {', '.join(PUSH_LR)}, or a number > 0)")
+        balance = _get(cfg_sync, "balance", None)
+        if balance is None:  # the 0.1 key
+            balance = "static" if bool(_get(cfg_sync, "speed_proportional_batches", name == "delay")) else "none"
+        if balance not in BALANCE_MODES:
+            raise ConfigError(f"sync.balance={balance!r} (accepted: {', '.join(BALANCE_MODES)})")
+        rule = str(_get(cfg, "train.lr_scaling", "linear"))
+        if rule not in LR_RULES:
+            raise ConfigError(f"train.lr_scaling={rule!r} (accepted: {', '.join(LR_RULES)})")
+        policy = str(_get(cfg, "train.batch_policy", "per_worker"))
+        if policy not in BATCH_POLICIES:
+            raise ConfigError(f"train.batch_policy={policy!r} (accepted: {', '.join(BATCH_POLICIES)})")
+        warm = _num(cfg, "train.warmup_updates", 0, int, 0) * int(_get(cfg, "train.batch_size", 64))
+        emulated = _num(cfg, "hardware.emulated_step_s", None, float)
+        if emulated is not None and not emulated > 0:
+            raise ConfigError(f"hardware.emulated_step_s={emulated:g} must be > 0")
+        network = _plain(_get(cfg, "hardware.network", None))
+        Network.from_cfg(network, workers)  # validate now: one-line errors before any run starts
+        changes = parse_speed_changes(_plain(_get(cfg, "hardware.speed_changes", None)), workers)
+        base = _num(cfg_sync, "base_time_s", None, float, 0.0)
+        t0, t1 = _num(cfg_sync, "step_overhead_s", None, float, 0.0), _num(cfg_sync, "per_sample_s", None, float, 0.0)
+        if (t0 is None) != (t1 is None) or (t1 is not None and t1 <= 0):
+            raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both, per_sample_s > 0")
         return cls(name=name, runtime=runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
-                   staleness=s, lr_scaling=scaling, proportional_batches=prop,
+                   staleness=s, push_lr=push, balance=balance,
+                   balance_every=_num(cfg_sync, "balance_every", 10, int, 1),
                    dynamic_staleness=bool(_get(cfg_sync, "dynamic_staleness", False)),
-                   max_staleness=float(_get(cfg_sync, "max_staleness", 8.0)),
-                   base_time_s=None if base is None else float(base),
+                   max_staleness=float(_get(cfg_sync, "max_staleness", 8.0)), lr_rule=rule, warmup_samples=warm,
+                   batch_policy=policy, base_time_s=base, step_overhead_s=t0, per_sample_s=t1,
+                   shards=_num(cfg_sync, "shards", 1, int, 1), overlap=bool(_get(cfg_sync, "overlap", False)),
+                   fp16=bool(_get(cfg_sync, "fp16", False)), network=network,
+                   speed_changes=[(c.worker, c.at_s, c.speed) for c in changes], emulated_step_s=emulated,
                    timeout_s=float(_get(cfg_sync, "timeout_s", 600.0)),
                    hostfile=_get(cfg_sync, "hostfile", None))
+
+
+def tracked_settings(opts: "SyncOptions", settings):
+    """``train.eval_every`` / ``train.budget_updates`` count sample-equivalent updates (``batch_size``
+    samples each): an update of ``k x batch_size`` samples (an allreduce step over W batches, k = W)
+    evaluates every ``eval_every / k`` updates, so every W (and every strategy) is evaluated at the
+    same sample counts."""
+    import dataclasses
+
+    k = opts.total_batch(settings.batch_size) / settings.batch_size / (1 if opts.name == "allreduce" else opts.workers)
+    return dataclasses.replace(settings, eval_every=max(1, round(settings.eval_every / k)),
+                               budget_updates=None if settings.budget_updates is None
+                               else max(1, math.ceil(settings.budget_updates / k)))
+
+
+def _num(cfg: Any, key: str, default: Any, typ: type, minimum: float | None = None) -> Any:
+    val = _get(cfg, key, None)
+    name = key if key.startswith(("train.", "hardware.")) else "sync." + key  # bare keys are read from sync.*
+    if val is None:
+        return default
+    if isinstance(val, bool):
+        raise ConfigError(f"{name}={val!r} is not a number")
+    try:
+        out = typ(val)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={val!r} is not a {'number' if typ is float else 'integer'}") from None
+    if minimum is not None and out < minimum:
+        raise ConfigError(f"{name}={val!r} must be >= {minimum:g}")
+    return out
+
+
+def lr_multiplier(rule: str, ratio: float) -> float:
+    """How the learning rate grows with the batch (ratio = batch / train.batch_size): ``linear``
+    (Goyal et al. 2017: k x batch, k x lr), ``sqrt`` (Krizhevsky 2014: sqrt(k)), ``none``."""
+    if rule == "linear":
+        return ratio
+    if rule == "sqrt":
+        return math.sqrt(ratio)
+    return 1.0
+
+
+def scaled_lr(opts: "SyncOptions", lr: float, batch: int, batch_size: int, samples_seen: float) -> float:
+    """The learning rate of an update over ``batch`` samples: ``lr x rule(batch / batch_size)``, reached
+    linearly over the first ``warmup_samples`` samples from ``lr`` (gradual warm-up, Goyal et al. 2017)."""
+    target = lr * lr_multiplier(opts.lr_rule, batch / batch_size)
+    if opts.warmup_samples > 0 and samples_seen < opts.warmup_samples and target > lr:
+        return lr + (target - lr) * samples_seen / opts.warmup_samples
+    return target
 
 
 def batch_shares(speeds: list[float], batch_size: int, proportional: bool) -> list[int]:
@@ -104,13 +229,16 @@ def batch_shares(speeds: list[float], batch_size: int, proportional: bool) -> li
     return out
 
 
-def push_weights(lr: float, batches: list[int], scaling: str | float) -> list[float]:
-    """Learning rate each worker's push is applied with. ``lr/W`` weights by batch share, so one round
-    of W pushes equals one averaged (allreduce) update over the same samples."""
+def push_weights(lr: float, batches: list[int], scaling: str | float, *, batch_size: int | None = None,
+                 rule: str = "none") -> list[float]:
+    """Learning rate each worker's push is applied with (before staleness damping).
+    ``lr/W`` weights by batch share, so one round of W pushes equals one averaged (allreduce) update;
+    ``lr`` and ``lr/staleness`` apply each push as a step of its own: ``lr x rule(b_i / batch_size)``."""
     if scaling == "lr/W":
         return [lr * b / sum(batches) for b in batches]
-    if scaling == "lr":
-        return [lr] * len(batches)
+    if scaling in ("lr", "lr/staleness"):
+        bs = batch_size or (sum(batches) / len(batches))
+        return [lr * lr_multiplier(rule, b / bs) for b in batches]
     return [lr * float(scaling)] * len(batches)
 
 
@@ -176,16 +304,23 @@ class StalenessGate:
 
 
 class ParameterServer:
-    """Server parameters and the push update, applied atomically; counts every applied push."""
+    """Server parameters and the push update, applied atomically; counts every applied push.
+    With ``damped`` a push computed on parameters ``tau`` versions old is applied at
+    ``weight / max(1, tau)`` (staleness-aware async SGD, Zhang et al. 2016)."""
 
-    def __init__(self, params: np.ndarray, weights: list[float]):
+    def __init__(self, params: np.ndarray, weights: list[float], damped: bool = False):
         self.params = np.array(params, dtype=np.float32, copy=True)
         self.weights = [np.float32(w) for w in weights]
+        self.damped = damped
         self.version = 0                              # pushes applied so far (= global update count)
         self.pushes_by_worker = [0] * len(weights)
         self.samples = 0
         self.update_staleness: Counter[int] = Counter()  # versions applied between a worker's pull and push
         self.lock = threading.Lock()
+
+    def set_weights(self, weights: list[float]) -> None:
+        with self.lock:
+            self.weights = [np.float32(w) for w in weights]
 
     def pull(self) -> tuple[np.ndarray, int]:
         with self.lock:
@@ -197,10 +332,12 @@ class ParameterServer:
             return self.version
 
     def push(self, worker: int, grad: np.ndarray, pulled_version: int, batch: int) -> int:
-        """Apply ``params -= weight_worker * grad``; returns the new version."""
+        """Apply ``params -= weight_worker * grad`` (damped by staleness if asked); returns the new version."""
         with self.lock:
-            self.params -= self.weights[worker] * grad
-            self.update_staleness[self.version - pulled_version] += 1
+            tau = self.version - pulled_version
+            weight = self.weights[worker] / np.float32(max(1, tau)) if self.damped else self.weights[worker]
+            self.params -= weight * grad
+            self.update_staleness[tau] += 1
             self.version += 1
             self.pushes_by_worker[worker] += 1
             self.samples += batch

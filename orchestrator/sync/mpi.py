@@ -210,8 +210,6 @@ def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[T
 
 def train_mpi(opts: SyncOptions, ctx, *, inject: dict | None = None, reference: bool = True):
     """Run the strategy on MPI ranks; returns (TrainResult, SyncStats)."""
-    from orchestrator.sync.core import batch_shares
-
     run_dir = Path(ctx.output_dir) / f"mpi-{opts.name}-{int(time.time() * 1000)}"
     ranks = opts.workers + (0 if opts.name == "allreduce" else 1)
     launch(job_spec(opts, ctx, run_dir, inject), run_dir, ranks, opts.timeout_s, opts.hostfile)
@@ -219,7 +217,12 @@ def train_mpi(opts: SyncOptions, ctx, *, inject: dict | None = None, reference: 
     for p in result.history:  # the ranks evaluated; the trial's run records the curve
         ctx.sink.log_metrics({"train.loss": p.loss, "train.test_accuracy": p.accuracy, "train.elapsed_s": p.elapsed_s},
                              step=p.step)
-    stats.batches = batch_shares(opts.speeds, ctx.settings.batch_size, opts.proportional_batches)
+    server = json.loads((run_dir / "rank0.json").read_text()) if opts.name != "allreduce" else {}
+    from orchestrator.sync.mpi_worker import Job
+
+    stats.batches = server.get("batches") or Job(str(next(run_dir.glob("job-*.json")))).batches
+    stats.rebalances = int(server.get("rebalances", 0))
+    stats.capacity = opts.schedule().capacity(result.elapsed_s)
     if opts.name == "allreduce":
         result.extra_metrics["sync.replica_max_diff"] = max(r["replica_max_diff"] for r in rank_info)
     if reference:
@@ -235,6 +238,8 @@ def mpi_reference(opts, ctx, rank_info, batches) -> float | None:
 
     per_sample = [r["compute_median_s"] / b for r, b in zip(rank_info, batches) if np.isfinite(r["compute_median_s"])]
     base = float(np.median(per_sample)) * ctx.settings.batch_size
+    if opts.emulated_step_s:  # a speed-1.0 rank's iteration lasts at least emulated_step_s
+        base = max(base, opts.emulated_step_s)
     runtime = ModelRuntime(ctx.model, seed=ctx.settings.seed, lr=ctx.settings.lr)
     ctx.sink.set_tags({"sync.reference_method": f"virtual W=1 run x measured per-rank gradient time {base:.4f}s"})
     return reference_time(opts, ctx, runtime, runtime.get_flat(), base)

@@ -28,17 +28,23 @@ REQ, GO, PARAMS, HDR, GRAD = 1, 2, 3, 4, 5
 
 class Job:
     def __init__(self, path: str):
-        from orchestrator.sync.core import SyncOptions, batch_shares, push_weights
+        from orchestrator.sync.balance import Balancer
+        from orchestrator.sync.core import SyncOptions, push_weights
+        from orchestrator.sync.costmodel import ComputeModel
         from orchestrator.execution.training import TrainSettings
 
         spec = json.loads(Path(path).read_text())
         self.raw = spec
-        self.opts = SyncOptions(**spec["opts"])
-        self.settings = TrainSettings(**spec["settings"])
+        self.opts = o = SyncOptions(**spec["opts"])
+        self.settings = s = TrainSettings(**spec["settings"])
         self.out = Path(spec["out_dir"])
-        self.batches = batch_shares(self.opts.speeds, self.settings.batch_size, self.opts.proportional_batches)
-        scaling = "lr/W" if self.opts.name == "allreduce" else self.opts.lr_scaling
-        self.weights = push_weights(self.settings.lr, self.batches, scaling)
+        # the compute model's shape (for batch-size ratios and balancing); its scale cancels out
+        self.cm = (ComputeModel(o.step_overhead_s or 0.0, o.per_sample_s) if o.per_sample_s is not None
+                   else ComputeModel.linear(1.0, s.batch_size))
+        self.balancer = Balancer(o.balance if o.name != "allreduce" else ("static" if o.balance == "online" else o.balance),
+                                 o.speeds, o.total_batch(s.batch_size), s.batch_size, self.cm, o.balance_every)
+        self.batches = self.balancer.batches
+        self.weights = push_weights(s.lr, self.batches, o.push_lr, batch_size=s.batch_size, rule=o.lr_rule)
         self.inject = spec.get("inject", {})
 
     def runtime_and_data(self):
@@ -54,13 +60,11 @@ class Job:
         rt = ModelRuntime(spec, seed=self.settings.seed, lr=self.settings.lr)
         return rt, data
 
-    def tracker(self, per_step: int):
+    def tracker(self):
         from orchestrator.execution.training import ConvergenceTracker, NullSink
+        from orchestrator.sync.core import tracked_settings
 
-        s = dataclasses.replace(self.settings, eval_every=self.settings.eval_every * per_step,
-                                budget_updates=None if self.settings.budget_updates is None
-                                else self.settings.budget_updates * per_step)
-        return ConvergenceTracker(s, NullSink())
+        return ConvergenceTracker(tracked_settings(self.opts, self.settings), NullSink())
 
     def write(self, name: str, payload: dict) -> None:
         tmp = self.out / (name + ".tmp")
@@ -69,21 +73,32 @@ class Job:
 
 
 class Stretch:
-    """Sleeps so that a worker's iteration lasts ``compute * slowdown / speed`` (seeded stragglers),
-    plus injected delays (tests): ``inject.sleep = {worker, every, seconds}``, ``inject.random_max_s``."""
+    """Sleeps so that a worker's iteration lasts ``compute * slowdown / speed`` (seeded stragglers;
+    the speed follows ``hardware.speed_changes`` in wall seconds since the rank started), or, with
+    ``hardware.emulated_step_s = E``, at least ``E * cm(b) / cm(batch_size) * slowdown / speed``: a
+    speed-1.0 rank's iteration of ``train.batch_size`` samples lasts E, the rest of it asleep. Plus
+    injected delays (tests): ``inject.sleep = {worker, every, seconds}``, ``inject.random_max_s``."""
 
     def __init__(self, job: Job, worker: int):
-        self.speed = job.opts.speeds[worker]
+        self.sched = job.opts.schedule()
+        self.emulated, self.cm, self.batch_size = job.opts.emulated_step_s, job.cm, job.settings.batch_size
         self.p, self.k = job.opts.straggler_p, job.opts.straggler_slowdown
         self.rng = np.random.default_rng([job.settings.seed, 7919, worker])
         self.worker, self.inject, self.iteration = worker, job.inject, 0
         self.compute: list[float] = []
+        self.t_start = time.perf_counter()
 
-    def after_compute(self, compute_s: float) -> None:
+    def after_compute(self, compute_s: float, batch: int | None = None) -> float:
+        """Sleep as the emulated device would; returns the iteration's emulated compute seconds."""
         self.iteration += 1
         self.compute.append(compute_s)
         slow = self.k if self.p > 0 and self.rng.random() < self.p else 1.0
-        extra = compute_s * (slow / self.speed - 1.0)
+        speed = self.sched.speed(self.worker, time.perf_counter() - self.t_start)
+        if self.emulated:
+            ratio = self.cm.time(batch or self.batch_size) / self.cm.time(self.batch_size)
+            extra = max(0.0, self.emulated * ratio * slow / speed - compute_s)
+        else:
+            extra = compute_s * (slow / speed - 1.0)
         sl = self.inject.get("sleep")
         if sl and sl["worker"] == self.worker and self.iteration % sl["every"] == 0:
             extra += sl["seconds"]
@@ -94,12 +109,15 @@ class Stretch:
             raise RuntimeError(f"injected failure at iteration {self.iteration}")
         if extra > 0:
             time.sleep(extra)
+        return compute_s + max(0.0, extra)
 
 
 # -- allreduce (Horovod) ------------------------------------------------------------------------
 def run_allreduce(job: Job) -> None:
     import horovod.tensorflow as hvd
     import tensorflow as tf
+
+    from orchestrator.sync.core import scaled_lr
 
     hvd.init()
     rank, w = hvd.rank(), hvd.size()
@@ -110,7 +128,8 @@ def run_allreduce(job: Job) -> None:
 
     sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, rank), Stretch(job, rank)
     scale = np.float32(job.batches[rank] * w / sum(job.batches))
-    tracker, every = job.tracker(1), job.settings.eval_every
+    tracker = job.tracker()
+    every = tracker.s.eval_every
     n_eval = job.settings.eval_samples or len(data.y_test)
     step, wait_s, eval_s, max_diff = 0, 0.0, 0.0, 0.0
     verify = int(job.inject.get("verify_every", 0))
@@ -129,12 +148,14 @@ def run_allreduce(job: Job) -> None:
         idx = sampler.next(job.batches[rank])
         t0 = time.perf_counter()
         _, grads = rt.gradients(data.x_train[idx], data.y_train[idx])
-        stretch.after_compute(time.perf_counter() - t0)
+        stretch.after_compute(time.perf_counter() - t0, job.batches[rank])
         t0 = time.perf_counter()
         avg = hvd.grouped_allreduce([g * scale for g in grads], op=hvd.Average)
         wait_s += time.perf_counter() - t0
+        lr = np.float32(scaled_lr(job.opts, job.settings.lr, sum(job.batches), job.settings.batch_size,
+                                  step * sum(job.batches)))
         for v, g in zip(rt.variables, avg):
-            v.assign_sub(rt.lr * g)
+            v.assign_sub(lr * g)
         step += 1
         if verify and step % verify == 0:
             flat = tf.constant(rt.get_flat())
@@ -170,9 +191,12 @@ def run_server(job: Job, comm) -> None:
     rt, data = job.runtime_and_data()
     w, o = job.opts.workers, job.opts
     theta0 = rt.get_flat()
-    server = ParameterServer(theta0, job.weights)
+    from orchestrator.sync.core import push_weights
+
+    server = ParameterServer(theta0, job.weights, damped=o.push_lr == "lr/staleness")
+    balancer, bal_lock = job.balancer, threading.Lock()
     gate = StalenessGate(w, o.staleness, dynamic=o.dynamic_staleness, max_staleness=o.max_staleness)
-    tracker, stop = job.tracker(w), threading.Event()
+    tracker, stop = job.tracker(), threading.Event()
     every, n_eval = tracker.s.eval_every, job.settings.eval_samples or len(data.y_test)
     wait_s, eval_s, errors = [0.0] * w, [0.0], []
     eval_lock = threading.Lock()
@@ -190,7 +214,7 @@ def run_server(job: Job, comm) -> None:
 
     def serve(i: int) -> None:
         src, n = i + 1, theta0.size
-        req, hdr = np.zeros(1, np.int64), np.zeros(4, np.float64)
+        req, hdr = np.zeros(1, np.int64), np.zeros(5, np.float64)
         params, grad = np.empty(n, np.float32), np.empty(n, np.float32)
         try:
             while True:
@@ -199,14 +223,18 @@ def run_server(job: Job, comm) -> None:
                 granted = gate.wait_and_grant(i, stop)
                 wait_s[i] += time.perf_counter() - t0
                 if granted is None:
-                    comm.Send(np.zeros(2, np.int64), dest=src, tag=GO)
+                    comm.Send(np.zeros(3, np.int64), dest=src, tag=GO)
                     return
                 version = server.pull_into(params)
-                comm.Send(np.array([1, version], np.int64), dest=src, tag=GO)
+                comm.Send(np.array([1, version, balancer.batches[i]], np.int64), dest=src, tag=GO)
                 comm.Send(params, dest=src, tag=PARAMS)
                 comm.Recv(hdr, source=src, tag=HDR)
                 comm.Recv(grad, source=src, tag=GRAD)
                 applied = server.push(i, grad, int(hdr[2]), int(hdr[1]))
+                with bal_lock:
+                    if balancer.observe(i, int(hdr[1]), float(hdr[4])):
+                        server.set_weights(push_weights(job.settings.lr, balancer.batches, o.push_lr,
+                                                        batch_size=job.settings.batch_size, rule=o.lr_rule))
                 with gate.cond:
                     gate.completed_push(i, float(hdr[3]))
                     gate.cond.notify_all()
@@ -232,7 +260,8 @@ def run_server(job: Job, comm) -> None:
     from orchestrator.sync.core import histogram_dict
 
     job.write("rank0.json", {"iterations": 0, "wait_s": 0.0, "pushes_by_worker": server.pushes_by_worker,
-                             "gate_completed": gate.completed, "gate_wait_s": wait_s})
+                             "gate_completed": gate.completed, "gate_wait_s": wait_s,
+                             "batches": balancer.batches, "rebalances": balancer.rebalances})
     if job.inject.get("audit"):
         np.save(job.out / "theta0.npy", theta0)
         np.save(job.out / "theta_final.npy", server.params)
@@ -248,7 +277,7 @@ def run_worker(job: Job, comm, rank: int) -> None:
     rt, data = job.runtime_and_data()
     sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, i), Stretch(job, i)
     n = rt.num_parameters
-    params, go = np.empty(n, np.float32), np.zeros(2, np.int64)
+    params, go = np.empty(n, np.float32), np.zeros(3, np.int64)
     pushed = np.zeros(n, np.float64)
     iterations, t_last = 0, time.perf_counter()
     while True:
@@ -257,16 +286,17 @@ def run_worker(job: Job, comm, rank: int) -> None:
         if go[0] == 0:
             break
         comm.Recv(params, source=0, tag=PARAMS)
-        idx = sampler.next(job.batches[i])
+        batch = int(go[2])
+        idx = sampler.next(batch)
         t0 = time.perf_counter()
         rt.set_flat(params)
         loss, grad = rt.gradient(data.x_train[idx], data.y_train[idx])
-        stretch.after_compute(time.perf_counter() - t0)
+        busy = stretch.after_compute(time.perf_counter() - t0, batch)
         now = time.perf_counter()
-        comm.Send(np.array([loss, job.batches[i], go[1], now - t_last], np.float64), dest=0, tag=HDR)
+        comm.Send(np.array([loss, batch, go[1], now - t_last, busy], np.float64), dest=0, tag=HDR)
         comm.Send(np.ascontiguousarray(grad, np.float32), dest=0, tag=GRAD)
         t_last = now
-        pushed += job.weights[i] * grad.astype(np.float64)
+        pushed += job.weights[i] * grad.astype(np.float64)  # the audit (tests) runs with a fixed split
         iterations += 1
     if job.inject.get("audit"):
         np.save(job.out / f"pushed{rank}.npy", pushed)

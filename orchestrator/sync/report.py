@@ -21,7 +21,26 @@ def sync_metrics(stats) -> dict[str, float]:
         m[f"sync.worker{i}.iterations"] = float(c)
         m[f"sync.worker{i}.wait_s"] = float(wt)
         m[f"sync.worker{i}.batch"] = float(b)
+    for key in ("compute_s", "comm_s"):
+        per = getattr(stats, key, None) or []
+        for i, v in enumerate(per):
+            m[f"sync.worker{i}.{key}"] = float(v)
+        if per:
+            m[f"sync.{key}"] = float(sum(per) / len(per))      # mean per worker
+    if getattr(stats, "server_utilisation", None) is not None:
+        m["sync.server_utilisation"] = float(stats.server_utilisation)
+    m["sync.rebalances"] = float(getattr(stats, "rebalances", 0))
+    m["sync.capacity"] = float(getattr(stats, "capacity", len(stats.iterations)))
     return m
+
+
+def scaling_metrics(result: TrainResult, capacity: float) -> dict[str, float]:
+    """``sync.speedup`` (reference time to target / this run's) and ``sync.scaling_efficiency``
+    (speedup / hardware capacity, the sum of speeds over the reference speed 1.0)."""
+    ref, tt = result.reference_time_to_target_s, result.time_to_target_s
+    if not ref or not tt:
+        return {}
+    return {"sync.speedup": ref / tt, "sync.scaling_efficiency": ref / tt / capacity}
 
 
 def write_artifacts(result: TrainResult, stats, out_dir: Path, label: str, sink) -> list[Path]:

@@ -1,12 +1,15 @@
 """Virtual (emulated) data-parallel runtime: W workers in one process on a virtual clock.
 
 Each worker owns a flat parameter snapshot; real gradients on real data come from ONE shared
-``ModelRuntime`` (``set_flat`` then ``gradient``). A worker's iteration lasts
-``base_time * (batch / batch_size) / speed`` (times ``slowdown`` when a seeded transient straggler hits).
-Events run in virtual-time order from a heap, so a run is deterministic for a seed and a base time.
+``ModelRuntime`` (``set_flat`` then ``gradient``). Time comes from the cost model
+(``orchestrator.sync.costmodel``): a worker's compute lasts ``(t0 + b t1) / v`` (times ``slowdown`` when a
+seeded transient straggler hits; ``v`` follows ``hardware.speed_changes``), an allreduce step adds the
+ring allreduce of the model's bytes, a parameter-server iteration adds its push and pull through the
+server's shared (queued) links. Events run in virtual-time order from a heap: a run is deterministic.
 
 Steps: allreduce counts synchronous steps; async/delay count applied pushes. ``train.eval_every`` and
-``train.budget_updates`` count sample-equivalent steps: for push strategies one step = W pushes.
+``train.budget_updates`` count sample-equivalent updates of ``train.batch_size`` samples
+(``core.tracked_settings``): an allreduce step over W batches counts W.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestrator.sync.core import ParameterServer, StalenessGate, SyncOptions, batch_shares, push_weights
+from orchestrator.sync.balance import Balancer
+from orchestrator.sync.core import (ParameterServer, StalenessGate, SyncOptions, push_weights, scaled_lr,
+                                    tracked_settings)
+from orchestrator.sync.costmodel import ComputeModel, ServerLinks, allreduce_s
 from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 
 
@@ -33,46 +39,58 @@ class SyncStats:
     pushes_applied: int = 0
     bound_max: float = 0.0
     batches: list[int] = field(default_factory=list)
+    compute_s: list[float] = field(default_factory=list)
+    comm_s: list[float] = field(default_factory=list)
+    server_utilisation: float | None = None
+    rebalances: int = 0
+    capacity: float = 1.0                       # time-averaged sum of speeds (reference speed 1.0)
 
 
 class _Clock:
-    """Per-worker iteration durations with seeded transient stragglers."""
+    """Per-worker compute durations from the compute model, speed changes and seeded transient stragglers."""
 
-    def __init__(self, opts: SyncOptions, base_time: float, batches: list[int], batch_size: int, seed: int):
-        self.base = [base_time * b / batch_size / s for b, s in zip(batches, opts.speeds)]
+    def __init__(self, opts: SyncOptions, cm: ComputeModel, seed: int):
+        self.cm, self.sched = cm, opts.schedule()
         self.p, self.k = opts.straggler_p, opts.straggler_slowdown
         self.rngs = [np.random.default_rng([seed, 7919, i]) for i in range(opts.workers)]
 
-    def duration(self, i: int) -> float:
+    def duration(self, i: int, batch: int, now: float) -> float:
         slow = self.k if self.p > 0 and self.rngs[i].random() < self.p else 1.0
-        return self.base[i] * slow
+        return self.cm.time(batch, self.sched.speed(i, now)) * slow
 
 
 class VirtualRun:
-    """One emulated training run; ``run()`` returns (TrainResult, SyncStats)."""
+    """One emulated training run; ``run()`` returns (TrainResult, SyncStats).
+    ``base`` is a ``ComputeModel``, or a speed-1.0 step time at ``settings.batch_size`` (linear model)."""
 
-    def __init__(self, opts: SyncOptions, settings: TrainSettings, runtime, dataset, base_time: float,
+    def __init__(self, opts: SyncOptions, settings: TrainSettings, runtime, dataset, base,
                  sink=None, progress=None):
         from orchestrator.execution.training import BatchSampler
 
         self.o, self.s, self.rt, self.data = opts, settings, runtime, dataset
         w = opts.workers
-        self.batches = batch_shares(opts.speeds, settings.batch_size, opts.proportional_batches)
-        self.weights = push_weights(settings.lr, self.batches, opts.lr_scaling if opts.name != "allreduce" else "lr/W")
-        self.clock = _Clock(opts, base_time, self.batches, settings.batch_size, settings.seed)
+        self.cm = base if isinstance(base, ComputeModel) else ComputeModel.linear(float(base), settings.batch_size)
+        self.balancer = Balancer(opts.balance, opts.speeds, opts.total_batch(settings.batch_size),
+                                 settings.batch_size, self.cm, opts.balance_every)
+        self.clock = _Clock(opts, self.cm, settings.seed)
         self.samplers = [BatchSampler(len(dataset.y_train), settings.seed, i) for i in range(w)]
-        per_step = 1 if opts.name == "allreduce" else w
-        tracked = dataclasses.replace(settings, eval_every=settings.eval_every * per_step,
-                                      budget_updates=None if settings.budget_updates is None
-                                      else settings.budget_updates * per_step)
-        self.tracker = ConvergenceTracker(tracked, sink or NullSink(), progress)
+        self.tracker = ConvergenceTracker(tracked_settings(opts, settings), sink or NullSink(), progress)
         n = settings.eval_samples or len(dataset.y_test)
         self.x_test, self.y_test = dataset.x_test[:n], dataset.y_test[:n]
         self.theta0 = runtime.get_flat()
-        self.stats = SyncStats([0] * w, [0.0] * w, batches=list(self.batches))
+        self.nbytes = self.theta0.size * (2 if opts.fp16 else 4)
+        self.net = opts.net()
+        self.stats = SyncStats([0] * w, [0.0] * w, batches=list(self.batches), compute_s=[0.0] * w, comm_s=[0.0] * w)
 
-    def _grad(self, i: int, params: np.ndarray) -> np.ndarray:
-        idx = self.samplers[i].next(self.batches[i])
+    @property
+    def batches(self) -> list[int]:
+        return self.balancer.batches
+
+    def _weights(self) -> list[float]:
+        return push_weights(self.s.lr, self.batches, self.o.push_lr, batch_size=self.s.batch_size, rule=self.o.lr_rule)
+
+    def _grad(self, i: int, params: np.ndarray, batch: int) -> np.ndarray:
+        idx = self.samplers[i].next(batch)
         self.rt.set_flat(params)
         return self.rt.gradient(self.data.x_train[idx], self.data.y_train[idx])[1]
 
@@ -83,29 +101,41 @@ class VirtualRun:
 
     def run(self) -> tuple[TrainResult, SyncStats]:
         self._evaluate(0, 0.0, self.theta0)
+        self.samples = 0
         steps, t, params = self._allreduce() if self.o.name == "allreduce" else self._push_loop()
         if not self.tracker.history or self.tracker.history[-1].step != steps:
             self._evaluate(steps, t, params)
-        samples = sum(c * b for c, b in zip(self.stats.iterations, self.batches))
         self.final_params = params
-        return self.tracker.result(steps, t, samples, "virtual"), self.stats
+        self.stats.batches = list(self.batches)
+        self.stats.rebalances = self.balancer.rebalances
+        self.stats.capacity = self.o.schedule().capacity(t)
+        return self.tracker.result(steps, t, self.samples, "virtual"), self.stats
 
     # -- bulk synchronous ---------------------------------------------------------------------
     def _allreduce(self):
         theta, t, step, w = self.theta0.copy(), 0.0, 0, self.o.workers
-        tr, every = self.tracker, self.tracker.s.eval_every
+        tr, every, st = self.tracker, self.tracker.s.eval_every, self.stats
+        comm = allreduce_s(self.nbytes, self.net)
         while True:
-            durs = [self.clock.duration(i) for i in range(w)]
+            batches = list(self.batches)
+            durs = [self.clock.duration(i, batches[i], t) for i in range(w)]
+            total = sum(batches)
+            lr = scaled_lr(self.o, self.s.lr, total, self.s.batch_size, self.samples)
             update = np.zeros_like(theta)
             for i in range(w):
-                update += np.float32(self.weights[i]) * self._grad(i, theta)
-                self.stats.wait_s[i] += max(durs) - durs[i]
-                self.stats.iterations[i] += 1
+                update += np.float32(lr * batches[i] / total) * self._grad(i, theta, batches[i])
+            step_s = max(max(durs), comm) if self.o.overlap else max(durs) + comm
+            for i in range(w):
+                st.wait_s[i] += max(durs) - durs[i]
+                st.compute_s[i] += durs[i]
+                st.comm_s[i] += step_s - max(durs)
+                st.iterations[i] += 1
+                self.balancer.observe(i, batches[i], durs[i])
             theta -= update
-            t, step = t + max(durs), step + 1
-            self.stats.pushes_made += w
-            self.stats.pushes_applied += w
-            self.stats.gap_histogram[0] = self.stats.gap_histogram.get(0, 0) + w
+            t, step, self.samples = t + step_s, step + 1, self.samples + total
+            st.pushes_made += w
+            st.pushes_applied += w
+            st.gap_histogram[0] = st.gap_histogram.get(0, 0) + w
             if step % every == 0:
                 self._evaluate(step, t, theta)
             if tr.should_stop(step, t):
@@ -113,35 +143,53 @@ class VirtualRun:
 
     # -- parameter server (async / delay) -----------------------------------------------------
     def _push_loop(self):
-        o, w = self.o, self.o.workers
-        server = ParameterServer(self.theta0, self.weights)
+        o, w, st = self.o, self.o.workers, self.stats
+        server = ParameterServer(self.theta0, self._weights(), damped=o.push_lr == "lr/staleness")
         gate = StalenessGate(w, o.staleness, dynamic=o.dynamic_staleness, max_staleness=o.max_staleness)
-        heap: list[tuple[float, int, int]] = []
+        links = ServerLinks(self.net, o.shards, self.nbytes)
+        heap: list[tuple[float, int, int, int]] = []          # (time, seq, kind, worker)
+        COMPUTED, PUSHED = 0, 1
         snap: list = [None] * w
-        pulled, started, blocked = [0] * w, [0.0] * w, {}
+        pulled, started, batch_of, dur_of, blocked = [0] * w, [0.0] * w, [0] * w, [0.0] * w, {}
         seq = 0
 
-        def start(i: int, now: float) -> None:
+        def event(t_at: float, kind: int, i: int) -> None:
             nonlocal seq
+            heapq.heappush(heap, (t_at, seq, kind, i))
+            seq += 1
+
+        def start(i: int, now: float) -> None:
             gate.grant(i)
             snap[i], pulled[i] = server.pull()
+            ready = links.pull(i, now)
+            batch_of[i] = self.batches[i]
+            dur = dur_of[i] = self.clock.duration(i, batch_of[i], ready)
+            st.comm_s[i] += ready - now
+            st.compute_s[i] += dur
             started[i] = now
-            heapq.heappush(heap, (now + self.clock.duration(i), seq, i))
-            seq += 1
+            event(ready + dur, COMPUTED, i)
 
         for i in range(w):
             start(i, 0.0)
         every, t = self.tracker.s.eval_every, 0.0
         while heap:
-            t, _, i = heapq.heappop(heap)
-            grad = self._grad(i, snap[i])
-            self.stats.pushes_made += 1
-            version = server.push(i, grad, pulled[i], self.batches[i])
+            t, _, kind, i = heapq.heappop(heap)
+            if kind == COMPUTED:
+                done = links.push(i, t)
+                st.comm_s[i] += done - t
+                event(done, PUSHED, i)
+                continue
+            grad = self._grad(i, snap[i], batch_of[i])
+            st.pushes_made += 1
+            version = server.push(i, grad, pulled[i], batch_of[i])
+            self.samples += batch_of[i]
             gate.completed_push(i, t - started[i])
-            self.stats.iterations[i] += 1
+            st.iterations[i] += 1
+            if self.balancer.observe(i, batch_of[i], dur_of[i]):
+                server.set_weights(self._weights())
             for j in sorted(blocked):
                 if gate.may_proceed(j):
-                    self.stats.wait_s[j] += t - blocked.pop(j)
+                    st.wait_s[j] += t - blocked.pop(j)
                     start(j, t)
             if gate.may_proceed(i):
                 start(i, t)
@@ -152,11 +200,12 @@ class VirtualRun:
             if self.tracker.should_stop(version, t):
                 break
         for j, since in blocked.items():
-            self.stats.wait_s[j] += t - since
-        self.stats.pushes_applied = server.version
-        self.stats.gap_histogram = dict(gate.gap_histogram)
-        self.stats.update_staleness = dict(server.update_staleness)
-        self.stats.bound_max = gate.max_bound_used
+            st.wait_s[j] += t - since
+        st.pushes_applied = server.version
+        st.gap_histogram = dict(gate.gap_histogram)
+        st.update_staleness = dict(server.update_staleness)
+        st.bound_max = gate.max_bound_used
+        st.server_utilisation = links.utilisation(t)
         self.server, self.gate = server, gate
         return server.version, t, server.params.copy()
 
@@ -164,44 +213,61 @@ class VirtualRun:
 def reference_options(opts: SyncOptions) -> SyncOptions:
     """One worker of speed 1.0, no stragglers: the single-worker baseline for speedups."""
     return dataclasses.replace(opts, name="allreduce", workers=1, speeds=[1.0], straggler_p=0.0,
-                               straggler_slowdown=1.0, staleness=0.0, proportional_batches=False,
-                               dynamic_staleness=False)
+                               straggler_slowdown=1.0, staleness=0.0, balance="none", batch_policy="per_worker",
+                               dynamic_staleness=False, speed_changes=[], network=None)
 
 
-_MEASURED: dict[tuple, float] = {}
+_MEASURED: dict[tuple, ComputeModel] = {}
 _REFERENCE: dict[tuple, TrainResult] = {}
+FIT_BATCH_FACTORS = (0.25, 0.5, 1.0, 2.0)   # the compute model is fitted at these multiples of train.batch_size
 
 
-def base_step_time(opts: SyncOptions, ctx, runtime) -> tuple[float, str]:
-    """Seconds of one speed-1.0 iteration at ``train.batch_size``: configured (``sync.base_time_s``),
-    placed (median of ``ctx.worker_step_time_s``) or measured here (median step time, cached per process)."""
-    if opts.base_time_s:
-        return opts.base_time_s, "configured"
-    if ctx.worker_step_time_s:
-        return float(np.median(list(ctx.worker_step_time_s.values()))), "placed"
+def measure_compute_model(runtime, x, y, batch_size: int, repeats: int = 10) -> ComputeModel:
+    """Fit ``t = t0 + b t1`` to median step times measured at several batch sizes."""
+    bs = sorted({max(1, int(batch_size * f)) for f in FIT_BATCH_FACTORS})
+    return ComputeModel.fit(bs, [runtime.measure_step_time(x[:b], y[:b], repeats=repeats) for b in bs])
+
+
+def compute_model(opts: SyncOptions, ctx, runtime) -> tuple[ComputeModel, str]:
+    """The compute model of a speed-1.0 worker: configured (``sync.step_overhead_s`` + ``sync.per_sample_s``,
+    or ``sync.base_time_s`` as a linear model), placed (median of ``ctx.worker_step_time_s``, linear) or
+    measured here (fitted at several batch sizes, cached per process). ``hardware.emulated_step_s`` rescales
+    it so that a speed-1.0 step of ``train.batch_size`` lasts that long (what the MPI ranks emulate)."""
     b = ctx.settings.batch_size
-    key = (getattr(ctx.model, "name", "?"), b)
-    if key not in _MEASURED:
-        _MEASURED[key] = runtime.measure_step_time(ctx.dataset.x_train[:b], ctx.dataset.y_train[:b])
-    return _MEASURED[key], "measured"
+    if opts.per_sample_s is not None:
+        cm, how = ComputeModel(opts.step_overhead_s or 0.0, opts.per_sample_s), "configured"
+    elif opts.base_time_s:
+        cm, how = ComputeModel.linear(opts.base_time_s, b), "configured, linear"
+    elif ctx.worker_step_time_s:
+        cm, how = ComputeModel.linear(float(np.median(list(ctx.worker_step_time_s.values()))), b), "placed, linear"
+    else:
+        key = (getattr(ctx.model, "name", "?"), b)
+        if key not in _MEASURED:
+            _MEASURED[key] = measure_compute_model(runtime, ctx.dataset.x_train, ctx.dataset.y_train, b)
+        cm, how = _MEASURED[key], "measured, fitted"
+    if opts.emulated_step_s:
+        f = opts.emulated_step_s / cm.time(b)
+        cm, how = ComputeModel(cm.t0 * f, cm.t1 * f), how + f", scaled to emulated_step_s={opts.emulated_step_s:g}"
+    return cm, how
 
 
 def train_virtual(opts: SyncOptions, ctx, *, reference: bool = True):
-    """Run the emulation for ``ctx`` (plus the W=1 reference run); returns (result, stats, base_time)."""
+    """Run the emulation for ``ctx`` (plus the W=1 reference run); returns (result, stats, compute model)."""
     from orchestrator.execution.runtime import ModelRuntime
 
     runtime = ModelRuntime(ctx.model, seed=ctx.settings.seed, lr=ctx.settings.lr)
     theta0 = runtime.get_flat()
-    base, how = base_step_time(opts, ctx, runtime)
-    ctx.sink.set_tags({"sync.base_time": f"{base:.6f}s ({how})"})
-    run = VirtualRun(opts, ctx.settings, runtime, ctx.dataset, base, ctx.sink)
+    cm, how = compute_model(opts, ctx, runtime)
+    ctx.sink.set_tags({"sync.compute_model": f"t0={cm.t0:.6f}s t1={cm.t1:.8f}s/sample ({how})",
+                       "sync.base_time": f"{cm.time(ctx.settings.batch_size):.6f}s ({how})"})
+    run = VirtualRun(opts, ctx.settings, runtime, ctx.dataset, cm, ctx.sink)
     result, stats = run.run()
     if reference:
-        result.reference_time_to_target_s = reference_time(opts, ctx, runtime, theta0, base)
-    return result, stats, base
+        result.reference_time_to_target_s = reference_time(opts, ctx, runtime, theta0, cm)
+    return result, stats, cm
 
 
-def reference_time(opts: SyncOptions, ctx, runtime, theta0: np.ndarray, base: float) -> float | None:
+def reference_time(opts: SyncOptions, ctx, runtime, theta0: np.ndarray, base) -> float | None:
     """Time to target of one speed-1.0 worker with the same settings on the virtual clock (cached)."""
     key = (dataclasses.astuple(ctx.settings), base, getattr(ctx.model, "name", "?"),
            getattr(ctx.dataset, "source", "?"), float(np.sum(theta0)))

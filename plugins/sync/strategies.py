@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from orchestrator.sync.core import SyncOptions
-from orchestrator.sync.report import sync_metrics, write_artifacts
+from orchestrator.sync.report import scaling_metrics, sync_metrics, write_artifacts
 from orchestrator.execution.training import TrainContext, TrainResult
 
 
@@ -16,6 +16,10 @@ class SyncStrategy:
 
     def __init__(self, cfg_sync):
         self.cfg_sync = cfg_sync
+
+    def check(self, cfg) -> SyncOptions:
+        """Validate ``sync.*`` / ``hardware.*`` / ``train.*`` before the trial starts (one-line ConfigErrors)."""
+        return SyncOptions.from_cfg(self.cfg_sync, cfg, name=self.name)
 
     def options(self, ctx: TrainContext) -> SyncOptions:
         opts = SyncOptions.from_cfg(self.cfg_sync, ctx.cfg, name=self.name)
@@ -37,6 +41,12 @@ class SyncStrategy:
 
             result, stats, _ = train_virtual(opts, ctx)
         result.extra_metrics.update(sync_metrics(stats))
+        result.extra_metrics.update(scaling_metrics(result, stats.capacity))
+        m = result.extra_metrics
+        if "sync.speedup" in m:
+            print(f"{self.name} W={opts.workers} ({opts.runtime}, {result.clock} clock): speedup {m['sync.speedup']:.2f} "
+                  f"over one speed-1.0 worker, capacity {stats.capacity:.2f}, scaling efficiency "
+                  f"{m['sync.scaling_efficiency']:.2f}", flush=True)
         write_artifacts(result, stats, ctx.output_dir, f"{self.name} W={opts.workers} ({opts.runtime})", ctx.sink)
         return result
 

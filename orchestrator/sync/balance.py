@@ -1,0 +1,101 @@
+"""Worker speeds that change during a run, and the load balancer that follows them.
+
+- ``SpeedSchedule``: nominal speeds plus ``hardware.speed_changes: [{worker, at_s, speed}]`` (seconds on
+  the run's clock: virtual seconds, or wall seconds under MPI);
+- ``Balancer``: the batch split. ``none``: every worker ``train.batch_size``; ``static``: the global batch
+  split once from the nominal speeds so that every worker's compute lasts the same; ``online``: the same
+  split re-derived every ``sync.balance_every`` iterations from *measured* speeds (an exponential moving
+  average of ``model time / measured time`` per iteration), LB-BSP-like (Chen et al. 2019) for allreduce.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.errors import ConfigError
+from orchestrator.sync.costmodel import ComputeModel, balanced_batches
+
+BALANCE_MODES = ("none", "static", "online")
+
+
+@dataclass(frozen=True)
+class SpeedChange:
+    worker: int
+    at_s: float
+    speed: float
+
+
+def parse_speed_changes(node: Any, workers: int) -> tuple[SpeedChange, ...]:
+    """``hardware.speed_changes``: a list of ``{worker, at_s, speed}``; one-line errors name the key."""
+    if not node:
+        return ()
+    out = []
+    for k, ch in enumerate(node):
+        key = f"hardware.speed_changes[{k}]"
+        try:
+            w, at, v = int(ch["worker"]), float(ch["at_s"]), float(ch["speed"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{key}={ch!r} needs worker (int), at_s and speed (numbers)") from None
+        if not 0 <= w < workers:
+            raise ConfigError(f"{key}.worker={w}: no such worker (W={workers}, workers 0..{workers - 1})")
+        if at < 0 or not math.isfinite(at):
+            raise ConfigError(f"{key}.at_s={at:g} must be >= 0")
+        if not v > 0:
+            raise ConfigError(f"{key}.speed={v:g} must be > 0")
+        out.append(SpeedChange(w, at, v))
+    return tuple(sorted(out, key=lambda c: c.at_s))
+
+
+class SpeedSchedule:
+    def __init__(self, speeds: list[float], changes: tuple[SpeedChange, ...] = ()):
+        self.nominal = list(speeds)
+        self.changes = changes
+
+    def speed(self, worker: int, t: float) -> float:
+        v = self.nominal[worker]
+        for c in self.changes:
+            if c.worker == worker and c.at_s <= t:
+                v = c.speed
+        return v
+
+    def capacity(self, until: float) -> float:
+        """Sum of speeds (reference speed 1.0), averaged over ``[0, until]`` when speeds change."""
+        if not self.changes or until <= 0:
+            return float(sum(self.nominal))
+        cuts = sorted({0.0, until, *(c.at_s for c in self.changes if c.at_s < until)})
+        total = sum((b - a) * sum(self.speed(i, a) for i in range(len(self.nominal))) for a, b in zip(cuts, cuts[1:]))
+        return total / until
+
+
+class Balancer:
+    """The batch split and, in ``online`` mode, its periodic re-derivation from measured speeds."""
+
+    def __init__(self, mode: str, speeds: list[float], total: int, batch_size: int, cm: ComputeModel,
+                 every: int = 10, alpha: float = 0.3):
+        self.mode, self.total, self.cm, self.every, self.alpha = mode, total, cm, max(1, every), alpha
+        w = len(speeds)
+        self.estimate = list(speeds) if mode != "none" else [1.0] * w
+        if mode == "none":
+            self.batches = [total // w + (1 if i < total % w else 0) for i in range(w)]
+        else:
+            self.batches = balanced_batches(self.estimate, total, cm)
+        self.rebalances = 0
+        self._seen = 0
+
+    def observe(self, worker: int, batch: int, duration: float) -> bool:
+        """One measured iteration; returns True when the split was re-derived (online mode)."""
+        if self.mode != "online" or duration <= 0:
+            return False
+        measured = self.cm.time(batch, 1.0) / duration
+        self.estimate[worker] = (1 - self.alpha) * self.estimate[worker] + self.alpha * measured
+        self._seen += 1
+        if self._seen % (self.every * len(self.batches)) != 0:
+            return False
+        new = balanced_batches(self.estimate, self.total, self.cm)
+        if new == self.batches:
+            return False
+        self.batches = new
+        self.rebalances += 1
+        return True

@@ -1,0 +1,206 @@
+"""The cost model of one data-parallel iteration, used by the virtual clock (formulas in docs/sync.md):
+
+- compute: a batch of ``b`` samples on a worker of speed ``v`` takes ``(t0 + b * t1) / v`` seconds
+  (``ComputeModel``; t0, t1 fitted to step times measured at several batch sizes, or configured);
+- links (``Network``, from ``hardware.network``): each worker has a link (bandwidth, latency), the
+  parameter server has one link per shard; default 10 Gbit/s and 50 us everywhere;
+- ring allreduce of ``n`` bytes over W workers: ``2 (W-1)/W * n / B + 2 (W-1) * L`` with B the slowest
+  worker link's bandwidth and L the largest latency (Patarasuk & Yuan 2009; Horovod's algorithm);
+- parameter server: a push (gradient) and a pull (parameters) per iteration, each split over
+  ``sync.shards`` server shards; each shard's link is a FIFO queue shared by all workers (``FifoLink``),
+  in each direction (full duplex), so with many workers the server saturates.
+
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestrator.errors import ConfigError
+
+GBIT = 1e9 / 8                       # bytes/s in one Gbit/s
+DEFAULT_BANDWIDTH_GBPS = 10.0
+DEFAULT_LATENCY_US = 50.0
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    bandwidth: float                 # bytes/s
+    latency_s: float
+
+    def time(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bandwidth
+
+
+def _link(node: Any, key: str, default: LinkSpec) -> LinkSpec:
+    if node is None:
+        return default
+    bw = node.get("bandwidth_Gbps", None) if hasattr(node, "get") else None
+    lat = node.get("latency_us", None) if hasattr(node, "get") else None
+    try:
+        bw = default.bandwidth if bw is None else float(bw) * GBIT
+        lat = default.latency_s if lat is None else float(lat) * 1e-6
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key} needs numbers bandwidth_Gbps and latency_us (got {dict(node)!r})") from None
+    if not bw > 0 or not math.isfinite(bw):
+        raise ConfigError(f"{key}.bandwidth_Gbps={bw / GBIT:g} must be > 0")
+    if lat < 0:
+        raise ConfigError(f"{key}.latency_us={lat * 1e6:g} must be >= 0")
+    return LinkSpec(bw, lat)
+
+
+@dataclass(frozen=True)
+class Network:
+    """Per-worker links and the server's link (one per shard)."""
+
+    workers: tuple[LinkSpec, ...]
+    server: LinkSpec
+
+    @classmethod
+    def from_cfg(cls, node: Any, workers: int) -> "Network":
+        """``hardware.network: {bandwidth_Gbps, latency_us, server: {...}, workers: {i: {...}}}``."""
+        base = _link(node, "hardware.network", LinkSpec(DEFAULT_BANDWIDTH_GBPS * GBIT, DEFAULT_LATENCY_US * 1e-6))
+        per = (node.get("workers", None) if node is not None and hasattr(node, "get") else None) or {}
+        links = [base] * workers
+        items = per.items() if hasattr(per, "items") else enumerate(per)
+        for k, v in items:
+            try:
+                i = int(k)
+            except (TypeError, ValueError):
+                raise ConfigError(f"hardware.network.workers: key {k!r} is not a worker index") from None
+            if not 0 <= i < workers:
+                raise ConfigError(f"hardware.network.workers.{k}: no such worker (W={workers})")
+            links[i] = _link(v, f"hardware.network.workers.{k}", base)
+        server = _link(node.get("server", None) if node is not None and hasattr(node, "get") else None,
+                       "hardware.network.server", base)
+        return cls(tuple(links), server)
+
+    @classmethod
+    def uniform(cls, workers: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS * GBIT,
+                latency_s: float = DEFAULT_LATENCY_US * 1e-6) -> "Network":
+        link = LinkSpec(bandwidth, latency_s)
+        return cls((link,) * workers, link)
+
+
+def ring_allreduce_s(nbytes: float, workers: int, bandwidth: float, latency_s: float) -> float:
+    """Ring allreduce: 2(W-1) steps (reduce-scatter, all-gather), each moving n/W bytes on every link."""
+    if workers <= 1:
+        return 0.0
+    return 2.0 * (workers - 1) / workers * nbytes / bandwidth + 2.0 * (workers - 1) * latency_s
+
+
+def allreduce_s(nbytes: float, net: Network, workers: list[int] | None = None) -> float:
+    """Ring allreduce on the slowest link (smallest bandwidth, largest latency) among ``workers``."""
+    links = net.workers if workers is None else [net.workers[i] for i in workers]
+    return ring_allreduce_s(nbytes, len(links), min(l.bandwidth for l in links), max(l.latency_s for l in links))
+
+
+@dataclass
+class FifoLink:
+    """One direction of a shared link: messages are served one at a time in arrival order."""
+
+    bandwidth: float
+    latency_s: float
+    free_at: float = 0.0
+    busy_s: float = 0.0
+
+    def send(self, now: float, nbytes: float) -> float:
+        """A message arriving at ``now``; returns when its last byte left the link (queueing included)."""
+        start = max(now, self.free_at)
+        service = nbytes / self.bandwidth
+        self.free_at = start + service
+        self.busy_s += service
+        return self.free_at + self.latency_s
+
+
+@dataclass
+class ServerLinks:
+    """The parameter server's shards: each has an inbound (pushes) and an outbound (pulls) FIFO link."""
+
+    net: Network
+    shards: int
+    nbytes: float
+    inbound: list[FifoLink] = field(default_factory=list)
+    outbound: list[FifoLink] = field(default_factory=list)
+
+    def __post_init__(self):
+        s = self.net.server
+        self.inbound = [FifoLink(s.bandwidth, s.latency_s) for _ in range(self.shards)]
+        self.outbound = [FifoLink(s.bandwidth, s.latency_s) for _ in range(self.shards)]
+
+    def _transfer(self, queues: list[FifoLink], worker: int, now: float) -> float:
+        part = self.nbytes / self.shards
+        own = self.net.workers[worker]
+        done = max(q.send(now, part) for q in queues)            # every shard's slice, each queued
+        return max(done, now + own.time(self.nbytes))             # the worker's own link carries it all
+
+    def push(self, worker: int, now: float) -> float:
+        return self._transfer(self.inbound, worker, now)
+
+    def pull(self, worker: int, now: float) -> float:
+        return self._transfer(self.outbound, worker, now)
+
+    def utilisation(self, elapsed: float) -> float:
+        """Busy fraction of the busiest shard direction over the run."""
+        if elapsed <= 0:
+            return 0.0
+        return min(1.0, max(q.busy_s for q in self.inbound + self.outbound) / elapsed)
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Seconds of one gradient computation: ``(t0 + b * t1) / speed``."""
+
+    t0: float                        # fixed per-step overhead [s]
+    t1: float                        # per sample [s]
+
+    def time(self, batch: int, speed: float = 1.0) -> float:
+        return (self.t0 + batch * self.t1) / speed
+
+    @classmethod
+    def linear(cls, step_s: float, batch: int) -> "ComputeModel":
+        """No fixed overhead: a step of ``batch`` samples lasts ``step_s`` at speed 1."""
+        return cls(0.0, step_s / batch)
+
+    @classmethod
+    def fit(cls, batches: list[int], times: list[float]) -> "ComputeModel":
+        """Least squares ``t = t0 + b t1`` with t0 >= 0, t1 > 0 (t0 clipped to 0 refits t1 through the origin)."""
+        b, t = np.asarray(batches, float), np.asarray(times, float)
+        t1, t0 = np.polyfit(b, t, 1)
+        if t0 < 0 or t1 <= 0:
+            t0, t1 = 0.0, float(np.dot(b, t) / np.dot(b, b))
+        return cls(float(t0), float(t1))
+
+
+def balanced_batches(speeds: list[float], total: int, cm: ComputeModel) -> list[int]:
+    """Split ``total`` samples so that every worker's compute lasts the same ``T``:
+    ``(t0 + b_i t1) / v_i = T``  =>  ``b_i = (T v_i - t0) / t1``, ``T = (total t1 + W t0) / sum v``
+    (workers whose share would fall below 1 sample get 1; integer rounding by largest remainder)."""
+    w = len(speeds)
+    if total < w:
+        raise ValueError(f"a global batch of {total} cannot feed {w} workers")
+    active = list(range(w))
+    raw = [0.0] * w
+    while True:
+        rest = total - (w - len(active))
+        vs = sum(speeds[i] for i in active)
+        if cm.t1 <= 0:
+            share = {i: rest * speeds[i] / vs for i in active}
+        else:
+            t = (rest * cm.t1 + len(active) * cm.t0) / vs
+            share = {i: (t * speeds[i] - cm.t0) / cm.t1 for i in active}
+        low = [i for i in active if share[i] < 1.0]
+        if not low:
+            break
+        active = [i for i in active if i not in low]
+    for i in range(w):
+        raw[i] = share.get(i, 1.0)
+    out = [max(1, int(math.floor(r))) for r in raw]
+    for i in sorted(range(w), key=lambda i: raw[i] - math.floor(raw[i]), reverse=True)[: max(0, total - sum(out))]:
+        out[i] += 1
+    return out
