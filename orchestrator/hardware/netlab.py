@@ -6,7 +6,8 @@ pairs to a bridge, each host with its own address, hostname and shaped link band
       |- orchv1 <-> eth0 in netns orch-h1, 10.77.0.11, ...
 
 Bandwidth is shaped with ``tc tbf`` on both ends of each host's veth (egress of the host and egress
-towards it), so a host's link carries at most its rate in each direction. Latency is **not** emulated:
+towards it), so a host's link carries at most its rate in each direction; each queue holds at most
+3 ms of traffic, like a switch port's shallow buffer. Latency is **not** emulated:
 this kernel has no ``netem``; a link's latency is the veth/bridge path's own (tens of microseconds).
 
 ``up`` writes, into the state directory, an Open MPI hostfile (one line per host, ``slots=``), the rsh
@@ -32,6 +33,7 @@ from orchestrator.errors import ConfigError
 PREFIX = "orch"        # names: namespaces PREFIX-h0.., bridge PREFIXbr0, veths PREFIXv0..
 DEFAULT_SUBNET = "10.77.0"
 DEFAULT_DIR = Path(os.environ.get("ORCHESTRATOR_NETLAB_DIR", "/run/orchestrator-netlab"))
+QUEUE = "3ms"   # tbf queue limit: a shallow switch buffer (deep ones delay MPI's handshakes behind data)
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.IGNORECASE)
 _BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
          "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
@@ -101,8 +103,11 @@ class Lab:
 
     def mpi_args(self) -> list[str]:
         """What ``mpiexec`` needs to start ranks on these hosts: the hostfile, the rsh agent, the
-        emulated interfaces for Open MPI's out-of-band and TCP byte-transfer layers."""
+        emulated interfaces for Open MPI's out-of-band and TCP byte-transfer layers. The hosts share this
+        machine's cores, so a waiting rank yields its core (``mpi_yield_when_idle``) instead of spinning:
+        spinning ranks of other hosts would otherwise delay every message by a scheduler slice."""
         return ["--hostfile", str(self.hostfile), "--prtemca", "plm_ssh_agent", str(self.agent),
+                "--mca", "mpi_yield_when_idle", "1",
                 "--mca", "btl_tcp_if_include", self.interface, "--mca", "oob_tcp_if_include", self.interface,
                 "--prtemca", "oob_tcp_if_include", self.interface]
 
@@ -134,6 +139,16 @@ def load(state_dir: Path | str = DEFAULT_DIR) -> Lab | None:
         return None
     d = json.loads(path.read_text())
     return Lab([Host(**h) for h in d["hosts"]], d["subnet"], d["head"], d["dir"], d.get("prefix", PREFIX))
+
+
+def require(where: str | Path) -> Lab:
+    """The lab at ``where`` (a state directory or its hostfile), or a one-line error."""
+    path = Path(where)
+    lab = load(path.parent if path.is_file() else path)
+    if lab is None:
+        raise ConfigError(f"hardware.netlab={str(where)!r}: no emulated cluster there "
+                          "(start one with: python -m orchestrator.netlab up)")
+    return lab
 
 
 def lab_of_hostfile(hostfile: str | Path | None) -> Lab | None:
@@ -190,7 +205,7 @@ def up(hosts: int, bandwidth: str | list[str] = "1gbit", slots: int = 1, subnet:
             _run("ip", "-n", h.name, "route", "add", "default", "via", wanted.head)
             for ns, dev in ((None, veth), (h.name, "eth0")):   # both directions
                 tc = ["tc"] + (["-n", ns] if ns else []) + ["qdisc", "replace", "dev", dev, "root", "tbf",
-                                                            "rate", h.bandwidth, "burst", _burst(h), "latency", "100ms"]
+                                                            "rate", h.bandwidth, "burst", _burst(h), "latency", QUEUE]
                 _run(*tc)
         _write_files(wanted)
     except BaseException:

@@ -51,11 +51,9 @@ class TFClusterHardware:
         where = self.cfg.get("netlab")
         if not where:
             return None
-        from orchestrator.hardware.netlab import load
+        from orchestrator.hardware.netlab import require
 
-        lab = load(where)
-        if lab is None:
-            raise ConfigError(f"hardware.netlab={where!r}: no emulated cluster there (python -m orchestrator.netlab up)")
+        lab = require(where)
         hosts = [str(a).rpartition(":")[0] for a in self.addresses]
         if len(hosts) != n:
             raise ConfigError("hardware.netlab needs hardware.addresses on the emulated hosts")
