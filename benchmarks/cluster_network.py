@@ -4,7 +4,8 @@ model, on hosts that are network namespaces of this machine with tbf-shaped link
 1. Horovod allreduce of the MNIST CNN's gradients (its real variables, fp32) across 4 hosts, one rank
    each, at 1 Gbit/s, 100 Mbit/s, and with one host at 100 Mbit/s: the measured median time of one
    ``hvd.grouped_allreduce`` (Open MPI ring algorithm) vs the ring formula
-   ``2 (W-1)/W * bytes / B_min + 2 (W-1) * L`` (orchestrator.sync.costmodel.ring_allreduce_s).
+   ``2 (W-1)/W * bytes / B_min + 2 (W-1) * L`` (orchestrator.sync.costmodel.ring_allreduce_s; B_min the
+   slowest link's TCP payload rate, L = 50 us).
 2. A model-parallel training step of the CNN split over two hosts' TensorFlow servers (the expert's
    split, ``+placer=manual``), measured, vs the simulator's step time with the hosts' bandwidths
    (``hardware.netlab``).
@@ -87,7 +88,7 @@ def allreduce_rows(bandwidths: list[str], tmp: Path) -> list[dict]:
             netlab.down(tmp / "lab")
         times = sorted(r["times"])
         measured = times[len(times) // 2]
-        slowest = min(h.bandwidth_Bps for h in lab.hosts)
+        slowest = min(h.payload_Bps for h in lab.hosts)   # TCP payload rate of the slowest link
         predicted = ring_allreduce_s(r["bytes"], 4, slowest, 50e-6)
         rows.append({"links": bw, "bytes": r["bytes"], "measured_s": measured, "predicted_s": predicted,
                      "error": measured / predicted - 1})

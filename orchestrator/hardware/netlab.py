@@ -33,6 +33,7 @@ from orchestrator.errors import ConfigError
 PREFIX = "orch"        # names: namespaces PREFIX-h0.., bridge PREFIXbr0, veths PREFIXv0..
 DEFAULT_SUBNET = "10.77.0"
 DEFAULT_DIR = Path(os.environ.get("ORCHESTRATOR_NETLAB_DIR", "/run/orchestrator-netlab"))
+TCP_PAYLOAD_SHARE = 1448 / 1514
 QUEUE = "3ms"   # tbf queue limit: a shallow switch buffer (deep ones delay MPI's handshakes behind data)
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.IGNORECASE)
 _BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
@@ -64,6 +65,12 @@ class Host:
     @property
     def bandwidth_Bps(self) -> float:
         return rate_bytes_per_s(self.bandwidth)
+
+    @property
+    def payload_Bps(self) -> float:
+        """What TCP carries of the shaped rate: tbf counts whole frames, and a full frame of 1514
+        bytes (Ethernet 14 + IP 20 + TCP with timestamps 32) carries 1448 bytes of payload."""
+        return self.bandwidth_Bps * TCP_PAYLOAD_SHARE
 
 
 @dataclass
@@ -305,13 +312,13 @@ def rank_hosts(lab: Lab, ranks: int) -> list[Host]:
 def network_config(lab: Lab, workers: int, server: bool) -> dict:
     """``hardware.network`` for the sync cost model that describes W workers (and the parameter server
     as rank 0, when ``server``) on this lab: each worker's link is its host's shaped bandwidth, the
-    server's is its host's; a worker on the server's own host talks to it without crossing a link
+    server's is its host's (TCP payload rates); a worker on the server's own host talks to it without crossing a link
     (loopback: modelled as 100 Gbit/s). Latency: not emulated (see the module docstring); the veth
     path's own, ~50 us, is the cost model's default."""
     hosts = rank_hosts(lab, workers + (1 if server else 0))
     server_host = hosts[0] if server else None
     worker_hosts = hosts[1:] if server else hosts
-    gbps = lambda h: h.bandwidth_Bps * 8 / 1e9  # noqa: E731
+    gbps = lambda h: h.payload_Bps * 8 / 1e9  # noqa: E731
     per = {i: {"bandwidth_Gbps": 100.0 if h is server_host else gbps(h)} for i, h in enumerate(worker_hosts)}
     out = {"workers": per}
     if server_host is not None:
