@@ -98,10 +98,11 @@ def test_bandwidth_is_shaped(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["allreduce", "delay"])
-def test_mpi_ranks_run_one_per_host(tmp_path, strategy):
+@pytest.mark.parametrize("strategy,where", [("allreduce", "sync.hostfile"), ("delay", "hardware.netlab")])
+def test_mpi_ranks_run_one_per_host(tmp_path, strategy, where):
     with lab_of(tmp_path, 3, "1gbit") as lab:
-        out = cli(tmp_path, f"+sync={strategy}", "sync.runtime=mpi", f"sync.hostfile={lab.hostfile}",
+        lab_arg = f"sync.hostfile={lab.hostfile}" if where == "sync.hostfile" else f"hardware.netlab={lab.dir}"
+        out = cli(tmp_path, f"+sync={strategy}", "sync.runtime=mpi", lab_arg,
                   "hardware.workers=3", "sync.timeout_s=300", *QUICK)
         assert out.returncode == 0, out.stderr[-3000:]
         (run_dir,) = list(tmp_path.glob("outputs/*/*/mpi-*"))
@@ -210,3 +211,19 @@ def test_two_hosts_sweep_one_postgres_study(tmp_path):
         samples = sorted(int(c.data.params["placer.samples"]) for c in children)
         trials = sorted(int(t.params["placer.samples"]) for t in study.trials)
         assert samples == trials                                   # each study trial ran once, none lost
+
+
+def test_rank_mapping_and_the_network_it_gives_the_cost_model():
+    from orchestrator.hardware.netlab import TCP_PAYLOAD_SHARE, Host, Lab, network_config, rank_hosts
+
+    lab = Lab([Host(f"h{i}", f"10.9.0.{10 + i}", bw, 1) for i, bw in enumerate(["1gbit", "1gbit", "1gbit", "100mbit"])],
+              "10.9.0", "10.9.0.1", "/nonexistent")
+    assert [h.name for h in rank_hosts(lab, 4)] == ["h0", "h1", "h2", "h3"]
+    assert [h.name for h in rank_hosts(lab, 5)] == ["h0", "h0", "h1", "h2", "h3"]    # as Open MPI maps them
+    assert [h.name for h in rank_hosts(lab, 9)] == ["h0", "h0", "h0", "h1", "h1", "h2", "h2", "h3", "h3"]
+    net = network_config(lab, 4, server=True)        # rank 0 server on h0, workers = ranks 1..4
+    assert net["server"]["bandwidth_Gbps"] == pytest.approx(1.0 * TCP_PAYLOAD_SHARE)
+    assert net["workers"][0]["bandwidth_Gbps"] == 100.0                          # beside the server
+    assert net["workers"][3]["bandwidth_Gbps"] == pytest.approx(0.1 * TCP_PAYLOAD_SHARE)
+    ring = network_config(lab, 4, server=False)
+    assert "server" not in ring and ring["workers"][3]["bandwidth_Gbps"] == pytest.approx(0.1 * TCP_PAYLOAD_SHARE)
