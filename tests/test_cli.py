@@ -16,6 +16,9 @@ from conftest import QUICK, run_cli, store_runs
     (["foo.bar=1"], "Could not override 'foo.bar'"),
     (["train.lr=["], "malformed override"),
     (["hardware.logical_cpus=0"], "hardware.logical_cpus=0 must be an integer >= 1"),
+    (["+sync=delay", "hardware.network.bandwidth_Gbps=-1"], "hardware.network.bandwidth_Gbps=-1 must be > 0"),
+    (["+sync=allreduce", "train.lr_scaling=cubic"], "train.lr_scaling='cubic' (accepted: linear, sqrt, none)"),
+    (["+sync=delay", "hardware.speed_changes=[{worker:7,at_s:1,speed:0.5}]"], "hardware.speed_changes[0].worker=7"),
 ])
 def test_user_errors_are_one_line_and_leave_no_run(workdir, args, expected):
     out = run_cli(workdir, *args, timeout=120)

@@ -20,16 +20,18 @@ def mnist():
     return load_mnist()
 
 
-def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=6, timeout=120):
-    cfg = {"hardware": {"workers": len(speeds), "worker_speeds": speeds},
-           "sync": {"name": name, "runtime": "mpi", "staleness": staleness, "timeout_s": timeout},
+def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=18, timeout=120, hw=None, sync=None):
+    cfg = {"hardware": {"workers": len(speeds), "worker_speeds": speeds, **(hw or {})},
+           "sync": {"name": name, "runtime": "mpi", "staleness": staleness, "timeout_s": timeout, **(sync or {})},
            "train": {"budget_updates": budget, "eval_every": 3, "eval_samples": 200, "stop": "budget"}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
     return train_mpi(SyncOptions.from_cfg(cfg["sync"], cfg), ctx, inject=inject, reference=False)
 
 
 def test_delay_bound_and_no_lost_update_under_random_delays(tmp_path, mnist):
-    result, stats = mpi_run(tmp_path, mnist, "delay", [1.0, 0.5, 1.0], {"audit": True, "random_max_s": 0.05})
+    # a fixed split: the audit replays each push with its worker's (fixed) weight
+    result, stats = mpi_run(tmp_path, mnist, "delay", [1.0, 0.5, 1.0], {"audit": True, "random_max_s": 0.05},
+                            sync={"balance": "static"})
     assert max(stats.gap_histogram) <= 1   # the server also asserted it on every grant
     assert stats.pushes_applied == stats.pushes_made == sum(stats.iterations) == result.updates
     run_dir = next(tmp_path.glob("mpi-delay-*"))
@@ -41,7 +43,7 @@ def test_delay_bound_and_no_lost_update_under_random_delays(tmp_path, mnist):
 def test_no_deadlock_and_fast_workers_wait_for_a_sleeper(tmp_path, mnist):
     inject = {"sleep": {"worker": 0, "every": 2, "seconds": 0.4}}
     t0 = time.time()
-    result, stats = mpi_run(tmp_path, mnist, "delay", [1.0, 1.0, 1.0], inject, staleness=1, budget=5, timeout=90)
+    result, stats = mpi_run(tmp_path, mnist, "delay", [1.0, 1.0, 1.0], inject, staleness=1, budget=15, timeout=90)
     assert time.time() - t0 < 90
     assert max(stats.gap_histogram) == 1
     assert max(stats.iterations) - min(stats.iterations) <= 2
@@ -49,7 +51,7 @@ def test_no_deadlock_and_fast_workers_wait_for_a_sleeper(tmp_path, mnist):
 
 
 def test_allreduce_replicas_identical_after_every_step(tmp_path, mnist):
-    result, stats = mpi_run(tmp_path, mnist, "allreduce", [1.0, 0.5], {"verify_every": 1}, budget=5)
+    result, stats = mpi_run(tmp_path, mnist, "allreduce", [1.0, 0.5], {"verify_every": 1}, budget=10)  # 5 steps x 2
     assert result.updates == 5 and stats.iterations == [5, 5]
     assert result.extra_metrics["sync.replica_max_diff"] == 0.0
     assert stats.wait_s[0] > stats.wait_s[1]   # the fast rank waits for the slow one
@@ -69,3 +71,14 @@ def test_timeout_kills_the_job(tmp_path, mnist):
         mpi_run(tmp_path, mnist, "async", [1.0], {"sleep": {"worker": 0, "every": 1, "seconds": 30}}, timeout=15)
     job = next(tmp_path.glob("mpi-async-*/job-*.json"))
     assert _job_processes(str(job)) == []
+
+
+def test_emulated_step_time_sets_the_pace_at_w4(tmp_path, mnist):
+    """hardware.emulated_step_s=0.2: four speed-1.0 ranks each push about every 0.2 s of wall time, so 24
+    pushes take about 24 x 0.2 / 4 = 1.2 s (the virtual clock's prediction), however fast the real compute."""
+    result, stats = mpi_run(tmp_path, mnist, "delay", [1.0] * 4, {}, staleness=2, budget=24, timeout=240,
+                            hw={"emulated_step_s": 0.2})
+    assert result.updates >= 24 and stats.pushes_applied == sum(stats.iterations)
+    per_push = result.elapsed_s / result.updates
+    assert 0.2 / 4 * 0.9 <= per_push <= 0.2 / 4 * 1.6, per_push
+    assert min(stats.iterations) >= 5   # every rank took part

@@ -36,7 +36,7 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 
 
 LR_RULES = ("linear", "sqrt", "none")
-PUSH_LR = ("lr", "lr/W", "lr/staleness")
+PUSH_LR = ("scaled", "lr", "lr/W", "lr/staleness")
 BATCH_POLICIES = ("per_worker", "global")
 
 
@@ -61,12 +61,12 @@ class SyncOptions:
     straggler_p: float = 0.0              # transient straggler probability per iteration
     straggler_slowdown: float = 1.0       # a transient straggler's iteration is this many times longer
     staleness: float = 0.0                # s; math.inf for async
-    push_lr: str | float = "lr"           # push weight: "lr", "lr/staleness", "lr/W" (batch share), or a multiplier
+    push_lr: str | float = "scaled"       # push weight: "scaled", "lr", "lr/staleness", "lr/W", or a multiplier
     balance: str = "static"               # batch split: none (equal), static (nominal speeds), online (measured)
     balance_every: int = 10               # online: re-derive the split every k iterations per worker
     dynamic_staleness: bool = False
     max_staleness: float = 8.0            # upper end for the dynamic bound
-    lr_rule: str = "linear"               # train.lr_scaling: lr x rule(batch / train.batch_size)
+    lr_rule: str = "sqrt"                 # train.lr_scaling: lr x rule(batch / train.batch_size)
     warmup_samples: int = 0               # train.warmup_updates x train.batch_size: linear warm-up (Goyal et al.)
     batch_policy: str = "per_worker"      # per_worker: global batch W x batch_size; global: batch_size split
     base_time_s: float | None = None      # virtual: one speed-1.0 iteration at the base batch (None: measure)
@@ -130,7 +130,7 @@ class SyncOptions:
             s = float(staleness)
             if s < 0:
                 raise ConfigError(f"sync.staleness={staleness!r} must be >= 0")
-        push = _get(cfg_sync, "push_lr", "lr")
+        push = _get(cfg_sync, "push_lr", "scaled")
         if not (push in PUSH_LR or (isinstance(push, (int, float)) and not isinstance(push, bool) and push > 0)):
             raise ConfigError(f"sync.push_lr={push!r} (accepted: {', '.join(PUSH_LR)}, or a number > 0)")
         balance = _get(cfg_sync, "balance", None)
@@ -138,7 +138,7 @@ class SyncOptions:
             balance = "static" if bool(_get(cfg_sync, "speed_proportional_batches", name == "delay")) else "none"
         if balance not in BALANCE_MODES:
             raise ConfigError(f"sync.balance={balance!r} (accepted: {', '.join(BALANCE_MODES)})")
-        rule = str(_get(cfg, "train.lr_scaling", "linear"))
+        rule = str(_get(cfg, "train.lr_scaling", "sqrt"))
         if rule not in LR_RULES:
             raise ConfigError(f"train.lr_scaling={rule!r} (accepted: {', '.join(LR_RULES)})")
         policy = str(_get(cfg, "train.batch_policy", "per_worker"))
@@ -239,10 +239,15 @@ def batch_shares(speeds: list[float], batch_size: int, proportional: bool) -> li
 def push_weights(lr: float, batches: list[int], scaling: str | float, *, batch_size: int | None = None,
                  rule: str = "none") -> list[float]:
     """Learning rate each worker's push is applied with (before staleness damping).
-    ``lr/W`` weights by batch share, so one round of W pushes equals one averaged (allreduce) update;
+    ``scaled``: ``lr x rule(G / batch_size) x b_i / G`` (G = sum of the batches): one round of W pushes is
+    one step of the global batch at the scaled learning rate, as allreduce takes it;
+    ``lr/W`` weights by batch share (the 0.1 rule: a round is one step at the unscaled lr);
     ``lr`` and ``lr/staleness`` apply each push as a step of its own: ``lr x rule(b_i / batch_size)``."""
     if scaling == "lr/W":
         return [lr * b / sum(batches) for b in batches]
+    if scaling == "scaled":
+        g = sum(batches)
+        return [lr * lr_multiplier(rule, g / (batch_size or g / len(batches))) * b / g for b in batches]
     if scaling in ("lr", "lr/staleness"):
         bs = batch_size or (sum(batches) / len(batches))
         return [lr * lr_multiplier(rule, b / bs) for b in batches]
