@@ -5,7 +5,9 @@ model, on hosts that are network namespaces of this machine with tbf-shaped link
    each, at 1 Gbit/s, 100 Mbit/s, and with one host at 100 Mbit/s: the measured median time of one
    ``hvd.grouped_allreduce`` (Open MPI ring algorithm) vs the ring formula
    ``2 (W-1)/W * bytes / B_min + 2 (W-1) * L`` (orchestrator.sync.costmodel.ring_allreduce_s; B_min the
-   slowest link's TCP payload rate, L = 50 us).
+   slowest link's TCP payload rate), once with L = 50 us and once with L fitted to a 4-byte allreduce
+   measured on the same hosts (Horovod's own fixed cost per step: negotiation, cycle time, scheduling
+   on a shared machine).
 2. A model-parallel training step of the CNN split over two hosts' TensorFlow servers (the expert's
    split, ``+placer=manual``), measured, vs the simulator's step time with the hosts' bandwidths
    (``hardware.netlab``).
@@ -50,16 +52,26 @@ def _rank_main(out: str) -> None:
     model = build()
     grads = [tf.ones_like(v) for v in model.trainable_variables]
     nbytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
-    times = []
-    for i in range(STEPS + 3):
-        t0 = time.perf_counter()
-        res = hvd.grouped_allreduce(grads, op=hvd.Average)
-        _ = [r.numpy() for r in res]
-        hvd.allreduce(tf.constant(0.0), name="sync")          # everyone finished this step
-        if i >= 3:
-            times.append(time.perf_counter() - t0)
+
+    def timed(tensors, name):
+        times = []
+        for i in range(STEPS + 3):
+            t0 = time.perf_counter()
+            _ = [r.numpy() for r in hvd.grouped_allreduce(tensors, op=hvd.Average, name=name)]
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+        return times
+
+    tiny = timed([tf.constant([1.0])], "tiny")       # Horovod's fixed cost per step on these hosts
+    times = timed(grads, "grads")
     if hvd.rank() == 0:
-        Path(out).write_text(json.dumps({"bytes": nbytes, "times": times, "size": hvd.size()}))
+        Path(out).write_text(json.dumps({"bytes": nbytes, "times": times, "tiny": tiny, "size": hvd.size()}))
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    out = subprocess.run(cmd, cwd=cwd, env={**os.environ, **_env()}, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
 
 
 def _env() -> dict[str, str]:
@@ -86,12 +98,14 @@ def allreduce_rows(bandwidths: list[str], tmp: Path) -> list[dict]:
             r = json.loads(out.read_text())
         finally:
             netlab.down(tmp / "lab")
-        times = sorted(r["times"])
-        measured = times[len(times) // 2]
+        median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+        measured, fixed = median(r["times"]), median(r["tiny"])
         slowest = min(h.payload_Bps for h in lab.hosts)   # TCP payload rate of the slowest link
         predicted = ring_allreduce_s(r["bytes"], 4, slowest, 50e-6)
+        # the latency term fitted on these hosts: a 4-byte allreduce is all latency, 2 (W-1) L
+        calibrated = ring_allreduce_s(r["bytes"], 4, slowest, fixed / 6)
         rows.append({"links": bw, "bytes": r["bytes"], "measured_s": measured, "predicted_s": predicted,
-                     "error": measured / predicted - 1})
+                     "fixed_s": fixed, "calibrated_s": calibrated, "error": measured / calibrated - 1})
     return rows
 
 
@@ -112,11 +126,9 @@ def tf_step_rows(bandwidths: list[str], tmp: Path) -> list[dict]:
         try:
             for s in servers:
                 assert s.stdout.readline().strip() == "ready"
-            subprocess.run([sys.executable, "-m", "orchestrator", "hardware=tf_cluster",
-                            f"hardware.addresses=[{','.join(addresses)}]", f"hardware.netlab={lab.dir}",
-                            "+placer=manual", "placer.evaluator=simulated", "train.budget_updates=30",
-                            "train.target_accuracy=0.5", "progress=false"],
-                           cwd=work, env={**os.environ, **_env()}, check=True, capture_output=True, timeout=900)
+            _run([sys.executable, "-m", "orchestrator", "hardware=tf_cluster", f"hardware.addresses=[{','.join(addresses)}]",
+                  f"hardware.netlab={lab.dir}", "+placer=manual", "placer.evaluator=simulated",
+                  "train.budget_updates=30", "train.target_accuracy=0.5", "progress=false"], work)
         finally:
             for s in servers:
                 s.terminate()
@@ -135,8 +147,7 @@ def _trial(work: Path, *overrides: str) -> dict[str, float]:
     from mlflow.tracking import MlflowClient
 
     work.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "orchestrator", *overrides, "progress=false"], cwd=work,
-                   env={**os.environ, **_env()}, check=True, capture_output=True, timeout=1800)
+    _run([sys.executable, "-m", "orchestrator", *overrides, "progress=false"], work)
     c = MlflowClient(f"sqlite:///{work}/mlflow.db")
     (run,) = c.search_runs([e.experiment_id for e in c.search_experiments()])
     return run.data.metrics
@@ -172,6 +183,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rank", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--parts", default="allreduce,delay,tf", help="which tables, comma-separated")
     p.add_argument("--step-s", type=float, default=0.3, help="hardware.emulated_step_s of the delay-sync rows")
     args = p.parse_args()
     if args.rank:
@@ -179,22 +191,37 @@ def main() -> None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="orch-cluster-bench-"))
     bws = ["100mbit"] if args.quick else ["1gbit", "100mbit", "1gbit,1gbit,1gbit,100mbit"]
+    parts = {"allreduce"} if args.quick else set(args.parts.split(","))
+    if "allreduce" in parts:
+        allreduce_table(bws, tmp)
+    if "delay" in parts:
+        delay_table(tmp, args.step_s)
+    if "tf" in parts:
+        tf_table(tmp)
+
+
+def allreduce_table(bws: list[str], tmp: Path) -> None:
     print("### Horovod allreduce across 4 emulated hosts (measured wall time vs ring formula; MNIST CNN gradients)\n")
-    print("| host links | bytes | measured (median of 20) | ring formula | measured / formula - 1 |")
-    print("|---|---|---|---|---|")
+    print("| host links | bytes | measured (median of 20) | ring formula, L = 50 us | 4-byte allreduce (measured) "
+          "| ring formula, L fitted to it | measured / fitted formula - 1 |")
+    print("|---|---|---|---|---|---|---|")
     for r in allreduce_rows(bws, tmp):
         print(f"| {r['links']} | {r['bytes']:,} | {r['measured_s'] * 1e3:.1f} ms | {r['predicted_s'] * 1e3:.1f} ms "
-              f"| {r['error']:+.0%} |")
-    if args.quick:
-        return
+              f"| {r['fixed_s'] * 1e3:.1f} ms | {r['calibrated_s'] * 1e3:.1f} ms | {r['error']:+.0%} |")
+
+
+def delay_table(tmp: Path, step_s: float) -> None:
     print("\n### Delay-sync (s=2), 4 workers on 4 emulated hosts, MNIST CNN to 97% "
-          f"(hardware.emulated_step_s={args.step_s}): measured (MPI, wall clock) vs predicted (virtual clock)\n")
+          f"(hardware.emulated_step_s={step_s}): measured (MPI, wall clock) vs predicted (virtual clock)\n")
     print("| host links | measured time to 97% | predicted | measured / predicted - 1 | final accuracy (MPI) |")
     print("|---|---|---|---|---|")
-    for r in delay_rows(["1gbit", "1gbit,1gbit,1gbit,100mbit"], tmp, args.step_s):
+    for r in delay_rows(["1gbit", "1gbit,1gbit,1gbit,100mbit"], tmp, step_s):
         err = f"{r['error']:+.0%}" if r["error"] is not None else "target missed"
         fmt = lambda v: f"{v:.1f} s" if v else "-"  # noqa: E731
         print(f"| {r['links']} | {fmt(r['measured_s'])} | {fmt(r['predicted_s'])} | {err} | {r['acc']:.4f} |")
+
+
+def tf_table(tmp: Path) -> None:
     print("\n### A model-parallel CNN step across 2 emulated hosts' TF servers (expert split; measured vs simulated)\n")
     print("| host links | simulated step | measured step (median) | measured / simulated - 1 |")
     print("|---|---|---|---|")
