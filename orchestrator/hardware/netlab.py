@@ -6,8 +6,8 @@ pairs to a bridge, each host with its own address, hostname and shaped link band
       |- orchv1 <-> eth0 in netns orch-h1, 10.77.0.11, ...
 
 Bandwidth is shaped with ``tc tbf`` on both ends of each host's veth (egress of the host and egress
-towards it), so a host's link carries at most its rate in each direction; each queue holds at most
-3 ms of traffic, like a switch port's shallow buffer. Latency is **not** emulated:
+towards it), so a host's link carries at most its rate in each direction; each queue holds about
+3 ms of traffic, like a switch port's shallow buffer (``_burst``, ``_limit``). Latency is **not** emulated:
 this kernel has no ``netem``; a link's latency is the veth/bridge path's own (tens of microseconds).
 
 ``up`` writes, into the state directory, an Open MPI hostfile (one line per host, ``slots=``), the rsh
@@ -34,7 +34,6 @@ PREFIX = "orch"        # names: namespaces PREFIX-h0.., bridge PREFIXbr0, veths 
 DEFAULT_SUBNET = "10.77.0"
 DEFAULT_DIR = Path(os.environ.get("ORCHESTRATOR_NETLAB_DIR", "/run/orchestrator-netlab"))
 TCP_PAYLOAD_SHARE = 1448 / 1514
-QUEUE = "3ms"   # tbf queue limit: a shallow switch buffer (deep ones delay MPI's handshakes behind data)
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.IGNORECASE)
 _BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
          "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
@@ -212,7 +211,8 @@ def up(hosts: int, bandwidth: str | list[str] = "1gbit", slots: int = 1, subnet:
             _run("ip", "-n", h.name, "route", "add", "default", "via", wanted.head)
             for ns, dev in ((None, veth), (h.name, "eth0")):   # both directions
                 tc = ["tc"] + (["-n", ns] if ns else []) + ["qdisc", "replace", "dev", dev, "root", "tbf",
-                                                            "rate", h.bandwidth, "burst", _burst(h), "latency", QUEUE]
+                                                            "rate", h.bandwidth, "burst", f"{_burst(h)}b",
+                                                            "limit", f"{_limit(h)}b"]
                 _run(*tc)
         _write_files(wanted)
     except BaseException:
@@ -221,9 +221,16 @@ def up(hosts: int, bandwidth: str | list[str] = "1gbit", slots: int = 1, subnet:
     return wanted
 
 
-def _burst(h: Host) -> str:
-    """tbf bucket: at least 1 ms of traffic at the rate (and 32 KiB), so fast links are not capped by it."""
-    return f"{max(32 * 1024, int(h.bandwidth_Bps / 1000))}b"
+def _burst(h: Host) -> int:
+    """tbf bucket: 1 ms of traffic at the rate, and at least one 64 KiB segmentation-offload packet
+    (TCP hands veth 64 KiB super-packets; a smaller bucket drops their tails: retransmission storms)."""
+    return max(64 * 1024, int(h.bandwidth_Bps / 1000))
+
+
+def _limit(h: Host) -> int:
+    """tbf queue: 3 ms of traffic (a switch port's shallow buffer; deep ones delay MPI's handshakes
+    behind data), and room for two offload packets."""
+    return max(2 * _burst(h), int(h.bandwidth_Bps * 0.003))
 
 
 def _write_files(lab: Lab) -> None:
