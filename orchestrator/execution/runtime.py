@@ -75,6 +75,7 @@ class ModelRuntime:
             self.layers.append(clone)
             self.devices.append(dev)
         self.variables = [v for layer in self.layers for v in layer.trainable_weights]
+        self._variable_devices = [d for layer, d in zip(self.layers, self.devices) for _ in layer.trainable_weights]
         self._shapes = [tuple(v.shape) for v in self.variables]
         self._sizes = [int(np.prod(s)) for s in self._shapes]
         self.num_parameters = int(sum(self._sizes))
@@ -85,26 +86,39 @@ class ModelRuntime:
         self._eval = tf.function(self._eval_impl, reduce_retracing=True)
 
     # -- the step ---------------------------------------------------------------------------
-    def _forward(self, x, training: bool):
+    def _forward(self, x, training: bool, tapes=None):
         if self.model is not None:
             from orchestrator.execution.functional import run_placed
 
-            return run_placed(self.model, x, self.device_of, training)
+            return run_placed(self.model, x, self.device_of, training, tapes=tapes)
         for layer, dev in zip(self.layers, self.devices):
             with tf.device(dev):
-                x = layer(x, training=training)
+                x = tapes.call(layer, dev, (x,), {"training": training}) if tapes else layer(x, training=training)
         return x
 
     def _grad_impl(self, x, y):
-        with tf.GradientTape() as tape:
-            loss = self._loss(y, self._forward(x, True))
+        if len(set(self.devices)) <= 1:
+            with tf.GradientTape() as tape:
+                loss = self._loss(y, self._forward(x, True))
+            grads = tape.gradient(loss, self.variables)
+        else:  # placed on several devices: each layer's backward pass on its own device
+            from orchestrator.execution.functional import LayerTapes
+
+            tapes = LayerTapes()
+            logits = self._forward(x, True, tapes)
+            with tf.GradientTape() as tape:
+                tape.watch(logits)
+                loss = self._loss(y, logits)
+            grads = tapes.backward(logits, tape.gradient(loss, logits), self.variables)
+            grads = [tf.zeros_like(v) if g is None else g for v, g in zip(self.variables, grads)]
         # dense gradients (an Embedding's are IndexedSlices) for flat vectors and plain SGD
-        return loss, [tf.convert_to_tensor(g) for g in tape.gradient(loss, self.variables)]
+        return loss, [tf.convert_to_tensor(g) for g in grads]
 
     def _train_step_impl(self, x, y):
         loss, grads = self._grad_impl(x, y)
-        for v, g in zip(self.variables, grads):
-            v.assign_sub(self.lr * g)
+        for v, g, dev in zip(self.variables, grads, self._variable_devices):
+            with tf.device(dev):  # the update where the variable lives, not on the default device
+                v.assign_sub(self.lr * g)
         return loss
 
     def _eval_impl(self, x, y):

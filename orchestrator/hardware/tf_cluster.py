@@ -10,6 +10,7 @@ import atexit
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +21,32 @@ from orchestrator.errors import WorkerFailedError
 def _connect(spec: dict[str, list[str]]) -> None:
     import tensorflow as tf
 
-    tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
+    client = client_address(next(iter(spec.values())))
+    if client is None:  # every server is on this host: TF's own local job will do
+        tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
+        return
+    # Servers on other hosts fetch tensors from this process, so it joins the cluster at an address
+    # they can reach (TF's default local job is "localhost:PORT", which on their host is themselves).
+    tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec({**spec, "client": [client]}), job_name="client")
+
+
+def client_address(addresses: list[str]) -> str | None:
+    """``IP:PORT`` at which the servers reach this process: the local address of the route towards the
+    first remote server (None when every server is on loopback)."""
+    hosts = [a.rpartition(":")[0].strip("[]") for a in addresses]
+    remote = [h for h in hosts if h not in ("localhost", "::1") and not h.startswith("127.")]
+    if not remote:
+        return None
+    import portpicker
+
+    port = int(addresses[hosts.index(remote[0])].rpartition(":")[2])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:   # no packet is sent: only the route
+        try:
+            s.connect((remote[0], port))
+        except OSError as exc:
+            raise WorkerFailedError(f"tf server {remote[0]}:{port} is unreachable from this host: {exc}") from None
+        ip = s.getsockname()[0]
+    return f"{ip}:{portpicker.pick_unused_port()}"
 
 
 def connect(addresses: list[str], job: str = "worker") -> list[str]:
@@ -94,7 +120,7 @@ def _serve(spec: str, job: str, task: int, threads: int, parent: int) -> None:
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads) if threads else None
     tf.distribute.Server(tf.train.ClusterSpec(json.loads(spec)), job_name=job, task_index=task, config=config, start=True)
     print("ready", flush=True)
-    while os.getppid() == parent:  # exit when the driver is gone
+    while not parent or os.getppid() == parent:  # a child of a driver exits when the driver is gone
         time.sleep(0.5)
 
 

@@ -150,6 +150,13 @@ class SyncOptions:
         if emulated is not None and not emulated > 0:
             raise ConfigError(f"hardware.emulated_step_s={emulated:g} must be > 0")
         network = _plain(_get(cfg, "hardware.network", None))
+        hostfile = _get(cfg_sync, "hostfile", None)
+        if _get(cfg, "hardware.netlab", None):  # an emulated cluster: its hostfile and its links
+            from orchestrator.hardware import netlab
+
+            lab = netlab.require(_get(cfg, "hardware.netlab", None))
+            hostfile = hostfile or str(lab.hostfile)
+            network = {**(network or {}), **netlab.network_config(lab, workers, server=name != "allreduce")}
         Network.from_cfg(network, workers)  # validate now: one-line errors before any run starts
         changes = parse_speed_changes(_plain(_get(cfg, "hardware.speed_changes", None)), workers)
         base = _num(cfg_sync, "base_time_s", None, float, 0.0)
@@ -167,7 +174,7 @@ class SyncOptions:
                    fp16=bool(_get(cfg_sync, "fp16", False)), network=network,
                    speed_changes=[(c.worker, c.at_s, c.speed) for c in changes], emulated_step_s=emulated,
                    timeout_s=number(_get(cfg_sync, "timeout_s", 600.0), "sync.timeout_s", minimum=0),
-                   hostfile=_get(cfg_sync, "hostfile", None))
+                   hostfile=hostfile)
 
 
 def tracked_settings(opts: "SyncOptions", settings):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import orchestrator
-from orchestrator.errors import Interrupt, WorkerFailedError
+from orchestrator.errors import ConfigError, Interrupt, WorkerFailedError
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.virtual import SyncStats
 from orchestrator.execution.training import EvalPoint, TrainResult
@@ -81,12 +82,14 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     run_dir.mkdir(parents=True, exist_ok=True)
     job_file = run_dir / f"job-{uuid.uuid4().hex[:10]}.json"
     job_file.write_text(json.dumps(job))
-    cmd = [mpiexec_path(), "--oversubscribe", "-n", str(ranks)]
-    if hostfile:
-        cmd += ["--hostfile", str(hostfile)]
+    env = rank_env()
+    # On several hosts, ranks fill each host's slots in turn (rank 0, the server, shares the first
+    # host); plain --oversubscribe would put every rank on the first host.
+    mapping = ["--map-by", "slot:OVERSUBSCRIBE"] if hostfile else ["--oversubscribe"]
+    cmd = [mpiexec_path(), *mapping, "-n", str(ranks)] + host_args(hostfile, env)
     cmd += [sys.executable, "-m", "orchestrator.sync.mpi_worker", str(job_file)]
     log = open(run_dir / "mpiexec.log", "w")
-    proc = subprocess.Popen(cmd, env=rank_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def on_term(signum, frame):
         Interrupt.signal = signum
@@ -108,15 +111,63 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     if rc != 0 or not (run_dir / "result.json").exists():
         _kill_job(proc, str(job_file))
         err = _first_error(run_dir)
-        raise WorkerFailedError(err.lstrip(": ") if err else rank_failure(run_dir, rc))
+        lost = None if err else _lost_host(run_dir, ranks, hostfile)
+        raise WorkerFailedError(err.lstrip(": ") if err else (lost or rank_failure(run_dir, rc)))
     _kill_job(proc, str(job_file))  # stray ranks, if any
     return run_dir
+
+
+# What ranks on other hosts need from the launcher's environment (ssh starts them in a bare one).
+FORWARDED_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMPI_ALLOW_RUN_AS_ROOT",
+                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS",
+                 "OMP_NUM_THREADS", "TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND", "MLFLOW_DISABLE_TELEMETRY")
+# Open MPI's ring allreduce (what the cost model's formula describes) instead of its size-based choice.
+RING_ALLREDUCE = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4"]
+
+
+def host_args(hostfile: str | None, env: dict[str, str]) -> list[str]:
+    """mpiexec arguments for ranks on the hosts of a hostfile: the hostfile, the environment to forward,
+    and for a netlab's hostfile (``python -m orchestrator.netlab up``) its rsh agent and interfaces."""
+    if not hostfile:
+        return []
+    from orchestrator.hardware.netlab import lab_of_hostfile
+
+    if not Path(hostfile).is_file():
+        raise ConfigError(f"sync.hostfile={hostfile!r}: no such file")
+    forward = [a for v in FORWARDED_ENV if v in env for a in ("-x", v)]
+    lab = lab_of_hostfile(hostfile)
+    if lab is not None:
+        return lab.mpi_args() + RING_ALLREDUCE + forward
+    return ["--hostfile", str(hostfile)] + RING_ALLREDUCE + forward
 
 
 def _main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
+
+
+def _lost_host(run_dir: Path, ranks: int, hostfile: str | None) -> str | None:
+    """A host (its daemon) that died or lost contact, named with the ranks it ran, as mpiexec's log and
+    the ranks' host files tell; None when the log names no such host (see ``rank_failure``)."""
+    log = (run_dir / "mpiexec.log").read_text(errors="ignore")
+    hosts = {r: (run_dir / f"rank{r}.host").read_text().split()[0] for r in range(ranks)
+             if (run_dir / f"rank{r}.host").exists() and (run_dir / f"rank{r}.host").read_text().strip()}
+    unfinished = [r for r in range(ranks) if not (run_dir / f"rank{r}.json").exists()]
+    known = set(hosts.values())
+    if hostfile:
+        from orchestrator.hardware.netlab import lab_of_hostfile
+
+        lab = lab_of_hostfile(hostfile)
+        known |= {h.name for h in lab.hosts} if lab else set()
+        known |= {ln.split()[0] for ln in Path(hostfile).read_text().splitlines() if ln.strip() and ln[0] != "#"}
+    named = re.findall(r"Remote host:\s*(\S+)", log) + re.findall(r"(?:on node|on host|node)\s+(\S+?)[\s,:.]", log)
+    lost = next((h for h in named if h in known), None)
+    if lost is not None:
+        on = [r for r, h in hosts.items() if h == lost]
+        what = f" (rank{'s' if len(on) > 1 else ''} {', '.join(map(str, on))})" if on else ""
+        return f"host {lost}{what} died or lost contact with mpiexec; unfinished ranks: {unfinished}"
+    return None
 
 
 def _first_error(run_dir: Path) -> str:

@@ -37,11 +37,27 @@ class TFClusterHardware:
         # hardware.link_bandwidth_GBps / hardware.link_latency_us.
         bw = float(self.cfg.get("link_bandwidth_GBps", 1.0)) * 1e9
         lat = float(self.cfg.get("link_latency_us", 200.0)) * 1e-6
-        links = [Link(host_memory(a.host), host_memory(b.host), bw, lat, None, "network")
-                 for a in devices for b in devices if a is not b]
+        rates = self._lab_rates(len(devices))
+        links = [Link(host_memory(a.host), host_memory(b.host), min(rates[i], rates[j]) if rates else bw, lat, None,
+                      "network")
+                 for i, a in enumerate(devices) for j, b in enumerate(devices) if a is not b]
         workers = [Worker(f"worker{i}", devices, links, speed=s)
                    for i, s in enumerate(worker_layout(self.cfg, trial.has_sync))]
         return Cluster("tf_cluster", workers, simulated=False, description=where)
+
+    def _lab_rates(self, n: int) -> list[float] | None:
+        """With ``hardware.netlab`` (an emulated cluster's state directory), each task's link rate in
+        bytes/s is its host's shaped bandwidth: what the simulator then assumes between tasks."""
+        where = self.cfg.get("netlab")
+        if not where:
+            return None
+        from orchestrator.hardware.netlab import require
+
+        lab = require(where)
+        hosts = [str(a).rpartition(":")[0] for a in self.addresses]
+        if len(hosts) != n:
+            raise ConfigError("hardware.netlab needs hardware.addresses on the emulated hosts")
+        return [lab.host(h).bandwidth_Bps for h in hosts]
 
     def close(self) -> None:
         if self._local is not None:
