@@ -81,16 +81,19 @@ def test_bad_lab_requests_are_one_line_errors(tmp_path):
 def test_bandwidth_is_shaped(tmp_path):
     """100 Mbit/s host link: bulk TCP between two hosts does not exceed it (unshaped, veth carries GB/s)."""
     with lab_of(tmp_path, 2, "1gbit,100mbit") as lab:
+        # the receiver times the transfer (the sender's socket buffer would flatter it)
         server = subprocess.Popen(lab.exec_prefix(lab.hosts[1]) + [sys.executable, "-c", (
-            "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "import socket, time\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
             f"s.bind(('{lab.hosts[1].address}', 5599)); s.listen(1); print('ok', flush=True); c,_=s.accept()\n"
-            "while c.recv(1<<20): pass\n")], stdout=subprocess.PIPE, text=True)
+            "n = len(c.recv(1<<20)); t = time.perf_counter()\n"
+            "while (d := c.recv(1<<20)): n += len(d)\n"
+            "print(n / (time.perf_counter() - t), flush=True)\n")], stdout=subprocess.PIPE, text=True)
         try:
             assert server.stdout.readline().strip() == "ok"
-            send = (f"import socket,time\ns=socket.create_connection(('{lab.hosts[1].address}',5599)); b=b'x'*(1<<20)\n"
-                    "t=time.perf_counter()\nfor _ in range(6): s.sendall(b)\ns.close(); print(6*(1<<20)/(time.perf_counter()-t))")
-            rate = float(subprocess.run(lab.exec_prefix(lab.hosts[0]) + [sys.executable, "-c", send],
-                                        capture_output=True, text=True, timeout=60).stdout)
+            send = (f"import socket\ns=socket.create_connection(('{lab.hosts[1].address}',5599)); b=b'x'*(1<<20)\n"
+                    "for _ in range(8): s.sendall(b)\ns.close()")
+            subprocess.run(lab.exec_prefix(lab.hosts[0]) + [sys.executable, "-c", send], timeout=60, check=True)
+            rate = float(server.stdout.readline())
         finally:
             server.kill()
             server.wait()
