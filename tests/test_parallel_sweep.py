@@ -1,45 +1,16 @@
 """Beyond one process: a sweep's trials run in parallel (Hydra's joblib launcher) into one shared
 MLflow tracking server on a free local port, as they would on a cluster with a database-backed server."""
 
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
-
-import portpicker
 import pytest
 
 from conftest import QUICK, run_cli
+from services import mlflow_server as start_mlflow_server
 
 
 @pytest.fixture
 def mlflow_server(tmp_path):
-    port = portpicker.pick_unused_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
-                               str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port)],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    pytest.fail("mlflow server did not start")
-                time.sleep(1)
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+    with start_mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}", "127.0.0.1") as uri:
+        yield uri
 
 
 @pytest.mark.slow
