@@ -162,7 +162,7 @@ def delay_rows(bandwidths: list[str], tmp: Path, step_s: float) -> list[dict]:
     for bw in bandwidths:
         lab = netlab.up(4, bw, state_dir=tmp / "lab", prefix=PREFIX, subnet=SUBNET)
         common = ["+sync=delay", "hardware.workers=4", f"hardware.netlab={lab.dir}",
-                  f"hardware.emulated_step_s={step_s}", "sync.timeout_s=1500"]
+                  f"hardware.emulated_step_s={step_s}", "sync.timeout_s=1500", "sync.oversubscribe=true"]
         try:
             measured = _trial(Path(tempfile.mkdtemp(dir=tmp)), *common, "sync.runtime=mpi")
         finally:

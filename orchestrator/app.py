@@ -147,6 +147,13 @@ def _task(cfg) -> float:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     try:
+        if multirun:
+            from orchestrator.tracking.sweep import claim_trial
+
+            try:
+                claim_trial(cfg)
+            except Exception as exc:  # the study is a convenience for resuming; the trial still runs
+                print(f"could not claim the Optuna trial: {type(exc).__name__}: {exc}", file=sys.stderr)
         trial = Trial(cfg, Path(hc.runtime.output_dir))
         value = trial.run()
         from orchestrator.summary import trial_summary
@@ -240,7 +247,7 @@ def main() -> None:
             try:
                 from orchestrator.tracking.sweep import resume_optuna
 
-                resume_optuna(_STUDY["storage"], _STUDY["name"])  # the interrupted trial: FAIL, not RUNNING
+                resume_optuna(_STUDY["storage"], _STUDY["name"], interrupted_here=True)  # FAIL, not RUNNING
             except Exception:
                 pass
         sys.exit(Interrupt.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM

@@ -111,8 +111,11 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     if rc != 0 or not (run_dir / "result.json").exists():
         _kill_job(proc, str(job_file))
         err = _first_error(run_dir)
-        lost = None if err else _lost_host(run_dir, ranks, hostfile)
-        raise WorkerFailedError(err.lstrip(": ") if err else (lost or rank_failure(run_dir, rc)))
+        if err:
+            raise WorkerFailedError(err.lstrip(": "))
+        failure = rank_failure(run_dir, rc)          # a rank's signal or exit code, as Open MPI reports it
+        lost = _lost_host(run_dir, ranks, hostfile) if failure.startswith("mpiexec exited") else None
+        raise WorkerFailedError(lost or failure)
     _kill_job(proc, str(job_file))  # stray ranks, if any
     return run_dir
 
@@ -161,7 +164,7 @@ def _lost_host(run_dir: Path, ranks: int, hostfile: str | None) -> str | None:
         lab = lab_of_hostfile(hostfile)
         known |= {h.name for h in lab.hosts} if lab else set()
         known |= {ln.split()[0] for ln in Path(hostfile).read_text().splitlines() if ln.strip() and ln[0] != "#"}
-    named = re.findall(r"Remote host:\s*(\S+)", log) + re.findall(r"(?:on node|on host|node)\s+(\S+?)[\s,:.]", log)
+    named = re.findall(r"Remote host:\s*(\S+)", log)        # PRRTE: a daemon that died or lost contact
     lost = next((h for h in named if h in known), None)
     if lost is not None:
         on = [r for r, h in hosts.items() if h == lost]

@@ -166,7 +166,14 @@ def _experiment_id(client, cfg: Any) -> str:
     name = (cfg.get("tracking") or {}).get("experiment") or "orchestrator"
     exp = client.get_experiment_by_name(name)
     if exp is None:
-        return client.create_experiment(name, tags=experiment_tags())
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return client.create_experiment(name, tags=experiment_tags())
+        except MlflowException:  # another process (a parallel trial, another host's sweep) made it first
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
     for k, v in experiment_tags().items():  # stores made by older versions; a user's own kind stays
         if k not in exp.tags:
             client.set_experiment_tag(exp.experiment_id, k, v)

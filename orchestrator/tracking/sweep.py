@@ -104,6 +104,7 @@ class SweepCallback(Callback):
 
 STUDY_ENV = "ORCHESTRATOR_OPTUNA_STUDY"   # '["storage", "study name"]' of the running Optuna sweep
 VALUE_ATTR = "orchestrator.value"
+OWNER_ATTR = "orchestrator.owner"   # "host pid start" of the process running the trial
 
 
 def _study(storage: str, study_name: str):
@@ -135,17 +136,62 @@ def note_trial_value(cfg: Any, value: float) -> None:
             return
 
 
-def resume_optuna(storage: str, study_name: str) -> int:
-    """Close what an interrupted Optuna sweep left RUNNING in its study (one sweep per study at a
-    time): a trial whose run finished becomes COMPLETE with its value, the others FAIL. Returns how
-    many trials the study holds (the entry point shifts the sampler's seed by it, so a seeded
-    re-run proposes new points, not the same ones)."""
+def _running_trial(study, cfg):
+    from omegaconf import OmegaConf
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.params and all(OmegaConf.select(cfg, k) == v for k, v in t.params.items()):
+            yield t
+
+
+def claim_trial(cfg: Any) -> None:
+    """Mark the study's trial this process runs as its own (host, pid, start time), so that a sweep
+    resuming on the same study closes only trials whose process is gone, never those another host's
+    sweep is running at the same time."""
+    import json
+
+    from orchestrator.tracking.store import HOST_TAG, PID_TAG, START_TAG, process_tags
+
+    spec = os.environ.get(STUDY_ENV)
+    study = _study(*json.loads(spec)) if spec else None
+    for t in _running_trial(study, cfg) if study is not None else []:
+        if OWNER_ATTR not in t.user_attrs:
+            tags = process_tags()
+            owner = " ".join(tags.get(k, "") for k in (HOST_TAG, PID_TAG, START_TAG))
+            study._storage.set_trial_user_attr(t._trial_id, OWNER_ATTR, owner)
+            return
+
+
+def _abandoned(trial, interrupted_here: bool) -> bool:
+    """A RUNNING trial nobody runs any more: its process (on this host) is gone, or it is this very
+    process, interrupted; a trial asked but not started belongs to the interrupted sweep here."""
+    import socket
+
+    from orchestrator.tracking.store import _alive
+
+    owner = trial.user_attrs.get(OWNER_ATTR)
+    if not owner:
+        return interrupted_here
+    host, pid, start = (owner.split(" ") + ["", "", ""])[:3]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False           # another host's: it knows best
+    return int(pid) == os.getpid() or not _alive(int(pid), start or None)
+
+
+def resume_optuna(storage: str, study_name: str, interrupted_here: bool = False) -> int:
+    """Close what an interrupted Optuna sweep left RUNNING in its study: a trial whose run finished
+    becomes COMPLETE with its value, the others FAIL; trials that other running sweeps (other hosts,
+    other processes) own are left alone. Returns how many trials the study holds (the entry point
+    shifts the sampler's seed by it, so a seeded re-run proposes new points, not the same ones)."""
     from optuna.trial import TrialState
 
     study = _study(storage, study_name)
     if study is None:
         return 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        if not _abandoned(t, interrupted_here):
+            continue
         if VALUE_ATTR in t.user_attrs and len(study.directions) == 1:
             study._storage.set_trial_state_values(t._trial_id, TrialState.COMPLETE, [t.user_attrs[VALUE_ATTR]])
         else:
