@@ -92,7 +92,7 @@ def test_the_mission_command_runs_on_the_defaults(workdir):
     assert tags["evaluator"] == "simulated" and tags["runtime"] == "virtual"
     # the placement was judged by the simulator and also measured on the real devices
     assert {"placement.step_time_s", "placement.measured_step_time_s", "rl.best_step_time_s"} <= set(m)
-    assert tags["sync.base_time"].endswith("(placed)")
+    assert "(placed" in tags["sync.base_time"]
     assert m["speedup"] == m["train.speedup"]
 
 

@@ -90,6 +90,7 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     cmd += [sys.executable, "-m", "orchestrator.sync.mpi_worker", str(job_file)]
     log = open(run_dir / "mpiexec.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    watch = _HostWatch(hostfile, proc)
 
     def on_term(signum, frame):
         Interrupt.signal = signum
@@ -114,7 +115,7 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
         if err:
             raise WorkerFailedError(err.lstrip(": "))
         failure = rank_failure(run_dir, rc)          # a rank's signal or exit code, as Open MPI reports it
-        lost = _lost_host(run_dir, ranks, hostfile) if failure.startswith("mpiexec exited") else None
+        lost = _lost_host(run_dir, ranks, hostfile, watch.dead) if failure.startswith("mpiexec exited") else None
         raise WorkerFailedError(lost or failure)
     _kill_job(proc, str(job_file))  # stray ranks, if any
     return run_dir
@@ -150,7 +151,37 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _lost_host(run_dir: Path, ranks: int, hostfile: str | None) -> str | None:
+class _HostWatch:
+    """On an emulated cluster (a netlab hostfile), notices the first host whose processes all vanish
+    while the job runs: a host that died, even when Open MPI's log says nothing about it."""
+
+    def __init__(self, hostfile: str | None, proc: subprocess.Popen):
+        from orchestrator.hardware.netlab import lab_of_hostfile
+
+        self.dead: str | None = None
+        lab = lab_of_hostfile(hostfile) if hostfile else None
+        if lab is None:
+            return
+        import threading
+
+        def loop() -> None:
+            from orchestrator.hardware.netlab import pids
+
+            seen: set[str] = set()
+            while proc.poll() is None and self.dead is None:
+                for h in lab.hosts:
+                    alive = bool(pids(h.name))
+                    if alive:
+                        seen.add(h.name)
+                    elif h.name in seen and proc.poll() is None:
+                        self.dead = h.name
+                        break
+                time.sleep(0.3)
+
+        threading.Thread(target=loop, name="netlab-host-watch", daemon=True).start()
+
+
+def _lost_host(run_dir: Path, ranks: int, hostfile: str | None, dead: str | None = None) -> str | None:
     """A host (its daemon) that died or lost contact, named with the ranks it ran, as mpiexec's log and
     the ranks' host files tell; None when the log names no such host (see ``rank_failure``)."""
     log = (run_dir / "mpiexec.log").read_text(errors="ignore")
@@ -164,7 +195,7 @@ def _lost_host(run_dir: Path, ranks: int, hostfile: str | None) -> str | None:
         lab = lab_of_hostfile(hostfile)
         known |= {h.name for h in lab.hosts} if lab else set()
         known |= {ln.split()[0] for ln in Path(hostfile).read_text().splitlines() if ln.strip() and ln[0] != "#"}
-    named = re.findall(r"Remote host:\s*(\S+)", log)        # PRRTE: a daemon that died or lost contact
+    named = re.findall(r"Remote host:\s*(\S+)", log) + ([dead] if dead else [])   # PRRTE's word, or the watch's
     lost = next((h for h in named if h in known), None)
     if lost is not None:
         on = [r for r, h in hosts.items() if h == lost]
