@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra/inter-op threads (0: TF's default)")
     args = p.parse_args(argv)
     addresses = [a.strip() for a in args.cluster.split(",") if a.strip()]
-    bad = [a for a in addresses if a.rpartition(":")[2].isdigit() is False]
+    bad = [a for a in addresses if not a.rpartition(":")[2].isdigit()]
     if not addresses or bad:
         print(f"error: --cluster={args.cluster!r}: every entry must be HOST:PORT", file=sys.stderr)
         return 2
