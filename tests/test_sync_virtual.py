@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from orchestrator.sync.core import StalenessGate, SyncOptions, batch_shares, push_weights
+from orchestrator.sync.core import ParameterServer, StalenessGate, SyncOptions, batch_shares, push_weights
 from orchestrator.sync.virtual import VirtualRun
 from orchestrator.execution.training import TrainSettings
 from tests.fakes import FakeRuntime, fake_data
@@ -174,3 +174,13 @@ def test_plugin_writes_metrics_and_artifacts(mnist, tmp_path):
     assert m["sync.worker0.iterations"] + m["sync.worker1.iterations"] == result.updates
     assert result.clock == "virtual" and result.reference_time_to_target_s is not None
     assert sorted(p.rsplit("/", 1)[-1] for p in ctx.sink.artifacts) == ["sync_convergence.png", "sync_staleness.json"]
+
+
+def test_a_push_in_flight_when_training_stops_is_dropped():
+    import threading
+
+    server, closed = ParameterServer(np.zeros(3, np.float32), [0.5, 0.5]), threading.Event()
+    assert server.push(0, np.ones(3, np.float32), 0, 8, closed=closed) == 1
+    closed.set()  # the target was reached on version 1: the final parameters are version 1's
+    assert server.push(1, np.ones(3, np.float32), 0, 8, closed=closed) is None
+    assert server.version == 1 and server.pushes_by_worker == [1, 0] and np.allclose(server.params, -0.5)

@@ -345,9 +345,14 @@ class ParameterServer:
             np.copyto(out, self.params)
             return self.version
 
-    def push(self, worker: int, grad: np.ndarray, pulled_version: int, batch: int) -> int:
-        """Apply ``params -= weight_worker * grad`` (damped by staleness if asked); returns the new version."""
+    def push(self, worker: int, grad: np.ndarray, pulled_version: int, batch: int,
+             closed: threading.Event | None = None) -> int | None:
+        """Apply ``params -= weight_worker * grad`` (damped by staleness if asked); returns the new version.
+        Once ``closed`` is set (training stopped: target reached or budget spent) a push still in flight is
+        dropped and None returned, so the final parameters are the ones the stop was decided on."""
         with self.lock:
+            if closed is not None and closed.is_set():
+                return None
             tau = self.version - pulled_version
             weight = self.weights[worker] / np.float32(max(1, tau)) if self.damped else self.weights[worker]
             self.params -= weight * grad

@@ -244,7 +244,9 @@ def run_server(job: Job, comm) -> None:
                 comm.Send(params, dest=src, tag=PARAMS)
                 comm.Recv(hdr, source=src, tag=HDR)
                 comm.Recv(grad, source=src, tag=GRAD)
-                applied = server.push(i, grad, int(hdr[2]), int(hdr[1]))
+                applied = server.push(i, grad, int(hdr[2]), int(hdr[1]), closed=stop)
+                if applied is None:  # stopped while this gradient was in flight: the worker ends at its next request
+                    continue
                 with bal_lock:
                     if balancer.observe(i, int(hdr[1]), float(hdr[4])):
                         server.set_weights(push_weights(job.settings.lr, balancer.batches, o.push_lr,
