@@ -56,7 +56,11 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     lines.append(f"  run:      {outcome['run_id']} in {uri} (experiment {outcome['experiment']})")
     uri_arg = "" if uri == "sqlite:///mlflow.db" else f" --tracking-uri {uri}"
     lines.append(f"  look:     python -m orchestrator.report{uri_arg}")
-    if outcome.get("experiment_id") is not None and uri.startswith("sqlite:"):
-        lines.append(f"            mlflow ui --backend-store-uri {uri}, then open "
-                     f"http://127.0.0.1:5000/#/experiments/{outcome['experiment_id']}?workflowType=machine_learning")
+    if outcome.get("experiment_id") is not None:
+        from orchestrator.tracking.store import ui_link
+
+        if uri.startswith("sqlite:"):
+            lines.append(f"            mlflow ui --backend-store-uri {uri}, then open {ui_link(outcome['experiment_id'])}")
+        elif uri.startswith(("http://", "https://")):
+            lines.append(f"            {ui_link(outcome['experiment_id'], uri.rstrip('/'))}")
     return "\n".join(lines)

@@ -143,6 +143,7 @@ class Trial:
         cluster = self.hardware.cluster(self)
         self.cluster_simulated = cluster.simulated
         evaluator_kind = self._evaluator_kind(cluster)
+        self._check_resources(model_spec, cluster)
         tags = {
             "placer": self.labels["placer"] or "none", "sync": self.labels["sync"] or "none",
             "hardware": self.labels["hardware"], "model": self.labels["model"],
@@ -205,7 +206,22 @@ class Trial:
             raise ConfigError(f"placer.evaluator=measured needs real devices; hardware={self.names['hardware']} is simulated")
         return wanted
 
+    def _check_resources(self, model_spec, cluster) -> None:
+        """The virtual runtime's memory bound, checked before the MLflow run starts: a trial that cannot
+        fit (``hardware.workers=100000``) is a one-line error and leaves no run behind."""
+        if not (self.has_sync and self.runtime_kind == "virtual" and model_spec.trainable_on_mnist
+                and model_spec.build is not None):
+            return
+        from orchestrator.sync.limits import check_virtual_memory
+
+        check_virtual_memory(len(cluster.workers), int(model_spec.build().count_params()), self._dataset())
+
     def _dataset(self):
+        if getattr(self, "_loaded_dataset", None) is None:
+            self._loaded_dataset = self._load_dataset()
+        return self._loaded_dataset
+
+    def _load_dataset(self):
         from orchestrator.data import load_mnist
 
         ds = self.cfg.get("dataset") or {}

@@ -53,6 +53,13 @@ def test_bad_files_and_stores_are_one_line(workdir, args, expected):
     _no_running_run(workdir)
 
 
+def test_a_virtual_run_that_cannot_fit_never_starts(workdir):
+    """The memory bound is checked before the MLflow run starts: no run, not even a FAILED one."""
+    out = run_cli(workdir, "+sync=delay", "hardware.workers=100000", timeout=300)
+    _one_line_error(out, "hardware.workers=100000 needs about ")
+    assert "at most about" in out.stderr and not store_runs(workdir)
+
+
 @pytest.mark.parametrize("uri, expected", [
     ("sqlite:///corrupt.db", "tracking store sqlite:///corrupt.db cannot be used: DatabaseError"),
 ])
@@ -147,7 +154,17 @@ def test_a_trial_ends_with_a_summary_that_says_the_target_was_missed(workdir):
     assert "figures:  training emulated on a virtual clock (real gradients)" in text, text
     (run,) = store_runs(workdir)
     assert f"run:      {run.info.run_id} in sqlite:///mlflow.db (experiment orchestrator)" in text, text
-    assert "python -m orchestrator.report" in text and "?workflowType=machine_learning" in text, text
+    assert "python -m orchestrator.report" in text and "/runs?workflowType=machine_learning&viewStateShareKey=orchestrator-runs" in text, text
     assert run.data.tags["train.missed_target"].startswith("diverged")
     report = run_cli(workdir, "--format", "json", module="orchestrator.report", timeout=120)
     assert json.loads(report.stdout)[0]["workers"] == 4, report.stdout
+
+
+def test_the_experiment_carries_a_saved_view_of_the_comparison_columns():
+    from orchestrator.tracking.store import VIEW_ID, experiment_tags, ui_link
+
+    envelope = json.loads(experiment_tags()[f"mlflow.sharedViewState.{VIEW_ID}"])
+    assert isinstance(envelope["name"], str) and isinstance(envelope["createdAt"], int)
+    columns = json.loads(envelope["state"])["selectedColumns"]
+    assert {"metrics.`speedup`", "metrics.`train.time_to_target_s`", "metrics.`workers`"} <= set(columns)
+    assert ui_link("7").endswith(f"/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey={VIEW_ID}")

@@ -175,26 +175,24 @@ def test_experiment_page_shows_runs_and_speedup(mlflow_server, browser):
     url, exp_id = mlflow_server
     from mlflow.tracking import MlflowClient
 
-    assert MlflowClient(url).get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    from orchestrator.tracking.store import VIEW_ID, ui_link
+
+    tags = MlflowClient(url).get_experiment(exp_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development" and f"mlflow.sharedViewState.{VIEW_ID}" in tags
     browser.call("Page.enable")
-    # MLflow 3.17's global GenAI / Model training switch overrides the experiment's kind tag: the link
-    # a trial prints names the model-training view, as here.
-    browser.call("Page.navigate", url=f"{url}/#/experiments/{exp_id}?workflowType=machine_learning")
+    # The link a trial prints: the model-training view (MLflow 3.17's global GenAI / Model training switch
+    # overrides the experiment's kind tag) with the saved view of the comparison columns.
+    browser.call("Page.navigate", url=ui_link(exp_id, url))
     names = "[" + ",".join(repr(n) for n in RUN_NAMES) + "]"
     shown = browser.wait_for(f"{names}.every(n => document.body && document.body.innerText.includes(n))")
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "mlflow_ui_experiment.png"
     try:
         assert shown, f"the runs table did not show {RUN_NAMES} within 60 s; page text: {browser.text()[:1500]!r}"
-        # Add the speedup metric column the way a user does: Columns -> tick "speedup".
-        browser.click(*browser.wait_for(FIND.format(scope="button, button *", text="Columns"), 20))
-        spot = browser.wait_for(FIND.format(scope="[role=dialog] *", text="speedup"), 20)
-        assert spot, "the column selector does not list the speedup metric"
-        browser.click(*spot)
-        for kind in ("keyDown", "keyUp"):
-            browser.call("Input.dispatchKeyEvent", type=kind, key="Escape", code="Escape", windowsVirtualKeyCode=27)
-        headers = browser.wait_for(f"(() => {{ const h = {HEADERS}; return h.includes('speedup') ? h : null; }})()", 20)
-        assert headers, f"no speedup column; headers: {browser.js(HEADERS)}"
+        # No click: the saved view's metric columns are there when the page opens.
+        want = ["speedup", "train.time_to_target_s", "train.final_test_accuracy", "placement.step_time_s", "workers"]
+        headers = browser.wait_for(f"(() => {{ const h = {HEADERS}; return {want!r}.every(w => h.includes(w)) ? h : null; }})()", 30)
+        assert headers, f"the comparison columns are not shown; headers: {browser.js(HEADERS)}"
         cells = browser.wait_for(f"(() => {{ const c = {SPEEDUP_CELLS}; return c.length >= 2 ? c : null; }})()", 20)
         assert cells and all(c not in ("", "-") for c in cells), f"speedup cells: {browser.js(SPEEDUP_CELLS)}"
         # Scroll the grid body (the header follows it) so that the screenshot shows the values.

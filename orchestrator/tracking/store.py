@@ -6,6 +6,7 @@ the working directory (MLflow's own default). MLflow is imported lazily (it cost
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -157,9 +158,30 @@ def init_store(uri: str) -> None:
 # (unless its global GenAI / Model training switch says otherwise: the link a trial prints names the view).
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
+# A saved view of the runs table (MLflow 3's experiment tag ``mlflow.sharedViewState.<id>``: a JSON
+# envelope {name, createdAt, state}, ``state`` the page's UI state + search facets as JSON). The link a
+# trial prints opens it (``viewStateShareKey=<id>``), so the comparison columns show without clicking;
+# the UI also lists it under its saved views.
+VIEW_ID = "orchestrator-runs"
+VIEW_COLUMNS = ("speedup", "train.time_to_target_s", "train.final_test_accuracy", "placement.step_time_s",
+                "placement.time_per_sample_s", "workers")
+
+
+def view_state() -> dict[str, Any]:
+    return {"selectedColumns": [f"metrics.`{m}`" for m in VIEW_COLUMNS] + ["tags.`placer`", "tags.`sync`"],
+            "orderByKey": "attributes.start_time", "orderByAsc": False, "searchFilter": "",
+            "lifecycleFilter": "Active", "startTime": "ALL"}
+
 
 def experiment_tags() -> dict[str, str]:
-    return dict(EXPERIMENT_TAGS)
+    envelope = {"name": "orchestrator: speedup and time to target", "createdAt": 0,
+                "state": json.dumps(view_state(), separators=(",", ":"))}
+    return {**EXPERIMENT_TAGS, f"mlflow.sharedViewState.{VIEW_ID}": json.dumps(envelope, separators=(",", ":"))}
+
+
+def ui_link(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The experiment's runs table in the model-training view with the saved view's columns."""
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_ID}"
 
 
 def _experiment_id(client, cfg: Any) -> str:
