@@ -57,7 +57,7 @@ class SerialMachine:
         return self.true_time(a)
 
     def true_time(self, a):
-        a = np.asarray(a)
+        a = np.asarray(a, dtype=np.int64)
         work = self.sim.cost[np.arange(len(a)), a] * np.where(a == 1, 1.5, 1.0)
         src = np.repeat(np.arange(len(a)), np.diff(self.sim.succ_ptr))
         cuts = int((a[src] != a[self.sim.succ_idx]).sum())
