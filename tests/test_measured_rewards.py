@@ -85,6 +85,17 @@ def test_repeated_placements_are_measured_once():
     assert len(machine.calls) == 2
 
 
+def test_nodes_the_measurement_ignores_share_a_cache_entry():
+    g, w = graph(), worker()
+    machine = SerialMachine(g, w)
+    machine.nodes = {"n0", "n1", "n2", "n3", "n4"}                   # where n5 runs does not matter to it
+    ev = MeasuredRewardEvaluator(g, w, RewardSettings("measured", None, 3), machine, clock=machine.clock)
+    ev.step_time(np.array([0, 1, 0, 1, 0, 0]))
+    ev.step_time(np.array([0, 1, 0, 1, 0, 1]))
+    ev.step_time(np.array([0, 1, 1, 1, 0, 1]))
+    assert len(machine.calls) == 2 and ev.cache_hits == 1
+
+
 def test_a_failing_candidate_scores_inf_and_the_search_goes_on():
     uses_dev1 = lambda a: bool((a == 1).any())                       # anything on device 1 "runs out of memory"
     ev, machine = evaluator(fail=uses_dev1)

@@ -4,8 +4,9 @@ method: a candidate placement is scored by running it.
 - ``measured``: every candidate the search asks about (``step_time(assign)`` or
   ``evaluate(placement)``) runs for real on the trial's devices (``hardware=local`` logical devices,
   ``tf_cluster`` processes): a warm-up, then the median of ``placer.measure_steps`` timed training
-  steps. Results are cached by assignment (a repeated candidate costs nothing); built TensorFlow
-  runtimes are kept for the last few assignments (``TFMeasure.keep``). A candidate that fails (out
+  steps. Results are cached by assignment (a repeated candidate costs nothing; assignments that
+  differ only where the runtime ignores the device, e.g. the loss node, share an entry); built
+  TensorFlow runtimes are kept for the last few assignments (``TFMeasure.keep``). A candidate that fails (out
   of memory, any TF error) scores ``inf`` (infeasible) and the search goes on. A candidate the
   simulator's memory model rejects is not run (``inf``).
 - ``mixed``: the simulator screens every candidate; its estimate, re-calibrated from the
@@ -106,7 +107,8 @@ class TFMeasure:
     restored) of a placement on the worker's real TF devices. Built runtimes (a placed clone and its
     traced step) are kept for the last ``keep`` assignments, so re-measuring one costs only its steps."""
 
-    def __init__(self, spec: Any, worker: Any, x: Any, y: Any, seed: int = 0, warmup: int = 2, keep: int = 4):
+    def __init__(self, spec: Any, worker: Any, x: Any, y: Any, seed: int = 0, warmup: int = 2, keep: int = 4,
+                 graph: Any = None):
         missing = [d.name for d in worker.devices if not d.is_real]
         if missing:
             raise ConfigError(f"placer.reward=measured needs real devices; {', '.join(missing)} exist only in the simulator")
@@ -114,9 +116,15 @@ class TFMeasure:
         self.seed, self.warmup, self.keep = seed, warmup, keep
         self._runtimes: OrderedDict[tuple, Any] = OrderedDict()
         self.built = 0
+        # the nodes whose device the runtime uses: a layer's forward node (its backward and update
+        # follow it, the loss runs on the default device); None: every node
+        self.nodes = None if graph is None else {n.name for n in graph.nodes if n.role == "forward" and n.layer} or None
+
+    def key(self, placement: Placement) -> tuple:
+        return tuple(sorted((k, v) for k, v in placement.assignment.items() if self.nodes is None or k in self.nodes))
 
     def runtime(self, placement: Placement):
-        key = tuple(sorted(placement.assignment.items()))
+        key = self.key(placement)
         if key in self._runtimes:
             self._runtimes.move_to_end(key)
             return self._runtimes[key]
@@ -162,6 +170,9 @@ class MeasuredRewardEvaluator:
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.fit = SimulatorFit(self.simulator)
         self.cache: dict[bytes, float] = {}
+        # placements that differ only on nodes the measurement ignores share a cache entry
+        nodes = getattr(measure, "nodes", None)
+        self._relevant = np.array([nodes is None or n.name in nodes for n in graph.nodes], dtype=bool)
         self.evaluations = 0
         self.measured = self.failed = self.cache_hits = self.screened = self.after_budget = 0
         self.measure_s = 0.0
@@ -174,13 +185,12 @@ class MeasuredRewardEvaluator:
         """The reward's value of an assignment (device index per node, ``graph.nodes`` order)."""
         self.evaluations += 1
         a = np.asarray(assign, dtype=np.int64)
-        key = a.tobytes()
+        key = a[self._relevant].tobytes()
         if key in self.cache:
             self.cache_hits += 1
             return self.cache[key]
         s = self.simulator.step_time(a)
         if not math.isfinite(s):          # breaks memory or a placement constraint: not run
-            self.cache[key] = math.inf
             return math.inf
         f = self.fit.features(a, s)
         if self.reward == "mixed":

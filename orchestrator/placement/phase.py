@@ -117,7 +117,7 @@ class PlacementPhase:
         from orchestrator.placement.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure
 
         settings = RewardSettings.from_cfg(self.trial.cfg.get("placer"), kind)
-        measure = TFMeasure(model_spec, worker, x, y, seed=seed, warmup=settings.warmup)
+        measure = TFMeasure(model_spec, worker, x, y, seed=seed, warmup=settings.warmup, graph=graph)
         return MeasuredRewardEvaluator(graph, worker, settings, measure, memory_headroom=headroom)
 
     def batch(self, model_spec):
