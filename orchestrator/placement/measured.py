@@ -116,6 +116,7 @@ class TFMeasure:
         self.seed, self.warmup, self.keep = seed, warmup, keep
         self._runtimes: OrderedDict[tuple, Any] = OrderedDict()
         self.built = 0
+        _quiet_retracing()
         # the nodes whose device the runtime uses: a layer's forward node (its backward and update
         # follow it, the loss runs on the default device); None: every node
         self.nodes = None if graph is None else {n.name for n in graph.nodes if n.role == "forward" and n.layer} or None
@@ -142,6 +143,19 @@ class TFMeasure:
     def __call__(self, placement: Placement, steps: int) -> float:
         times, _ = self.runtime(placement).time_steps(self.x, self.y, warmup=self.warmup, repeats=steps)
         return float(np.median(times))
+
+
+def _quiet_retracing() -> None:
+    """Each candidate's runtime traces its own step: TensorFlow's advice against retracing (meant
+    for one function traced again and again) does not apply, so that one message is dropped."""
+    import logging
+
+    log = logging.getLogger("tensorflow")
+    if not any(getattr(f, "_orchestrator_retracing", False) for f in log.filters):
+        f = logging.Filter()
+        f.filter = lambda record: "triggered tf.function retracing" not in record.getMessage()
+        f._orchestrator_retracing = True
+        log.addFilter(f)
 
 
 class MeasuredRewardEvaluator:

@@ -7,8 +7,11 @@ The model: a placement's measured step time ``m`` is predicted from features of 
 
 with ``S`` the simulated step time (makespan), ``W_d`` the simulated busy time of device ``d`` (sum
 of its nodes' costs), ``N_cut`` the number of edges between devices, ``B_cut`` their bytes, and a
-constant. The prior ``theta = (1, 0, ..., 0)`` is the plain simulator. ``theta >= 0`` is fitted by
-non-negative least squares on the relative error, with a ridge pull towards the prior:
+constant. The prior ``p = (s, 0, ..., 0)`` is the simulator scaled by ``s = median_i(m_i / S_i)``
+(with no measurement, ``s = 1``: the plain simulator; one measurement already fixes the overall
+scale). ``theta >= 0`` is fitted by non-negative least squares on the relative error, with a ridge
+pull towards the prior, so that the structure (which devices are slower, what transfers cost, how
+much the devices overlap) moves away from the simulator's only as the measurements demand it:
 
     min_theta  sum_i ((f_i . theta - m_i) / m_i)^2  +  lam * sum_j c_j^2 (theta_j - p_j)^2
 
@@ -104,7 +107,8 @@ class SimulatorFit:
         self.raw.append(float(f[0]))
         self.F.append(np.asarray(f, float))
         self.m.append(float(measured))
-        self.theta = fit_with_prior(np.array(self.F), np.array(self.m), self.prior, self.prior_weight)
+        prior = self.prior * float(np.median(np.array(self.m) / np.array(self.raw)))
+        self.theta = fit_with_prior(np.array(self.F), np.array(self.m), prior, self.prior_weight)
 
     @property
     def raw_error(self) -> float:
