@@ -109,8 +109,8 @@ def search(reward, spec, graph, worker, x, y, args):
     return p, info
 
 
-def interleaved(spec, worker, placements: dict[str, Placement], x, y, steps: int) -> dict[str, float]:
-    """Median of ``steps`` timed steps per placement, one step of each in turn per round."""
+def interleaved(spec, worker, placements: dict[str, Placement], x, y, steps: int) -> dict[str, np.ndarray]:
+    """``steps`` timed steps per placement, one step of each in turn per round."""
     tf_dev = {d.name: d.tf_device for d in worker.devices}
     rts = {k: ModelRuntime(spec, seed=0, device_of={n: tf_dev[d] for n, d in p.assignment.items()},
                            default_device=worker.devices[0].tf_device) for k, p in placements.items()}
@@ -123,7 +123,7 @@ def interleaved(spec, worker, placements: dict[str, Placement], x, y, steps: int
             t0 = time.perf_counter()
             rt.train_step(x, y)
             times[k].append(time.perf_counter() - t0)
-    return {k: float(np.median(v)) for k, v in times.items()}
+    return {k: np.array(v) for k, v in times.items()}
 
 
 def probe_inception() -> str:
@@ -179,25 +179,31 @@ def main(argv=None) -> int:
             print(f"  {name} reward={reward}: search {info['search_s']:.1f} s, "
                   f"{int(info.get('placement.measured_placements', 0))} placements measured", flush=True)
         single = Placement(worker.device_names, {n.name: "cpu:0" for n in graph.nodes}, {})
-        final = interleaved(spec, worker, {**{r: p for r, (p, _) in found.items()}, "single": single}, x, y, args.steps)
+        runs = interleaved(spec, worker, {**{r: p for r, (p, _) in found.items()}, "single": single}, x, y, args.steps)
+        final = {k: float(np.median(v)) for k, v in runs.items()}
         for reward, (p, info) in found.items():
+            per_round = runs["simulated"] / runs[reward]       # the same round: the same load
+            q1, q3 = np.percentile(per_round, [25, 75])
             rows.append({"model": name, "reward": reward, "nodes": len(graph.nodes),
                          "devices_used": len(set(p.assignment.values())),
                          "simulated_ms": sim.evaluate(p).step_time_s * 1e3,
                          "measured_ms": final[reward] * 1e3, "single_ms": final["single"] * 1e3,
-                         "vs_simulated": final["simulated"] / final[reward], **info})
+                         "vs_simulated": final["simulated"] / final[reward],
+                         "round_ratio_median": float(np.median(per_round)), "round_ratio_q1": float(q1),
+                         "round_ratio_q3": float(q3), **info})
     print(f"# load at end: {uptime()}")
     print()
     print("| model | reward | search (s) | placements measured | sim error raw / re-calibrated | devices used "
           f"| simulated step (ms) | **measured** step, median of {args.steps} (ms) | all on cpu:0, measured (ms) "
-          "| simulated-reward placement / this (measured) |")
+          "| simulated-reward placement / this (measured; per-round median [IQR]) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         err = (f"{r['placement.sim_error']:.0%} / {r.get('placement.sim_error_calibrated', math.nan):.0%}"
                if "placement.sim_error" in r else "-")
         print(f"| {r['model']} ({r['nodes']} nodes) | {r['reward']} | {r['search_s']:.1f} "
               f"| {int(r.get('placement.measured_placements', 0))} | {err} | {r['devices_used']} "
-              f"| {r['simulated_ms']:.2f} | {r['measured_ms']:.2f} | {r['single_ms']:.2f} | {r['vs_simulated']:.3f} |")
+              f"| {r['simulated_ms']:.2f} | {r['measured_ms']:.2f} | {r['single_ms']:.2f} | {r['vs_simulated']:.3f} "
+              f"({r['round_ratio_median']:.3f} [{r['round_ratio_q1']:.2f}, {r['round_ratio_q3']:.2f}]) |")
     if args.probe_inception:
         print()
         print(probe_inception())

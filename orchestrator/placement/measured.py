@@ -13,6 +13,9 @@ method: a candidate placement is scored by running it.
   measurements so far (``orchestrator.placement.measured_fit``), decides: a candidate within
   ``placer.measure_within`` (a fraction) of the best measured step time is measured, any other
   scores its re-calibrated estimate (it cannot be the best). The first candidate is always measured.
+- A candidate whose measurement beats the best so far is measured again (``2 x measure_steps``
+  steps) and scores that second, independent value: the best is then not simply the luckiest of many
+  noisy draws. ``TFMeasure`` pairs each measurement with a reference placement against load drift.
 - ``placer.budget_s``: seconds of measuring (build, warm-up and timed steps; null: no limit). Once
   spent, the search goes on but a candidate that would need a new measurement scores ``inf``
   ("not accepted"): cached ones keep their value, ``mixed`` still screens. So the search ends
@@ -105,10 +108,16 @@ def resolve_reward(placer_cfg: Any, cluster_simulated: bool, placer_cls: Any, ha
 class TFMeasure:
     """The median wall time of ``steps`` training steps (after ``warmup`` untimed ones, parameters
     restored) of a placement on the worker's real TF devices. Built runtimes (a placed clone and its
-    traced step) are kept for the last ``keep`` assignments, so re-measuring one costs only its steps."""
+    traced step) are kept for the last ``keep`` assignments, so re-measuring one costs only its steps.
+
+    ``paired`` (default): the load of a shared machine drifts between measurements more than it
+    varies within one, so each candidate's timed steps alternate with steps of a *reference*
+    placement (the first one measured; its runtime is kept), and the value is
+    ``median(candidate) * median(all reference steps so far) / median(reference steps this time)``:
+    the candidate's time at the reference's typical load. Warm-up and tracing are not paired."""
 
     def __init__(self, spec: Any, worker: Any, x: Any, y: Any, seed: int = 0, warmup: int = 2, keep: int = 4,
-                 graph: Any = None):
+                 graph: Any = None, paired: bool = True):
         missing = [d.name for d in worker.devices if not d.is_real]
         if missing:
             raise ConfigError(f"placer.reward=measured needs real devices; {', '.join(missing)} exist only in the simulator")
@@ -116,6 +125,9 @@ class TFMeasure:
         self.seed, self.warmup, self.keep = seed, warmup, keep
         self._runtimes: OrderedDict[tuple, Any] = OrderedDict()
         self.built = 0
+        self.paired = paired
+        self._ref: tuple[tuple, Any] | None = None       # (key, runtime) of the reference placement
+        self._ref_times: list[float] = []
         _quiet_retracing()
         # the nodes whose device the runtime uses: a layer's forward node (its backward and update
         # follow it, the loss runs on the default device); None: every node
@@ -126,6 +138,8 @@ class TFMeasure:
 
     def runtime(self, placement: Placement):
         key = self.key(placement)
+        if self._ref is not None and key == self._ref[0]:
+            return self._ref[1]
         if key in self._runtimes:
             self._runtimes.move_to_end(key)
             return self._runtimes[key]
@@ -141,8 +155,32 @@ class TFMeasure:
         return rt
 
     def __call__(self, placement: Placement, steps: int) -> float:
-        times, _ = self.runtime(placement).time_steps(self.x, self.y, warmup=self.warmup, repeats=steps)
-        return float(np.median(times))
+        rt = self.runtime(placement)
+        if not self.paired or self._ref is None or rt is self._ref[1]:
+            times, _ = rt.time_steps(self.x, self.y, warmup=self.warmup, repeats=steps)
+            if self.paired:
+                if self._ref is None:
+                    self._ref = (self.key(placement), rt)
+                self._ref_times.extend(times)
+                return float(np.median(self._ref_times))
+            return float(np.median(times))
+        ref = self._ref[1]
+        saved, ref_saved = rt.get_flat(), ref.get_flat()
+        for _ in range(self.warmup):
+            rt.train_step(self.x, self.y)
+        ref.train_step(self.x, self.y)
+        cand, base = [], []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            rt.train_step(self.x, self.y)
+            t1 = time.perf_counter()
+            ref.train_step(self.x, self.y)
+            cand.append(t1 - t0)
+            base.append(time.perf_counter() - t1)
+        rt.set_flat(saved)
+        ref.set_flat(ref_saved)
+        self._ref_times.extend(base)
+        return float(np.median(cand) * np.median(self._ref_times) / np.median(base))
 
 
 def _quiet_retracing() -> None:
@@ -188,7 +226,7 @@ class MeasuredRewardEvaluator:
         nodes = getattr(measure, "nodes", None)
         self._relevant = np.array([nodes is None or n.name in nodes for n in graph.nodes], dtype=bool)
         self.evaluations = 0
-        self.measured = self.failed = self.cache_hits = self.screened = self.after_budget = 0
+        self.measured = self.failed = self.cache_hits = self.screened = self.after_budget = self.confirmed = 0
         self.measure_s = 0.0
         self.best_measured = math.inf
         self.searching = True
@@ -216,7 +254,13 @@ class MeasuredRewardEvaluator:
             self.after_budget += 1
             self._note_budget()
             return math.inf
-        t = self._measure(self.placement_of(a), self.settings.measure_steps)
+        p = self.placement_of(a)
+        t = self._measure(p, self.settings.measure_steps)
+        if math.isfinite(self.best_measured) and t < self.best_measured and self.budget_left():
+            # a claim to be the new best: judged on a second, independent measurement, so that the
+            # best value is not the luckiest draw of many (the winner's curse of noisy minima)
+            self.confirmed += 1
+            t = self._measure(p, 2 * self.settings.measure_steps, count=False)
         self.cache[key] = t
         if math.isfinite(t):
             self.fit.add(f, t)
@@ -258,6 +302,7 @@ class MeasuredRewardEvaluator:
              "placement.measure_s": self.measure_s,
              "placement.failed_placements": float(self.failed),
              "placement.cache_hits": float(self.cache_hits),
+             "placement.confirmations": float(self.confirmed),
              "placement.unmeasured_after_budget": float(self.after_budget),
              "placement.budget_spent": float(not self.budget_left())}
         if self.reward == "mixed":
@@ -287,11 +332,11 @@ class MeasuredRewardEvaluator:
         return rt
 
     # -- measuring --------------------------------------------------------------------------------
-    def _measure(self, placement: Placement, steps: int) -> float:
+    def _measure(self, placement: Placement, steps: int, count: bool = True) -> float:
         t0 = self.clock()
         try:
             t = float(self.measure(placement, steps))
-            self.measured += 1
+            self.measured += count
             return t
         except Exception as exc:          # out of memory, a TF error: infeasible, the search goes on
             self.failed += 1
