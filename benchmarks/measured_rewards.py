@@ -12,8 +12,12 @@ costs), ``measured`` and ``mixed`` (``orchestrator.placement.measured``; measuri
 
 Then every found placement, and the single-device placement (all on cpu:0, the reference), is
 measured again in the same process: a fresh runtime each, 3 warm-up steps, then ``--steps`` rounds,
-each round one timed training step of every placement in turn (interleaved, so that all of them see
-the same load on this shared machine); the median per placement is reported. Figures labelled
+each round one timed training step of every placement in a new random order (interleaved, so that
+all of them see the same load on this shared machine); the median per placement is reported, and
+the per-round ratio (simulated-reward placement's step / this one's, same round) with its quartiles.
+"layers on cpu:1" tells placements apart: the runtime places layers (a layer's backward and update
+go with it; the loss runs on cpu:0), so a placement with 0 layers on cpu:1 runs exactly like "all on
+cpu:0" and the difference between the two is the measurement's noise. Figures labelled
 ``measured`` are wall times; ``simulated`` ones are the cost model's.
 
 Usage: python benchmarks/measured_rewards.py [--models cnn,small_inception] [--budget-s 30]
@@ -118,8 +122,10 @@ def interleaved(spec, worker, placements: dict[str, Placement], x, y, steps: int
         for _ in range(3):
             rt.train_step(x, y)
     times = {k: [] for k in rts}
+    rng = np.random.default_rng(0)
     for _ in range(steps):
-        for k, rt in rts.items():
+        for k in rng.permutation(list(rts)):        # a new order each round: no position effect
+            rt = rts[k]
             t0 = time.perf_counter()
             rt.train_step(x, y)
             times[k].append(time.perf_counter() - t0)
@@ -181,11 +187,17 @@ def main(argv=None) -> int:
         single = Placement(worker.device_names, {n.name: "cpu:0" for n in graph.nodes}, {})
         runs = interleaved(spec, worker, {**{r: p for r, (p, _) in found.items()}, "single": single}, x, y, args.steps)
         final = {k: float(np.median(v)) for k, v in runs.items()}
+        layers = [n.name for n in graph.nodes if n.role == "forward" and n.layer]
+        on = {r: [p.assignment[n] for n in layers] for r, (p, _) in found.items()}
         for reward, (p, info) in found.items():
             per_round = runs["simulated"] / runs[reward]       # the same round: the same load
             q1, q3 = np.percentile(per_round, [25, 75])
             rows.append({"model": name, "reward": reward, "nodes": len(graph.nodes),
                          "devices_used": len(set(p.assignment.values())),
+                         "layers_on_cpu1": sum(p.assignment[n.name] == "cpu:1" for n in graph.nodes
+                                               if n.role == "forward" and n.layer),
+                         "layers": len(layers), "layer_devices": on[reward],
+                         "same_layers_as_simulated": on[reward] == on["simulated"],
                          "simulated_ms": sim.evaluate(p).step_time_s * 1e3,
                          "measured_ms": final[reward] * 1e3, "single_ms": final["single"] * 1e3,
                          "vs_simulated": final["simulated"] / final[reward],
@@ -193,7 +205,7 @@ def main(argv=None) -> int:
                          "round_ratio_q3": float(q3), **info})
     print(f"# load at end: {uptime()}")
     print()
-    print("| model | reward | search (s) | placements measured | sim error raw / re-calibrated | devices used "
+    print("| model | reward | search (s) | placements measured | sim error raw / re-calibrated | layers on cpu:1 "
           f"| simulated step (ms) | **measured** step, median of {args.steps} (ms) | all on cpu:0, measured (ms) "
           "| simulated-reward placement / this (measured; per-round median [IQR]) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -201,7 +213,8 @@ def main(argv=None) -> int:
         err = (f"{r['placement.sim_error']:.0%} / {r.get('placement.sim_error_calibrated', math.nan):.0%}"
                if "placement.sim_error" in r else "-")
         print(f"| {r['model']} ({r['nodes']} nodes) | {r['reward']} | {r['search_s']:.1f} "
-              f"| {int(r.get('placement.measured_placements', 0))} | {err} | {r['devices_used']} "
+              f"| {int(r.get('placement.measured_placements', 0))} | {err} | {r['layers_on_cpu1']} of {r['layers']}"
+              f"{' (same as simulated)' if r['same_layers_as_simulated'] and r['reward'] != 'simulated' else ''} "
               f"| {r['simulated_ms']:.2f} | {r['measured_ms']:.2f} | {r['single_ms']:.2f} | {r['vs_simulated']:.3f} "
               f"({r['round_ratio_median']:.3f} [{r['round_ratio_q1']:.2f}, {r['round_ratio_q3']:.2f}]) |")
     if args.probe_inception:
