@@ -203,10 +203,12 @@ def test_measured_reward_search_on_two_logical_cpus(workdir):
     from conftest import QUICK, run_cli, store_runs
 
     out = run_cli(workdir, "+placer=rl", "hardware=local", "hardware.logical_cpus=2", "placer.reward=measured",
-                  "placer.budget_s=6", "placer.measure_steps=3", "placer.budget_evaluations=200", *QUICK, timeout=900)
+                  "placer.budget_s=6", "placer.measure_steps=3", "placer.budget_evaluations=200", "placer.compare_simulated=true",
+                  *QUICK, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     m, tags = run.data.metrics, run.data.tags
     assert tags["placement.reward"] == "measured" and tags["evaluator"] == "measured"
     assert m["placement.measured_placements"] > 0 and m["placement.measure_s"] > 0
     assert "placement.sim_error" in m and m["placement.step_time_s"] > 0
+    assert m["placement.vs_simulated_reward"] == m["placement.simulated_reward_step_time_s"] / m["placement.step_time_s"]

@@ -161,6 +161,8 @@ class PlacementPhase:
             m["placement.time_per_sample_s"] = verdict.time_per_sample_s
             for dev, load in verdict.loads_s.items():
                 m[f"placement.load_s.{dev}"] = load
+        if reward != "simulated" and (self.trial.cfg.get("placer") or {}).get("compare_simulated"):
+            m.update(self.compare_simulated(graph, worker, evaluator, verdict))
         if "contiguous_optimum_s" in placement.meta:
             m["placement.contiguous_optimum_s"] = float(placement.meta["contiguous_optimum_s"])
         if base is not None and base.feasible and math.isfinite(base.value):
@@ -201,6 +203,20 @@ class PlacementPhase:
             tags["placement.lower_bound"] = bound_src
         sink.set_tags(tags)
         return placed
+
+    def compare_simulated(self, graph, worker, evaluator, verdict) -> dict[str, float]:
+        """``placer.compare_simulated``: the same placer searches again with the simulated reward,
+        and its answer is measured like this search's (fresh, by the same evaluator), so the run
+        says whether measuring paid: ``placement.vs_simulated_reward`` = that placement's measured
+        step time / this one's (>= 1: this one is no slower)."""
+        from orchestrator.placement.evaluator import SimulatedEvaluator
+
+        sim = SimulatedEvaluator(graph, worker, "step", evaluator.memory_headroom)
+        context = PlacementContext(seed=self.trial.settings.seed, output_dir=self.trial.output_dir, cfg=self.trial.cfg)
+        other = self.trial.placer.place(graph, worker, sim, context).check(graph)
+        v = evaluator.evaluate(other)
+        return {"placement.simulated_reward_step_time_s": v.step_time_s,
+                "placement.vs_simulated_reward": v.step_time_s / verdict.step_time_s}
 
     def measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
         """On real devices, the chosen and the baseline placement also run for real: their measured
