@@ -194,17 +194,11 @@ class Trial:
     def _evaluator_kind(self, cluster) -> str:
         if self.placer is None:
             return "measured" if not cluster.simulated else "simulated"
-        wanted = str(self.cfg.placer.get("evaluator", "auto"))
-        if wanted == "auto":
-            # Searching placers judge many candidates: the simulator (with this machine's profiled
-            # costs on real hardware; the final placement is measured as well). A placer that
-            # evaluates only its answer (manual) says so with ``auto_evaluator = "measured"``.
-            return "simulated" if cluster.simulated else getattr(self.placer_cls, "auto_evaluator", "simulated")
-        if wanted not in ("measured", "simulated"):
-            raise ConfigError(f"placer.evaluator={wanted!r} (accepted: auto, measured, simulated)")
-        if wanted == "measured" and cluster.simulated:
-            raise ConfigError(f"placer.evaluator=measured needs real devices; hardware={self.names['hardware']} is simulated")
-        return wanted
+        # placer.reward (simulated | measured | mixed; placer.evaluator is its deprecated alias)
+        from orchestrator.placement.measured import resolve_reward
+
+        self.reward = resolve_reward(self.cfg.placer, cluster.simulated, self.placer_cls, self.names["hardware"])
+        return "simulated" if self.reward == "simulated" else "measured"    # the final verdict's kind
 
     def _check_resources(self, model_spec, cluster) -> None:
         """The virtual runtime's memory bound, checked before the MLflow run starts: a trial that cannot

@@ -1,6 +1,7 @@
 """The shared judge of placements: every placer's ``placement.step_time_s`` is this verdict on its
 final placement, never the placer's own estimate. ``measured`` runs the placed training step on
-real TensorFlow devices; ``simulated`` asks the cost-model simulator."""
+real TensorFlow devices; ``simulated`` asks the cost-model simulator. The evaluators of the
+measured and mixed search rewards (``placer.reward``) are in ``orchestrator.placement.measured``."""
 
 from __future__ import annotations
 
@@ -33,13 +34,13 @@ class MeasuredEvaluator:
 
     kind = "measured"
 
-    def __init__(self, model_spec: Any, worker: Any, dataset: Any, batch_size: int, seed: int = 0,
+    def __init__(self, model_spec: Any, worker: Any, x: Any, y: Any, seed: int = 0,
                  warmup: int = 3, repeats: int = 10):
         missing = [d.name for d in worker.devices if not d.is_real]
         if missing:
-            raise ConfigError(f"evaluator=measured needs real devices; {', '.join(missing)} exist only in the simulator")
+            raise ConfigError(f"placer.reward=measured needs real devices; {', '.join(missing)} exist only in the simulator")
         self.spec, self.worker, self.seed = model_spec, worker, seed
-        self.x, self.y = dataset.x_train[:batch_size], dataset.y_train[:batch_size]
+        self.x, self.y = x, y            # one batch (``PlacementPhase.batch``)
         self.warmup, self.repeats = warmup, repeats
         self.evaluations = 0
 

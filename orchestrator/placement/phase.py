@@ -84,7 +84,11 @@ class PlacementPhase:
             return model_spec.graph
         from orchestrator.placement.extract import extract
 
-        profile = "local-cpu" if evaluator_kind == "simulated" and not self.trial.cluster_simulated else None
+        # searching placers use the costs (the simulated reward, mixed's screening, the start of a
+        # measured search); a placer that only evaluates its answer (manual) does not
+        searching = getattr(getattr(self.trial, "placer_cls", None), "auto_evaluator", None) != "measured"
+        wants = evaluator_kind == "simulated" or (evaluator_kind in ("measured", "mixed") and searching)
+        profile = "local-cpu" if wants and not self.trial.cluster_simulated else None
         graph = extract(model_spec, self.trial.settings.batch_size, profile=profile, seed=self.trial.settings.seed)
         calib = getattr(self.trial.hardware, "calibration", None)   # hardware.cost_scale on the profiled costs
         if profile and calib is not None:
@@ -103,21 +107,40 @@ class PlacementPhase:
         if kind == "simulated":
             return SimulatedEvaluator(graph, worker, objective, headroom)
         if objective == "pipeline":
-            raise ConfigError("placement.objective=pipeline is evaluated by the simulator: set placer.evaluator=simulated")
+            raise ConfigError("placement.objective=pipeline is evaluated by the simulator: set placer.reward=simulated")
         if model_spec.build is None:
             raise ConfigError(f"model={self.trial.names['model']} is a cost graph; it can only be simulated")
-        return MeasuredEvaluator(model_spec, worker, self.trial._dataset(), self.trial.settings.batch_size, seed=self.trial.settings.seed)
+        x, y = self.batch(model_spec)
+        seed = self.trial.settings.seed
+        if kind == "final":      # measures the answer of a simulated-reward search, and its baseline
+            return MeasuredEvaluator(model_spec, worker, x, y, seed=seed)
+        from orchestrator.placement.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure
+
+        settings = RewardSettings.from_cfg(self.trial.cfg.get("placer"), kind)
+        measure = TFMeasure(model_spec, worker, x, y, seed=seed, warmup=settings.warmup, graph=graph)
+        return MeasuredRewardEvaluator(graph, worker, settings, measure, memory_headroom=headroom)
+
+    def batch(self, model_spec):
+        """The batch measured steps run on: MNIST for models trained on it, else the model's sample."""
+        bs, seed = self.trial.settings.batch_size, self.trial.settings.seed
+        if model_spec.trainable_on_mnist:
+            ds = self.trial._dataset()
+            return ds.x_train[:bs], ds.y_train[:bs]
+        return model_spec.sample(bs, seed)
 
     def place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
         worker = cluster.workers[0]
-        graph = self.graph(model_spec, evaluator_kind)
-        evaluator = self.evaluator(evaluator_kind, graph, worker, model_spec)
+        reward = getattr(self.trial, "reward", None) or evaluator_kind   # placer.reward (trial._evaluator_kind)
+        graph = self.graph(model_spec, reward)
+        evaluator = self.evaluator(reward, graph, worker, model_spec)
         context = PlacementContext(seed=self.trial.settings.seed, sink=sink, output_dir=self.trial.output_dir,
                                    show_progress=self.trial.show_progress, cfg=self.trial.cfg)
         t0 = time.perf_counter()
         placement = self.trial.placer.place(graph, worker, evaluator, context).check(graph)
         search_time = time.perf_counter() - t0
         searched = evaluator.evaluations
+        end_search = getattr(evaluator, "end_search", None)    # measured / mixed rewards: stop the budget
+        search_m = end_search() if end_search is not None else {"placement.measured_placements": 0.0}
         path = self.trial.output_dir / "placement.json"
         placement.save(path)
         sink.log_artifact(path)
@@ -132,11 +155,14 @@ class PlacementPhase:
             "placement.search_time_s": search_time,
             "placement.evaluations": float(searched),
             "placement.devices_used": float(len(set(placement.assignment.values()))),
+            **search_m,
         }
         if objective == "pipeline":
             m["placement.time_per_sample_s"] = verdict.time_per_sample_s
             for dev, load in verdict.loads_s.items():
                 m[f"placement.load_s.{dev}"] = load
+        if reward != "simulated" and (self.trial.cfg.get("placer") or {}).get("compare_simulated"):
+            m.update(self.compare_simulated(graph, worker, evaluator, verdict))
         if "contiguous_optimum_s" in placement.meta:
             m["placement.contiguous_optimum_s"] = float(placement.meta["contiguous_optimum_s"])
         if base is not None and base.feasible and math.isfinite(base.value):
@@ -172,24 +198,46 @@ class PlacementPhase:
         if not cluster.simulated and model_spec.build is not None:
             placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
         sink.log_metrics(m)
-        tags = {"placement.baseline": base_label, "placement.objective": objective}
+        tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward}
         if evaluator.kind == "simulated":
             tags["placement.lower_bound"] = bound_src
         sink.set_tags(tags)
         return placed
+
+    def compare_simulated(self, graph, worker, evaluator, verdict) -> dict[str, float]:
+        """``placer.compare_simulated``: the same placer searches again with the simulated reward,
+        and its answer is measured like this search's (fresh, by the same evaluator), so the run
+        says whether measuring paid: ``placement.vs_simulated_reward`` = that placement's measured
+        step time / this one's (>= 1: this one is no slower)."""
+        from orchestrator.placement.evaluator import SimulatedEvaluator
+
+        sim = SimulatedEvaluator(graph, worker, "step", evaluator.memory_headroom)
+        context = PlacementContext(seed=self.trial.settings.seed, output_dir=self.trial.output_dir, cfg=self.trial.cfg)
+        other = self.trial.placer.place(graph, worker, sim, context).check(graph)
+        v = evaluator.evaluate(other)
+        return {"placement.simulated_reward_step_time_s": v.step_time_s,
+                "placement.vs_simulated_reward": v.step_time_s / verdict.step_time_s}
 
     def measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
         """On real devices, the chosen and the baseline placement also run for real: their measured
         step times are logged beside the simulated ones, and training uses the measured runtime."""
         if evaluator.kind == "measured":
             return {"measured": evaluator, "measured_baseline": base, "measured_step_s": m["placement.step_time_s"]}
-        measured = self.evaluator("measured", graph, worker, model_spec)
+        from orchestrator.placement.measured_fit import median_rel_error
+
+        measured = self.evaluator("final", graph, worker, model_spec)
         mv = measured.evaluate(placement)
         mb = measured.evaluate(base_placement) if base_placement is not None else None
         m["placement.measured_step_time_s"] = mv.step_time_s
+        sim, real = [m["placement.step_time_s"]], [mv.step_time_s]
         if mb is not None:
             m["placement.measured_baseline_step_time_s"] = mb.step_time_s
             m["placement.measured_speedup"] = mb.step_time_s / mv.step_time_s
+            if base is not None:
+                sim, real = sim + [base.step_time_s], real + [mb.step_time_s]
+        err = median_rel_error(sim, real)          # the simulator on the two placements measured
+        if math.isfinite(err):
+            m["placement.sim_error"] = err
         return {"measured": measured, "measured_baseline": mb, "measured_step_s": mv.step_time_s}
 
     def baseline(self, graph, worker, evaluator, model_spec):
