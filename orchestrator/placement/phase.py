@@ -111,6 +111,8 @@ class PlacementPhase:
     def place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
         worker = cluster.workers[0]
         graph = self.graph(model_spec, evaluator_kind)
+        from orchestrator.placement.schedule_phase import attach_schedule  # helper-11: micro-batches
+        attach_schedule(graph, self.settings())
         evaluator = self.evaluator(evaluator_kind, graph, worker, model_spec)
         context = PlacementContext(seed=self.trial.settings.seed, sink=sink, output_dir=self.trial.output_dir,
                                    show_progress=self.trial.show_progress, cfg=self.trial.cfg)
@@ -171,6 +173,8 @@ class PlacementPhase:
                   "graph": graph, "worker": worker}
         if not cluster.simulated and model_spec.build is not None:
             placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
+        from orchestrator.placement.schedule_phase import report_schedule  # helper-11: the micro-batched
+        report_schedule(self.trial, placement, evaluator, graph, worker, model_spec, cluster, sink, m)  # pipeline
         sink.log_metrics(m)
         tags = {"placement.baseline": base_label, "placement.objective": objective}
         if evaluator.kind == "simulated":
