@@ -153,3 +153,15 @@ def test_settings_are_checked():
     for bad in ({"micro_batches": 0}, {"micro_batches": "4"}, {"schedule": "zb"}):
         with pytest.raises(ConfigError, match="placement"):
             settings(bad)
+
+
+def test_gantt_shows_every_micro_batch(tmp_path):
+    from orchestrator.placement.gantt import gantt_events
+
+    g, w = _chain([1.0, 2.0, 1.0], [2.0, 4.0, 2.0], u=[0.5, 0.5, 0.5], hop=0.5), _worker(3)
+    r = _result(g, w, _assign(g, [0, 1, 2]), 3, "1f1b")
+    for d in r.stages:
+        labels = sorted(e["label"] for e in r.schedule_events if e["row"] == d and e["kind"] == "node")
+        assert labels == ["B1", "B2", "B3", "F1", "F2", "F3", "U"]
+    png = gantt_events(r.schedule_events, tmp_path / "p.png", "1f1b")
+    assert png.stat().st_size > 1000
