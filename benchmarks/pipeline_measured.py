@@ -49,20 +49,20 @@ def uptime() -> str:
         return "uptime: n/a"
 
 
-def best_cut(graph, worker, m: int, kind: str) -> np.ndarray:
+def best_cut(graph, worker, m: int, kind: str) -> tuple[np.ndarray, str]:
     """The contiguous 2-stage split (a cut of the forward layer order, each layer's backward and
     update with it, the loss with the last layer) with the best simulated mini-batch time."""
     fwd = [n.name for n in graph.nodes if n.role == "forward"]
     stage_of_layer = {}
-    best, best_t = None, np.inf
+    best, best_t, at = None, np.inf, ""
     sched = PipelineSchedule(graph, worker, m, kind)
     for cut in range(1, len(fwd)):
         stage_of_layer = {name: 0 if i < cut else 1 for i, name in enumerate(fwd)}
         a = np.array([stage_of_layer.get(n.group or n.name, 1) for n in graph.nodes], dtype=np.int64)
         t = sched.minibatch_time(a)
         if t < best_t:
-            best, best_t = a, t
-    return best
+            best, best_t, at = a, t, f"cut before layer {cut} ({fwd[cut]})"
+    return best, at
 
 
 def measure(spec, graph, worker, assign, m, kind, x, y, steps):
@@ -77,7 +77,7 @@ def measure(spec, graph, worker, assign, m, kind, x, y, steps):
     t0 = time.perf_counter()
     rt = PipelinedRuntime(spec, device_of, stages, orders, seed=0, lr=0.01, reference_names=[n.name for n in layers])
     times, losses = rt.time_steps(x, y, warmup=2, repeats=steps)
-    return r, float(np.median(times)), time.perf_counter() - t0, losses
+    return r, float(np.median(times)), time.perf_counter() - t0, losses, times
 
 
 def main() -> None:
@@ -108,16 +108,17 @@ def main() -> None:
     for m in [int(v) for v in args.micro_batches.split(",")]:
         x, y = spec.sample(args.micro_batch * m, 0)
         one = np.zeros(len(graph.nodes), dtype=np.int64)
-        cases = [("1 device (S=1)", "gpipe", one)]
+        cases = [("1 device (S=1)", "gpipe", (one, "everything on cpu:0"))]
         cases += [(f"2 stages, {k}", k, None) for k in args.schedules.split(",")]
         for label, kind, a in cases:
-            a = best_cut(graph, worker, m, kind) if a is None else a
-            r, meas, wall, losses = measure(spec, graph, worker, a, m, kind, x, y, args.steps)
+            a, where = best_cut(graph, worker, m, kind) if a is None else a
+            r, meas, wall, losses, r_times = measure(spec, graph, worker, a, m, kind, x, y, args.steps)
             sim, mb = r.minibatch_time_s / m, meas / m
             rows.append((label, m, sim, mb, sim / mb - 1, r, wall, losses))
-            print(f"#   {label}, m={m}: stages {r.stages} stage time (F+B) "
+            print(f"#   {label}, m={m}: {where}; stages {r.stages} stage time (F+B) "
                   f"{', '.join(f'{v * 1e3:.1f} ms' for v in r.stage_time_s.values())}; in flight {r.in_flight}; "
-                  f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; {wall:.0f} s", flush=True)
+                  f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; measured {[round(t, 4) for t in r_times]}; {wall:.0f} s",
+                  flush=True)
     print(f"# {uptime()}")
     print("| placement | m | simulated s / micro-batch | measured s / micro-batch | measured / simulated | error (sim / meas - 1) | bubble (sim) |")
     print("|---|---|---|---|---|---|---|")
