@@ -60,6 +60,8 @@ def test_micro_batches_are_for_extracted_models(tmp_path):
     assert "pipeline_schedule" not in w.graph.meta
     with pytest.raises(ConfigError, match="placement.micro_batches=4"):
         attach_schedule(w.graph, {"micro_batches": 4, "schedule": "gpipe"})
+    with pytest.raises(ConfigError, match="placement.pipeline_steps=0"):
+        attach_schedule(w.graph, {"micro_batches": 1, "pipeline_steps": 0})
 
 
 def _metrics(workdir):

@@ -16,14 +16,23 @@ from orchestrator.placement.schedule import PipelineSchedule, settings
 
 
 def attach_schedule(graph: Any, cfg: Any) -> None:
-    """Record ``placement.micro_batches`` and ``placement.schedule`` in ``graph.meta``."""
+    """Record ``placement.micro_batches`` and ``placement.schedule`` in ``graph.meta`` (and check
+    ``placement.pipeline_steps``)."""
     m, kind = settings(cfg)
+    pipeline_steps(cfg)
     if m <= 1:
         return
     if graph.meta.get("format") == "msr-dnn-partitioning":
         raise ConfigError(f"placement.micro_batches={m}: micro-batched schedules are for models extracted from "
                           "TensorFlow; a workload file's pipeline objective is its authors' load rule (placement.objective=pipeline)")
     graph.meta["pipeline_schedule"] = {"micro_batches": m, "schedule": kind}
+
+
+def pipeline_steps(cfg: Any) -> int:
+    steps = cfg.get("pipeline_steps", 5) if cfg is not None else 5
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"placement.pipeline_steps={steps!r} must be an integer >= 1")
+    return steps
 
 
 def schedule_metrics(r) -> dict[str, float]:
@@ -74,10 +83,7 @@ def measure(trial: Any, model_spec, graph, placement, worker, r, sink) -> dict[s
     from orchestrator.execution.pipelined import PipelineOrderError, PipelinedRuntime
     from orchestrator.placement.schedule import task_order
 
-    cfg = trial.cfg.get("placement") or {}
-    steps = cfg.get("pipeline_steps", 5)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"placement.pipeline_steps={steps!r} must be an integer >= 1")
+    steps = pipeline_steps(trial.cfg.get("placement") or {})
     tf_dev = {d.name: d.tf_device for d in worker.devices}
     layers = [n for n in graph.nodes if n.role == "forward"]
     device_of = {n.name: tf_dev[placement.assignment[n.name]] for n in layers}
