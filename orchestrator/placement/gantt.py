@@ -1,4 +1,7 @@
-"""Gantt chart of a simulated step: one row per device and per link channel used (PNG, matplotlib Agg)."""
+"""Gantt charts (PNG, matplotlib Agg): one row per device and per link channel used. ``gantt`` draws a
+simulated step; ``gantt_events`` any list of events, e.g. a micro-batched pipeline schedule
+(``orchestrator.placement.schedule``), whose tasks are labelled F3 / B3 (forward / backward of
+micro-batch 3) and U (the update), each micro-batch in its own colour."""
 
 from __future__ import annotations
 
@@ -9,23 +12,43 @@ def gantt(result, path: str | Path, title: str = "") -> Path:
     """Draw ``result.schedule`` (``simulate(..., schedule=True)``) into ``path``."""
     if result.schedule is None:
         raise ValueError("the result has no schedule: simulate with schedule=True")
+    return gantt_events(result.schedule, path,
+                        title or f"step {result.makespan_s:.6g} s" + ("" if result.feasible else " (infeasible: memory)"))
+
+
+def _colour(ev: dict, cmap) -> str:
+    label = ev.get("label")
+    if label and label[1:].isdigit():            # F3 / B3: the micro-batch's colour, backward lighter
+        c = cmap((int(label[1:]) - 1) % 10)
+        return c if label[0] == "F" else (*c[:3], 0.55)
+    if label == "U":
+        return "tab:gray"
+    return "tab:blue" if ev["kind"] == "node" else "tab:orange"
+
+
+def gantt_events(events: list[dict], path: str | Path, title: str = "") -> Path:
+    """``events``: {"kind": "node"|"transfer", "row", "start", "end"[, "label"]} (seconds)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows: list[str] = []
-    for ev in sorted(result.schedule, key=lambda e: (e["kind"] != "node", e["row"])):
+    for ev in sorted(events, key=lambda e: (e["kind"] != "node", e["row"])):
         if ev["row"] not in rows:
             rows.append(ev["row"])
     fig, ax = plt.subplots(figsize=(12, 0.5 * len(rows) + 1.5))
-    for ev in result.schedule:
+    cmap = plt.get_cmap("tab10")
+    span = max((e["end"] for e in events), default=0.0) or 1.0
+    for ev in events:
         y = rows.index(ev["row"])
-        ax.barh(y, max(ev["end"] - ev["start"], 0.0), left=ev["start"], height=0.7,
-                color="tab:blue" if ev["kind"] == "node" else "tab:orange", edgecolor="black", linewidth=0.2)
+        width = max(ev["end"] - ev["start"], 0.0)
+        ax.barh(y, width, left=ev["start"], height=0.7, color=_colour(ev, cmap), edgecolor="black", linewidth=0.2)
+        if ev.get("label") and width > 0.02 * span:
+            ax.text(ev["start"] + width / 2, y, ev["label"], ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(rows)), rows)
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
-    ax.set_title(title or f"step {result.makespan_s:.6g} s" + ("" if result.feasible else " (infeasible: memory)"))
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -132,6 +132,8 @@ class PlacementPhase:
         worker = cluster.workers[0]
         reward = getattr(self.trial, "reward", None) or evaluator_kind   # placer.reward (trial._evaluator_kind)
         graph = self.graph(model_spec, reward)
+        from orchestrator.placement.schedule_phase import attach_schedule  # micro-batches (placement.micro_batches)
+        attach_schedule(graph, self.settings())
         evaluator = self.evaluator(reward, graph, worker, model_spec)
         context = PlacementContext(seed=self.trial.settings.seed, sink=sink, output_dir=self.trial.output_dir,
                                    show_progress=self.trial.show_progress, cfg=self.trial.cfg)
@@ -197,6 +199,8 @@ class PlacementPhase:
                   "graph": graph, "worker": worker}
         if not cluster.simulated and model_spec.build is not None:
             placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
+        from orchestrator.placement.schedule_phase import report_schedule  # the micro-batched
+        report_schedule(self.trial, placement, evaluator, graph, worker, model_spec, cluster, sink, m)  # pipeline
         sink.log_metrics(m)
         tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward}
         if evaluator.kind == "simulated":

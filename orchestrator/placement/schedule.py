@@ -1,0 +1,337 @@
+"""Micro-batched pipeline schedules of a placed training-step graph (models extracted from
+TensorFlow): GPipe fill-drain and 1F1B (PipeDream-Flush), scheduled task by task.
+
+A placement's **stages** are the devices it uses, ordered by the graph's topological flow (mean
+position of their nodes, a backward or update node counting at its forward twin's). Per stage and
+micro-batch j there are two tasks, ``F<j>`` (the stage's forward and loss nodes) and ``B<j>`` (its
+backward nodes), and once per mini-batch ``U`` (its update nodes: one optimizer step, gradients
+accumulated over the micro-batches). A task lasts the sum of its nodes' costs on the device. Each
+tensor that crosses devices (one per source node and destination device, as in the simulator) is
+sent when its producer task ends, hop by hop along the route, one tensor at a time per link channel
+(FIFO); its consumer tasks wait for it. Each device runs its tasks in the schedule's fixed order:
+
+- ``gpipe`` (Huang et al. 2019, GPipe, Fig. 2c): F1 .. Fm, then Bm .. B1, then U;
+- ``1f1b`` (Narayanan et al. 2019, PipeDream's one-forward-one-backward steady state, flushed once
+  per mini-batch as in PipeDream-Flush, Narayanan et al. 2021): stage s (0-based, of S) runs
+  w = min(S - 1 - s, m) warm-up forwards, then alternates F, B, then drains the last w backwards.
+
+A dependency against the stage order (a non-contiguous split: a forward tensor going back to an
+earlier stage, a backward one to a later stage) cannot be waited for without a cycle; its transfer
+time is added to the receiving task instead (counted, not waited for: ``against_order``).
+
+Results: ``minibatch_time_s`` (the last task's end: fill, steady state, drain and the update),
+``time_per_microbatch_s`` (steady state: the schedule's slope, (T(m1 + S) - T(m1)) / S with
+m1 = max(m, S), both scheduled), ``bubble_fraction`` = 1 - m * time_per_microbatch / minibatch time
+(GPipe's (S - 1) / (m + S - 1) on balanced stages), and per stage the peak number of micro-batches
+in flight (F started, B not finished: ``gpipe`` m, ``1f1b`` min(m, S - s)) and the activation
+memory they hold. Memory of a device = its parameters + in-flight x its forward nodes'
+activations + its largest temporary buffer (``Simulator.memory``, which uses the same counts);
+a placement over a memory pool's capacity is infeasible.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestrator.errors import ConfigError
+
+SCHEDULES = ("gpipe", "1f1b")
+F, B, U = 0, 1, 2
+_NAMES = "FBU"
+
+
+def settings(cfg: Any) -> tuple[int, str]:
+    """``placement.micro_batches`` (int >= 1, default 1) and ``placement.schedule`` (gpipe | 1f1b)."""
+    m = cfg.get("micro_batches", 1) if cfg is not None else 1
+    kind = str(cfg.get("schedule", "1f1b") if cfg is not None else "1f1b").lower()
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ConfigError(f"placement.micro_batches={m!r} must be an integer >= 1")
+    if kind not in SCHEDULES:
+        raise ConfigError(f"placement.schedule={kind!r} (accepted: {', '.join(SCHEDULES)})")
+    return m, kind
+
+
+def in_flight(kind: str, micro_batches: int, n_stages: int, stage: int) -> int:
+    """Micro-batches whose activations stage ``stage`` (0-based) holds at once, at most."""
+    if kind == "gpipe":
+        return micro_batches
+    return max(1, min(micro_batches, n_stages - stage))
+
+
+def task_order(kind: str, m: int, n_stages: int, stage: int) -> list[tuple[int, int]]:
+    """The (phase, micro-batch) tasks of one stage in the order it runs them (micro-batches 0-based)."""
+    if kind == "gpipe":
+        return [(F, j) for j in range(m)] + [(B, j) for j in reversed(range(m))]
+    w = min(n_stages - 1 - stage, m)
+    out = [(F, j) for j in range(w)]
+    for j in range(m - w):
+        out += [(F, w + j), (B, j)]
+    return out + [(B, j) for j in range(m - w, m)]
+
+
+def phase_of(graph) -> np.ndarray:
+    return np.array([B if n.role == "backward" else U if n.role == "update" else F for n in graph.nodes], dtype=np.int64)
+
+
+def flow_position(graph) -> np.ndarray:
+    """Position of each node in the forward flow: forward nodes in topological order; a backward or
+    update node at its group's forward node (else after every forward node)."""
+    phase = phase_of(graph)
+    topo = graph.topological_order()
+    pos = np.zeros(len(graph.nodes))
+    fwd = [i for i in topo if phase[i] == F]
+    at_group: dict[str, float] = {}
+    for k, i in enumerate(fwd):
+        pos[i] = k
+        g = graph.nodes[i].group
+        if g is not None:
+            at_group.setdefault(g, float(k))
+    for k, i in enumerate(i for i in topo if phase[i] != F):
+        g = graph.nodes[i].group
+        pos[i] = at_group.get(g, len(fwd) + k) if g is not None else len(fwd) + k
+    return pos
+
+
+def stage_order(pos: np.ndarray, assign: np.ndarray, n_devices: int) -> list[int]:
+    """Devices used by ``assign``, in flow order (mean flow position of their nodes)."""
+    cnt = np.bincount(assign, minlength=n_devices)
+    tot = np.bincount(assign, weights=pos, minlength=n_devices)
+    used = np.flatnonzero(cnt)
+    return sorted(used.tolist(), key=lambda d: (tot[d] / cnt[d], d))
+
+
+@dataclass
+class ScheduleResult:
+    schedule: str
+    micro_batches: int
+    stages: list[str]                               # device names, stage order
+    minibatch_time_s: float
+    time_per_microbatch_s: float
+    bubble_fraction: float
+    in_flight: dict[str, int]                       # peak micro-batches in flight per stage (simulated)
+    activation_memory_bytes: dict[str, float]       # in flight x activations of one micro-batch
+    memory_bytes: dict[str, float]                  # parameters + in-flight activations + largest temp
+    oom: list[tuple[str, float]] = field(default_factory=list)
+    stage_time_s: dict[str, float] = field(default_factory=dict)   # F + B of one micro-batch per stage
+    against_order: int = 0
+    schedule_events: list[dict] | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return not self.oom
+
+
+class PipelineSchedule:
+    """A graph on a worker, ready to schedule any assignment (device index per node) with
+    ``micro_batches`` micro-batches; ``evaluate`` returns a ``ScheduleResult``."""
+
+    def __init__(self, graph: Any, worker: Any, micro_batches: int, kind: str = "1f1b", sim: Any = None):
+        from orchestrator.placement.pipeline import original_edges
+        from orchestrator.placement.simulator import Simulator
+
+        if kind not in SCHEDULES:
+            raise ConfigError(f"placement.schedule={kind!r} (accepted: {', '.join(SCHEDULES)})")
+        self.graph, self.worker, self.m, self.kind = graph, worker, int(micro_batches), kind
+        self.sim = sim if sim is not None else Simulator(graph, worker)
+        self.phase = phase_of(graph)
+        self.pos = flow_position(graph)
+        self.nd = len(worker.devices)
+        cost = self.sim.cost
+        self.cost = np.where(np.isfinite(cost), cost, np.inf)
+        pairs: dict[tuple[int, int], tuple[float, float]] = {}
+        for e in original_edges(graph):
+            u, v = graph.index(e.src), graph.index(e.dst)
+            if u != v:
+                b, f = pairs.get((u, v), (0.0, -1.0))
+                pairs[u, v] = (max(b, e.bytes), max(f, -1.0 if e.cost is None else e.cost * graph.time_unit_s))
+        self.e_src = np.array([p[0] for p in pairs], dtype=np.int64)
+        self.e_dst = np.array([p[1] for p in pairs], dtype=np.int64)
+        self.e_bytes = np.array([v[0] for v in pairs.values()])
+        self.e_fixed = np.array([v[1] for v in pairs.values()])
+        self.act = np.array([n.activation_bytes if self.phase[i] == F else 0.0 for i, n in enumerate(graph.nodes)])
+
+    # -- the plan of one assignment -------------------------------------------------------------
+    def _plan(self, assign: np.ndarray):
+        nd = self.nd
+        stages = stage_order(self.pos, assign, nd)
+        si = {d: k for k, d in enumerate(stages)}
+        dur = np.zeros((3, nd))
+        np.add.at(dur, (self.phase, assign), self.cost[np.arange(len(assign)), assign])
+        # one tensor per (source node, destination device): bytes and fixed cost are the max over its edges
+        items: dict[tuple[int, int], list] = {}   # (src node, dst device) -> [bytes, fixed, consumer phases]
+        du, dv = assign[self.e_src], assign[self.e_dst]
+        for k in np.flatnonzero(du != dv):
+            key = (int(self.e_src[k]), int(dv[k]))
+            it = items.setdefault(key, [0.0, -1.0, set()])
+            it[0], it[1] = max(it[0], self.e_bytes[k]), max(it[1], self.e_fixed[k])
+            it[2].add(int(self.phase[self.e_dst[k]]))
+        transfers: dict[tuple[int, int, int], list] = {}   # (src phase, src dev, dst dev) -> [hops, consumers]
+        against = 0
+        for (u, b), (nbytes, fixed, consumers) in items.items():
+            a, pu = int(assign[u]), int(self.phase[u])
+            r = a * nd + b
+            hops = []
+            for h in range(self.sim.route_ptr[r], self.sim.route_ptr[r + 1]):
+                link = self.sim.route_link[h]
+                t = fixed if fixed >= 0 else self.sim.link_lat[link] + nbytes / self.sim.link_bw[link]
+                hops.append((int(self.sim.link_chan[link]), float(t)))
+            ok = set()
+            for pv in consumers:
+                if _in_order(pu, pv, si[a], si[b]):
+                    ok.add(pv)
+                else:
+                    against += 1
+                    dur[pv, b] += sum(t for _, t in hops)
+            if ok:
+                tr = transfers.setdefault((pu, a, b), [{}, set()])
+                for ch, t in hops:
+                    tr[0][ch] = tr[0].get(ch, 0.0) + t
+                tr[1] |= ok
+        return stages, dur, transfers, against
+
+    # -- scheduling -----------------------------------------------------------------------------
+    def _run(self, m: int, stages, dur, transfers, record: bool, update: bool = True):
+        """Times of every task of an ``m``-micro-batch mini-batch: (makespan, starts, ends, events)."""
+        S = len(stages)
+        order = {d: [(p, j) for p, j in task_order(self.kind, m, S, s)] + ([(U, 0)] if update else [])
+                 for s, d in enumerate(stages)}
+        out_of: dict[tuple[int, int], list] = {}
+        pending: dict[tuple[int, int, int], int] = {}
+        ready: dict[tuple[int, int, int], float] = {}
+        for (pu, a, b), (hops, consumers) in transfers.items():
+            out_of.setdefault((pu, a), []).append((b, list(hops.items()), consumers))
+            for pv in consumers:
+                if pv == U and update:
+                    pending[U, b, 0] = pending.get((U, b, 0), 0) + m
+                elif pv != U:
+                    for j in range(m):
+                        pending[pv, b, j] = pending.get((pv, b, j), 0) + 1
+        chan_free: dict[int, float] = {}
+        ptr = {d: 0 for d in stages}
+        busy = {d: False for d in stages}
+        free_at = {d: 0.0 for d in stages}
+        start, end, events, heap = {}, {}, [], []
+        seq = 0
+
+        def try_start(d, t):
+            nonlocal seq
+            if busy[d] or ptr[d] >= len(order[d]):
+                return
+            p, j = order[d][ptr[d]]
+            key = (p, d, j)
+            if pending.get(key, 0) > 0:
+                return
+            s = max(t, free_at[d], ready.get(key, 0.0))
+            start[key] = s
+            busy[d] = True
+            seq += 1
+            heapq.heappush(heap, (s + dur[p, d], seq, key))
+
+        for d in stages:
+            try_start(d, 0.0)
+        while heap:
+            t, _, key = heapq.heappop(heap)
+            p, d, j = key
+            end[key] = t
+            busy[d], free_at[d] = False, t
+            ptr[d] += 1
+            for b, hops, consumers in out_of.get((p, d), []) if p != U else []:
+                at = t
+                for ch, h in hops:
+                    s = max(at, chan_free.get(ch, 0.0))
+                    at = s + h
+                    chan_free[ch] = at
+                    if record:
+                        events.append({"kind": "transfer", "row": self._chan_name(ch), "name": f"{_NAMES[p]}{j + 1} "
+                                       f"{self.worker.devices[d].name}->{self.worker.devices[b].name}",
+                                       "label": f"{_NAMES[p]}{j + 1}", "start": s, "end": at})
+                for pv in consumers:
+                    if pv == U and not update:
+                        continue
+                    ck = (pv, b, 0 if pv == U else j)
+                    pending[ck] -= 1
+                    ready[ck] = max(ready.get(ck, 0.0), at)
+                    try_start(b, t)
+            try_start(d, t)
+        n_tasks = sum(len(o) for o in order.values())
+        if len(end) < n_tasks:  # pragma: no cover - the orders are deadlock-free by construction
+            raise RuntimeError(f"pipeline schedule {self.kind} deadlocked after {len(end)} of {n_tasks} tasks")
+        if record:
+            for (p, d, j), s in start.items():
+                lab = "U" if p == U else f"{_NAMES[p]}{j + 1}"
+                events.append({"kind": "node", "row": self.worker.devices[d].name, "name": lab, "label": lab,
+                               "start": s, "end": end[p, d, j]})
+        return max(end.values(), default=0.0), start, end, events
+
+    def _chan_name(self, ch: int) -> str:
+        for link, c in zip(self.worker.links, self.sim.link_chan):
+            if c == ch:
+                return link.shared or f"{link.src}->{link.dst}"
+        return f"channel {ch}"
+
+    def minibatch_time(self, assign) -> float:
+        """The mini-batch time only (the fast path for placers); inf where memory breaks."""
+        a = np.asarray(assign, dtype=np.int64)
+        if self.sim.memory(a)[1] or self.sim.violations(a):
+            return math.inf
+        stages, dur, transfers, _ = self._plan(a)
+        if not np.isfinite(dur).all():
+            return math.inf
+        return float(self._run(self.m, stages, dur, transfers, False)[0])
+
+    def evaluate(self, assign, *, record: bool = False) -> ScheduleResult:
+        a = np.asarray(assign, dtype=np.int64)
+        stages, dur, transfers, against = self._plan(a)
+        names = [self.worker.devices[d].name for d in stages]
+        S, m = len(stages), self.m
+        total, start, end, events = self._run(m, stages, dur, transfers, record)
+        m1 = max(m, S)
+        t1 = self._run(m1, stages, dur, transfers, False, update=False)[0]
+        t2 = self._run(m1 + S, stages, dur, transfers, False, update=False)[0]
+        steady = (t2 - t1) / S
+        peak = {}
+        for d in stages:
+            spans = sorted([(start[F, d, j], 1) for j in range(m)] + [(end[B, d, j], -1) for j in range(m)],
+                           key=lambda x: (x[0], x[1]))
+            cur = best = 0
+            for _, step in spans:
+                cur += step
+                best = max(best, cur)
+            peak[d] = best
+        act_dev = np.bincount(a, weights=self.act, minlength=self.nd)
+        mem, oom = self.sim.memory(a)
+        return ScheduleResult(
+            self.kind, m, names, float(total), float(steady),
+            float(max(0.0, 1.0 - m * steady / total)) if total > 0 else 0.0,
+            {self.worker.devices[d].name: int(peak[d]) for d in stages},
+            {self.worker.devices[d].name: float(peak[d] * act_dev[d]) for d in stages},
+            {n: float(x) for n, x in zip(self.worker.device_names, mem) if x > 0},
+            oom, {self.worker.devices[d].name: float(dur[F, d] + dur[B, d]) for d in stages}, against,
+            events if record else None)
+
+
+def _in_order(pu: int, pv: int, su: int, sv: int) -> bool:
+    """May the consumer task wait for this tensor without a cycle in the schedule?"""
+    if pu == U:
+        return False
+    if pu == F and pv == F:
+        return su < sv
+    if pu == B and pv == B:
+        return su > sv
+    return not (pu == B and pv == F)
+
+
+def in_flight_counts(graph: Any, assign: np.ndarray, n_devices: int, micro_batches: int, kind: str,
+                     pos: np.ndarray | None = None) -> np.ndarray:
+    """Micro-batches in flight per device for ``assign`` (the counts ``Simulator.memory`` charges)."""
+    pos = flow_position(graph) if pos is None else pos
+    out = np.ones(n_devices)
+    stages = stage_order(pos, assign, n_devices)
+    for s, d in enumerate(stages):
+        out[d] = in_flight(kind, micro_batches, len(stages), s)
+    return out

@@ -1,0 +1,117 @@
+"""The micro-batched pipeline in a trial (``placement.micro_batches`` > 1, ``placement.schedule``):
+the graph records the schedule (so that the simulator charges every stage the activations it holds
+in flight, for every placer and the judge), the chosen placement is scheduled (metrics, a Gantt
+chart of the micro-batches) and, on real devices, trained with micro-batches for real, the
+measured time per micro-batch logged beside the simulated one."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.placement.schedule import PipelineSchedule, settings
+
+
+def attach_schedule(graph: Any, cfg: Any) -> None:
+    """Record ``placement.micro_batches`` and ``placement.schedule`` in ``graph.meta`` (and check
+    ``placement.pipeline_steps``)."""
+    m, kind = settings(cfg)
+    pipeline_steps(cfg)
+    if m <= 1:
+        return
+    if graph.meta.get("format") == "msr-dnn-partitioning":
+        raise ConfigError(f"placement.micro_batches={m}: micro-batched schedules are for models extracted from "
+                          "TensorFlow; a workload file's pipeline objective is its authors' load rule (placement.objective=pipeline)")
+    graph.meta["pipeline_schedule"] = {"micro_batches": m, "schedule": kind}
+
+
+def pipeline_steps(cfg: Any) -> int:
+    steps = cfg.get("pipeline_steps", 5) if cfg is not None else 5
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"placement.pipeline_steps={steps!r} must be an integer >= 1")
+    return steps
+
+
+def schedule_metrics(r) -> dict[str, float]:
+    """The metrics of a ``ScheduleResult`` (simulated)."""
+    m = {"placement.micro_batches": float(r.micro_batches), "placement.time_per_microbatch_s": r.time_per_microbatch_s,
+         "placement.minibatch_time_s": r.minibatch_time_s, "placement.bubble_fraction": r.bubble_fraction}
+    for dev, b in r.activation_memory_bytes.items():
+        m[f"placement.activation_memory_bytes.{dev}"] = b
+    for dev, k in r.in_flight.items():
+        m[f"placement.in_flight.{dev}"] = float(k)
+    return m
+
+
+def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec, cluster, sink, metrics: dict) -> None:
+    """Schedule the chosen placement (metrics into ``metrics``, ``gantt_pipeline.png``); on real
+    devices also run it pipelined (``orchestrator.execution.pipelined``) and log the measured time."""
+    ps = graph.meta.get("pipeline_schedule")
+    if not ps:
+        return
+    m, kind = int(ps["micro_batches"]), str(ps["schedule"])
+    real = not cluster.simulated and model_spec.build is not None
+    sim_graph = graph
+    if real and "local-cpu" not in graph.meta.get("profiles", []) and any(d.profile == "local-cpu" for d in worker.devices):
+        # judged without this machine's profile (a measured evaluator): profile for the simulated figures
+        sim_graph = trial.placing.graph(model_spec, "simulated")
+        sim_graph.meta["pipeline_schedule"] = dict(ps)
+        if len(sim_graph.nodes) != len(graph.nodes):
+            raise RuntimeError(f"model {model_spec.name}: the profiled graph differs from the placed one")
+    index = {d.name: i for i, d in enumerate(worker.devices)}
+    assign = np.array([index[placement.assignment[n.name]] for n in graph.nodes], dtype=np.int64)
+    sim = getattr(evaluator, "simulator", None) if sim_graph is graph else None
+    r = PipelineSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
+        .evaluate(assign, record=True)
+    if not r.feasible:
+        over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in r.oom)
+        raise InfeasiblePlacementError(f"the placement does not fit with {m} micro-batches in flight ({kind}): {over}")
+    metrics.update(schedule_metrics(r))
+    _gantt(trial, r, sink)
+    sink.set_tags({"placement.schedule": kind})
+    if real and graph.granularity == "layer" and all(worker.device(d).is_real for d in r.stages):
+        metrics.update(measure(trial, model_spec, graph, placement, worker, r, sink))
+
+
+def measure(trial: Any, model_spec, graph, placement, worker, r, sink) -> dict[str, float]:
+    """Train ``placement.pipeline_steps`` mini-batches pipelined on the real devices; the median
+    wall time per mini-batch / m is the measured time per micro-batch (bubble included), compared
+    with the simulated mini-batch time / m: ``placement.pipeline_sim_error`` = simulated / measured - 1."""
+    from orchestrator.execution.pipelined import PipelineOrderError, PipelinedRuntime
+    from orchestrator.placement.schedule import task_order
+
+    steps = pipeline_steps(trial.cfg.get("placement") or {})
+    tf_dev = {d.name: d.tf_device for d in worker.devices}
+    layers = [n for n in graph.nodes if n.role == "forward"]
+    device_of = {n.name: tf_dev[placement.assignment[n.name]] for n in layers}
+    batch = int(graph.meta.get("batch") or trial.settings.batch_size)
+    try:
+        S = len(r.stages)
+        orders = [task_order(r.schedule, r.micro_batches, S, s) for s in range(S)]
+        rt = PipelinedRuntime(model_spec, device_of, [tf_dev[d] for d in r.stages], orders, seed=trial.settings.seed,
+                              lr=float(trial.settings.lr), default_device=worker.devices[0].tf_device, reference_names=[n.name for n in layers])
+        x, y = model_spec.sample(batch * r.micro_batches, trial.settings.seed)
+        times, losses = rt.time_steps(x, y, warmup=2, repeats=steps)
+    except PipelineOrderError as exc:
+        sink.set_tags({"placement.pipeline_measured": f"no: {exc}"})
+        return {}
+    measured = float(np.median(times))
+    sim = r.minibatch_time_s / r.micro_batches
+    per_mb = measured / r.micro_batches
+    sink.set_tags({"placement.pipeline_measured": f"yes: {steps} mini-batches of {r.micro_batches} x {batch} samples"})
+    return {"placement.measured_minibatch_time_s": measured, "placement.measured_time_per_microbatch_s": per_mb,
+            "placement.simulated_minibatch_per_microbatch_s": sim,
+            "placement.pipeline_sim_error": sim / per_mb - 1.0 if per_mb > 0 else math.nan,
+            "placement.pipeline_loss_first": losses[0], "placement.pipeline_loss_last": losses[-1]}
+
+
+def _gantt(trial: Any, r, sink) -> None:
+    from orchestrator.placement.gantt import gantt_events
+
+    path = trial.output_dir / "gantt_pipeline.png"
+    gantt_events(r.schedule_events, path, f"{r.schedule}: {r.micro_batches} micro-batches over {len(r.stages)} stages, "
+                 f"mini-batch {r.minibatch_time_s:.4g} s (simulated), bubble {r.bubble_fraction:.0%}")
+    sink.log_artifact(path)
