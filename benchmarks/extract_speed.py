@@ -32,7 +32,7 @@ def main(argv=None) -> int:
         spec = builtin("inception_v3", {"input_size": size})
         g = extract(spec, a.batch, warmup=2, repeats=a.repeats)
         t0 = time.perf_counter()
-        og = extract_op_graph(spec.build(), a.batch, spec.input_specs)
+        og = extract_op_graph(spec.new_model(), a.batch, spec.input_specs)
         op_s = time.perf_counter() - t0
         lines.append(f"| {size}x{size} | {len(g)} | {len(g.edges)} | {g.total_flops/1e9:.2f} | {g.meta['extract_s']:.2f} | "
                      f"{g.meta['profile_s']:.2f} | {len(og)} | {op_s:.2f} |")

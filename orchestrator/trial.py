@@ -208,7 +208,7 @@ class Trial:
             return
         from orchestrator.sync.limits import check_virtual_memory
 
-        check_virtual_memory(len(cluster.workers), int(model_spec.build().count_params()), self._dataset())
+        check_virtual_memory(len(cluster.workers), int(model_spec.new_model().count_params()), self._dataset())
 
     def _dataset(self):
         if getattr(self, "_loaded_dataset", None) is None:

@@ -22,7 +22,7 @@ def test_placed_step_matches_unplaced_on_two_logical_cpus(name, cfg):
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     assert len(cpus) == 2
     spec = builtin(name, cfg)
-    layers = [layer.name for layer in spec.build().layers]
+    layers = [layer.name for layer in spec.new_model().layers]
     mapping = {n: cpus[i % 2] for i, n in enumerate(layers)}
     out = compare_with_unplaced(spec, mapping, batch=4)
     assert out["loss_abs_diff"] < 1e-5
@@ -98,10 +98,30 @@ def test_the_backward_pass_of_a_placed_model_runs_on_each_layers_device():
 
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     spec = builtin("cnn")
-    layers = [layer.name for layer in spec.build().layers]
+    layers = [layer.name for layer in spec.new_model().layers]
     mapping = {n: cpus[0] if i < 3 else cpus[1] for i, n in enumerate(layers)}
     rt = ModelRuntime(spec, device_of=mapping, default_device=cpus[0])
     x, y = np.zeros((4, 28, 28, 1), np.float32), np.zeros(4, np.int32)
     graph = rt._grad.get_concrete_function(tf.constant(x), tf.constant(y)).graph
     grad_devices = {op.device.split("/")[-1] for op in graph.get_operations() if "gradient" in op.name.lower()}
     assert {"device:CPU:0", "device:CPU:1"} <= grad_devices, grad_devices
+
+
+def test_a_placement_means_the_same_layers_in_every_build_of_the_model():
+    """Keras numbers automatic layer names per process (``dense_7`` in a later build); a placement keyed
+    by the extracted graph's names must still reach every layer of the runtime's own build."""
+    import keras
+
+    from orchestrator.execution.runtime import ModelRuntime
+    from orchestrator.models import ModelSpec
+    from orchestrator.placement.extract import extract
+
+    def build():
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, activation="relu"), keras.layers.Dense(3)])
+
+    spec = ModelSpec("auto-named", build, (6,), 3)
+    graph = extract(spec, batch=4, profile=None)
+    build(), build()  # other builds in between move Keras' name counters on
+    mapping = {n.layer: "/device:CPU:1" for n in graph.nodes if n.layer}
+    rt = ModelRuntime(spec, device_of=mapping)
+    assert len(rt.layers) == 2 and rt.devices == ["/device:CPU:1"] * 2, (sorted(mapping), [l.name for l in rt.layers])

@@ -68,7 +68,7 @@ def _check_cluster(n: int, model: str, batch: int) -> int:
 
     spec = builtin(model)
     with LocalTFCluster(n) as cluster:
-        names = [layer.name for layer in spec.build().layers]
+        names = [layer.name for layer in spec.new_model().layers]
         mapping = {name: cluster.devices[i * n // len(names)] for i, name in enumerate(names)}
         out = compare_with_unplaced(spec, mapping, batch)
         out["step_time_s"] = measure_step(spec, mapping, batch, warmup=2, repeats=3).step_time_s

@@ -45,7 +45,7 @@ class PipelinedRuntime:
         from orchestrator.execution.runtime import ModelRuntime
 
         keras.utils.set_random_seed(seed)
-        template = spec.build()
+        template = spec.new_model()
         names = list(dict.fromkeys(layer.name for layer, _ in layer_calls(template)))
         mapping = dict(device_of)
         if reference_names is not None and list(reference_names) != names:

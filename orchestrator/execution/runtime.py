@@ -49,7 +49,7 @@ class ModelRuntime:
                  device_of: Callable[[str], str] | Mapping[str, str] | None = None,
                  default_device: str = "/device:CPU:0"):
         keras.utils.set_random_seed(seed)
-        template = spec.build()
+        template = spec.new_model()
         if isinstance(device_of, Mapping):
             mapping = dict(device_of)
             device_of = lambda name: mapping.get(name, default_device)  # noqa: E731

@@ -32,6 +32,14 @@ class ModelSpec:
     hardware: Any = None       # the Cluster a workload file describes (``hardware=auto``)
     expert_split: Any = None   # a human-expert Placement that comes with the workload
 
+    def new_model(self) -> Any:
+        """``build()`` with Keras' automatic layer names counted from zero, so every build of the model
+        names its layers alike (``conv2d``, ``conv2d_1``, ...): a placement, keyed by the layer names of
+        the build its graph was extracted from, then means the same layers in every later build
+        (Keras otherwise numbers automatic names per process: ``conv2d_94`` in the second build)."""
+        reset_layer_names()
+        return self.build()
+
     @property
     def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
         return list(self.inputs) if self.inputs else [(tuple(self.input_shape), self.input_dtype)]
@@ -51,6 +59,20 @@ class ModelSpec:
                 xs.append(rng.standard_normal((batch, *shape)).astype(dtype))
         y = rng.integers(0, self.num_classes, (batch, *self.label_shape)).astype("int32")
         return (xs[0] if len(xs) == 1 else tuple(xs)), y
+
+
+def reset_layer_names() -> None:
+    """Restart Keras' per-process counters of automatic object names."""
+    import collections
+
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:  # a Keras without the 3.x layout: the public, broader reset
+        import keras
+
+        keras.backend.clear_session()
+        return
+    global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
 
 
 BUILTIN = {

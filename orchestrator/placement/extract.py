@@ -226,7 +226,7 @@ def extract(spec, batch: int = 32, *, profile: str | None = "local-cpu", seed: i
 
     keras.utils.set_random_seed(seed)
     t0 = time.perf_counter()
-    model = spec.build()
+    model = spec.new_model()
     graph = extract_layer_graph(model, batch, spec.name)
     graph.meta["extract_s"] = time.perf_counter() - t0
     if profile:
