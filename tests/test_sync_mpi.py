@@ -33,7 +33,9 @@ def test_delay_bound_and_no_lost_update_under_random_delays(tmp_path, mnist):
     result, stats = mpi_run(tmp_path, mnist, "delay", [1.0, 0.5, 1.0], {"audit": True, "random_max_s": 0.05},
                             sync={"balance": "static"})
     assert max(stats.gap_histogram) <= 1   # the server also asserted it on every grant
-    assert stats.pushes_applied == stats.pushes_made == sum(stats.iterations) == result.updates
+    # a push still in flight when training stopped is dropped (at most one per worker), never lost silently
+    assert stats.pushes_applied + stats.pushes_dropped == stats.pushes_made == sum(stats.iterations)
+    assert stats.pushes_applied == result.updates and stats.pushes_dropped <= len(stats.iterations)
     run_dir = next(tmp_path.glob("mpi-delay-*"))
     theta0, final = np.load(run_dir / "theta0.npy"), np.load(run_dir / "theta_final.npy")
     pushed = sum(np.load(p) for p in run_dir.glob("pushed*.npy"))
@@ -125,7 +127,7 @@ def test_emulated_step_time_sets_the_pace_at_w4(tmp_path, mnist):
     pushes take about 24 x 0.2 / 4 = 1.2 s (the virtual clock's prediction), however fast the real compute."""
     result, stats = mpi_run(tmp_path, mnist, "delay", [1.0] * 4, {}, staleness=2, budget=24, timeout=240,
                             hw={"emulated_step_s": 0.2})
-    assert result.updates >= 24 and stats.pushes_applied == sum(stats.iterations)
+    assert result.updates >= 24 and stats.pushes_applied + stats.pushes_dropped == sum(stats.iterations)
     per_push = result.elapsed_s / result.updates
     assert 0.2 / 4 * 0.9 <= per_push <= 0.2 / 4 * 1.6, per_push
     assert min(stats.iterations) >= 5   # every rank took part

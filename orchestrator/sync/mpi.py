@@ -276,6 +276,7 @@ def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[T
     stats = SyncStats([r["iterations"] for r in ranks], wait, {int(k): v for k, v in res["gap_histogram"].items()},
                       {int(k): v for k, v in res["update_staleness"].items()}, sum(r["pushes"] for r in ranks),
                       res["pushes_applied"], res["bound_max"])
+    stats.pushes_dropped = int(res.get("pushes_dropped", 0))
     return result, stats, ranks
 
 

@@ -191,10 +191,11 @@ def run_allreduce(job: Job) -> None:
                                          {"0": step * w}, {}, 0.0, step * w))
 
 
-def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied) -> dict:
+def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied, dropped: int = 0) -> dict:
     return {"updates": updates, "elapsed_s": elapsed, "samples": samples,
             "history": [dataclasses.asdict(p) for p in tracker.history],
-            "gap_histogram": gaps, "update_staleness": upd_staleness, "bound_max": bound, "pushes_applied": applied}
+            "gap_histogram": gaps, "update_staleness": upd_staleness, "bound_max": bound, "pushes_applied": applied,
+            "pushes_dropped": dropped}
 
 
 # -- parameter server (async / delay) -------------------------------------------------------------
@@ -212,7 +213,7 @@ def run_server(job: Job, comm) -> None:
     gate = StalenessGate(w, o.staleness, dynamic=o.dynamic_staleness, max_staleness=o.max_staleness)
     tracker, stop = job.tracker(), threading.Event()
     every, n_eval = tracker.s.eval_every, job.settings.eval_samples or len(data.y_test)
-    wait_s, eval_s, errors = [0.0] * w, [0.0], []
+    wait_s, eval_s, errors, dropped = [0.0] * w, [0.0], [], [0] * w
     eval_lock = threading.Lock()
     t_start = time.perf_counter()
 
@@ -230,14 +231,15 @@ def run_server(job: Job, comm) -> None:
         src, n = i + 1, theta0.size
         req, hdr = np.zeros(1, np.int64), np.zeros(5, np.float64)
         params, grad = np.empty(n, np.float32), np.empty(n, np.float32)
+        last_dropped = 0
         try:
             while True:
                 comm.Recv(req, source=src, tag=REQ)
                 t0 = time.perf_counter()
                 granted = gate.wait_and_grant(i, stop)
                 wait_s[i] += time.perf_counter() - t0
-                if granted is None:
-                    comm.Send(np.zeros(3, np.int64), dest=src, tag=GO)
+                if granted is None:  # stop; says whether this worker's last push was dropped
+                    comm.Send(np.array([0, last_dropped, 0], np.int64), dest=src, tag=GO)
                     return
                 version = server.pull_into(params)
                 comm.Send(np.array([1, version, balancer.batches[i]], np.int64), dest=src, tag=GO)
@@ -246,6 +248,7 @@ def run_server(job: Job, comm) -> None:
                 comm.Recv(grad, source=src, tag=GRAD)
                 applied = server.push(i, grad, int(hdr[2]), int(hdr[1]), closed=stop)
                 if applied is None:  # stopped while this gradient was in flight: the worker ends at its next request
+                    dropped[i], last_dropped = dropped[i] + 1, 1
                     continue
                 with bal_lock:
                     if balancer.observe(i, int(hdr[1]), float(hdr[4])):
@@ -283,7 +286,7 @@ def run_server(job: Job, comm) -> None:
         np.save(job.out / "theta_final.npy", server.params)
     job.write("result.json", _result(tracker, server.version, elapsed, server.samples,
                                      histogram_dict(gate.gap_histogram), histogram_dict(server.update_staleness),
-                                     gate.max_bound_used, server.version))
+                                     gate.max_bound_used, server.version, sum(dropped)))
 
 
 def run_worker(job: Job, comm, rank: int) -> None:
@@ -303,6 +306,8 @@ def run_worker(job: Job, comm, rank: int) -> None:
         comm.Send(np.ones(1, np.int64), dest=0, tag=REQ)
         comm.Recv(go, source=0, tag=GO)
         if go[0] == 0:
+            if go[1] and iterations:  # the server dropped this rank's last push (it arrived after the stop)
+                pushed -= last
             break
         comm.Recv(params, source=0, tag=PARAMS)
         batch = int(go[2])
@@ -315,7 +320,8 @@ def run_worker(job: Job, comm, rank: int) -> None:
         comm.Send(np.array([loss, batch, go[1], now - t_last, busy], np.float64), dest=0, tag=HDR)
         comm.Send(np.ascontiguousarray(grad, np.float32), dest=0, tag=GRAD)
         t_last = now
-        pushed += job.weights[i] * grad.astype(np.float64)  # the audit (tests) runs with a fixed split
+        last = job.weights[i] * grad.astype(np.float64)  # the audit (tests) runs with a fixed split
+        pushed += last
         iterations += 1
     if job.inject.get("audit"):
         np.save(job.out / f"pushed{rank}.npy", pushed)

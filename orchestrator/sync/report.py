@@ -15,6 +15,7 @@ def sync_metrics(stats) -> dict[str, float]:
         "sync.update_staleness_max": float(max(stats.update_staleness, default=0)),
         "sync.pushes_made": float(stats.pushes_made),
         "sync.pushes_applied": float(stats.pushes_applied),
+        "sync.pushes_dropped": float(stats.pushes_dropped),
         "sync.staleness_bound_max": float(stats.bound_max),
     }
     for i, (c, wt, b) in enumerate(zip(stats.iterations, stats.wait_s, stats.batches)):

@@ -38,6 +38,7 @@ class SyncStats:
     update_staleness: dict[int, int] = field(default_factory=dict)
     pushes_made: int = 0
     pushes_applied: int = 0
+    pushes_dropped: int = 0                     # arrived after training stopped (target, budget): not applied
     bound_max: float = 0.0
     batches: list[int] = field(default_factory=list)
     compute_s: list[float] = field(default_factory=list)
