@@ -159,13 +159,6 @@ def _task(cfg) -> float:
         from orchestrator.summary import trial_summary
 
         print(trial_summary(trial.outcome, str(cfg.objective.metric), value), flush=True)
-        if multirun:
-            from orchestrator.tracking.sweep import note_trial_value
-
-            try:
-                note_trial_value(cfg, value)
-            except Exception as exc:  # the study is a convenience for resuming; the trial is recorded
-                print(f"could not note the value in the Optuna study: {type(exc).__name__}: {exc}", file=sys.stderr)
         return value
     except (UserError, WorkerFailedError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

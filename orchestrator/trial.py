@@ -4,6 +4,7 @@ evaluator), sync strategy or single worker -> training, all recorded in one MLfl
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -176,6 +177,7 @@ class Trial:
                     metrics["speedup"] = metrics[key]
                 if "speedup" in metrics:
                     sink.log_metrics({"speedup": metrics["speedup"]})
+                self._note_sweep_value(metrics.get(self.objective_metric, sink.latest.get(self.objective_metric)))
             except BaseException as exc:  # listeners hear of failed and killed trials too
                 status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
                 pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status=status, metrics=dict(sink.latest))
@@ -190,6 +192,16 @@ class Trial:
             print(f"objective.metric {self.objective_metric!r} was not logged by this trial", flush=True)
             return math.nan
         return float(value)
+
+    def _note_sweep_value(self, value) -> None:
+        """In an Optuna sweep, the objective goes on the study's trial before the run is marked FINISHED,
+        so a sweep interrupted from here on resumes with this trial COMPLETE, not FAIL."""
+        from orchestrator.tracking.sweep import note_trial_value
+
+        try:
+            note_trial_value(self.cfg, value)
+        except Exception as exc:  # the study is a convenience for resuming; the trial is recorded
+            print(f"could not note the value in the Optuna study: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def _evaluator_kind(self, cluster) -> str:
         if self.placer is None:
