@@ -3,10 +3,12 @@
 Training set (``training_cases``): the Keras models a trial extracts (layer level, batch 64, analytic
 roofline costs) on four simulated workers, and the msr-dnn-partitioning workloads found under
 ``--workloads`` on their own hardware; every figure is **simulated** (one-step objective). Held out
-(``HELD_OUT``, never trained on): Inception-V3 (extracted), and the msr workloads
+(``HELD_OUT``, never trained on): Inception-V3 and NMT-4 (extracted), and the msr workloads
 ``throughput bert24_training``, ``throughput resnet50_training`` and ``latency inceptionv3_inference``.
 
-Per update one case (round robin) draws ``--batch`` placements; reward -sqrt(step / greedy step) of that
+First (``--imitate`` epochs) behaviour cloning: each case's teacher placement (greedy improved by
+``--teacher-budget`` evaluations of rl's local search) is imitated (cross-entropy, one Adam step per case
+per epoch). Then per update one case (round robin) draws ``--batch`` placements; reward -sqrt(step / greedy step) of that
 case (infeasible: -(2 + 10 x overflow / capacity)), a moving-average baseline per case, batch-normalised
 advantages, entropy bonus ``--entropy`` decaying to 0; Adam (``--lr``). Every ``--eval-every`` updates the
 greedy decode of every case is scored; the checkpoint kept is the one with the best geometric mean of
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,8 +39,10 @@ TRAIN_MODELS = ("resnet50", "nmt-2", "nmt-8", "transformer")
 TRAIN_MSR = ("latency-inputs/LayerGraphs/bert24_inference.json", "latency-inputs/LayerGraphs/resnet50_inference.json",
              "throughput-inputs/LayerGraphs/bert24_inference.json", "throughput-inputs/LayerGraphs/resnet50_inference.json",
              "latency-inputs/OperatorGraphs/bert_l-3_inference.json")
-HELD_OUT = ("inception_v3", "throughput-inputs/LayerGraphs/bert24_training.json",
-            "throughput-inputs/LayerGraphs/resnet50_training.json", "latency-inputs/LayerGraphs/inceptionv3_inference.json")
+HELD_OUT_MODELS = ("inception_v3", "nmt-4")
+HELD_OUT_MSR = ("throughput-inputs/LayerGraphs/bert24_training.json", "throughput-inputs/LayerGraphs/resnet50_training.json",
+                "latency-inputs/LayerGraphs/inceptionv3_inference.json")
+HELD_OUT = HELD_OUT_MODELS + HELD_OUT_MSR
 BATCH = 64
 
 
@@ -149,6 +154,7 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
     rng = np.random.default_rng(seed)
     policy = GraphPolicy(hidden, seed=seed, lr=lr)
     curve = []
+    best = (decode_ratio(policy, cases), 0, {k: v.numpy() for k, v in policy.vars.items()})
     if imitate:                                   # behaviour cloning of the search teacher first
         targets = [c.teacher(teacher_budget, seed) for c in cases]
         log(f"teacher (greedy + {teacher_budget} evaluations of local search) / greedy, geo-mean: "
@@ -159,10 +165,11 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
             if (ep + 1) % max(1, imitate // 4) == 0 or ep + 1 == imitate:
                 tr, ho = decode_ratio(policy, cases), decode_ratio(policy, held) if held else math.nan
                 log(f"imitation epoch {ep + 1}/{imitate}: decode / greedy training {tr:.3f}, held out {ho:.3f}")
+                if tr < best[0]:
+                    best = (tr, f"imitation epoch {ep + 1}", {k: v.numpy() for k, v in policy.vars.items()})
                 if sink is not None:
                     sink.log_metrics({"pretrain.imitation_decode_vs_greedy": tr,
                                       **({"pretrain.imitation_heldout_decode_vs_greedy": ho} if held else {})}, step=ep + 1)
-    best = (decode_ratio(policy, cases), 0, {k: v.numpy() for k, v in policy.vars.items()})
     for upd in range(updates):
         c = cases[upd % len(cases)]
         acts = policy.sample(c.gi, batch, rng)
@@ -182,10 +189,10 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
                                  step=upd + 1)
             log(f"update {upd + 1}/{updates}: decode / greedy (geo-mean) training {tr:.3f}, held out {ho:.3f}")
             if tr < best[0]:
-                best = (tr, upd + 1, {k: v.numpy() for k, v in policy.vars.items()})
+                best = (tr, f"update {upd + 1}", {k: v.numpy() for k, v in policy.vars.items()})
     for k, v in best[2].items():
         policy.vars[k].assign(v)
-    policy.updates = best[1]
+    policy.updates = imitate * len(cases) + updates
     return policy, best, curve
 
 
@@ -194,11 +201,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="graph_policy.npz", help="checkpoint to write (.npz)")
     ap.add_argument("--workloads", default=str(DEFAULT_WORKLOADS), help="msr-dnn-partitioning folder")
     ap.add_argument("--models", default=",".join(TRAIN_MODELS), help=f"extracted models to train on (of {', '.join(EXTRACTED)})")
-    ap.add_argument("--imitate", type=int, default=40, help="epochs of behaviour cloning of the search teacher (0 = none)")
+    ap.add_argument("--imitate", type=int, default=60, help="epochs of behaviour cloning of the search teacher (0 = none)")
     ap.add_argument("--teacher-budget", type=int, default=1500, help="local-search evaluations of the teacher per case")
-    ap.add_argument("--updates", type=int, default=300, help="REINFORCE updates after imitation")
+    ap.add_argument("--updates", type=int, default=100, help="REINFORCE updates after imitation")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--entropy", type=float, default=0.003)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
@@ -248,7 +255,7 @@ def _run(args) -> int:
     out = Path(args.out)
     with trial_run(cfg, run_name="pretrain", tags={"evaluator": "simulated", "placement.objective": "step",
                                                    "pretrain.cases": "; ".join(c.label for c in cases)[:5000]},
-                   config_yaml=OmegaConf.to_yaml(cfg), output_dir=out.parent if str(out.parent) else Path(".")) as sink:
+                   config_yaml=OmegaConf.to_yaml(cfg), output_dir=Path(tempfile.mkdtemp(prefix="pretrain-"))) as sink:
         policy, best, curve = pretrain(cases, held, args.updates, args.batch, args.lr, args.entropy, args.seed,
                                        args.eval_every, args.hidden, sink, imitate=args.imitate,
                                        teacher_budget=args.teacher_budget)
@@ -258,7 +265,7 @@ def _run(args) -> int:
         policy.save(out, meta)
         sink.log_metrics({"pretrain.best_decode_vs_greedy": best[0], "pretrain.seconds": time.perf_counter() - t0})
         sink.log_artifact(out)
-    print(f"saved {out} (update {best[1]}, decode / greedy {best[0]:.3f} on the training cases, "
+    print(f"saved {out} ({best[1]}, decode / greedy {best[0]:.3f} on the training cases, "
           f"{time.perf_counter() - t0:.0f} s); use it with placer.policy={out}")
     return 0
 
@@ -269,7 +276,8 @@ def held_out_cases(workloads: Path):
     ws = workers()
     g = extracted_graph("inception_v3")
     yield "inception_v3 on sim_1cpu_4gpu", g, ws["sim_1cpu_4gpu"]
-    for rel in HELD_OUT[1:]:
+    yield "nmt-4 on sim_1cpu_4gpu", extracted_graph("nmt-4"), ws["sim_1cpu_4gpu"]
+    for rel in HELD_OUT_MSR:
         path = msr_file(workloads, rel)
         if path is not None:
             wl = load_msr_workload(path)

@@ -172,7 +172,6 @@ class GraphPolicy:
         spec = [tf.TensorSpec([None, N_ATOM]), tf.TensorSpec([None, N_DEV]), tf.TensorSpec([None, None, N_PAIR]),
                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]),
                 tf.TensorSpec([None, None], tf.bool), tf.TensorSpec([None, None])]
-        self._logits_fn = tf.function(self._logits, input_signature=spec)
         self._grad_fn = tf.function(self._grads, input_signature=spec + [tf.TensorSpec([None, None], tf.int32),
                                                                         tf.TensorSpec([None]), tf.TensorSpec([])])
 
@@ -225,7 +224,8 @@ class GraphPolicy:
                 tf.constant(gi.w), tf.constant(gi.mask), tf.constant(t))
 
     def logits(self, gi: GraphInputs, table=None) -> np.ndarray:
-        return self._logits_fn(*self._args(gi, table)).numpy().astype(np.float64)
+        """Eager (a handful of ops; tracing the function would cost more than a zero-shot decode)."""
+        return self._logits(*self._args(gi, table)).numpy().astype(np.float64)
 
     def probs(self, gi: GraphInputs, table=None) -> np.ndarray:
         z = self.logits(gi, table)

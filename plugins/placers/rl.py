@@ -5,9 +5,10 @@ graph's edges, a device head conditioned on the worker's devices) proposes a dev
 - ``zero_shot``: the pre-trained policy (``placer.policy``, default the checkpoint shipped in the
   package) decodes one placement (the most likely device per atom) and draws
   ``placer.zero_shot_samples`` more; the best is kept. No updates, a handful of evaluations.
-- ``finetune`` (default): REINFORCE on this graph starting from the pre-trained weights; a per-atom
-  logit table (zero at the start) is trained with it (``placer.lr``; the network at
-  ``placer.policy_lr``).
+- ``finetune`` (default): the zero-shot step, then REINFORCE on this graph starting from the
+  pre-trained weights; a per-atom logit table, biased toward the incumbent (the better of greedy and
+  the zero-shot placements) by ``placer.init_bias``, is trained with it (``placer.lr``; the network
+  at ``placer.policy_lr``).
 - ``scratch``: the same from random weights, with the table biased toward the greedy placement
   (``placer.init_bias``), as the placer did before pre-training existed.
 
@@ -153,20 +154,22 @@ class RLPlacer:
                     self._new_best(prob, a, times[b])
             return times
 
-        if self.mode == "zero_shot":                         # one decode + a few samples, no updates
+        if self.mode != "scratch":                           # the pre-trained policy's own guesses first
             acts = np.concatenate([policy.decode(gi)[None], policy.sample(gi, self.samples, rng)])
             times = score(acts)
             fin = times[np.isfinite(times)]
             self.history.append((self.best_t, float(fin.mean()) if len(fin) else math.inf))
             self.curve.append((self.used, self.best_t))
-            return "policy"
+            if self.mode == "zero_shot":                     # no updates
+                return "policy"
         self.table = tf.Variable(np.zeros(gi.mask.shape, np.float32))
         restored = "none"
         if self.checkpoint and Path(str(self.checkpoint)).exists():
             restored = policy.restore(self.checkpoint, self.table)
-        if self.mode == "scratch" and restored != "all":      # bias toward the greedy placement
+        if restored != "all":                                # bias toward the incumbent (scratch: greedy)
+            start = g_assign if self.mode == "scratch" else self.best
             prior = np.zeros(gi.mask.shape, np.float32)
-            prior[np.arange(prob.n_atoms), prob.atoms_of(g_assign)] = self.init_bias
+            prior[np.arange(prob.n_atoms), prob.atoms_of(start)] = self.init_bias
             self.table.assign(prior)
         budget = int(self.budget * (1 - self.local_fraction)) if self.refine == "local" else self.budget
         updates = max(0, (budget - self.used) // self.batch)
