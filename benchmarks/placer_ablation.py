@@ -130,11 +130,12 @@ def targets(rows) -> str:
     rl_vs_local = geo([min(r["finetune"], r["scratch"]) / r["local"] for r in rows])
     ft_vs_local = geo([r["finetune"] / r["local"] for r in rows])
     name = lambda r: f"{r['graph']} ({r['hw']}, {r['objective']})"
+    times = ", ".join(f"{r['zero_s']:.2f}" for r in held)
     return "\n".join([
         f"- zero-shot within 15% of the default rl **and** the policy alone better than greedy, under 1 s, on >= 2 held-out "
         f"graphs: {'met' if len(z_ok) >= 2 else '**missed**'} ({len(z_ok)} of {len(held)}: {', '.join(map(name, z_ok)) or 'none'}). "
         f"Within 15% (with greedy as incumbent): {len(within)} of {len(held)}; policy alone better than greedy: {len(beat)} "
-        f"({', '.join(map(name, beat)) or 'none'}); zero-shot times {', '.join(f'{r['zero_s']:.2f}' for r in held)} s.",
+        f"({', '.join(map(name, beat)) or 'none'}); zero-shot times {times} s.",
         f"- fine-tune reaches scratch's final value with >= 5x fewer evaluations (geo-mean over held-out): {ratio:.2f}x "
         f"({'met' if ratio >= 5 else '**missed**'}; a fine-tune that never reaches it counts as 1e-9).",
         f"- rl without refinement beats local search alone at equal budget (geo-mean over all rows of rl / local, < 1 = rl "

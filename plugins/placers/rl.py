@@ -12,6 +12,9 @@ graph's edges, a device head conditioned on the worker's devices) proposes a dev
 - ``scratch``: the same from random weights, with the table biased toward the greedy placement
   (``placer.init_bias``), as the placer did before pre-training existed.
 
+``placer.init_bias: auto`` sets the table's starting bonus b so that a sample moves ``placer.flips``
+atoms off the start in expectation: p = min(flips / atoms, 0.5), b = log((1 - p) / p x (D - 1)).
+
 Per update a batch of placements is sampled and scored by the shared evaluator (its fast path when
 simulated); reward -sqrt(step / greedy step), an infeasible sample -(2 + 10 x overflow / capacity);
 moving-average baseline, batch-normalised advantages, entropy bonus decaying to 0. Greedy is the
@@ -63,7 +66,11 @@ class RLPlacer:
         self.lr = float(c("lr", 0.05))
         self.policy_lr = float(c("policy_lr", 0.001))
         self.entropy = float(c("entropy", 0.01))
-        self.init_bias = float(c("init_bias", 3.0))
+        ib = c("init_bias", "auto")
+        if str(ib) != "auto" and not isinstance(ib, (int, float)):
+            raise ConfigError(f"placer.init_bias={ib!r}: expected a number or auto")
+        self.init_bias = None if str(ib) == "auto" else float(ib)
+        self.flips = float(c("flips", 4))
         self.hidden = int(c("hidden", 32))
         self.samples = int(c("zero_shot_samples", 16))
         self.local_fraction = float(c("local_fraction", 0.3))
@@ -169,7 +176,7 @@ class RLPlacer:
         if restored != "all":                                # bias toward the incumbent (scratch: greedy)
             start = g_assign if self.mode == "scratch" else self.best
             prior = np.zeros(gi.mask.shape, np.float32)
-            prior[np.arange(prob.n_atoms), prob.atoms_of(start)] = self.init_bias
+            prior[np.arange(prob.n_atoms), prob.atoms_of(start)] = self._bias(prob.n_atoms, prob.nd)
             self.table.assign(prior)
         budget = int(self.budget * (1 - self.local_fraction)) if self.refine == "local" else self.budget
         updates = max(0, (budget - self.used) // self.batch)
@@ -196,6 +203,15 @@ class RLPlacer:
         if bar is not None:
             bar.close()
         return restored
+
+    def _bias(self, n_atoms: int, nd: int) -> float:
+        """``init_bias: auto``: the logit bonus b for which a sample moves ``placer.flips`` atoms in
+        expectation off the start (other logits equal): p = min(flips / atoms, 0.5),
+        b = log((1 - p) / p x (D - 1))."""
+        if self.init_bias is not None:
+            return self.init_bias
+        p = min(self.flips / max(1, n_atoms), 0.5)
+        return float(math.log((1 - p) / p * max(1, nd - 1)))
 
     # -- local improvement of the best ----------------------------------------------------------
     def _local(self, prob: PlacementProblem, context: Any, seed: int = 0) -> None:
