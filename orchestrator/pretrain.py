@@ -172,7 +172,7 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
                                       **({"pretrain.imitation_heldout_decode_vs_greedy": ho} if held else {})}, step=ep + 1)
     for upd in range(updates):
         c = cases[upd % len(cases)]
-        acts = policy.sample(c.gi, batch, rng)
+        acts = policy.sample(c.gi, batch, rng, traced=True)
         times, rewards = zip(*(c.score(a) for a in acts))
         rewards = np.array(rewards)
         c.baseline = rewards.mean() if c.baseline is None else 0.9 * c.baseline + 0.1 * rewards.mean()

@@ -172,6 +172,7 @@ class GraphPolicy:
         spec = [tf.TensorSpec([None, N_ATOM]), tf.TensorSpec([None, N_DEV]), tf.TensorSpec([None, None, N_PAIR]),
                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]),
                 tf.TensorSpec([None, None], tf.bool), tf.TensorSpec([None, None])]
+        self._logits_fn = tf.function(self._logits, input_signature=spec)
         self._grad_fn = tf.function(self._grads, input_signature=spec + [tf.TensorSpec([None, None], tf.int32),
                                                                         tf.TensorSpec([None]), tf.TensorSpec([])])
 
@@ -223,12 +224,14 @@ class GraphPolicy:
         return (tf.constant(gi.x), tf.constant(gi.e), tf.constant(gi.p), tf.constant(gi.src), tf.constant(gi.dst),
                 tf.constant(gi.w), tf.constant(gi.mask), tf.constant(t))
 
-    def logits(self, gi: GraphInputs, table=None) -> np.ndarray:
-        """Eager (a handful of ops; tracing the function would cost more than a zero-shot decode)."""
-        return self._logits(*self._args(gi, table)).numpy().astype(np.float64)
+    def logits(self, gi: GraphInputs, table=None, traced: bool = False) -> np.ndarray:
+        """Eager by default (tracing costs more than one zero-shot decode); ``traced`` for the many
+        calls of a search (traced once per policy)."""
+        fn = self._logits_fn if traced else self._logits
+        return fn(*self._args(gi, table)).numpy().astype(np.float64)
 
-    def probs(self, gi: GraphInputs, table=None) -> np.ndarray:
-        z = self.logits(gi, table)
+    def probs(self, gi: GraphInputs, table=None, traced: bool = False) -> np.ndarray:
+        z = self.logits(gi, table, traced)
         z = np.exp(z - z.max(axis=1, keepdims=True)) * gi.mask
         return z / z.sum(axis=1, keepdims=True)
 
@@ -255,10 +258,10 @@ class GraphPolicy:
             tmp[q] = max(tmp[q], gi.temp[a])
         return best
 
-    def sample(self, gi: GraphInputs, n: int, rng: np.random.Generator, table=None) -> np.ndarray:
+    def sample(self, gi: GraphInputs, n: int, rng: np.random.Generator, table=None, traced: bool = False) -> np.ndarray:
         """``n`` placements [n, A]; atom a uses draw ``name_rank[a]``, so the samples do not depend on
         the order of the nodes in the graph file."""
-        cum = self.probs(gi, table).cumsum(axis=1)
+        cum = self.probs(gi, table, traced).cumsum(axis=1)
         draws = rng.random((n, len(cum)))[:, gi.name_rank]
         return np.minimum((draws[:, :, None] > cum[None]).sum(axis=2), gi.mask.shape[1] - 1)
 

@@ -183,7 +183,7 @@ class RLPlacer:
         baseline = None
         bar = _bar(context, updates * self.batch, "rl")
         for upd in range(updates):
-            acts = policy.sample(gi, self.batch, rng, self.table.numpy())
+            acts = policy.sample(gi, self.batch, rng, self.table.numpy(), traced=True)
             times = score(acts)
             over = np.array([prob.overflow(prob.expand(a)) for a in acts]) if not np.isfinite(times).all() else 0
             rewards = np.where(np.isfinite(times), -np.sqrt(np.minimum(times, 1e300) / t_ref), -(2.0 + 10.0 * over / cap))
