@@ -196,8 +196,14 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
     return policy, best, curve
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):                     # one line, exit 2 (argparse prints its usage too)
+        print(f"error: python -m orchestrator.pretrain: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m orchestrator.pretrain", description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog="python -m orchestrator.pretrain", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="graph_policy.npz", help="checkpoint to write (.npz)")
     ap.add_argument("--workloads", default=str(DEFAULT_WORKLOADS), help="msr-dnn-partitioning folder")
     ap.add_argument("--models", default=",".join(TRAIN_MODELS), help=f"extracted models to train on (of {', '.join(EXTRACTED)})")

@@ -132,7 +132,8 @@ def test_zero_shot_trial_uses_the_shipped_checkpoint(workdir):
 
 def test_pretrain_bad_input_is_one_line(workdir):
     for args, key in ((["--updates", "-1"], "--updates"), (["--models", "alexnet"], "--models"),
-                      (["--models", "inception_v3"], "held out"), (["--out", "x.txt"], "--out")):
+                      (["--models", "inception_v3"], "held out"), (["--out", "x.txt"], "--out"),
+                      (["--lr", "fast"], "--lr"), (["--bogus"], "--bogus")):
         out = run_cli(workdir, *args, module="orchestrator.pretrain", timeout=120)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
         (line,) = [ln for ln in out.stderr.splitlines() if ln.strip()]
