@@ -173,8 +173,7 @@ class GraphPolicy:
                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]),
                 tf.TensorSpec([None, None], tf.bool), tf.TensorSpec([None, None])]
         self._logits_fn = tf.function(self._logits, input_signature=spec)
-        self._grad_fn = tf.function(self._grads, input_signature=spec + [tf.TensorSpec([None, None], tf.int32),
-                                                                        tf.TensorSpec([None]), tf.TensorSpec([])])
+        self._table, self._train_fn = None, None
 
     @staticmethod
     def _init(rng, k, s):
@@ -265,19 +264,30 @@ class GraphPolicy:
         draws = rng.random((n, len(cum)))[:, gi.name_rank]
         return np.minimum((draws[:, :, None] > cum[None]).sum(axis=2), gi.mask.shape[1] - 1)
 
-    def update(self, gi: GraphInputs, actions: np.ndarray, adv: np.ndarray, ent_coef: float, table=None,
-               train_net: bool = True) -> float:
-        """One REINFORCE step; ``table`` (a tf.Variable [A, D] or None) is trained alongside."""
+    def update(self, gi: GraphInputs, actions: np.ndarray, adv: np.ndarray, ent_coef: float, table=None) -> float:
+        """One REINFORCE step; ``table`` (a tf.Variable [A, D] or None) is trained alongside. Gradient
+        and both Adam steps run as one traced function (traced once per policy and table)."""
         tf = self.tf
-        args = self._args(gi, None if table is None else table.numpy())
-        g_net, g_table, ent = self._grad_fn(*args, tf.constant(actions, tf.int32), tf.constant(adv, tf.float32),
-                                            tf.constant(ent_coef, tf.float32))
-        if train_net:
-            self.opt.apply_gradients(zip(g_net, self.variables))
-        if table is not None:
-            self.opt_table.apply_gradients([(g_table, table)])
+        if table is not self._table or self._train_fn is None:
+            self._table = table
+            self.opt.build(self.variables)
+            if table is not None:
+                self.opt_table.build([table])
+            self._train_fn = tf.function(self._train, reduce_retracing=True)
+        args = self._args(gi, None)[:-1]
+        ent = self._train_fn(*args, tf.constant(actions, tf.int32), tf.constant(adv, tf.float32),
+                             tf.constant(ent_coef, tf.float32))
         self.updates += 1
         return float(ent)
+
+    def _train(self, x, e, p, src, dst, w, mask, actions, adv, ent_coef):
+        tf = self.tf
+        t = tf.zeros(tf.shape(mask)) if self._table is None else tf.convert_to_tensor(self._table)
+        g_net, g_table, ent = self._grads(x, e, p, src, dst, w, mask, t, actions, adv, ent_coef)
+        self.opt.apply_gradients(zip(g_net, self.variables))
+        if self._table is not None:
+            self.opt_table.apply_gradients([(g_table, self._table)])
+        return ent
 
     # -- checkpoints --------------------------------------------------------------------------
     def save(self, path: str | Path, meta: dict | None = None, table: np.ndarray | None = None) -> None:
