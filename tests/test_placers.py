@@ -82,7 +82,7 @@ def test_greedy_gap_on_random_small_graphs(record_property):
 def test_rl_learns_and_never_loses_to_greedy():
     # a chain with one device 4x faster and costly transfers: all on gpu:2 is optimal; start uniform
     g, w = graph([4e9] * 10, [(i, i + 1) for i in range(9)]), worker((1.0, 1.0, 4.0))
-    cfg = {"budget_evaluations": 800, "batch": 16, "init_bias": 0.0, "local_fraction": 0.0}
+    cfg = {"budget_evaluations": 800, "batch": 16, "init_bias": 0.0, "refine": "none", "mode": "scratch"}
     ev = SimulatedEvaluator(g, w)
     placer = RLPlacer(cfg)
     p = placer.place(g, w, ev, PlacementContext(seed=0))

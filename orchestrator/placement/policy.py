@@ -2,6 +2,9 @@
 per-group logit table (the table carries the prior, e.g. the greedy placement, and lets the policy
 express any placement; the MLP generalises across graphs with the same device count). Trained by
 REINFORCE with an entropy bonus. Weights are created from a seeded numpy generator, so runs repeat.
+
+``placer=rl`` no longer uses it (since the graph policy, ``orchestrator.placement.graph_policy``); it
+stays importable for code written against it (``orchestrator.rl_policy`` resolves here).
 """
 
 from __future__ import annotations

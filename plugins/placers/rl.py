@@ -1,55 +1,85 @@
-"""``placer=rl``: REINFORCE over a TensorFlow policy (``orchestrator.placement.policy``) choosing a device
-per group (colocation groups merged along topological order into <= ``placer.max_groups``, cut
-where the greedy placement changes device). Per update a batch of placements is sampled and scored
-by the shared evaluator (its fast path when simulated); reward -sqrt(step / greedy step), an
-infeasible sample -(2 + 10 x overflow / capacity); moving-average baseline, batch-normalised
-advantages, entropy bonus decaying to 0.
+"""``placer=rl``: a graph policy (``orchestrator.placement.graph_policy``: message passing over the
+graph's edges, a device head conditioned on the worker's devices) proposes a device per atom
+(colocation group or lone node); what it does depends on ``placer.mode``:
 
-The policy starts biased toward the greedy placement (``placer.init_bias`` on its logits), greedy
-is the incumbent, and the best placement seen is kept, so the result is never worse than greedy.
-With ``placement.objective=pipeline`` the incumbent is the better of greedy and the exact
-contiguous optimum (``placer.seed_contiguous``; the DP of ``placer=optimal``, at most
-``placer.contiguous_time_limit_s``), and the search then goes on over any split.
-After the policy phase, the rest of the budget (at least ``placer.local_fraction``) goes to an
-iterated local search on the best placement: first-improvement moves of each colocation group /
-node, then of runs of 2-16 consecutive groups (topological order), to each other device; when no
-move helps, a seeded kick (one or two runs moved to a random device) and a new descent.
-The budget counts placements scored (``placer.budget_evaluations``), so runs are reproducible.
+- ``zero_shot``: the pre-trained policy (``placer.policy``, default the checkpoint shipped in the
+  package) decodes one placement (the most likely device per atom) and draws
+  ``placer.zero_shot_samples`` more; the best is kept. No updates, a handful of evaluations.
+- ``finetune`` (default): the zero-shot step, then REINFORCE on this graph starting from the
+  pre-trained weights; a per-atom logit table, biased toward the incumbent (the better of greedy and
+  the zero-shot placements) by ``placer.init_bias``, is trained with it (``placer.lr``; the network
+  at ``placer.policy_lr``).
+- ``scratch``: the same from random weights, with the table biased toward the greedy placement
+  (``placer.init_bias``), as the placer did before pre-training existed.
+
+``placer.init_bias: auto`` sets the table's starting bonus b so that a sample moves ``placer.flips``
+atoms off the start in expectation: p = min(flips / atoms, 0.5), b = log((1 - p) / p x (D - 1)).
+
+Per update a batch of placements is sampled and scored by the shared evaluator (its fast path when
+simulated); reward -sqrt(step / greedy step), an infeasible sample -(2 + 10 x overflow / capacity);
+moving-average baseline, batch-normalised advantages, entropy bonus decaying to 0. Greedy is the
+incumbent and the best placement seen is kept, so the result is never worse than greedy. With
+``placement.objective=pipeline`` the incumbent is the better of greedy and the exact contiguous
+optimum (``placer.seed_contiguous``; the DP of ``placer=optimal``, at most
+``placer.contiguous_time_limit_s``).
+
+``placer.refine``: ``local`` (default) gives the rest of the budget (at least
+``placer.local_fraction``) to an iterated local search on the best placement: first-improvement
+moves of each atom, then of runs of 2-16 consecutive atoms (topological order), to each other
+device; when no move helps, a seeded kick and a new descent. ``none``: the policy alone (the
+whole budget). The budget counts placements scored (``placer.budget_evaluations``), so runs are
+reproducible. Tags ``placer.mode``, ``placer.refine``, ``placer.policy`` say what produced a result.
 
 Ctrl-C during the search ends it: ``place`` returns the best placement so far (meta
 ``interrupted: true``) and ``placer.best_placement`` holds it at all times during the search.
-``placer.checkpoint``: a .npz path; restored when it exists (resume, or reuse the MLP on a graph
-with the same device count), saved at the end (also after Ctrl-C).
+``placer.checkpoint``: a .npz path; the trial's policy (weights + table) is restored from it when it
+exists (resume) and saved there at the end (also after Ctrl-C).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from orchestrator.errors import ConfigError
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, cfg_get, group_atoms
+from orchestrator.placement.search import PlacementProblem, cfg_get
+
+MODES, REFINES = ("zero_shot", "finetune", "scratch"), ("none", "local")
 
 
 class RLPlacer:
     def __init__(self, cfg: Any = None):
         c = lambda k, d: cfg_get(cfg, k, d)
+        self.mode, self.refine = str(c("mode", "finetune")), str(c("refine", "local"))
+        if self.mode not in MODES:
+            raise ConfigError(f"placer.mode={self.mode!r}: expected one of {', '.join(MODES)}")
+        if self.refine not in REFINES:
+            raise ConfigError(f"placer.refine={self.refine!r}: expected one of {', '.join(REFINES)}")
+        self.policy_path = c("policy", None)
         self.budget = int(c("budget_evaluations", 12000))
         self.batch = int(c("batch", 16))
-        self.max_groups = int(c("max_groups", 64))
         self.lr = float(c("lr", 0.05))
+        self.policy_lr = float(c("policy_lr", 0.001))
         self.entropy = float(c("entropy", 0.01))
-        self.init_bias = float(c("init_bias", 3.0))
-        self.hidden = int(c("hidden", 64))
+        ib = c("init_bias", "auto")
+        if str(ib) != "auto" and not isinstance(ib, (int, float)):
+            raise ConfigError(f"placer.init_bias={ib!r}: expected a number or auto")
+        self.init_bias = None if str(ib) == "auto" else float(ib)
+        self.flips = float(c("flips", 4))
+        self.hidden = int(c("hidden", 32))
+        self.samples = int(c("zero_shot_samples", 16))
         self.local_fraction = float(c("local_fraction", 0.3))
         self.checkpoint = c("checkpoint", None)
         self.seed_contiguous = bool(c("seed_contiguous", True))
         self.contiguous_time_limit_s = float(c("contiguous_time_limit_s", 30.0))
         self.best_placement: Placement | None = None
         self.history: list[tuple[float, float]] = []
+        self.curve: list[tuple[int, float]] = []          # (evaluations used, best so far) after each update
         self._prob: PlacementProblem | None = None
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
@@ -77,64 +107,94 @@ class RLPlacer:
                 if t < self.best_t:
                     g_assign, g_variant = dp.assign.copy(), "contiguous-dp"
                     self._new_best(prob, dp.assign, t)
-        self.interrupted, restored = False, "none"
-        policy = None
+        self.interrupted, restored, self.policy_t = False, "none", math.inf
+        policy, self.table = self._policy(seed, context), None
         try:
-            policy, restored = self._search(prob, g_assign, seed, context)
-            self._local(prob, context, seed)
+            restored = self._search(prob, policy, g_assign, seed, context)
+            if self.refine == "local":
+                self._local(prob, context, seed)
         except KeyboardInterrupt:
             self.interrupted = True
-        if policy is not None and self.checkpoint:
-            policy.save(self.checkpoint)
+        if self.checkpoint and self.mode != "zero_shot":
+            policy.save(self.checkpoint, table=None if self.table is None else self.table.numpy())
         return prob.placement(self.best, placer="rl", greedy_step_time_s=min(g_times.values()), start=g_variant,
-                              contiguous_s=self.contiguous_s,
+                              contiguous_s=self.contiguous_s, mode=self.mode, refine=self.refine,
+                              policy=self.policy_source, policy_step_time_s=self.policy_t,
                               evaluations=self.used, search_s=time.perf_counter() - t0,
                               updates=len(self.history), interrupted=self.interrupted, restored=restored)
 
-    # -- the policy phase ------------------------------------------------------------------------
-    def _search(self, prob: PlacementProblem, g_assign: np.ndarray, seed: int, context: Any):
-        from orchestrator.placement.policy import PlacementPolicy, group_features
+    # -- the policy ------------------------------------------------------------------------------
+    def _policy(self, seed: int, context: Any):
+        from orchestrator.placement.graph_policy import SHIPPED, GraphPolicy
+
+        if self.mode == "scratch":
+            self.policy_source = "random init"
+            pol = GraphPolicy(self.hidden, seed=seed, lr=self.policy_lr * 3, table_lr=self.lr)
+        else:
+            path = Path(str(self.policy_path)) if self.policy_path else SHIPPED
+            self.policy_source = str(path) if self.policy_path else f"shipped checkpoint ({path.name})"
+            pol = GraphPolicy.load(path, seed=seed, lr=self.policy_lr, table_lr=self.lr)
+        if getattr(context, "sink", None) is not None:
+            context.sink.set_tags({"placer.mode": self.mode, "placer.refine": self.refine, "placer.policy": self.policy_source})
+            print(f"rl: placer.mode={self.mode} placer.refine={self.refine}, policy: {self.policy_source}", flush=True)
+        return pol
+
+    def _search(self, prob: PlacementProblem, policy, g_assign: np.ndarray, seed: int, context: Any) -> str:
+        import tensorflow as tf
+
+        from orchestrator.placement.graph_policy import graph_inputs
 
         rng = np.random.default_rng(seed)
-        g_atoms = prob.atoms_of(g_assign)
-        group = group_atoms(prob, self.max_groups, hint=g_atoms)
-        n_groups = int(group.max()) + 1
-        feat, mask = group_features(prob, group)
-        policy = PlacementPolicy(feat.shape[1], prob.nd, n_groups, self.hidden, seed, self.lr)
-        restored = policy.restore(self.checkpoint) if self.checkpoint and _exists(self.checkpoint) else "none"
-        if restored != "all":                                   # bias toward the greedy placement
-            prior = np.zeros((n_groups, prob.nd), np.float32)
-            for gi in range(n_groups):
-                prior[gi, np.bincount(g_atoms[group == gi], minlength=prob.nd).argmax()] = self.init_bias
-            policy.table.assign(prior)
+        gi = graph_inputs(prob)
         cap = float(prob.pool_cap[np.isfinite(prob.pool_cap)].sum() or 1.0)
         t_ref = self.best_t if math.isfinite(self.best_t) else 1.0
-        rl_budget = int(self.budget * (1 - self.local_fraction))
-        updates = max(0, (rl_budget - self.used) // self.batch)
+
+        def score(acts: np.ndarray) -> np.ndarray:
+            times = np.empty(len(acts))
+            for b, act in enumerate(acts):
+                a = prob.expand(act)
+                over = prob.overflow(a)
+                times[b] = math.inf if over else prob.step_time(a)
+                self.used += 1
+                self.policy_t = min(self.policy_t, times[b])
+                if times[b] < self.best_t:
+                    self._new_best(prob, a, times[b])
+            return times
+
+        if self.mode != "scratch":                           # the pre-trained policy's own guesses first
+            acts = np.concatenate([policy.decode(gi)[None], policy.sample(gi, self.samples, rng)])
+            times = score(acts)
+            fin = times[np.isfinite(times)]
+            self.history.append((self.best_t, float(fin.mean()) if len(fin) else math.inf))
+            self.curve.append((self.used, self.best_t))
+            if self.mode == "zero_shot":                     # no updates
+                return "policy"
+        self.table = tf.Variable(np.zeros(gi.mask.shape, np.float32))
+        restored = "none"
+        if self.checkpoint and Path(str(self.checkpoint)).exists():
+            restored = policy.restore(self.checkpoint, self.table)
+        if restored != "all":                                # bias toward the incumbent (scratch: greedy)
+            start = g_assign if self.mode == "scratch" else self.best
+            prior = np.zeros(gi.mask.shape, np.float32)
+            prior[np.arange(prob.n_atoms), prob.atoms_of(start)] = self._bias(prob.n_atoms, prob.nd)
+            self.table.assign(prior)
+        budget = int(self.budget * (1 - self.local_fraction)) if self.refine == "local" else self.budget
+        updates = max(0, (budget - self.used) // self.batch)
         baseline = None
         bar = _bar(context, updates * self.batch, "rl")
         for upd in range(updates):
-            probs = policy.probs(feat, mask)
-            cum = probs.cumsum(axis=1)
-            draws = rng.random((self.batch, n_groups, 1))
-            acts = np.minimum((draws > cum[None]).sum(axis=2), prob.nd - 1)
-            rewards, times = np.empty(self.batch), np.empty(self.batch)
-            for b in range(self.batch):
-                a = prob.expand(acts[b][group])
-                over = prob.overflow(a)
-                t = math.inf if over else prob.step_time(a)
-                self.used += 1
-                times[b] = t
-                rewards[b] = -math.sqrt(t / t_ref) if math.isfinite(t) else -(2.0 + 10.0 * over / cap)
-                if t < self.best_t:
-                    self._new_best(prob, a, t)
+            acts = policy.sample(gi, self.batch, rng, self.table.numpy(), traced=True)
+            times = score(acts)
+            over = np.array([prob.overflow(prob.expand(a)) for a in acts]) if not np.isfinite(times).all() else 0
+            rewards = np.where(np.isfinite(times), -np.sqrt(np.minimum(times, 1e300) / t_ref), -(2.0 + 10.0 * over / cap))
             mean_r = rewards.mean()
             baseline = mean_r if baseline is None else 0.9 * baseline + 0.1 * mean_r
             adv = (rewards - baseline) / (rewards.std() + 1e-8)
-            policy.update(feat, mask, acts, adv, self.entropy * (1 - upd / max(1, updates)))
+            policy.update(gi, acts, adv, self.entropy * (1 - upd / max(1, updates)), self.table)
             fin = times[np.isfinite(times)]
             mean_t = float(fin.mean()) if len(fin) else math.inf
             self.history.append((self.best_t, mean_t))
+            self.curve.append((self.used, self.best_t))
             if context is not None and getattr(context, "sink", None) is not None:
                 context.sink.log_metrics({"rl.best_step_time_s": self.best_t, "rl.mean_step_time_s": mean_t}, step=upd)
             if bar is not None:
@@ -142,7 +202,16 @@ class RLPlacer:
                 bar.set_postfix(best=f"{self.best_t:.4g}s", current=f"{mean_t:.4g}s")
         if bar is not None:
             bar.close()
-        return policy, restored
+        return restored
+
+    def _bias(self, n_atoms: int, nd: int) -> float:
+        """``init_bias: auto``: the logit bonus b for which a sample moves ``placer.flips`` atoms in
+        expectation off the start (other logits equal): p = min(flips / atoms, 0.5),
+        b = log((1 - p) / p x (D - 1))."""
+        if self.init_bias is not None:
+            return self.init_bias
+        p = min(self.flips / max(1, n_atoms), 0.5)
+        return float(math.log((1 - p) / p * max(1, nd - 1)))
 
     # -- local improvement of the best ----------------------------------------------------------
     def _local(self, prob: PlacementProblem, context: Any, seed: int = 0) -> None:
@@ -202,15 +271,19 @@ class RLPlacer:
         self.best_placement = prob.placement(assign, placer="rl", step_time_s=t)
 
 
-def _exists(path: Any) -> bool:
-    from pathlib import Path
-
-    return Path(str(path)).exists()
-
-
 def _bar(context: Any, total: int, desc: str):
     if not getattr(context, "show_progress", False):
         return None
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="eval", leave=False)
+
+
+def local_search(prob: PlacementProblem, assign: np.ndarray, budget: int, seed: int = 0) -> tuple[np.ndarray, float]:
+    """The iterated local search of ``refine=local`` from ``assign`` for ``budget`` evaluations
+    (used by ``orchestrator.pretrain`` to make its imitation targets). Returns (assignment, value)."""
+    placer = RLPlacer({"budget_evaluations": budget})
+    placer.used, placer.best = 0, np.asarray(assign, np.int64).copy()
+    placer.best_t = math.inf if prob.overflow(placer.best) > 0 else prob.step_time(placer.best)
+    placer._local(prob, None, seed)
+    return placer.best, placer.best_t

@@ -1,0 +1,153 @@
+"""The graph policy of placer=rl: permutation consistency, other graph and worker sizes, checkpoint
+round trip, modes, the shipped checkpoint, pre-training's command line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli, store_runs
+from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import Worker
+from orchestrator.hardware.presets import make_host, sim_1cpu_4gpu
+from orchestrator.placement import PlacementContext
+from orchestrator.placement.evaluator import SimulatedEvaluator
+from orchestrator.placement.graph import OpGraph
+from orchestrator.placement.graph_policy import SHIPPED, GraphPolicy, graph_inputs
+from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.workload import load_msr_workload
+from orchestrator_plugins.placers.rl import RLPlacer
+
+DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
+BERT = DATA / "throughput-inputs" / "LayerGraphs" / "bert24_training.json"
+INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
+
+
+def permuted(g: OpGraph, seed: int) -> OpGraph:
+    d = g.to_dict()
+    rng = np.random.default_rng(seed)
+    d["nodes"] = [d["nodes"][i] for i in rng.permutation(len(d["nodes"]))]
+    d["edges"] = [d["edges"][i] for i in rng.permutation(len(d["edges"]))]
+    return OpGraph.from_dict(json.loads(json.dumps(d)))
+
+
+def decode(policy, g, w) -> dict[str, str]:
+    prob = PlacementProblem(g, w, SimulatedEvaluator(g, w))
+    atoms = policy.decode(graph_inputs(prob))
+    return prob.placement(prob.expand(atoms)).assignment
+
+
+@pytest.mark.parametrize("path", [BERT, INCEPTION], ids=["bert24_training", "inceptionv3"])
+def test_reordering_the_graph_file_does_not_change_the_placement(path):
+    wl = load_msr_workload(path)
+    policy = GraphPolicy.load(SHIPPED)
+    ref = decode(policy, wl.graph, wl.worker)
+    assert len(set(ref.values())) >= 1
+    for seed in (1, 2):
+        assert decode(policy, permuted(wl.graph, seed), wl.worker) == ref
+    # also the samples (draws follow the atoms' names) and a whole zero-shot trial
+    zs = {"mode": "zero_shot", "refine": "none", "zero_shot_samples": 4}
+    a = RLPlacer(zs).place(wl.graph, wl.worker, SimulatedEvaluator(wl.graph, wl.worker), PlacementContext(seed=3))
+    g2 = permuted(wl.graph, 5)
+    b = RLPlacer(zs).place(g2, wl.worker, SimulatedEvaluator(g2, wl.worker), PlacementContext(seed=3))
+    assert a.meta["policy_step_time_s"] == pytest.approx(b.meta["policy_step_time_s"], rel=1e-9)
+
+
+def test_applies_to_graph_and_worker_sizes_not_trained_on():
+    """Pre-training saw workers of 3 and 5 devices and graphs up to 235 atoms; here 1 CPU + 7 GPUs
+    and 2 devices, and a 3-node graph."""
+    policy = GraphPolicy.load(SHIPPED)
+    assert not any("inception" in c for c in policy.meta["cases"])
+    wl = load_msr_workload(INCEPTION)                                   # 326 nodes, held out of pre-training
+    for n_gpu in (7, 1):
+        devs, links = make_host("h", "Xeon Platinum 8380 (datasheet)", "V100 (datasheet)", n_gpu)
+        w = Worker("w", devs, links, host="h")
+        g = OpGraph.from_dict({**wl.graph.to_dict(), "nodes": [{**n, "cost": {}, "flops": 1e9 * (1 + i % 7)}
+                                                                 for i, n in enumerate(wl.graph.to_dict()["nodes"])]})
+        p = RLPlacer({"mode": "zero_shot", "refine": "none"}).place(g, w, SimulatedEvaluator(g, w), PlacementContext())
+        assert set(p.assignment.values()) <= set(w.device_names) and len(p.assignment) == len(g.nodes)
+        assert math.isfinite(p.meta["policy_step_time_s"])
+    tiny = OpGraph.from_dict({"schema": "orchestrator.opgraph/1", "name": "t", "nodes": [
+        {"name": "a", "flops": 1e9}, {"name": "b", "flops": 2e9}, {"name": "c", "flops": 1e9}],
+        "edges": [{"src": "a", "dst": "b", "bytes": 1e6}, {"src": "a", "dst": "c", "bytes": 1e6}]})
+    w = sim_1cpu_4gpu().workers[0]
+    probs = policy.probs(graph_inputs(PlacementProblem(tiny, w)))
+    assert probs.shape == (3, 5) and np.allclose(probs.sum(axis=1), 1)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    wl = load_msr_workload(BERT)
+    prob = PlacementProblem(wl.graph, wl.worker)
+    gi = graph_inputs(prob)
+    pol = GraphPolicy(16, rounds=2, seed=4)
+    rng = np.random.default_rng(0)
+    acts = pol.sample(gi, 8, rng)
+    pol.update(gi, acts, rng.standard_normal(8), 0.01)            # weights no longer at their init
+    pol.save(tmp_path / "p.npz", meta={"cases": ["x"]})
+    back = GraphPolicy.load(tmp_path / "p.npz")
+    assert (back.hidden, back.rounds, back.meta) == (16, 2, {"cases": ["x"]})
+    np.testing.assert_array_equal(back.logits(gi), pol.logits(gi))
+    assert not np.allclose(GraphPolicy(16, rounds=2, seed=4).logits(gi), pol.logits(gi))
+    (tmp_path / "bad.npz").write_bytes(b"not a checkpoint")
+    for bad in (tmp_path / "bad.npz", tmp_path / "missing.npz"):
+        with pytest.raises(ConfigError, match=r"placer.policy=.*(no such file|not a graph-policy checkpoint)"):
+            GraphPolicy.load(bad)
+
+
+def test_modes_and_their_record():
+    wl = load_msr_workload(BERT)
+    g, w = wl.graph, wl.worker
+    out = {}
+    for mode in ("zero_shot", "finetune", "scratch"):
+        ev = SimulatedEvaluator(g, w)
+        p = RLPlacer({"mode": mode, "refine": "none", "budget_evaluations": 120, "batch": 8}).place(g, w, ev, PlacementContext())
+        out[mode] = p.meta
+        assert p.meta["mode"] == mode and p.meta["refine"] == "none"
+        assert ev.evaluations <= 120
+        assert ev.evaluate(p).step_time_s <= p.meta["greedy_step_time_s"] * (1 + 1e-9)
+    assert out["zero_shot"]["updates"] == 1 and out["finetune"]["updates"] > 1 and out["scratch"]["updates"] > 1
+    assert out["zero_shot"]["evaluations"] < 30
+    assert "shipped" in out["zero_shot"]["policy"] and out["scratch"]["policy"] == "random init"
+    for key, bad in (("mode", "zeroshot"), ("refine", "global")):
+        with pytest.raises(ConfigError, match=f"placer.{key}='{bad}'"):
+            RLPlacer({key: bad})
+    with pytest.raises(ConfigError, match="placer.policy=.*no such file"):
+        RLPlacer({"mode": "zero_shot", "policy": "/nonexistent.npz"}).place(g, w, SimulatedEvaluator(g, w), PlacementContext())
+
+
+def test_zero_shot_trial_uses_the_shipped_checkpoint(workdir):
+    out = run_cli(workdir, "+placer=rl", "model=inception_v3", "hardware=sim_1cpu_4gpu", "placer.mode=zero_shot",
+                  "placer.refine=none", "tracking.uri=sqlite:///mlflow.db", timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "placer.mode=zero_shot" in out.stdout and "shipped checkpoint" in out.stdout
+    (run,) = store_runs(workdir)
+    tags = run.data.tags
+    assert tags["placer.mode"] == "zero_shot" and tags["placer.refine"] == "none" and "shipped" in tags["placer.policy"]
+    assert run.data.metrics["placement.evaluations"] < 30
+
+
+def test_pretrain_bad_input_is_one_line(workdir):
+    for args, key in ((["--updates", "-1"], "--updates"), (["--models", "alexnet"], "--models"),
+                      (["--models", "inception_v3"], "held out"), (["--out", "x.txt"], "--out"),
+                      (["--lr", "fast"], "--lr"), (["--bogus"], "--bogus")):
+        out = run_cli(workdir, *args, module="orchestrator.pretrain", timeout=120)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+        (line,) = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert line.startswith("error:") and key in line
+
+
+@pytest.mark.slow
+def test_pretrain_writes_a_checkpoint_and_an_mlflow_run(workdir):
+    out = run_cli(workdir, "--models", "nmt-2", "--workloads", str(workdir / "none"), "--imitate", "2",
+                  "--teacher-budget", "50", "--updates", "4", "--eval-every", "2", "--no-heldout",
+                  "--out", str(workdir / "p.npz"), "--tracking-uri", f"sqlite:///{workdir / 'mlflow.db'}",
+                  module="orchestrator.pretrain", timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    pol = GraphPolicy.load(workdir / "p.npz")
+    assert len(pol.meta["cases"]) == 4 and all(c.startswith("nmt-2 on ") for c in pol.meta["cases"])
+    (run,) = store_runs(workdir)
+    assert run.data.tags["evaluator"] == "simulated" and "pretrain.decode_vs_greedy" in run.data.metrics
