@@ -442,7 +442,9 @@ READING = """
   off the critical path (9.6 ms of bert_l-3, 92.6 ms of resnet50) needs its inputs shipped at
   fixed transfer costs several times larger (e.g. a 12.8 ms BatchNormalization whose input takes
   95.7 ms to move, with 39 ms of slack), so the 1.08x / 1.16x gaps are the bound's free transfers.
-- **rl** = REINFORCE from the greedy placement (70% of the budget), then iterated local search on
+- **rl** = (since issue 12: the pre-trained graph policy, fine-tuned by REINFORCE from the better of greedy
+  and its zero-shot placement, docs/placer_policy.md; before: a per-group table policy from greedy) for
+  70% of the budget, then iterated local search on
   the best placement: single nodes/groups, then runs of 2-16 consecutive groups moved to each
   device, and seeded kicks when no move helps. The result is never worse than greedy; the budget
   counts every placement scored, so runs are reproducible. The policy phase earns little here: with
