@@ -38,7 +38,12 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
         if "train.time_to_target_s" in m:
             res += f"; time to target {_fmt(m['train.time_to_target_s'], ' s')}"
         lines.append(f"  result:   {res}")
-    if "placement.step_time_s" in m:
+    pipeline = t.get("placement.objective") == "pipeline" and "placement.time_per_sample_s" in m
+    if pipeline:  # the objective, its baseline and its bound, in one unit: seconds per sample
+        lines.append(f"  placement: time per sample {_fmt(m['placement.time_per_sample_s'], ' s')} "
+                     f"(baseline {_fmt(m.get('placement.baseline_time_per_sample_s'), ' s')}, lower bound "
+                     f"{_fmt(m.get('placement.lower_bound_s'), ' s')}); one step {_fmt(m.get('placement.step_time_s'), ' s')}")
+    elif "placement.step_time_s" in m:
         lines.append(f"  placement: step time {_fmt(m['placement.step_time_s'], ' s')} "
                      f"(baseline {_fmt(m.get('placement.baseline_step_time_s'), ' s')}, lower bound "
                      f"{_fmt(m.get('placement.lower_bound_s'), ' s')})")
@@ -48,7 +53,8 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
             if ref.startswith("this trial"):
                 ref += ": a baseline is its own reference, so 1; compare baselines on train.time_to_target_s"
         else:
-            ref = "the baseline placement (placement.baseline_step_time_s)"
+            key = "placement.baseline_time_per_sample_s" if pipeline else "placement.baseline_step_time_s"
+            ref = f"{t.get('placement.baseline', 'the baseline placement')} ({key})"
         lines.append(f"  speedup:  {_fmt(m['speedup'])}x relative to {ref}")
     if t.get("train.reached_target") == "false":
         lines.append(f"  target:   MISSED (test accuracy {_fmt(outcome.get('target'))} not reached): {t.get('train.missed_target', '?')}")

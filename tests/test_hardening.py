@@ -168,3 +168,22 @@ def test_the_experiment_carries_a_saved_view_of_the_comparison_columns():
     columns = json.loads(envelope["state"])["selectedColumns"]
     assert {"metrics.`speedup`", "metrics.`train.time_to_target_s`", "metrics.`workers`"} <= set(columns)
     assert ui_link("7").endswith(f"/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey={VIEW_ID}")
+
+
+def test_the_summary_of_a_pipeline_placement_speaks_in_time_per_sample():
+    """The speedup of a pipeline trial is on time per sample: the summary shows that figure, its baseline
+    and bound in one unit, and names the baseline (it showed the one-step times beside a per-sample bound)."""
+    from orchestrator.summary import trial_summary
+
+    outcome = {"uri": "sqlite:///mlflow.db", "runtime": "local", "workers": 1, "run_id": "r", "experiment": "e",
+               "metrics": {"placement.step_time_s": 0.2179, "placement.baseline_step_time_s": 0.2179,
+                           "placement.time_per_sample_s": 0.04175, "placement.baseline_time_per_sample_s": 0.0494,
+                           "placement.lower_bound_s": 0.03979, "speedup": 1.183},
+               "tags": {"placement.objective": "pipeline", "placement.baseline": "expert split (model.split)",
+                        "evaluator": "simulated", "placer": "greedy", "model": "workload", "hardware": "auto"}}
+    text = trial_summary(outcome, "speedup", 1.183)
+    assert "placement: time per sample 0.04175 s (baseline 0.0494 s, lower bound 0.03979 s); one step 0.2179 s" in text, text
+    assert "1.183x relative to expert split (model.split) (placement.baseline_time_per_sample_s)" in text, text
+    outcome["tags"]["placement.objective"] = "step"
+    text = trial_summary(outcome, "speedup", 1.183)
+    assert "placement: step time 0.2179 s (baseline 0.2179 s" in text and "(placement.baseline_step_time_s)" in text, text
