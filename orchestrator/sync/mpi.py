@@ -110,12 +110,13 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
             signal.signal(signal.SIGTERM, old)
         log.close()
     if rc != 0 or not (run_dir / "result.json").exists():
+        dead = watch.finish()  # its last look comes before the stray ranks are killed below
         _kill_job(proc, str(job_file))
         err = _first_error(run_dir)
         if err:
             raise WorkerFailedError(err.lstrip(": "))
         failure = rank_failure(run_dir, rc)          # a rank's signal or exit code, as Open MPI reports it
-        lost = _lost_host(run_dir, ranks, hostfile, watch.dead) if failure.startswith("mpiexec exited") else None
+        lost = _lost_host(run_dir, ranks, hostfile, dead) if failure.startswith("mpiexec exited") else None
         raise WorkerFailedError(lost or failure)
     _kill_job(proc, str(job_file))  # stray ranks, if any
     return run_dir
@@ -176,9 +177,21 @@ class _HostWatch:
                     elif h.name in seen and proc.poll() is None:
                         self.dead = h.name
                         break
-                time.sleep(0.3)
+                time.sleep(0.1)
+            if self.dead is None:  # mpiexec ended between two looks: one host already empty is the dead one
+                gone = [h.name for h in lab.hosts if h.name in seen and not pids(h.name)]
+                if len(gone) == 1:
+                    self.dead = gone[0]
 
-        threading.Thread(target=loop, name="netlab-host-watch", daemon=True).start()
+        self.thread = threading.Thread(target=loop, name="netlab-host-watch", daemon=True)
+        self.thread.start()
+
+    def finish(self) -> str | None:
+        """The dead host, once the watch has taken its last look (mpiexec has ended)."""
+        thread = getattr(self, "thread", None)
+        if thread is not None:
+            thread.join(timeout=2.0)
+        return self.dead
 
 
 def _lost_host(run_dir: Path, ranks: int, hostfile: str | None, dead: str | None = None) -> str | None:
