@@ -29,6 +29,15 @@ class Verdict:
         return self.step_time_s if self.time_per_sample_s is None else self.time_per_sample_s
 
 
+def placed_runtime(spec: Any, worker: Any, placement: Placement | None, *, seed: int = 0, lr: float = 0.1):
+    """The model built with each layer on its placed device of ``worker`` (None: all on the first device)."""
+    from orchestrator.execution.runtime import ModelRuntime
+
+    tf_dev = {d.name: d.tf_device for d in worker.devices}
+    mapping = {node: tf_dev[dev] for node, dev in placement.assignment.items()} if placement else None
+    return ModelRuntime(spec, seed=seed, lr=lr, device_of=mapping, default_device=worker.devices[0].tf_device)
+
+
 class MeasuredEvaluator:
     """Median wall time of the placed training step on the worker's real devices."""
 
@@ -45,12 +54,7 @@ class MeasuredEvaluator:
         self.evaluations = 0
 
     def runtime(self, placement: Placement | None, lr: float = 0.1):
-        from orchestrator.execution.runtime import ModelRuntime
-
-        tf_dev = {d.name: d.tf_device for d in self.worker.devices}
-        mapping = {node: tf_dev[dev] for node, dev in placement.assignment.items()} if placement else None
-        return ModelRuntime(self.spec, seed=self.seed, lr=lr, device_of=mapping,
-                            default_device=self.worker.devices[0].tf_device)
+        return placed_runtime(self.spec, self.worker, placement, seed=self.seed, lr=lr)
 
     def evaluate(self, placement: Placement | None) -> Verdict:
         self.evaluations += 1

@@ -143,11 +143,9 @@ class TFMeasure:
         if key in self._runtimes:
             self._runtimes.move_to_end(key)
             return self._runtimes[key]
-        from orchestrator.execution.runtime import ModelRuntime
+        from orchestrator.placement.evaluator import placed_runtime
 
-        tf_dev = {d.name: d.tf_device for d in self.worker.devices}
-        mapping = {node: tf_dev[dev] for node, dev in placement.assignment.items()}
-        rt = ModelRuntime(self.spec, seed=self.seed, device_of=mapping, default_device=self.worker.devices[0].tf_device)
+        rt = placed_runtime(self.spec, self.worker, placement, seed=self.seed, lr=0.05)
         self.built += 1
         self._runtimes[key] = rt
         while len(self._runtimes) > self.keep:
