@@ -39,6 +39,8 @@ TRAIN_MODELS = ("resnet50", "nmt-2", "nmt-8", "transformer")
 TRAIN_MSR = ("latency-inputs/LayerGraphs/bert24_inference.json", "latency-inputs/LayerGraphs/resnet50_inference.json",
              "throughput-inputs/LayerGraphs/bert24_inference.json", "throughput-inputs/LayerGraphs/resnet50_inference.json",
              "latency-inputs/OperatorGraphs/bert_l-3_inference.json")
+TRAIN_PIPELINE = ("throughput-inputs/LayerGraphs/bert24_inference.json", "throughput-inputs/LayerGraphs/resnet50_inference.json")
+SYNTHETIC = 8
 HELD_OUT_MODELS = ("inception_v3", "nmt-4")
 HELD_OUT_MSR = ("throughput-inputs/LayerGraphs/bert24_training.json", "throughput-inputs/LayerGraphs/resnet50_training.json",
                 "latency-inputs/LayerGraphs/inceptionv3_inference.json")
@@ -74,8 +76,11 @@ def msr_file(workloads: Path, rel: str) -> Path | None:
     return None
 
 
-def training_cases(workloads: Path, models=TRAIN_MODELS, msr=TRAIN_MSR, notes: list | None = None):
-    """(label, graph, worker) of the pre-training set; missing workload files are skipped (noted)."""
+def training_cases(workloads: Path, models=TRAIN_MODELS, msr=TRAIN_MSR, notes: list | None = None,
+                   pipeline=TRAIN_PIPELINE, synthetic: int = SYNTHETIC):
+    """(label, graph, worker[, objective]) of the pre-training set: one-step objective, and the
+    throughput workloads in ``pipeline`` also with the pipeline objective; missing workload files
+    are skipped (noted)."""
     from orchestrator.placement.workload import load_msr_workload
 
     ws = workers()
@@ -83,6 +88,9 @@ def training_cases(workloads: Path, models=TRAIN_MODELS, msr=TRAIN_MSR, notes: l
         g = extracted_graph(m)
         for wname, w in ws.items():
             yield f"{m} on {wname}", g, w
+    for k in range(synthetic):                        # each random graph on one of the workers, in turn
+        wname = list(ws)[k % len(ws)]
+        yield f"synthetic-{k} on {wname}", synthetic_graph(k), ws[wname]
     for rel in msr:
         path = msr_file(workloads, rel)
         if path is None:
@@ -91,34 +99,67 @@ def training_cases(workloads: Path, models=TRAIN_MODELS, msr=TRAIN_MSR, notes: l
             continue
         wl = load_msr_workload(path)
         yield "msr " + rel.split("-inputs/")[0] + " " + Path(rel).stem, wl.graph, wl.worker
+    for rel in pipeline:
+        path = msr_file(workloads, rel)
+        if path is not None:
+            wl = load_msr_workload(path)
+            yield "msr " + rel.split("-inputs/")[0] + " " + Path(rel).stem + " (pipeline)", wl.graph, wl.worker, "pipeline"
+
+
+def synthetic_graph(seed: int):
+    """A random layered DAG (Placeto and GDP also pre-train on synthetic graphs): 12-40 levels of
+    1-6 nodes, each fed by 1-2 nodes of the level before (all of them, for a level of one node),
+    forward flops log-uniform in [1e9, 3e11], activations log-uniform in [1e5, 1e8] bytes, weights
+    log-uniform in [1e5, 1e8] bytes. Costs come from the devices' roofline, as for extracted models."""
+    from orchestrator.placement.graph import OpGraph
+
+    rng = np.random.default_rng(1000 + seed)
+    levels = [[f"n{lv}_{i}" for i in range(int(rng.integers(1, 7)))] for lv in range(int(rng.integers(12, 41)))]
+    lu = lambda lo, hi: float(10 ** rng.uniform(np.log10(lo), np.log10(hi)))
+    nodes, edges = [], []
+    for lv, names in enumerate(levels):
+        for n in names:
+            out = lu(1e5, 1e8)
+            nodes.append({"name": n, "flops": lu(1e9, 3e11), "output_bytes": out, "activation_bytes": out,
+                          "param_bytes": lu(1e5, 1e8)})
+            if lv:
+                prev = levels[lv - 1]
+                srcs = prev if len(names) == 1 else rng.choice(prev, size=min(len(prev), int(rng.integers(1, 3))), replace=False)
+                edges += [{"src": str(s), "dst": n, "bytes": next(x["output_bytes"] for x in nodes if x["name"] == s)} for s in srcs]
+    return OpGraph.from_dict({"schema": "orchestrator.opgraph/1", "name": f"synthetic-{seed}", "nodes": nodes, "edges": edges})
 
 
 class Case:
-    """A graph on a worker, ready for policy steps: inputs, greedy reference, per-case baseline."""
+    """A graph on a worker and an objective, ready for policy steps: inputs, greedy reference (for
+    ``pipeline`` the better of greedy and the contiguous DP, rl's incumbent), per-case baseline."""
 
-    def __init__(self, label, graph, worker):
+    def __init__(self, label, graph, worker, objective: str = "step"):
         from orchestrator.placement.evaluator import SimulatedEvaluator
         from orchestrator.placement.graph_policy import graph_inputs
         from orchestrator.placement.search import PlacementProblem
         from orchestrator_plugins.placers.greedy import best_greedy
 
-        self.label = label
-        self.prob = PlacementProblem(graph, worker, SimulatedEvaluator(graph, worker))
+        self.label, self.objective = label, objective
+        self.prob = PlacementProblem(graph, worker, SimulatedEvaluator(graph, worker, objective))
         self.prob.check_feasible()
         self.gi = graph_inputs(self.prob)
-        _, variant, times = best_greedy(self.prob)
+        self.start, variant, times = best_greedy(self.prob)
         self.greedy = times[variant]
+        if objective == "pipeline":
+            from orchestrator.placement.contiguous import best_contiguous
+
+            dp = best_contiguous(self.prob, self.prob.evaluator.pipeline, time_limit_s=30.0)
+            if dp.assign is not None and self.prob.step_time(dp.assign) < self.greedy:
+                self.start, self.greedy = dp.assign.copy(), self.prob.step_time(dp.assign)
         self.cap = float(self.prob.pool_cap[np.isfinite(self.prob.pool_cap)].sum() or 1.0)
         self.baseline = None
 
     def teacher(self, budget: int, seed: int = 0) -> np.ndarray:
         """The imitation target: greedy improved by ``budget`` evaluations of rl's local search, per
         atom, with identical devices renumbered in order of the depth position of their atoms."""
-        from orchestrator_plugins.placers.greedy import best_greedy
         from orchestrator_plugins.placers.rl import local_search
 
-        start, _, _ = best_greedy(self.prob)
-        assign, self.teacher_t = local_search(self.prob, start, budget, seed)
+        assign, self.teacher_t = local_search(self.prob, self.start, budget, seed)
         atoms = self.prob.atoms_of(assign)
         pos = self.gi.x[:, 6]                                  # depth fraction
         devs = self.prob.worker.devices
@@ -148,20 +189,23 @@ def decode_ratio(policy, cases) -> float:
 
 
 def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, seed: int, eval_every: int,
-             hidden: int, sink=None, log=print, imitate: int = 0, teacher_budget: int = 2000):
+             hidden: int, sink=None, log=print, imitate: int = 0, teacher_budget: int = 2000, rl_lr: float | None = None):
     from orchestrator.placement.graph_policy import GraphPolicy
 
     rng = np.random.default_rng(seed)
     policy = GraphPolicy(hidden, seed=seed, lr=lr)
     curve = []
-    best = (decode_ratio(policy, cases), 0, {k: v.numpy() for k, v in policy.vars.items()})
+    best = (decode_ratio(policy, cases), "the list-scheduling prior (no training)", {k: v.numpy() for k, v in policy.vars.items()})
+    log(f"untrained (list-scheduling prior): decode / greedy training {best[0]:.3f}")
     if imitate:                                   # behaviour cloning of the search teacher first
         targets = [c.teacher(teacher_budget, seed) for c in cases]
+        # teacher-forced trajectories: their features depend on the actions only, not on the weights
+        forced = [policy.rollouts(c.gi, 1, forced=tgt[None]) for c, tgt in zip(cases, targets)]
         log(f"teacher (greedy + {teacher_budget} evaluations of local search) / greedy, geo-mean: "
             f"{np.exp(np.mean([np.log(c.teacher_t / c.greedy) for c in cases])):.3f}")
         for ep in range(imitate):
-            for c, tgt in zip(cases, targets):
-                policy.update(c.gi, tgt[None], np.ones(1), 0.0)
+            for c, ro in zip(cases, forced):
+                policy.update(c.gi, ro, np.ones(1), 0.0)
             if (ep + 1) % max(1, imitate // 4) == 0 or ep + 1 == imitate:
                 tr, ho = decode_ratio(policy, cases), decode_ratio(policy, held) if held else math.nan
                 log(f"imitation epoch {ep + 1}/{imitate}: decode / greedy training {tr:.3f}, held out {ho:.3f}")
@@ -170,14 +214,16 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
                 if sink is not None:
                     sink.log_metrics({"pretrain.imitation_decode_vs_greedy": tr,
                                       **({"pretrain.imitation_heldout_decode_vs_greedy": ho} if held else {})}, step=ep + 1)
+    if rl_lr is not None:                         # REINFORCE after imitation: its own (smaller) step
+        policy.opt.learning_rate.assign(rl_lr)
     for upd in range(updates):
         c = cases[upd % len(cases)]
-        acts = policy.sample(c.gi, batch, rng, traced=True)
-        times, rewards = zip(*(c.score(a) for a in acts))
+        ro = policy.sample(c.gi, batch, rng, traced=True)
+        times, rewards = zip(*(c.score(a) for a in ro.actions))
         rewards = np.array(rewards)
         c.baseline = rewards.mean() if c.baseline is None else 0.9 * c.baseline + 0.1 * rewards.mean()
         adv = (rewards - c.baseline) / (rewards.std() + 1e-8)
-        policy.update(c.gi, acts, adv, entropy * (1 - upd / updates))
+        policy.update(c.gi, ro, adv, entropy * (1 - upd / updates))
         fin = np.array([t for t in times if math.isfinite(t)])
         if sink is not None:
             sink.log_metrics({"pretrain.sample_vs_greedy": float(fin.mean() / c.greedy) if len(fin) else 10.0}, step=upd)
@@ -207,17 +253,20 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="graph_policy.npz", help="checkpoint to write (.npz)")
     ap.add_argument("--workloads", default=str(DEFAULT_WORKLOADS), help="msr-dnn-partitioning folder")
     ap.add_argument("--models", default=",".join(TRAIN_MODELS), help=f"extracted models to train on (of {', '.join(EXTRACTED)})")
-    ap.add_argument("--imitate", type=int, default=60, help="epochs of behaviour cloning of the search teacher (0 = none)")
+    ap.add_argument("--imitate", type=int, default=100, help="epochs of behaviour cloning of the search teacher (0 = none)")
     ap.add_argument("--teacher-budget", type=int, default=1500, help="local-search evaluations of the teacher per case")
-    ap.add_argument("--updates", type=int, default=100, help="REINFORCE updates after imitation")
+    ap.add_argument("--updates", type=int, default=400, help="REINFORCE updates after imitation")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--lr", type=float, default=0.003, help="Adam step of the imitation epochs")
+    ap.add_argument("--rl-lr", type=float, default=0.0003, help="Adam step of the REINFORCE updates")
     ap.add_argument("--entropy", type=float, default=0.003)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     ap.add_argument("--no-heldout", action="store_true", help="do not score the held-out graphs while training")
+    ap.add_argument("--synthetic", type=int, default=SYNTHETIC, help="random layered DAGs in the training set")
+    ap.add_argument("--no-pipeline", action="store_true", help="no pipeline-objective cases (one-step objective only)")
     args = ap.parse_args(argv)
     try:
         return _run(args)
@@ -232,11 +281,13 @@ def _run(args) -> int:
     from orchestrator.errors import ConfigError
     from orchestrator.tracking.store import trial_run
 
-    for key in ("updates", "batch", "hidden", "eval_every", "imitate", "teacher_budget"):
-        if getattr(args, key) < (0 if key in ("imitate", "updates") else 1):
-            raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be >= {0 if key in ('imitate', 'updates') else 1}")
-    if not args.lr > 0:
-        raise ConfigError(f"--lr={args.lr}: must be > 0")
+    zero_ok = ("imitate", "updates", "synthetic")
+    for key in ("updates", "batch", "hidden", "eval_every", "imitate", "teacher_budget", "synthetic"):
+        if getattr(args, key) < (0 if key in zero_ok else 1):
+            raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be >= {0 if key in zero_ok else 1}")
+    for key in ("lr", "rl_lr"):
+        if not getattr(args, key) > 0:
+            raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be > 0")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     bad = [m for m in models if m not in EXTRACTED]
     if bad:
@@ -249,7 +300,8 @@ def _run(args) -> int:
     workloads = Path(args.workloads)
     t0 = time.perf_counter()
     notes: list[str] = []
-    cases = [Case(*c) for c in training_cases(workloads, models, TRAIN_MSR, notes)]
+    cases = [Case(*c) for c in training_cases(workloads, models, TRAIN_MSR, notes, () if args.no_pipeline else TRAIN_PIPELINE,
+                                              args.synthetic)]
     if not cases:
         raise ConfigError("no training cases (check --models and --workloads)")
     held = [] if args.no_heldout else [Case(*c) for c in held_out_cases(workloads)]
@@ -259,12 +311,13 @@ def _run(args) -> int:
     cfg = OmegaConf.create({"tracking": {"uri": args.tracking_uri, "experiment": "pretrain"},
                             "pretrain": {k: v for k, v in vars(args).items() if k != "tracking_uri"}})
     out = Path(args.out)
-    with trial_run(cfg, run_name="pretrain", tags={"evaluator": "simulated", "placement.objective": "step",
+    objectives = ",".join(sorted({c.objective for c in cases}))
+    with trial_run(cfg, run_name="pretrain", tags={"evaluator": "simulated", "placement.objective": objectives,
                                                    "pretrain.cases": "; ".join(c.label for c in cases)[:5000]},
                    config_yaml=OmegaConf.to_yaml(cfg), output_dir=Path(tempfile.mkdtemp(prefix="pretrain-"))) as sink:
         policy, best, curve = pretrain(cases, held, args.updates, args.batch, args.lr, args.entropy, args.seed,
                                        args.eval_every, args.hidden, sink, imitate=args.imitate,
-                                       teacher_budget=args.teacher_budget)
+                                       teacher_budget=args.teacher_budget, rl_lr=args.rl_lr)
         meta = {"cases": [c.label for c in cases], "held_out": list(HELD_OUT), "updates": args.updates,
                 "best_update": best[1], "decode_vs_greedy": best[0], "seed": args.seed,
                 "command": "python -m orchestrator.pretrain " + " ".join(sys.argv[1:])}
@@ -288,6 +341,8 @@ def held_out_cases(workloads: Path):
         if path is not None:
             wl = load_msr_workload(path)
             yield "msr " + rel.split("-inputs/")[0] + " " + Path(rel).stem, wl.graph, wl.worker
+            if rel.startswith("throughput-"):
+                yield "msr throughput " + Path(rel).stem + " (pipeline)", wl.graph, wl.worker, "pipeline"
 
 
 if __name__ == "__main__":

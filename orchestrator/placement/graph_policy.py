@@ -17,9 +17,13 @@ Inputs (``graph_inputs``), all invariant to the order of the nodes in the graph 
 Network: atom embedding h0 = relu(X W0 + E_mean Wc + b0); R rounds of mean message passing
 h <- h + relu(h Ws + mean_in(w h) Wi + mean_out(w h) Wo + b) (``tf.math.unsorted_segment_sum``);
 device embedding e = relu(F Wd + bd); per pair z = relu(h Wa + e Wb + P Wp + mean(h) Wg + bz),
-logit = z v + table[a, d] (the per-atom table is zero in pre-training; a fine-tune trains it too,
-so the policy can express any placement of this graph). Disallowed devices get -1e9. The head is
-shared over devices, so the same weights apply to any device count. Trained by REINFORCE.
+static logit s = z v + table[a, d] (the per-atom table is zero in pre-training; a fine-tune trains
+it too, so the policy can express any placement of this graph). Decisions are sequential
+(``orchestrator.placement.policy_decode``): atom by atom, the logit adds
+relu(f Wq + z Wr + bq) vq of the dynamic features f of the partial placement (earliest finish time,
+pipeline bottleneck, transfers, memory fill per device). Disallowed devices get -1e9. The heads are
+shared over devices, so the same weights apply to any device count. Trained by REINFORCE on the
+recorded trajectories (and by imitation of a teacher, teacher-forced).
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import ConfigError
+from orchestrator.placement.policy_decode import K_DYN, DecodeInputs, Rollouts, decode_inputs, rollout
 from orchestrator.placement.search import PlacementProblem
 
-FORMAT = "orchestrator.graph_policy/1"
+FORMAT = "orchestrator.graph_policy/2"
 N_ATOM, N_DEV, N_PAIR = 13, 10, 7
+HQ = 16                                # hidden width of the dynamic head
+PRIOR = 10.0                           # the list-scheduling prior's weight (see GraphPolicy.__init__)
 SHIPPED = Path(__file__).with_name("checkpoints") / "graph_policy.npz"
 
 
@@ -52,6 +59,7 @@ class GraphInputs:
     temp: np.ndarray = None
     pool_of: np.ndarray = None   # [D] memory pool of each device, and each pool's capacity (less headroom)
     pool_cap: np.ndarray = None
+    dec: DecodeInputs = None     # what the sequential decode needs
 
 
 def _depth(prob: PlacementProblem) -> np.ndarray:
@@ -118,7 +126,8 @@ def graph_inputs(prob: PlacementProblem) -> GraphInputs:
     name_rank[np.argsort(np.array(key, dtype=object), kind="stable")] = np.arange(A)
     f = lambda a: np.nan_to_num(a, nan=0.0, posinf=5.0, neginf=-5.0).astype(np.float32)
     return GraphInputs(f(x), f(e), f(p), sa[cross].astype(np.int32), da[cross].astype(np.int32), f(w), mask, name_rank,
-                       res, prob.atom_temp, prob.pool_of, prob.pool_cap)
+                       res, prob.atom_temp, prob.pool_of, prob.pool_cap,
+                       decode_inputs(prob, depth, rank, name_rank, np.nan_to_num(cmin)))
 
 
 def _slots(cmin, depth, mask, rel_speed, acc, cap) -> np.ndarray:
@@ -161,32 +170,41 @@ class GraphPolicy:
         rng = np.random.default_rng(seed)
         H = hidden
         shapes = {"W0": (N_ATOM, H), "b0": (H,), "Wc": (H, H), "Wd": (N_DEV, H), "bd": (H,), "Wa": (H, H),
-                  "Wb": (H, H), "Wp": (N_PAIR, H), "Wg": (H, H), "bz": (H,), "v": (H, 1)}
+                  "Wb": (H, H), "Wp": (N_PAIR, H), "Wg": (H, H), "bz": (H,), "v": (H, 1),
+                  "Wr": (H, HQ), "Wq": (K_DYN, HQ), "bq": (HQ,), "vq": (HQ, 1)}
         for r in range(rounds):
             shapes.update({f"Ws{r}": (H, H), f"Wi{r}": (H, H), f"Wo{r}": (H, H), f"b{r}": (H,)})
         self.names = list(shapes)
-        self.vars = {k: tf.Variable(self._init(rng, k, s)) for k, s in shapes.items()}
+        init = {k: self._init(rng, k, s) for k, s in shapes.items()}
+        # list-scheduling prior: one unit of the sequential head starts as -PRIOR x (the objective's
+        # excess over its best device), so an untrained policy decodes like greedy on the objective
+        init["Wq"][:, 0], init["Wr"][:, 0], init["bq"][0], init["vq"][0, 0] = 0.0, 0.0, 0.0, -PRIOR
+        init["Wq"][0, 0] = 1.0
+        init["Wq"][:, 1], init["Wr"][:, 1], init["bq"][1], init["vq"][1, 0] = 0.0, 0.0, 0.0, 1.0
+        init["Wq"][1, 1] = 1.0                 # and +1 for the objective's best device (breaks near ties)
+        self.vars = {k: tf.Variable(v) for k, v in init.items()}
         self.opt = tf.keras.optimizers.Adam(learning_rate=lr)
         self.opt_table = tf.keras.optimizers.Adam(learning_rate=table_lr)
         self.updates = 0
         spec = [tf.TensorSpec([None, N_ATOM]), tf.TensorSpec([None, N_DEV]), tf.TensorSpec([None, None, N_PAIR]),
                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]),
                 tf.TensorSpec([None, None], tf.bool), tf.TensorSpec([None, None])]
-        self._logits_fn = tf.function(self._logits, input_signature=spec)
+        self._static_fn = tf.function(self._static, input_signature=spec)
         self._table, self._train_fn = None, None
 
     @staticmethod
     def _init(rng, k, s):
         if len(s) == 1:
             return np.zeros(s, np.float32)
-        scale = 0.01 if k == "v" else np.sqrt(1.0 / s[0]) * (0.5 if k[:2] in ("Ws", "Wi", "Wo") else 1.0)
+        scale = 0.01 if k in ("v", "vq") else np.sqrt(1.0 / s[0]) * (0.5 if k[:2] in ("Ws", "Wi", "Wo") else 1.0)
         return (rng.standard_normal(s) * scale).astype(np.float32)
 
     @property
     def variables(self):
         return [self.vars[k] for k in self.names]
 
-    def _logits(self, x, e, p, src, dst, w, mask, table):
+    def _static(self, x, e, p, src, dst, w, mask, table):
+        """(static logits [A, D] with the table, disallowed -1e9; pair embedding z Wr [A, D, HQ])."""
         tf, V = self.tf, self.vars
         A = tf.shape(x)[0]
         ed = tf.nn.relu(e @ V["Wd"] + V["bd"])                                  # [D, H]
@@ -202,19 +220,26 @@ class GraphPolicy:
         pw = tf.einsum("adf,fh->adh", p, V["Wp"])
         z = tf.nn.relu((h @ V["Wa"])[:, None, :] + (ed @ V["Wb"])[None] + pw + g[:, None, :] + V["bz"])
         logits = tf.squeeze(z @ V["v"], -1) + table
-        return tf.where(mask, logits, -1e9)
+        return tf.where(mask, logits, -1e9), tf.einsum("adh,hq->adq", z, V["Wr"])
 
-    def _grads(self, x, e, p, src, dst, w, mask, table, actions, adv, ent_coef):
+    def _dynamic(self, s, zr, feats, feas):
+        """Logits [B, A, D] of recorded decisions: s + relu(f Wq + z Wr + bq) vq, infeasible -1e9."""
+        tf, V = self.tf, self.vars
+        dyn = tf.squeeze(tf.nn.relu(tf.einsum("badk,kq->badq", feats, V["Wq"]) + zr[None] + V["bq"]) @ V["vq"], -1)
+        return tf.where(feas, s[None] + dyn, -1e9)
+
+    def _grads(self, x, e, p, src, dst, w, mask, table, feats, feas, actions, adv, ent_coef):
         tf = self.tf
         with tf.GradientTape() as tape:
             tape.watch(table)
-            logp = tf.nn.log_softmax(self._logits(x, e, p, src, dst, w, mask, table))   # [A, D]
-            lp = tf.reduce_sum(tf.one_hot(actions, tf.shape(logp)[1]) * logp[None], axis=[1, 2])     # [B]
+            s, zr = self._static(x, e, p, src, dst, w, mask, table)
+            logp = tf.nn.log_softmax(self._dynamic(s, zr, feats, feas))                      # [B, A, D]
+            lp = tf.reduce_sum(tf.one_hot(actions, tf.shape(logp)[2]) * logp, axis=[1, 2])    # [B]
             pr = tf.exp(logp)
-            entropy = -tf.reduce_sum(tf.where(mask, pr * logp, 0.0))
+            entropy = -tf.reduce_sum(tf.where(feas, pr * logp, 0.0)) / tf.cast(tf.shape(logp)[0], tf.float32)
             loss = -tf.reduce_mean(adv * lp) - ent_coef * entropy
         grads = tape.gradient(loss, self.variables + [table])
-        return grads[:-1], grads[-1], entropy / tf.cast(tf.shape(logp)[0], tf.float32)
+        return grads[:-1], grads[-1], entropy / tf.cast(tf.shape(logp)[1], tf.float32)
 
     # -- numpy API ----------------------------------------------------------------------------
     def _args(self, gi: GraphInputs, table):
@@ -223,50 +248,53 @@ class GraphPolicy:
         return (tf.constant(gi.x), tf.constant(gi.e), tf.constant(gi.p), tf.constant(gi.src), tf.constant(gi.dst),
                 tf.constant(gi.w), tf.constant(gi.mask), tf.constant(t))
 
-    def logits(self, gi: GraphInputs, table=None, traced: bool = False) -> np.ndarray:
+    def static(self, gi: GraphInputs, table=None, traced: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Eager by default (tracing costs more than one zero-shot decode); ``traced`` for the many
         calls of a search (traced once per policy)."""
-        fn = self._logits_fn if traced else self._logits
-        return fn(*self._args(gi, table)).numpy().astype(np.float64)
+        fn = self._static_fn if traced else self._static
+        s, zr = fn(*self._args(gi, table))
+        return s.numpy().astype(np.float64), zr.numpy().astype(np.float64)
 
-    def probs(self, gi: GraphInputs, table=None, traced: bool = False) -> np.ndarray:
-        z = self.logits(gi, table, traced)
-        z = np.exp(z - z.max(axis=1, keepdims=True)) * gi.mask
+    def logits(self, gi: GraphInputs, table=None, traced: bool = False) -> np.ndarray:
+        """The static logits [A, D] (before the sequential head)."""
+        return self.static(gi, table, traced)[0]
+
+    def _head(self) -> dict:
+        return {k: self.vars[k].numpy().astype(np.float64) for k in ("Wq", "bq", "vq")}
+
+    def rollouts(self, gi: GraphInputs, n: int = 1, rng: np.random.Generator | None = None, table=None,
+                 traced: bool = False, greedy: bool = False, forced: np.ndarray | None = None) -> Rollouts:
+        """``n`` sequential decodes (``policy_decode.rollout``): greedy, ``forced`` ([n, A]) or sampled
+        (atom a uses the ``name_rank[a]``-th uniform of its row, so samples do not depend on the
+        order of the nodes in the graph file)."""
+        s, zr = self.static(gi, table, traced)
+        draws = None if (greedy or forced is not None) else rng.random((n, len(gi.mask)))
+        return rollout(gi, s, zr, self._head(), n, greedy=greedy, draws=draws, forced=forced)
+
+    def decode(self, gi: GraphInputs, table=None) -> np.ndarray:
+        """The greedy sequential decode: per atom in priority order the largest logit (rounded to
+        1e-4, so float summation order cannot flip a near tie) among the devices whose memory pool
+        still holds it."""
+        return self.rollouts(gi, 1, table=table, greedy=True).actions[0]
+
+    def probs(self, gi: GraphInputs, table=None) -> np.ndarray:
+        """The policy's distribution [A, D] at each decision of the greedy decode."""
+        s, zr = self.static(gi, table)
+        ro = rollout(gi, s, zr, self._head(), 1, greedy=True)
+        h = self._head()
+        z = s + np.maximum(ro.feats[0] @ h["Wq"] + zr + h["bq"], 0.0) @ h["vq"][:, 0]
+        z = np.where(ro.feasible[0], z, -np.inf)
+        z = np.exp(z - z.max(axis=1, keepdims=True))
         return z / z.sum(axis=1, keepdims=True)
 
-    def decode(self, gi: GraphInputs, table=None, memory: bool = True) -> np.ndarray:
-        """The most likely device per atom (logits rounded to 1e-4, so float summation order cannot
-        flip a near tie; ties go to the lowest device index). ``memory``: atoms are taken in depth
-        order (ties by name) and each goes to its most likely device whose memory pool still holds it
-        (resident bytes summed, temporary bytes the pool's maximum); none left: the most likely."""
-        z = np.round(self.logits(gi, table), 4)
-        best = np.argmax(z, axis=1)
-        if not memory or gi.res is None or not np.isfinite(gi.pool_cap).any():
-            return best
-        used, tmp = np.zeros(len(gi.pool_cap)), np.zeros(len(gi.pool_cap))
-        for a in np.lexsort((gi.name_rank, gi.x[:, 6])):
-            for d in np.argsort(-z[a], kind="stable"):
-                if not gi.mask[a, d]:
-                    break
-                q = gi.pool_of[d]
-                if used[q] + gi.res[a] + max(tmp[q], gi.temp[a]) <= gi.pool_cap[q]:
-                    best[a] = d
-                    break
-            q = gi.pool_of[best[a]]
-            used[q] += gi.res[a]
-            tmp[q] = max(tmp[q], gi.temp[a])
-        return best
+    def sample(self, gi: GraphInputs, n: int, rng: np.random.Generator, table=None, traced: bool = False) -> Rollouts:
+        """``n`` sampled placements (``.actions`` [n, A]) with their recorded decisions."""
+        return self.rollouts(gi, n, rng, table, traced)
 
-    def sample(self, gi: GraphInputs, n: int, rng: np.random.Generator, table=None, traced: bool = False) -> np.ndarray:
-        """``n`` placements [n, A]; atom a uses draw ``name_rank[a]``, so the samples do not depend on
-        the order of the nodes in the graph file."""
-        cum = self.probs(gi, table, traced).cumsum(axis=1)
-        draws = rng.random((n, len(cum)))[:, gi.name_rank]
-        return np.minimum((draws[:, :, None] > cum[None]).sum(axis=2), gi.mask.shape[1] - 1)
-
-    def update(self, gi: GraphInputs, actions: np.ndarray, adv: np.ndarray, ent_coef: float, table=None) -> float:
-        """One REINFORCE step; ``table`` (a tf.Variable [A, D] or None) is trained alongside. Gradient
-        and both Adam steps run as one traced function (traced once per policy and table)."""
+    def update(self, gi: GraphInputs, ro: Rollouts, adv: np.ndarray, ent_coef: float, table=None) -> float:
+        """One REINFORCE step on the recorded trajectories ``ro`` (with ``adv`` = 1 and teacher-forced
+        rollouts: one imitation step); ``table`` (a tf.Variable [A, D] or None) is trained alongside.
+        Gradient and both Adam steps run as one traced function (traced once per policy and table)."""
         tf = self.tf
         if table is not self._table or self._train_fn is None:
             self._table = table
@@ -275,15 +303,15 @@ class GraphPolicy:
                 self.opt_table.build([table])
             self._train_fn = tf.function(self._train, reduce_retracing=True)
         args = self._args(gi, None)[:-1]
-        ent = self._train_fn(*args, tf.constant(actions, tf.int32), tf.constant(adv, tf.float32),
-                             tf.constant(ent_coef, tf.float32))
+        ent = self._train_fn(*args, tf.constant(ro.feats), tf.constant(ro.feasible), tf.constant(ro.actions, tf.int32),
+                             tf.constant(adv, tf.float32), tf.constant(ent_coef, tf.float32))
         self.updates += 1
         return float(ent)
 
-    def _train(self, x, e, p, src, dst, w, mask, actions, adv, ent_coef):
+    def _train(self, x, e, p, src, dst, w, mask, feats, feas, actions, adv, ent_coef):
         tf = self.tf
         t = tf.zeros(tf.shape(mask)) if self._table is None else tf.convert_to_tensor(self._table)
-        g_net, g_table, ent = self._grads(x, e, p, src, dst, w, mask, t, actions, adv, ent_coef)
+        g_net, g_table, ent = self._grads(x, e, p, src, dst, w, mask, t, feats, feas, actions, adv, ent_coef)
         self.opt.apply_gradients(zip(g_net, self.variables))
         if self._table is not None:
             self.opt_table.apply_gradients([(g_table, self._table)])
@@ -295,7 +323,7 @@ class GraphPolicy:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         cfg = {"format": FORMAT, "hidden": self.hidden, "rounds": self.rounds, "n_atom": N_ATOM, "n_dev": N_DEV,
-               "n_pair": N_PAIR, "updates": self.updates, "meta": meta or {}}
+               "n_pair": N_PAIR, "n_dyn": K_DYN, "updates": self.updates, "meta": meta or {}}
         with open(path, "wb") as f:
             np.savez_compressed(f, __config__=np.array(json.dumps(cfg)), **{k: v.numpy() for k, v in self.vars.items()},
                                 **({} if table is None else {"__table__": np.asarray(table, np.float32)}))

@@ -72,7 +72,7 @@ class RLPlacer:
         self.init_bias = None if str(ib) == "auto" else float(ib)
         self.flips = float(c("flips", 4))
         self.hidden = int(c("hidden", 32))
-        self.samples = int(c("zero_shot_samples", 16))
+        self.samples = int(c("zero_shot_samples", 32))
         self.local_fraction = float(c("local_fraction", 0.3))
         self.checkpoint = c("checkpoint", None)
         self.seed_contiguous = bool(c("seed_contiguous", True))
@@ -162,7 +162,7 @@ class RLPlacer:
             return times
 
         if self.mode != "scratch":                           # the pre-trained policy's own guesses first
-            acts = np.concatenate([policy.decode(gi)[None], policy.sample(gi, self.samples, rng)])
+            acts = np.concatenate([policy.decode(gi)[None], policy.sample(gi, self.samples, rng).actions])
             times = score(acts)
             fin = times[np.isfinite(times)]
             self.history.append((self.best_t, float(fin.mean()) if len(fin) else math.inf))
@@ -183,14 +183,15 @@ class RLPlacer:
         baseline = None
         bar = _bar(context, updates * self.batch, "rl")
         for upd in range(updates):
-            acts = policy.sample(gi, self.batch, rng, self.table.numpy(), traced=True)
+            ro = policy.sample(gi, self.batch, rng, self.table.numpy(), traced=True)
+            acts = ro.actions
             times = score(acts)
             over = np.array([prob.overflow(prob.expand(a)) for a in acts]) if not np.isfinite(times).all() else 0
             rewards = np.where(np.isfinite(times), -np.sqrt(np.minimum(times, 1e300) / t_ref), -(2.0 + 10.0 * over / cap))
             mean_r = rewards.mean()
             baseline = mean_r if baseline is None else 0.9 * baseline + 0.1 * mean_r
             adv = (rewards - baseline) / (rewards.std() + 1e-8)
-            policy.update(gi, acts, adv, self.entropy * (1 - upd / max(1, updates)), self.table)
+            policy.update(gi, ro, adv, self.entropy * (1 - upd / max(1, updates)), self.table)
             fin = times[np.isfinite(times)]
             mean_t = float(fin.mean()) if len(fin) else math.inf
             self.history.append((self.best_t, mean_t))

@@ -1,0 +1,203 @@
+"""Sequential (autoregressive) decoding of the graph policy: atoms are placed one at a time in a
+fixed, order-free priority order, and each decision is conditioned on the atoms already placed.
+
+The state after t decisions is a partial list schedule (as HEFT builds one; Topcuoglu et al. 2002)
+and a partial pipeline load (the msr authors' rule, docs/pipeline.md), per sample:
+``fin[a]`` (the finish time of each placed atom), ``ready[d]`` (when device d is free),
+``load[d]`` (compute plus transfers device d does per sample), and each memory pool's resident and
+temporary bytes. For the next atom ``a`` and each device ``d`` (``c[a,d]`` its cost, ``C_e(i,d)``
+the transfer time of atom edge ``e`` from device i to d: latency x tensors + bytes / bandwidth +
+fixed edge costs x hops, summed over its tensors)::
+
+    arrival[d] = max over placed preds p of  fin[p] + C_(p,a)(dev p, d)
+    eft[d]     = max(ready[d], arrival[d]) + c[a,d]                       (earliest finish time)
+    cin[d]     = sum over placed preds p on another device of C_(p,a)(dev p, d)
+    bott[d]    = max(load[d] + c[a,d] + cin[d], max_{d' != d} load[d'])   (pipeline bottleneck after)
+    fill[d]    = (resident of d's pool + res[a] + max(temp of the pool, temp[a])) / capacity
+
+The K = 12 *dynamic* features of (a, d), the trial's objective's own pair first (for ``step``:
+log(1 + (eft - min eft) / cbar), eft is the minimum, then log(1 + (bott - min bott) / cbar), bott is
+the minimum; for ``pipeline`` the two pairs swapped), log(1 + cin / cbar), load[d] / fair share
+(<= 4), fill (<= 2), objective flag (1 = pipeline), (eft - min eft) / (latest finish so far)
+(<= 4), progress t / A, (load[d] + c[a,d] + cin[d]) / fair share (<= 4), all placed preds of a
+are on d (a has some); ``cbar`` is the mean fastest atom cost, the fair share sum_a c*[a] / D,
+minima over the devices whose memory still holds ``a``. The logit of (a, d) is
+
+    logit = s[a,d] + T[a,d] + relu(f[a,d] Wq + z[a,d] Wr + bq) vq
+
+with ``s`` and ``z`` the static network's logit and pair embedding (orchestrator.placement.graph_policy),
+``T`` the fine-tune's per-atom table. Devices whose pool cannot hold ``a`` are masked (all allowed
+ones when none can). Greedy decoding takes the largest logit (rounded to 1e-4); sampling draws by
+inverse CDF with uniform draw ``name_rank[a]``, so neither depends on the order of the graph file.
+The features along each trajectory are recorded so the training step recomputes the same logits
+in TensorFlow (``Rollouts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+K_DYN = 12
+
+
+@dataclass
+class DecodeInputs:
+    order: np.ndarray      # [A] decode order (upward rank, then depth, then name)
+    cost: np.ndarray       # [A, D] atom cost in s (0 where not allowed; see mask)
+    in_ptr: np.ndarray     # [A + 1] atom in-edges, CSR
+    in_src: np.ndarray
+    in_n: np.ndarray       # tensors (latency count), bytes, fixed costs per atom edge
+    in_bytes: np.ndarray
+    in_fixed: np.ndarray
+    lat: np.ndarray        # [D, D]
+    inv_bw: np.ndarray
+    hops: np.ndarray
+    cbar: float
+    share: float
+    pipeline: float
+
+
+@dataclass
+class Rollouts:
+    actions: np.ndarray    # [B, A] device per atom
+    feats: np.ndarray      # [B, A, D, K_DYN] float32, the dynamic features at each decision
+    feasible: np.ndarray   # [B, A, D] the devices the decision could choose
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def take(self, ix) -> "Rollouts":
+        return Rollouts(self.actions[ix], self.feats[ix], self.feasible[ix])
+
+    @staticmethod
+    def concat(parts: list["Rollouts"]) -> "Rollouts":
+        return Rollouts(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("actions", "feats", "feasible")))
+
+
+def decode_inputs(prob, depth: np.ndarray, rank: np.ndarray, name_rank: np.ndarray, cmin: np.ndarray) -> DecodeInputs:
+    """The arrays the sequential decode needs, from a ``PlacementProblem``."""
+    s, A, D = prob.sim, prob.n_atoms, prob.nd
+    src_n = np.repeat(np.arange(prob.n), np.diff(s.succ_ptr))
+    sa, da = prob.atom_of[src_n], prob.atom_of[s.succ_idx]
+    cross = sa != da
+    fixed = s.succ_fixed[cross]
+    key = sa[cross] * A + da[cross]
+    uk, inv = np.unique(key, return_inverse=True)
+    n_lat = np.bincount(inv, weights=(fixed < 0).astype(float), minlength=len(uk))
+    nbytes = np.bincount(inv, weights=np.where(fixed < 0, s.succ_bytes[cross], 0.0), minlength=len(uk))
+    nfix = np.bincount(inv, weights=np.where(fixed >= 0, fixed, 0.0), minlength=len(uk))
+    esrc, edst = uk // A, uk % A
+    o = np.lexsort((name_rank[esrc], edst))                    # per destination, sources by name: order-free
+    esrc, edst, n_lat, nbytes, nfix = esrc[o], edst[o], n_lat[o], nbytes[o], nfix[o]
+    ptr = np.zeros(A + 1, np.int64)
+    np.add.at(ptr, edst + 1, 1)
+    order = np.lexsort((name_rank, depth, -np.round(rank, 6)))
+    cmean = float(cmin.mean()) or 1.0
+    cost = np.where(prob.allowed, np.nan_to_num(prob.atom_cost, posinf=0.0), 0.0)
+    pipe = float(getattr(prob.evaluator, "pipeline", None) is not None)
+    return DecodeInputs(order, cost, np.cumsum(ptr), esrc, n_lat, nbytes, nfix, prob.lat, prob.inv_bw, prob.hops,
+                        cmean, float(cmin.sum() / D) or 1.0, pipe)
+
+
+def rollout(gi, s: np.ndarray, zr: np.ndarray, head: dict, n: int, *, greedy: bool = False,
+            draws: np.ndarray | None = None, forced: np.ndarray | None = None) -> Rollouts:
+    """``n`` trajectories: greedy (largest logit), sampled (``draws`` [n, A] uniforms, column by name
+    rank) or ``forced`` ([n, A] given actions, for imitation). ``s`` [A, D] static logits (table
+    included), ``zr`` [A, D, Hq] the pair embedding after Wr; ``head`` the numpy Wq, bq, vq."""
+    di, mask = gi.dec, gi.mask
+    A, D = mask.shape
+    B = n
+    ar = np.arange(B)
+    cap = np.where(np.isfinite(gi.pool_cap), gi.pool_cap, np.inf)
+    P = len(cap)
+    q = gi.pool_of
+    finite_cap = np.isfinite(cap[q])
+    dev = np.full((B, A), -1, np.int64)
+    fin = np.zeros((B, A))
+    ready = np.zeros((B, D))
+    load = np.zeros((B, D))
+    used, tmp = np.zeros((B, P)), np.zeros((B, P))
+    latest = np.zeros(B)
+    feats = np.zeros((B, A, D, K_DYN), np.float32)
+    feas = np.zeros((B, A, D), bool)
+    Wq, bq, vq = head["Wq"], head["bq"], head["vq"][:, 0]
+    cb = di.cbar
+    for t, a in enumerate(di.order):
+        lo, hi = di.in_ptr[a], di.in_ptr[a + 1]
+        c = di.cost[a]
+        if hi > lo:
+            ps = di.in_src[lo:hi]
+            pd = dev[:, ps]                                      # [B, m]
+            placed = pd >= 0
+            pdc = np.maximum(pd, 0)
+            comm = (di.in_n[lo:hi, None] * di.lat[pdc] + di.in_bytes[lo:hi, None] * di.inv_bw[pdc]
+                    + di.in_fixed[lo:hi, None] * di.hops[pdc])   # [B, m, D]
+            comm = np.where(placed[:, :, None], comm, 0.0)
+            arrival = np.where(placed[:, :, None], fin[:, ps][:, :, None] + comm, 0.0).max(axis=1)
+            cin = comm.sum(axis=1)
+            has_pred = placed.any(axis=1)[:, None]
+        else:
+            arrival, cin, comm, has_pred = 0.0, np.zeros((B, D)), None, np.zeros((B, 1), bool)
+        eft = np.maximum(ready, arrival) + c
+        after = load + c + cin
+        top = load.argmax(axis=1)
+        srt = np.sort(load, axis=1)
+        m1 = srt[:, -1][:, None]
+        m2 = srt[:, -2][:, None] if D > 1 else np.zeros((B, 1))
+        others = np.where(np.arange(D)[None] == top[:, None], m2, m1)
+        bott = np.maximum(after, others)
+        fill = np.where(finite_cap[None], (used[:, q] + gi.res[a] + np.maximum(tmp[:, q], gi.temp[a]))
+                        / np.where(finite_cap, cap[q], 1.0)[None], 0.0)
+        ok = (fill <= 1.0 + 1e-12) & mask[a][None]
+        none = ~ok.any(axis=1)
+        if none.any():
+            ok[none] = mask[a]
+        big = np.inf
+        emin = np.where(ok, eft, big).min(axis=1, keepdims=True)
+        bmin = np.where(ok, bott, big).min(axis=1, keepdims=True)
+        f = feats[:, t]
+        ex_e, is_e = np.log1p(np.maximum(eft - emin, 0) / cb), eft <= emin * (1 + 1e-9) + 1e-15
+        ex_b, is_b = np.log1p(np.maximum(bott - bmin, 0) / cb), bott <= bmin * (1 + 1e-9) + 1e-15
+        if di.pipeline:                     # the trial's objective first: bottleneck for pipeline, eft for step
+            ex_e, is_e, ex_b, is_b = ex_b, is_b, ex_e, is_e
+        f[..., 0], f[..., 1], f[..., 2], f[..., 3] = ex_e, is_e, ex_b, is_b
+        f[..., 4] = np.log1p(cin / cb)
+        f[..., 5] = np.minimum(load / di.share, 4.0)
+        f[..., 6] = np.minimum(fill, 2.0)
+        f[..., 7] = di.pipeline
+        f[..., 8] = np.minimum(np.maximum(eft - emin, 0) / (np.maximum(latest, emin[:, 0]) + 1e-30)[:, None], 4.0)
+        f[..., 9] = t / A
+        f[..., 10] = np.minimum(after / di.share, 4.0)
+        f[..., 11] = has_pred & (cin <= 1e-15)
+        feas[:, t] = ok
+        logit = s[a][None] + np.maximum(f @ Wq + zr[a][None] + bq, 0.0) @ vq
+        logit = np.where(ok, logit, -1e9)
+        if forced is not None:
+            ch = forced[:, a].astype(np.int64)
+        elif greedy:
+            ch = np.argmax(np.round(logit, 4), axis=1)
+        else:
+            z = np.exp(logit - logit.max(axis=1, keepdims=True)) * ok
+            cum = np.cumsum(z / z.sum(axis=1, keepdims=True), axis=1)
+            ch = np.minimum((draws[:, gi.name_rank[a]][:, None] > cum).sum(axis=1), D - 1)
+            bad = ~ok[ar, ch]                                   # rounding at the top end
+            if bad.any():
+                ch[bad] = np.argmax(np.where(ok[bad], logit[bad], -np.inf), axis=1)
+        dev[:, a] = ch
+        fin[:, a] = eft[ar, ch]
+        latest = np.maximum(latest, fin[:, a])
+        ready[ar, ch] = fin[:, a]
+        load[ar, ch] = after[ar, ch]
+        if comm is not None:                                    # the senders pay their hop too
+            send = comm[ar, :, ch]                              # [B, m]
+            np.add.at(load, (np.repeat(ar, send.shape[1]), pdc.ravel()),
+                      np.where(pd.ravel() != np.repeat(ch, send.shape[1]), send.ravel(), 0.0))
+        qc = q[ch]
+        used[ar, qc] += gi.res[a]
+        tmp[ar, qc] = np.maximum(tmp[ar, qc], gi.temp[a])
+    # rows of ``feats``/``feas`` are in decode order; store them per atom
+    inv = np.empty(A, np.int64)
+    inv[di.order] = np.arange(A)
+    return Rollouts(dev, feats[:, inv], feas[:, inv])
