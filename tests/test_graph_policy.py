@@ -133,7 +133,8 @@ def test_zero_shot_trial_uses_the_shipped_checkpoint(workdir):
 def test_pretrain_bad_input_is_one_line(workdir):
     for args, key in ((["--updates", "-1"], "--updates"), (["--models", "alexnet"], "--models"),
                       (["--models", "inception_v3"], "held out"), (["--out", "x.txt"], "--out"),
-                      (["--lr", "fast"], "--lr"), (["--bogus"], "--bogus")):
+                      (["--lr", "fast"], "--lr"), (["--rl-lr", "0"], "--rl-lr"), (["--synthetic", "-1"], "--synthetic"),
+                      (["--bogus"], "--bogus")):
         out = run_cli(workdir, *args, module="orchestrator.pretrain", timeout=120)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
         (line,) = [ln for ln in out.stderr.splitlines() if ln.strip()]
@@ -142,7 +143,7 @@ def test_pretrain_bad_input_is_one_line(workdir):
 
 @pytest.mark.slow
 def test_pretrain_writes_a_checkpoint_and_an_mlflow_run(workdir):
-    out = run_cli(workdir, "--models", "nmt-2", "--workloads", str(workdir / "none"), "--imitate", "2",
+    out = run_cli(workdir, "--models", "nmt-2", "--workloads", str(workdir / "none"), "--synthetic", "0", "--imitate", "2",
                   "--teacher-budget", "50", "--updates", "4", "--eval-every", "2", "--no-heldout",
                   "--out", str(workdir / "p.npz"), "--tracking-uri", f"sqlite:///{workdir / 'mlflow.db'}",
                   module="orchestrator.pretrain", timeout=600)

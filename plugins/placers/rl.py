@@ -3,17 +3,19 @@ graph's edges, a device head conditioned on the worker's devices) proposes a dev
 (colocation group or lone node); what it does depends on ``placer.mode``:
 
 - ``zero_shot``: the pre-trained policy (``placer.policy``, default the checkpoint shipped in the
-  package) decodes one placement (the most likely device per atom) and draws
-  ``placer.zero_shot_samples`` more; the best is kept. No updates, a handful of evaluations.
+  package) decodes one placement (atom by atom, the most likely device given the atoms placed so
+  far) and draws ``placer.zero_shot_samples`` more; the best is kept. No updates, a few evaluations.
 - ``finetune`` (default): the zero-shot step, then REINFORCE on this graph starting from the
-  pre-trained weights; a per-atom logit table, biased toward the incumbent (the better of greedy and
-  the zero-shot placements) by ``placer.init_bias``, is trained with it (``placer.lr``; the network
-  at ``placer.policy_lr``).
-- ``scratch``: the same from random weights, with the table biased toward the greedy placement
-  (``placer.init_bias``), as the placer did before pre-training existed.
+  pre-trained weights; a per-atom logit table (0 at the start unless ``placer.init_bias`` is a
+  number, then biased toward the incumbent: the better of greedy and the zero-shot placements) is
+  trained with it (``placer.lr``; the network at ``placer.policy_lr``).
+- ``scratch``: the same from untrained weights (the sequential head's list-scheduling prior), with
+  the table biased toward the greedy placement (``placer.init_bias``).
 
-``placer.init_bias: auto`` sets the table's starting bonus b so that a sample moves ``placer.flips``
-atoms off the start in expectation: p = min(flips / atoms, 0.5), b = log((1 - p) / p x (D - 1)).
+``placer.init_bias: auto`` sets the table's starting bonus b: 0 for ``finetune`` (the pre-trained
+policy is the prior, as GDP fine-tunes; biasing toward the incumbent did worse, docs/placer_policy.md),
+and for ``scratch`` the b for which a sample moves ``placer.flips`` atoms off the start in
+expectation: p = min(flips / atoms, 0.5), b = log((1 - p) / p x (D - 1)).
 
 Per update a batch of placements is sampled and scored by the shared evaluator (its fast path when
 simulated); reward -sqrt(step / greedy step), an infeasible sample -(2 + 10 x overflow / capacity);
@@ -211,6 +213,8 @@ class RLPlacer:
         b = log((1 - p) / p x (D - 1))."""
         if self.init_bias is not None:
             return self.init_bias
+        if self.mode == "finetune":           # the pre-trained policy is the prior: the table starts at 0
+            return 0.0
         p = min(self.flips / max(1, n_atoms), 0.5)
         return float(math.log((1 - p) / p * max(1, nd - 1)))
 
