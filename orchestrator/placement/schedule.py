@@ -15,6 +15,11 @@ sent when its producer task ends, hop by hop along the route, one tensor at a ti
   per mini-batch as in PipeDream-Flush, Narayanan et al. 2021): stage s (0-based, of S) runs
   w = min(S - 1 - s, m) warm-up forwards, then alternates F, B, then drains the last w backwards.
 
+Devices that share a core pool (``cluster.CorePool``: ``hardware=local``'s logical CPUs) slow each
+other down: while k tasks run on a pool's devices, each progresses at eff(k) / k of its speed alone
+(processor sharing, ``orchestrator.hardware.contention``), simulated event by event; without two
+stages on one pool every task simply lasts its duration (the code path as before).
+
 A dependency against the stage order (a non-contiguous split: a forward tensor going back to an
 earlier stage, a backward one to a later stage) cannot be waited for without a cycle; its transfer
 time is added to the receiving task instead (counted, not waited for: ``against_order``).
