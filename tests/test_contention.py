@@ -171,3 +171,29 @@ def test_calibration_on_two_logical_cpus():
     assert time.perf_counter() - t0 < 30
     pool = core_pool("auto", cpus[:2])
     assert 0.0 < pool.eff(2) <= 2.0 and pool.source == "measured"
+
+
+def test_local_hardware_puts_its_logical_cpus_on_one_pool():
+    from types import SimpleNamespace
+
+    from plugins.hardware.local import LocalHardware
+
+    base = {"logical_cpus": 2, "gpus": False}
+    w = LocalHardware(OmegaConf.create({**base, "core_sharing": 1.3})).cluster(SimpleNamespace(has_sync=False)).workers[0]
+    pools = {w.core_pool_of(d) for d in w.devices}
+    assert len(pools) == 1 and None not in pools and w.core_pool_of(w.devices[0]).eff(2) == 1.3
+    w = LocalHardware(OmegaConf.create({**base, "core_sharing": "none"})).cluster(SimpleNamespace(has_sync=False)).workers[0]
+    assert w.core_pools == {} and {d.core_pool for d in w.devices} == {None}
+    with pytest.raises(ConfigError, match="core_sharing"):
+        LocalHardware(OmegaConf.create({**base, "core_sharing": "lots"}))
+
+
+def test_trial_reports_the_pool_its_stages_share():
+    from orchestrator.placement.schedule_phase import core_sharing
+
+    metrics = {}
+    w = _pooled(3, 1.25, shared={0, 1})
+    assert core_sharing(w, ["cpu:0", "cpu:1", "cpu:2"], metrics) == {"placement.core_sharing": "set by hand: 2 of 3 stages share cores"}
+    assert metrics == {"placement.core_sharing_eff2": 1.25}
+    metrics = {}
+    assert core_sharing(w, ["cpu:0", "cpu:2"], metrics) == {"placement.core_sharing": "none"} and metrics == {}
