@@ -15,9 +15,10 @@ Time per micro-batch = mini-batch time / m (bubble and update included) for both
 simulated / measured - 1.
 
 The 2 stages: the cut of the layer order (contiguous split) with the best simulated mini-batch
-time (``--cut-model``: under the shared-cores model, the default, or the independent one). Baseline: the same micro-batches on one logical CPU (S = 1), simulated and measured.
-Note: the logical CPUs share TensorFlow's thread pools and this machine's cores (shared with other
-work): two stages run truly in parallel only while two cores are free; ``uptime`` is printed.
+time (``--cut-model``: under the shared-cores model, the default, or the independent one).
+Baseline: the same micro-batches on one logical CPU (S = 1), simulated and measured.
+Note: the machine's cores are shared with other work as well, which neither model covers;
+``uptime`` is printed, and the load with every row.
 
 Usage: python benchmarks/pipeline_measured.py [--model inception_v3] [--input-size 75]
        [--micro-batch 8] [--micro-batches 4] [--schedules gpipe,1f1b] [--steps 5] [--threads 0]
@@ -141,11 +142,10 @@ def main() -> None:
                   f"{', '.join(f'{v * 1e3:.1f} ms' for v in r.stage_time_s.values())}; in flight {r.in_flight}; "
                   f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; measured {[round(t, 4) for t in r_times]}; {wall:.0f} s",
                   flush=True)
-    from orchestrator.hardware import contention
-
-    contention._measure.cache_clear()
-    eff_end = measure_efficiency(CPUS) if args.core_sharing == "auto" else eff
-    print(f"# {uptime()}; eff(2) measured again at the end: {eff_end[0]:.3f}")
+    if args.core_sharing == "auto":
+        print(f"# {uptime()}; eff(2) measured again at the end: {measure_efficiency(CPUS, fresh=True)[0]:.3f}")
+    else:
+        print(f"# {uptime()}")
     print("| placement | m | simulated, independent (s / micro-batch) | simulated, shared cores | measured | "
           "error independent | error shared cores | bubble (sim, shared) | load (1 min) |")
     print("|---|---|---|---|---|---|---|---|---|")

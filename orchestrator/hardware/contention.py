@@ -99,12 +99,15 @@ def _measure(devices: tuple[str, ...], repeats: int, reps: int) -> tuple[float, 
     return tuple(out)
 
 
-def measure_efficiency(devices: Sequence[str], *, repeats: int = 7, reps: int = 4) -> tuple[float, ...]:
+def measure_efficiency(devices: Sequence[str], *, repeats: int = 7, reps: int = 4,
+                       fresh: bool = False) -> tuple[float, ...]:
     """(eff(2), ..., eff(n)) of the TF devices ``devices`` (n = len(devices) >= 2; () for fewer),
-    measured here once per process (see the module docstring)."""
+    measured here once per process (see the module docstring); ``fresh``: measure again."""
     devices = tuple(devices)
     if len(devices) < 2:
         return ()
+    if fresh:
+        _measure.cache_clear()
     return _measure(devices, int(repeats), int(reps))
 
 
