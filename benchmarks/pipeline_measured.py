@@ -3,7 +3,11 @@ micro-batch, for GPipe and 1F1B.
 
 Simulated = ``orchestrator.placement.schedule.PipelineSchedule`` on the layer graph extracted and
 profiled here (``extract.extract(profile="local-cpu")``: each layer's forward, backward and update
-timed alone) on the worker ``hardware=local`` builds (2 logical CPUs, transfers between them free).
+timed alone) on the worker ``hardware=local`` builds (2 logical CPUs, transfers between them free),
+twice: ``independent`` (the two logical CPUs as independent devices: ``hardware.core_sharing=none``,
+the simulator before the contention model) and ``shared cores`` (``hardware.core_sharing=auto``: they
+share one core pool, k concurrent tasks each at eff(k) / k of their speed alone, eff(2) measured here
+by ``orchestrator.hardware.contention.measure_efficiency`` at the start; printed, and again at the end).
 Measured = median wall time of ``--steps`` real pipelined mini-batches
 (``orchestrator.execution.pipelined.PipelinedRuntime``: m micro-batches through the stages under
 ``tf.device``, gradients accumulated, one SGD step), after 2 untimed ones (the first traces).
@@ -11,12 +15,14 @@ Time per micro-batch = mini-batch time / m (bubble and update included) for both
 simulated / measured - 1.
 
 The 2 stages: the cut of the layer order (contiguous split) with the best simulated mini-batch
-time. Baseline: the same micro-batches on one logical CPU (S = 1), simulated and measured.
-Note: the logical CPUs share TensorFlow's thread pools and this machine's cores (shared with other
-work): two stages run truly in parallel only while two cores are free; ``uptime`` is printed.
+time (``--cut-model``: under the shared-cores model, the default, or the independent one).
+Baseline: the same micro-batches on one logical CPU (S = 1), simulated and measured.
+Note: the machine's cores are shared with other work as well, which neither model covers;
+``uptime`` is printed, and the load with every row.
 
 Usage: python benchmarks/pipeline_measured.py [--model inception_v3] [--input-size 75]
        [--micro-batch 8] [--micro-batches 4] [--schedules gpipe,1f1b] [--steps 5] [--threads 0]
+       [--cut-model shared|independent] [--core-sharing auto|<eff(2)>]
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ CPUS = split_cpu(2)
 import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from orchestrator.hardware.cluster import Device, Worker  # noqa: E402
+from orchestrator.hardware.cluster import CorePool, Device, Worker  # noqa: E402
+from orchestrator.hardware.contention import measure_efficiency, pool_name  # noqa: E402
 from orchestrator.models import builtin  # noqa: E402
 from orchestrator.placement.extract import extract  # noqa: E402
 from orchestrator.placement.schedule import PipelineSchedule, task_order  # noqa: E402
@@ -66,6 +73,7 @@ def best_cut(graph, worker, m: int, kind: str) -> tuple[np.ndarray, str]:
 
 
 def measure(spec, graph, worker, assign, m, kind, x, y, steps):
+    """The schedule of ``assign`` on ``worker`` (simulated) and its real pipelined run (measured)."""
     from orchestrator.execution.pipelined import PipelinedRuntime
 
     r = PipelineSchedule(graph, worker, m, kind).evaluate(assign)
@@ -90,6 +98,8 @@ def main() -> None:
     ap.add_argument("--schedules", default="gpipe,1f1b")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF's default); inter-op = 2")
+    ap.add_argument("--cut-model", choices=("shared", "independent"), default="shared")
+    ap.add_argument("--core-sharing", default="auto", help="eff(2) of the shared-cores model: auto (measure) or a number")
     args = ap.parse_args()
     if args.threads:
         configure_threads(args.threads, 2)
@@ -103,7 +113,15 @@ def main() -> None:
     print(f"# {spec.name} ({cfg}): {sum(n.role == 'forward' for n in graph.nodes)} layers, micro-batch "
           f"{args.micro_batch}, profiled in {time.perf_counter() - t0:.0f} s; threads: "
           f"{args.threads or 'TF default'}")
-    worker = Worker("local", [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=n) for i, n in enumerate(CPUS)])
+    indep = Worker("local", [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=n) for i, n in enumerate(CPUS)])
+    t0 = time.perf_counter()
+    eff = measure_efficiency(CPUS) if args.core_sharing == "auto" else (float(args.core_sharing),)
+    print(f"# eff(2) = {eff[0]:.3f} ({'measured' if args.core_sharing == 'auto' else 'set'}, "
+          f"{time.perf_counter() - t0:.1f} s)  {uptime()}", flush=True)
+    pool = pool_name("host0")
+    shared = Worker("local", [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=n, core_pool=pool)
+                              for i, n in enumerate(CPUS)], core_pools={pool: CorePool(eff, "measured")})
+    cut_worker = shared if args.cut_model == "shared" else indep
     rows = []
     for m in [int(v) for v in args.micro_batches.split(",")]:
         x, y = spec.sample(args.micro_batch * m, 0)
@@ -111,23 +129,36 @@ def main() -> None:
         cases = [("1 device (S=1)", "gpipe", (one, "everything on cpu:0"))]
         cases += [(f"2 stages, {k}", k, None) for k in args.schedules.split(",")]
         for label, kind, a in cases:
-            a, where = best_cut(graph, worker, m, kind) if a is None else a
-            r, meas, wall, losses, r_times = measure(spec, graph, worker, a, m, kind, x, y, args.steps)
-            sim, mb = r.minibatch_time_s / m, meas / m
-            rows.append((label, m, sim, mb, sim / mb - 1, r, wall, losses))
+            if a is None:
+                a, where = best_cut(graph, cut_worker, m, kind)
+                where += f" (best under the {args.cut_model} model; the other's: {best_cut(graph, indep if args.cut_model == 'shared' else shared, m, kind)[1]})"
+            else:
+                a, where = a
+            r, meas, wall, losses, r_times = measure(spec, graph, shared, a, m, kind, x, y, args.steps)
+            r0 = PipelineSchedule(graph, indep, m, kind).evaluate(a)
+            sim0, sim, mb = r0.minibatch_time_s / m, r.minibatch_time_s / m, meas / m
+            rows.append((label, m, sim0, sim, mb, r, wall, losses, uptime().split("load average:")[-1].strip()))
             print(f"#   {label}, m={m}: {where}; stages {r.stages} stage time (F+B) "
                   f"{', '.join(f'{v * 1e3:.1f} ms' for v in r.stage_time_s.values())}; in flight {r.in_flight}; "
                   f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; measured {[round(t, 4) for t in r_times]}; {wall:.0f} s",
                   flush=True)
-    print(f"# {uptime()}")
-    print("| placement | m | simulated s / micro-batch | measured s / micro-batch | measured / simulated | error (sim / meas - 1) | bubble (sim) |")
-    print("|---|---|---|---|---|---|---|")
-    for label, m, sim, mb, err, r, _, _ in rows:
-        print(f"| {label} | {m} | {sim:.4f} | {mb:.4f} | {mb / sim:.2f} | {err:+.1%} | {r.bubble_fraction:.0%} |")
-    base = {m: mb for label, m, _, mb, *_ in rows if label.startswith("1 device")}
-    for label, m, _, mb, *_ in rows:
+    if args.core_sharing == "auto":
+        print(f"# {uptime()}; eff(2) measured again at the end: {measure_efficiency(CPUS, fresh=True)[0]:.3f}")
+    else:
+        print(f"# {uptime()}")
+    print("| placement | m | simulated, independent (s / micro-batch) | simulated, shared cores | measured | "
+          "error independent | error shared cores | bubble (sim, shared) | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, m, sim0, sim, mb, r, _, _, load in rows:
+        print(f"| {label} | {m} | {sim0:.4f} | {sim:.4f} | {mb:.4f} | {sim0 / mb - 1:+.1%} | {sim / mb - 1:+.1%} | "
+              f"{r.bubble_fraction:.0%} | {load.split(',')[0]} |")
+    print("# error = simulated / measured - 1")
+    base = {m: (mb, sim0, sim) for label, m, sim0, sim, mb, *_ in rows if label.startswith("1 device")}
+    for label, m, sim0, sim, mb, *_ in rows:
         if not label.startswith("1 device"):
-            print(f"# {label}, m={m}: measured speedup over 1 device {base[m] / mb:.2f}x")
+            b = base[m]
+            print(f"# {label}, m={m}: speedup over 1 device: measured {b[0] / mb:.2f}x, simulated "
+                  f"{b[1] / sim0:.2f}x (independent), {b[2] / sim:.2f}x (shared cores)")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -21,10 +22,55 @@ class Device:
     tf_device: str | None = None   # a real TensorFlow device string when the device exists
     host: str = "host0"
     memory_pool: str | None = None  # devices naming one pool share its memory (CPU cores of a host)
+    core_pool: str | None = None    # devices naming one pool share its physical cores (Worker.core_pools)
 
     @property
     def is_real(self) -> bool:
         return self.tf_device is not None
+
+
+@dataclass(frozen=True)
+class CorePool:
+    """Physical cores that several devices share (the logical CPU devices of one host): while k tasks
+    run at once on devices of the pool, each progresses at ``rate(k)`` = eff(k) / k of its speed
+    alone (processor sharing with a measured parallel efficiency; docs/pipeline.md).
+    ``efficiency`` = (eff(2), eff(3), ...), each in (0, k], or a function returning them, called
+    at the first use (a calibration that only runs where it matters); eff(1) = 1; beyond the
+    tuple the last value holds (the cores are saturated). ``source``: how it was obtained."""
+
+    efficiency: tuple[float, ...] | Callable[[], tuple[float, ...]]
+    source: str = "set by hand"
+
+    def __post_init__(self):
+        if not callable(self.efficiency):
+            self._check(self.efficiency)
+
+    @staticmethod
+    def _check(values) -> tuple[float, ...]:
+        values = tuple(float(e) for e in values)
+        for k, e in enumerate(values, start=2):
+            if not (0.0 < e <= k):
+                raise ValueError(f"core pool: eff({k})={e!r} must be in (0, {k}]")
+        return values
+
+    @property
+    def values(self) -> tuple[float, ...]:
+        """(eff(2), ...), measured now if it is a function."""
+        got = self.__dict__.get("_values")
+        if got is None:
+            got = self._check(self.efficiency() if callable(self.efficiency) else self.efficiency)
+            object.__setattr__(self, "_values", got)
+        return got
+
+    def eff(self, k: int) -> float:
+        v = self.values
+        if k <= 1 or not v:
+            return float(min(k, 1))
+        return float(min(k, v[min(k, len(v) + 1) - 2]))
+
+    def rate(self, k: int) -> float:
+        """Speed of each of k concurrent tasks, relative to one task alone."""
+        return 1.0 if k <= 1 else self.eff(k) / k
 
 
 @dataclass
@@ -52,6 +98,11 @@ class Worker:
     links: list[Link] = field(default_factory=list)
     speed: float = 1.0             # relative compute speed of this worker (1.0 = reference)
     host: str = "host0"
+    core_pools: dict[str, CorePool] = field(default_factory=dict)   # Device.core_pool -> its sharing
+
+    def core_pool_of(self, device: Device) -> CorePool | None:
+        """The core pool ``device`` shares (None: its cores are its own)."""
+        return self.core_pools.get(device.core_pool) if device.core_pool is not None else None
 
     def device(self, name: str) -> Device:
         for d in self.devices:

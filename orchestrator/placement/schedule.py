@@ -15,6 +15,11 @@ sent when its producer task ends, hop by hop along the route, one tensor at a ti
   per mini-batch as in PipeDream-Flush, Narayanan et al. 2021): stage s (0-based, of S) runs
   w = min(S - 1 - s, m) warm-up forwards, then alternates F, B, then drains the last w backwards.
 
+Devices that share a core pool (``cluster.CorePool``: ``hardware=local``'s logical CPUs) slow each
+other down: while k tasks run on a pool's devices, each progresses at eff(k) / k of its speed alone
+(processor sharing, ``orchestrator.hardware.contention``), simulated event by event; without two
+stages on one pool every task simply lasts its duration (the code path as before).
+
 A dependency against the stage order (a non-contiguous split: a forward tensor going back to an
 earlier stage, a backward one to a later stage) cannot be waited for without a cycle; its transfer
 time is added to the receiving task instead (counted, not waited for: ``against_order``).
@@ -39,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.contention import SharedCores
 
 SCHEDULES = ("gpipe", "1f1b")
 F, B, U = 0, 1, 2
@@ -154,6 +160,10 @@ class PipelineSchedule:
         self.e_bytes = np.array([v[0] for v in pairs.values()])
         self.e_fixed = np.array([v[1] for v in pairs.values()])
         self.act = np.array([n.activation_bytes if self.phase[i] == F else 0.0 for i, n in enumerate(graph.nodes)])
+        # shared cores (cluster.CorePool): the pool of each device and its group (pool name, or itself)
+        self.pool = [worker.core_pool_of(d) for d in worker.devices]
+        self.group = [d.core_pool if p is not None else ("device", i)
+                      for i, (d, p) in enumerate(zip(worker.devices, self.pool))]
 
     # -- the plan of one assignment -------------------------------------------------------------
     def _plan(self, assign: np.ndarray):
@@ -217,6 +227,7 @@ class PipelineSchedule:
         free_at = {d: 0.0 for d in stages}
         start, end, events, heap = {}, {}, [], []
         seq = 0
+        shared = self._sharing(stages)
 
         def try_start(d, t):
             nonlocal seq
@@ -230,13 +241,29 @@ class PipelineSchedule:
             start[key] = s
             busy[d] = True
             seq += 1
-            heapq.heappush(heap, (s + dur[p, d], seq, key))
+            if shared is None:   # its own cores: it ends dur later
+                heapq.heappush(heap, (s + dur[p, d], 0, seq, key, 0))
+            else:                # a start event: its pool's rates change at s
+                heapq.heappush(heap, (s, 1, seq, key, 0))
+
+        def push_ends(items):
+            nonlocal seq
+            for at, k, version in items:
+                seq += 1
+                heapq.heappush(heap, (at, 0, seq, k, version))
 
         for d in stages:
             try_start(d, 0.0)
         while heap:
-            t, _, key = heapq.heappop(heap)
+            t, kind, _, key, version = heapq.heappop(heap)
             p, d, j = key
+            if shared is not None:
+                if kind == 1:
+                    push_ends(shared.start(key, self.group[d], self.pool[d], dur[p, d], t))
+                    continue
+                if not shared.current(key, version):
+                    continue      # its finish time moved since this event was queued
+                push_ends(shared.finish(key, t))
             end[key] = t
             busy[d], free_at[d] = False, t
             ptr[d] += 1
@@ -267,6 +294,12 @@ class PipelineSchedule:
                 events.append({"kind": "node", "row": self.worker.devices[d].name, "name": lab, "label": lab,
                                "start": s, "end": end[p, d, j]})
         return max(end.values(), default=0.0), start, end, events
+
+    def _sharing(self, stages):
+        """A processor-sharing clock when two stages share a core pool, else None (each task lasts
+        its duration: the schedule of devices with cores of their own)."""
+        pooled = [self.group[d] for d in stages if self.pool[d] is not None]
+        return SharedCores() if len(pooled) > len(set(pooled)) else None
 
     def _chan_name(self, ch: int) -> str:
         for link, c in zip(self.worker.links, self.sim.link_chan):

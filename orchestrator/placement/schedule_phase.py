@@ -46,6 +46,17 @@ def schedule_metrics(r) -> dict[str, float]:
     return m
 
 
+def core_sharing(worker, stages, metrics: dict) -> dict[str, str]:
+    """Where stages share a core pool (``hardware=local``'s logical CPUs): its eff(2) into ``metrics``
+    (``placement.core_sharing_eff2``) and the tag ``placement.core_sharing`` (how it was obtained)."""
+    pools = [worker.core_pool_of(worker.device(d)) for d in stages]
+    shared = [p for p in pools if p is not None and pools.count(p) > 1]
+    if not shared:
+        return {"placement.core_sharing": "none"}
+    metrics["placement.core_sharing_eff2"] = shared[0].eff(2)
+    return {"placement.core_sharing": f"{shared[0].source}: {len(shared)} of {len(stages)} stages share cores"}
+
+
 def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec, cluster, sink, metrics: dict) -> None:
     """Schedule the chosen placement (metrics into ``metrics``, ``gantt_pipeline.png``); on real
     devices also run it pipelined (``orchestrator.execution.pipelined``) and log the measured time."""
@@ -71,7 +82,7 @@ def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec,
         raise InfeasiblePlacementError(f"the placement does not fit with {m} micro-batches in flight ({kind}): {over}")
     metrics.update(schedule_metrics(r))
     _gantt(trial, r, sink)
-    sink.set_tags({"placement.schedule": kind})
+    sink.set_tags({"placement.schedule": kind, **core_sharing(worker, r.stages, metrics)})
     if real and graph.granularity == "layer" and all(worker.device(d).is_real for d in r.stages):
         metrics.update(measure(trial, model_spec, graph, placement, worker, r, sink))
 

@@ -4,7 +4,13 @@ logical devices so that placements have somewhere to go on a CPU-only machine.
 Calibration knobs for the simulator that searching placers judge with (``orchestrator.hardware.calibration``;
 fit them with ``benchmarks/calibration.py``): ``cost_scale`` multiplies this machine's profiled
 costs; ``link_latency_us`` / ``link_bandwidth_GBps`` put links between the logical CPU devices
-(null for both: transfers between them are free, as the simulator assumes for CPUs of one host)."""
+(null for both: transfers between them are free, as the simulator assumes for CPUs of one host).
+
+``core_sharing`` (``auto`` | ``none`` | a number c > 0): the logical CPUs are the same physical cores
+and thread pools, so tasks running on several of them at once slow each other down
+(``orchestrator.hardware.contention``: k concurrent tasks each at eff(k) / k of their speed alone;
+``auto`` measures eff(k) here, at the first pipeline schedule that needs it; c sets eff(k) = min(k, c);
+``none``: independent devices, as before). GPUs do not share the pool."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from typing import Any
 
 from orchestrator.hardware.calibration import Calibration, calibrate_worker
 from orchestrator.hardware.cluster import Cluster, Device, Worker
+from orchestrator.hardware.contention import core_pool, pool_name
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
 
@@ -24,6 +31,7 @@ class LocalHardware:
             raise ConfigError(f"hardware.logical_cpus={n!r} must be an integer >= 1")
         self.logical_cpus = n
         self.calibration = calibration_of(cfg)
+        self.core_sharing = core_sharing_of(cfg)
 
     def cluster(self, trial: Any) -> Cluster:
         from orchestrator.execution.runtime import split_cpu, tf
@@ -33,15 +41,37 @@ class LocalHardware:
             raise ConfigError(f"hardware.logical_cpus={self.logical_cpus} cannot take effect: TensorFlow in this process "
                               f"already has {len(cpus)} CPU device(s) (sweep it with hydra/launcher=joblib, one process per trial)")
         cpus = cpus[: self.logical_cpus]
-        devices = [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=name) for i, name in enumerate(cpus)]
+        pool = core_pool(self.core_sharing, cpus)
+        pools = {pool_name("host0"): pool} if pool is not None else {}
+        devices = [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=name,
+                          core_pool=pool_name("host0") if pool is not None else None) for i, name in enumerate(cpus)]
         if self.cfg.get("gpus", True):
             for i, d in enumerate(tf.config.list_logical_devices("GPU")):
                 devices.append(Device(f"gpu:{i}", "gpu", profile="local-gpu", tf_device=d.name))
         speeds = worker_layout(self.cfg, trial.has_sync)
-        workers = [calibrate_worker(Worker(f"worker{i}", devices, speed=s), self.calibration)
+        workers = [calibrate_worker(Worker(f"worker{i}", devices, speed=s, core_pools=pools), self.calibration)
                    for i, s in enumerate(speeds)]
         return Cluster("local", workers, simulated=False,
-                       description=f"this machine: {len(cpus)} logical CPU device(s), {len(devices) - len(cpus)} GPU(s)")
+                       description=f"this machine: {len(cpus)} logical CPU device(s) "
+                                   f"({'sharing its cores: ' + pool.source if pool else 'independent'}), "
+                                   f"{len(devices) - len(cpus)} GPU(s)")
+
+
+def core_sharing_of(cfg: Any) -> str | float:
+    """``hardware.core_sharing``: "auto" (the default), "none" or a number c > 0 (eff(k) = min(k, c))."""
+    v = cfg.get("core_sharing", "auto")
+    if v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "none")):
+        return "none" if v is None else v.strip().lower()
+    try:
+        if isinstance(v, bool):
+            raise TypeError
+        c = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, none or a number > 0 "
+                          "(the parallel efficiency of the logical CPUs running at once)") from None
+    if not (0.0 < c < float("inf")):
+        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, none or a number > 0 (finite)")
+    return c
 
 
 def calibration_of(cfg: Any) -> Calibration:
