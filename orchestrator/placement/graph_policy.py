@@ -163,7 +163,8 @@ def _slots(cmin, depth, mask, rel_speed, acc, cap) -> np.ndarray:
 class GraphPolicy:
     """The weights (shared by every graph and worker) and their Adam optimiser."""
 
-    def __init__(self, hidden: int = 32, rounds: int = 3, seed: int = 0, lr: float = 0.003, table_lr: float = 0.05):
+    def __init__(self, hidden: int = 32, rounds: int = 3, seed: int = 0, lr: float = 0.003, table_lr: float = 0.05,
+                 prior: float = None):
         import tensorflow as tf
 
         self.tf, self.hidden, self.rounds, self.lr, self.table_lr = tf, hidden, rounds, lr, table_lr
@@ -178,10 +179,13 @@ class GraphPolicy:
         init = {k: self._init(rng, k, s) for k, s in shapes.items()}
         # list-scheduling prior: one unit of the sequential head starts as -PRIOR x (the objective's
         # excess over its best device), so an untrained policy decodes like greedy on the objective
-        init["Wq"][:, 0], init["Wr"][:, 0], init["bq"][0], init["vq"][0, 0] = 0.0, 0.0, 0.0, -PRIOR
-        init["Wq"][0, 0] = 1.0
-        init["Wq"][:, 1], init["Wr"][:, 1], init["bq"][1], init["vq"][1, 0] = 0.0, 0.0, 0.0, 1.0
-        init["Wq"][1, 1] = 1.0                 # and +1 for the objective's best device (breaks near ties)
+        # (``prior=0``: no prior, all units random)
+        prior = PRIOR if prior is None else float(prior)
+        if prior:
+            init["Wq"][:, 0], init["Wr"][:, 0], init["bq"][0], init["vq"][0, 0] = 0.0, 0.0, 0.0, -prior
+            init["Wq"][0, 0] = 1.0
+            init["Wq"][:, 1], init["Wr"][:, 1], init["bq"][1], init["vq"][1, 0] = 0.0, 0.0, 0.0, prior / PRIOR
+            init["Wq"][1, 1] = 1.0             # and +1 for the objective's best device (breaks near ties)
         self.vars = {k: tf.Variable(v) for k, v in init.items()}
         self.opt = tf.keras.optimizers.Adam(learning_rate=lr)
         self.opt_table = tf.keras.optimizers.Adam(learning_rate=table_lr)
