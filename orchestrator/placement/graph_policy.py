@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement.policy_decode import K_DYN, DecodeInputs, Rollouts, decode_inputs, rollout
+from orchestrator.placement.policy_decode import K_DYN, DecodeInputs, Rollouts, decode_inputs, head_logits, rollout
 from orchestrator.placement.search import PlacementProblem
 
 FORMAT = "orchestrator.graph_policy/2"
@@ -284,11 +284,10 @@ class GraphPolicy:
     def probs(self, gi: GraphInputs, table=None) -> np.ndarray:
         """The policy's distribution [A, D] at each decision of the greedy decode."""
         s, zr = self.static(gi, table)
-        ro = rollout(gi, s, zr, self._head(), 1, greedy=True)
-        h = self._head()
-        z = s + np.maximum(ro.feats[0] @ h["Wq"] + zr + h["bq"], 0.0) @ h["vq"][:, 0]
-        z = np.where(ro.feasible[0], z, -np.inf)
-        z = np.exp(z - z.max(axis=1, keepdims=True))
+        head = self._head()
+        ro = rollout(gi, s, zr, head, 1, greedy=True)
+        z = head_logits(s, zr, head, ro.feats[0], ro.feasible[0])
+        z = np.exp(z - z.max(axis=1, keepdims=True)) * ro.feasible[0]
         return z / z.sum(axis=1, keepdims=True)
 
     def sample(self, gi: GraphInputs, n: int, rng: np.random.Generator, table=None, traced: bool = False) -> Rollouts:

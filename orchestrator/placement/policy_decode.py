@@ -65,15 +65,11 @@ class Rollouts:
     feats: np.ndarray      # [B, A, D, K_DYN] float32, the dynamic features at each decision
     feasible: np.ndarray   # [B, A, D] the devices the decision could choose
 
-    def __len__(self) -> int:
-        return len(self.actions)
 
-    def take(self, ix) -> "Rollouts":
-        return Rollouts(self.actions[ix], self.feats[ix], self.feasible[ix])
-
-    @staticmethod
-    def concat(parts: list["Rollouts"]) -> "Rollouts":
-        return Rollouts(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("actions", "feats", "feasible")))
+def head_logits(s, zr, head: dict, f, ok) -> np.ndarray:
+    """The logits of decisions (numpy): s + relu(f Wq + z Wr + bq) vq, -1e9 where not ``ok``; ``s``
+    [..., D], ``zr`` [..., D, Hq], ``f`` [..., D, K_DYN] (``GraphPolicy._dynamic`` in TensorFlow)."""
+    return np.where(ok, s + np.maximum(f @ head["Wq"] + zr + head["bq"], 0.0) @ head["vq"][:, 0], -1e9)
 
 
 def decode_inputs(prob, depth: np.ndarray, rank: np.ndarray, name_rank: np.ndarray, cmin: np.ndarray) -> DecodeInputs:
@@ -122,7 +118,6 @@ def rollout(gi, s: np.ndarray, zr: np.ndarray, head: dict, n: int, *, greedy: bo
     latest = np.zeros(B)
     feats = np.zeros((B, A, D, K_DYN), np.float32)
     feas = np.zeros((B, A, D), bool)
-    Wq, bq, vq = head["Wq"], head["bq"], head["vq"][:, 0]
     cb = di.cbar
     for t, a in enumerate(di.order):
         lo, hi = di.in_ptr[a], di.in_ptr[a + 1]
@@ -154,9 +149,8 @@ def rollout(gi, s: np.ndarray, zr: np.ndarray, head: dict, n: int, *, greedy: bo
         none = ~ok.any(axis=1)
         if none.any():
             ok[none] = mask[a]
-        big = np.inf
-        emin = np.where(ok, eft, big).min(axis=1, keepdims=True)
-        bmin = np.where(ok, bott, big).min(axis=1, keepdims=True)
+        emin = np.where(ok, eft, np.inf).min(axis=1, keepdims=True)
+        bmin = np.where(ok, bott, np.inf).min(axis=1, keepdims=True)
         f = feats[:, t]
         ex_e, is_e = np.log1p(np.maximum(eft - emin, 0) / cb), eft <= emin * (1 + 1e-9) + 1e-15
         ex_b, is_b = np.log1p(np.maximum(bott - bmin, 0) / cb), bott <= bmin * (1 + 1e-9) + 1e-15
@@ -172,8 +166,7 @@ def rollout(gi, s: np.ndarray, zr: np.ndarray, head: dict, n: int, *, greedy: bo
         f[..., 10] = np.minimum(after / di.share, 4.0)
         f[..., 11] = has_pred & (cin <= 1e-15)
         feas[:, t] = ok
-        logit = s[a][None] + np.maximum(f @ Wq + zr[a][None] + bq, 0.0) @ vq
-        logit = np.where(ok, logit, -1e9)
+        logit = head_logits(s[a][None], zr[a][None], head, f, ok)
         if forced is not None:
             ch = forced[:, a].astype(np.int64)
         elif greedy:
