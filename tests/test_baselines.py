@@ -61,11 +61,12 @@ def test_baseline_is_the_expert_split_on_the_trial_objective(tmp_path):
     assert m["placement.speedup"] == pytest.approx(m["placement.baseline_time_per_sample_s"] / m["placement.time_per_sample_s"])
     assert m["placement.lower_bound_s"] <= m["placement.time_per_sample_s"]
     assert m["placement.optimality_gap"] == pytest.approx(m["placement.time_per_sample_s"] / m["placement.lower_bound_s"] - 1)
-    # the MILP's proven bound tightens it (bert24 training: the optimum over any split is 39.79)
+    # the configuration LP, then the MILP, tighten it to within 1% of the optimum over any split
+    # (bert24 training: 39.79, proven by the MILP); the LP relaxation alone is 35.71
     _, sink2 = _place(_trial(tmp_path, "+placer=greedy", "model=workload", f"model.path={BERT}", "placement.bound_time_limit_s=20"))
     m2 = dict((k, v) for k, v, _ in sink2.metrics)
-    assert sink2.tags["placement.lower_bound"] == "milp"
-    assert m["placement.lower_bound_s"] < m2["placement.lower_bound_s"] <= 0.03979
+    assert sink2.tags["placement.lower_bound"] in ("config_lp", "milp")
+    assert m["placement.lower_bound_s"] < 0.99 * 0.03979 <= m2["placement.lower_bound_s"] <= 0.03979
 
 
 def test_without_expert_the_best_single_accelerator_and_never_the_cpu(tmp_path):
@@ -92,5 +93,6 @@ def test_optimal_placer_is_exact_and_certified_in_a_trial(tmp_path):
     assert meta["order"] == "ideals" and meta["exact"]
     assert m["placement.contiguous_optimum_s"] >= m["placement.time_per_sample_s"]
     assert m["placement.lower_bound_s"] <= m["placement.time_per_sample_s"] < m["placement.baseline_time_per_sample_s"]
+    assert m["placement.optimality_gap"] < 0.01          # certified within 1% (MILP, then the configuration LP)
     with pytest.raises(Exception, match="placement.objective=pipeline"):
         _place(_trial(tmp_path, "+placer=optimal", "model=workload", f"model.path={BERT}", "placement.objective=step"))

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from orchestrator.placement import Placement
-from orchestrator.placement.contiguous import best_contiguous, solve
+from orchestrator.placement.config_bound import _Pricing, config_bound
+from orchestrator.placement.contiguous import best_contiguous, device_classes, solve
 from orchestrator.placement.evaluator import SimulatedEvaluator
 from orchestrator.placement.milp import solve_milp
 from orchestrator.placement.search import PlacementProblem
@@ -135,6 +136,9 @@ def test_dp_equals_brute_force_on_random_small_dags(tmp_path, seed):
         assert ev.pipeline.time_per_sample(dp.assign) == pytest.approx(dp.value)
     assert best_contiguous(prob, ev.pipeline).value == pytest.approx(best_contig, abs=1e-12)
     assert ev.lower_bound() <= best_any + 1e-12
+    cb = config_bound(prob, ev.pipeline, ev.lower_bound(), best_any * 1.3 + 1e-3, time_limit_s=20, rel_tol=1e-3)
+    assert cb.status == "ok" and cb.bound <= best_any * (1 + 1e-9)   # certified: below every placement
+    assert cb.bound == 0.0 or cb.bound >= best_any * (1 - 2e-3)      # and, on these, within the bisection's tolerance
     m = solve_milp(prob, ev.pipeline, time_limit_s=20)       # any split: the optimum and a proven bound
     assert m.status == "optimal" and m.bound <= best_any
     if math.isfinite(best_any):
@@ -154,6 +158,45 @@ def test_bound_is_never_above_a_feasible_placement(tmp_path, seed, picks, traini
     t = ev.pipeline.time_per_sample(a)
     if math.isfinite(t):
         assert ev.lower_bound() <= t * (1 + 1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), picks=st.lists(st.integers(0, 3), min_size=16, max_size=16), training=st.booleans())
+def test_config_lp_set_load_is_the_evaluators_device_load(tmp_path, seed, picks, training):
+    """The configuration bound prices a device's set with load_c(S); it must be the evaluator's load."""
+    rng = random.Random(seed)
+    nodes, edges = _random_graph(rng, rng.randint(2, 7), training)
+    w = _workload(tmp_path, nodes, edges, n_acc=3, n_cpu=1)
+    ev = SimulatedEvaluator(w.graph, w.worker, "pipeline")
+    prob, pm = PlacementProblem(w.graph, w.worker, ev), ev.pipeline
+    atoms = np.array(picks[:prob.n_atoms]) % prob.nd
+    load, _ = pm.loads(prob.expand(atoms))
+    classes, links, exact = device_classes(prob, pm)
+    assert exact
+    feeds = {}
+    for u, v in zip(pm.src, pm.dst):
+        if prob.atom_of[u] != prob.atom_of[v]:
+            feeds.setdefault(int(u), set()).add(int(prob.atom_of[v]))
+    for cls, (up, down) in zip(classes, links):
+        pricer = _Pricing(prob, pm, cls[0], up, down, feeds)
+        for d in cls:
+            assert pricer.load(atoms == d) == pytest.approx(load[d], abs=1e-12)
+
+
+def test_config_lp_charges_each_stage_its_own_cuts(tmp_path):
+    """A 4-node chain, 1 unit per node, 1 per cut, 2 accelerators (CPU 100x slower): splitting 2 | 2
+    gives 2 + 1 per device = 3 (the optimum); the assignment LP's bound is about 4 / 2 = 2, since it lets
+    fractions of nodes share devices for free. The configuration bound charges every set its own
+    boundary and certifies 3."""
+    w = _workload(tmp_path, [(i, 1.0, 100.0) for i in range(1, 5)], [(1, 2, 1.0), (2, 3, 1.0), (3, 4, 1.0)], n_acc=2)
+    ev = SimulatedEvaluator(w.graph, w.worker, "pipeline")
+    prob = PlacementProblem(w.graph, w.worker, ev)
+    assert ev.lower_bound() == pytest.approx(4 / 2.01)          # the CPU takes 1/100 of a node per unit
+    assert _value(w, {1: "acc:0", 2: "acc:0", 3: "acc:1", 4: "acc:1"})[0] == pytest.approx(3.0)
+    cb = config_bound(prob, ev.pipeline, ev.lower_bound(), 4.0, time_limit_s=20, rel_tol=1e-4)
+    assert cb.status == "ok" and 3.0 * (1 - 1e-3) <= cb.bound <= 3.0
+    # nothing to certify: no bound, and the status says so
+    assert config_bound(prob, ev.pipeline, 3.0, 3.0).status == "nothing to certify"
 
 
 def test_memory_headroom_is_kept_free(tmp_path):

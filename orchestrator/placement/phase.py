@@ -8,6 +8,8 @@ import math
 import time
 from typing import Any
 
+import numpy as np
+
 from omegaconf import OmegaConf
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
@@ -180,12 +182,16 @@ class PlacementPhase:
             lb, parts = evaluator.bound_parts()
             certified = float(placement.meta.get("certified_bound_s") or 0.0)   # e.g. placer=optimal's MILP
             limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
-            if objective == "pipeline" and not certified and limit > 0:         # certify the gap of any placer
-                from orchestrator.placement.milp import solve_milp
+            cert_src = str(placement.meta.get("certified_bound_src") or "milp")
+            if objective == "pipeline" and not certified and limit > 0 and math.isfinite(verdict.value):
+                from orchestrator.placement.config_bound import certify   # certify the gap of any placer
                 from orchestrator.placement.search import PlacementProblem
 
-                certified = solve_milp(PlacementProblem(graph, worker, evaluator), evaluator.pipeline, limit).bound
-            bound_src = "milp" if certified > lb else max(parts, key=parts.get)
+                prob = PlacementProblem(graph, worker, evaluator)
+                index = {d: i for i, d in enumerate(worker.device_names)}
+                mine = prob.atoms_of(np.array([index[placement.assignment[n.name]] for n in graph.nodes]))
+                certified, cert_src = certify(prob, evaluator.pipeline, lb, verdict.value, limit, seeds=[mine])
+            bound_src = cert_src if certified > lb else max(parts, key=parts.get)
             lb = max(lb, certified)
             m["placement.lower_bound_s"] = lb
             if lb > 0 and math.isfinite(verdict.value):

@@ -12,7 +12,10 @@ evaluator's: the hub topology of the workload format), ``ideals``, ``pairs``.
 Then any split (``orchestrator.placement.milp``): a mixed-integer program solved by HiGHS for at
 most ``placer.milp_time_limit_s`` (0: skipped). Its solution replaces the DP's when better, and its
 proven bound (``certified_bound_s``, ``milp_status``) tightens the trial's ``placement.lower_bound_s``;
-where it is ``optimal``, the placement is the optimum over every split.
+where it is ``optimal``, the placement is the optimum over every split. Last, for at most
+``placer.bound_time_limit_s`` (0: skipped), the configuration-LP bound
+(``orchestrator.placement.config_bound``: every device's set must carry its own cuts) certifies
+the remaining gap; the tighter of the two is ``certified_bound_s`` (``certified_bound_src``).
 For ``placement.objective=step`` it is an error: use greedy or rl there."""
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ class OptimalPlacer:
         self.time_limit_s = float(cfg_get(cfg, "time_limit_s", 60.0))
         self.ideals_limit = int(cfg_get(cfg, "ideals_limit", 200_000))
         self.milp_time_limit_s = float(cfg_get(cfg, "milp_time_limit_s", 60.0))
+        self.bound_time_limit_s = float(cfg_get(cfg, "bound_time_limit_s", 30.0))
         if self.time_limit_s <= 0 or self.ideals_limit < 1:
             raise ConfigError("placer.time_limit_s must be > 0 and placer.ideals_limit >= 1")
+        if self.milp_time_limit_s < 0 or self.bound_time_limit_s < 0:
+            raise ConfigError("placer.milp_time_limit_s and placer.bound_time_limit_s must be >= 0 (0: skip)")
         self.last = None
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
@@ -56,5 +62,14 @@ class OptimalPlacer:
                 if t < value * (1 - 1e-12):
                     assign, value = m.assign, t
                     extra["source"] = "milp"
+        if self.bound_time_limit_s > 0 and math.isfinite(value):
+            from orchestrator.placement.config_bound import config_bound
+
+            lower = max(evaluator.lower_bound(), float(extra.get("certified_bound_s", 0.0)))
+            cb = config_bound(prob, evaluator.pipeline, lower, value, self.bound_time_limit_s,
+                              seeds=[prob.atoms_of(assign)])
+            extra["config_bound_status"] = cb.status
+            if cb.bound > float(extra.get("certified_bound_s", 0.0)):
+                extra["certified_bound_s"], extra["certified_bound_src"] = cb.bound, "config_lp"
         return prob.placement(assign, placer="optimal", contiguous_optimum_s=r.value, order=r.order,
                               exact=r.exact, ideals=r.ideals, pairs=r.pairs, **extra)

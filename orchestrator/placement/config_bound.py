@@ -1,0 +1,355 @@
+"""A certified lower bound on the pipeline objective from the *configuration LP* (set covering by
+device loads), for any split, contiguous or not.
+
+On the hub topology of the workload format (every device reaches the others through one link of
+its own; ``contiguous.device_classes`` exact), a device's pipeline load depends only on the set S of
+groups (colocation atoms) it holds::
+
+    load_c(S) = Σ_{a∈S} cost_c(a) + Σ_{u: u∈S, a consumer of u ∉ S} up_c(u) + Σ_{u: u∉S, a consumer of u ∈ S} down_c(u)
+
+(``orchestrator.placement.pipeline``; ``up_c``/``down_c``: the hop of u's output on the class's own
+link, 0 for a CPU core in host memory). A time per sample T is reachable only if the groups can be
+partitioned into sets, at most n_c of them for class c, each with load_c(S) <= T and fitting the
+memory. For any weights π >= 0 on the groups, such a partition gives
+
+    Σ_a π_a = Σ_devices π(S_d) <= Σ_c n_c P_c(π, T),   P_c(π, T) = max { π(S) : load_c(S) <= T, S fits }
+
+so ``Σ_a π_a > Σ_c n_c P_c(π, T)`` proves that no placement reaches T (Farkas' lemma for the LP
+relaxation of the covering; the Gilmore-Gomory / column-generation bound of bin packing, Farley's
+bound). π comes from the restricted master LP (HiGHS) over the sets generated so far; P_c is the
+pricing problem, a knapsack with the cut terms, solved as a small MILP whose *dual* bound is used,
+so a pricing cut short by its time limit still gives a valid certificate. A bisection on T between
+the known bound and the best placement's value (climbing from below, the step doubling after each
+success) returns the largest T certified this way.
+
+Unlike the LP relaxation of the assignment (``pipeline.lower_bound``), this bound charges every set
+its own boundary: a device holding a middle stage pays both of its cuts, and no fraction of the
+whole graph escapes them, so on chain-like graphs with costly activations it is far tighter.
+Link-channel limits and temporary memory are left out, which only lowers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ConfigBound:
+    bound: float        # certified: no placement has a time per sample below it (seconds); 0 if none
+    tested: int         # values of T tried by the bisection
+    columns: int        # sets generated
+    status: str         # "ok", "time limit", or why it did not run
+    seconds: float
+
+
+class _Pricing:
+    """max π(S) s.t. load_c(S) <= T, memory, allowed: one MILP per (class, π, T)."""
+
+    def __init__(self, prob, model, dev: int, up: int, down: int, feeds: dict[int, set[int]]):
+        from scipy.sparse import coo_matrix
+
+        na = prob.n_atoms
+        self.na = na
+        self.allowed = prob.allowed[:, dev].copy()
+        cost = np.where(self.allowed, prob.atom_cost[:, dev], 0.0)
+        senders = sorted(feeds)
+        ns = len(senders)
+
+        def hop(u: int, l: int) -> float:
+            if l < 0:
+                return 0.0
+            f = model.fixed[u]
+            return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
+
+        hu = np.array([hop(u, up) for u in senders])
+        hd = np.array([hop(u, down) for u in senders])
+        # variables: x[a] (na), s[i] (ns), r[i] (ns)
+        self.nv = na + 2 * ns
+        rows, cols, vals, lo, hi = [], [], [], [], []
+        r = 0
+        for i, u in enumerate(senders):
+            au = int(prob.atom_of[u])
+            for b in feeds[u]:
+                if hu[i] > 0:       # s_i >= x_au - x_b
+                    rows += [r, r, r]; cols += [na + i, au, b]; vals += [1.0, -1.0, 1.0]
+                    lo.append(0.0); hi.append(np.inf); r += 1
+                if hd[i] > 0:       # r_i >= x_b - x_au
+                    rows += [r, r, r]; cols += [na + ns + i, b, au]; vals += [1.0, -1.0, 1.0]
+                    lo.append(0.0); hi.append(np.inf); r += 1
+        self.load_row = r            # Σ cost x + Σ hu s + Σ hd r <= T (upper bound set per call)
+        for a in range(na):
+            if cost[a] > 0:
+                rows.append(r); cols.append(a); vals.append(float(cost[a]))
+        for i in range(ns):
+            if hu[i] > 0:
+                rows.append(r); cols.append(na + i); vals.append(float(hu[i]))
+            if hd[i] > 0:
+                rows.append(r); cols.append(na + ns + i); vals.append(float(hd[i]))
+        lo.append(-np.inf); hi.append(0.0); r += 1
+        cap = float(prob.full_cap[prob.pool_of[dev]])
+        if math.isfinite(cap):
+            for a in range(na):
+                if prob.atom_resident[a] > 0:
+                    rows.append(r); cols.append(a); vals.append(float(prob.atom_resident[a]))
+            lo.append(-np.inf); hi.append(cap); r += 1
+        self.a = coo_matrix((vals, (rows, cols)), shape=(r, self.nv)).tocsr()
+        self.lo, self.hi = np.array(lo), np.array(hi)
+        self.ub = np.ones(self.nv)
+        self.ub[:na][~self.allowed] = 0.0
+        self.integrality = np.zeros(self.nv)
+        self.integrality[:na] = 1
+        self.cost, self.hu, self.hd = cost, hu, hd
+        self.senders, self.feeds, self.atom_of = senders, feeds, prob.atom_of
+
+    def loads(self, sets: np.ndarray) -> np.ndarray:
+        """load_c of many sets at once (boolean matrix, one row per set)."""
+        from scipy.sparse import csr_matrix
+
+        if not hasattr(self, "_inc"):
+            owner = np.array([int(self.atom_of[u]) for u in self.senders], dtype=np.int64)
+            rows = [b for u in self.senders for b in self.feeds[u]]
+            cols = [i for i, u in enumerate(self.senders) for _ in self.feeds[u]]
+            self._inc = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(self.na, len(self.senders)))
+            self._owner = owner
+            self._ncons = np.asarray(self._inc.sum(axis=0)).ravel()
+        out = np.empty(len(sets))
+        for i in range(0, len(sets), 2048):
+            m = sets[i:i + 2048]
+            cnt = (csr_matrix(m.astype(np.float64)) @ self._inc).toarray()
+            own = m[:, self._owner]
+            out[i:i + 2048] = (m @ self.cost + (own & (cnt < self._ncons - 0.5)) @ self.hu
+                               + (~own & (cnt > 0.5)) @ self.hd)
+        return out
+
+    def load(self, members: np.ndarray) -> float:
+        """load_c of the set (boolean per atom)."""
+        t = float(self.cost[members].sum())
+        for i, u in enumerate(self.senders):
+            inside = bool(members[int(self.atom_of[u])])
+            out = [bool(members[b]) for b in self.feeds[u]]
+            if inside and not all(out):
+                t += self.hu[i]
+            elif not inside and any(out):
+                t += self.hd[i]
+        return t
+
+    def solve(self, pi: np.ndarray, T: float, time_limit_s: float) -> tuple[float, np.ndarray | None]:
+        """(an upper bound on max π(S), the best set found or None)."""
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        from orchestrator.placement.milp import _quiet_stdout
+
+        c = np.zeros(self.nv)
+        c[:self.na] = -np.where(self.allowed, pi, 0.0)
+        hi = self.hi.copy()
+        hi[self.load_row] = T
+        with _quiet_stdout():
+            res = milp(c, constraints=[LinearConstraint(self.a, self.lo, hi)], integrality=self.integrality,
+                       bounds=Bounds(0.0, self.ub), options={"time_limit": float(time_limit_s), "disp": False,
+                                                             "mip_rel_gap": 1e-3})
+        dual = getattr(res, "mip_dual_bound", None)
+        if res.status == 0 and res.fun is not None:
+            ub = -float(res.fun)
+            if dual is not None and np.isfinite(dual):
+                ub = max(ub, -float(dual))
+        elif dual is not None and np.isfinite(dual):
+            ub = -float(dual)
+        else:
+            ub = float(np.where(self.allowed, pi, 0.0).sum())   # no bound proven: the trivial one
+        members = None
+        if res.x is not None:
+            members = res.x[:self.na] > 0.5
+        return ub * (1 + 1e-6) + 1e-9, members
+
+
+def _contiguous_sets(prob, limit_ideals: int = 1500) -> np.ndarray:
+    """Candidate stages: every I \\ J for ideals J ⊂ I of the DAG (the contiguous sets of the DP,
+    ``contiguous.supers``/``ideals``) where there are at most ``limit_ideals`` ideals, else the runs
+    of consecutive atoms in topological order. Boolean matrix, one row per set."""
+    from orchestrator.placement.contiguous import ideals, supers
+
+    na = prob.n_atoms
+    comp, n_sup, preds = supers(prob)
+    found = ideals(n_sup, preds, limit_ideals)
+    if found is None:
+        order = np.argsort(prob.atom_pos, kind="stable")
+        rows = []
+        for s in range(na):
+            m = np.zeros(na, dtype=bool)
+            for t in range(s, na):
+                m[order[t]] = True
+                rows.append(m.copy())
+        return np.array(rows, dtype=bool).reshape(-1, na)
+    masks = found[0]
+    unit = np.array([[(m >> x) & 1 for x in range(n_sup)] for m in masks], dtype=bool)   # ideal x unit
+    pairs = {}
+    for i, mi in enumerate(masks):
+        for mj in masks:
+            if mj & ~mi == 0 and mj != mi:
+                pairs[mi & ~mj] = None
+    sets = np.array([[(d >> x) & 1 for x in range(n_sup)] for d in pairs], dtype=bool).reshape(-1, n_sup)
+    del unit
+    return sets[:, comp]                                      # units -> atoms
+
+
+def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 30.0,
+                 pricing_limit_s: float = 5.0, rel_tol: float = 0.005, seeds: list | None = None) -> ConfigBound:
+    """The largest T in [lower, upper] certified unreachable (see the module doc), to ``rel_tol``.
+    ``seeds``: placements (atom -> device arrays) whose device sets start the column pool, with
+    every contiguous run of atoms whose load is at most ``upper``."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    from orchestrator.placement.contiguous import device_classes
+
+    t_start = time.perf_counter()
+    classes, links, exact = device_classes(prob, model)
+    if not exact:
+        return ConfigBound(0.0, 0, 0, "not built: the worker is not a hub topology", 0.0)
+    if not (math.isfinite(upper) and upper > lower >= 0):
+        return ConfigBound(0.0, 0, 0, "nothing to certify", 0.0)
+    na = prob.n_atoms
+    feeds: dict[int, set[int]] = {}
+    for u, v in zip(model.src, model.dst):
+        a, b = int(prob.atom_of[u]), int(prob.atom_of[v])
+        if a != b:
+            feeds.setdefault(int(u), set()).add(b)
+    pricers = [_Pricing(prob, model, cls[0], up, down, feeds) for cls, (up, down) in zip(classes, links)]
+    counts = np.array([len(c) for c in classes], dtype=float)
+    cols: list[tuple[int, np.ndarray, float]] = []     # (class, members, load)
+    mem = prob.atom_resident
+    caps = [float(prob.full_cap[prob.pool_of[c[0]]]) for c in classes]
+
+    def add(k: int, members: np.ndarray):
+        if members.any() and pricers[k].allowed[members].all() and mem[members].sum() <= caps[k]:
+            cols.append((k, members.copy(), pricers[k].load(members)))
+
+    cand = _contiguous_sets(prob)
+    for k, pr in enumerate(pricers):
+        ok = pr.allowed[None, :] | ~cand
+        ok = ok.all(axis=1) & (cand.astype(float) @ mem <= caps[k])
+        sub = cand[ok]
+        if len(sub):
+            sub = sub[sub.astype(float) @ pr.cost <= upper]       # compute alone rules most out
+            for m, l in zip(sub, pr.loads(sub)):
+                if l <= upper:
+                    cols.append((k, m.copy(), float(l)))
+    for s in seeds or []:
+        for k, cls in enumerate(classes):
+            for d in cls:
+                add(k, np.asarray(s) == d)
+
+    def certify(T: float, until: float) -> bool | None:
+        """True: T is proven unreachable; False: the LP covers at T; None: out of time (``until``).
+        Duals are smoothed (Wentges): pricing uses α π_best + (1 - α) π_LP, π_best the weights with
+        the best certificate ratio so far; any π >= 0 gives a valid certificate."""
+        best_pi, best_ratio, alpha = None, 0.0, 0.5
+        while True:
+            if time.perf_counter() > until:
+                return None
+            use = [j for j, (_, _, l) in enumerate(cols) if l <= T]
+            nz = len(use)
+            nv = nz + 1                                          # z_j ..., lambda
+            r_, c_, v_ = [], [], []
+            for jj, j in enumerate(use):
+                k, m, _ = cols[j]
+                idx = np.flatnonzero(m)
+                r_ += idx.tolist(); c_ += [jj] * len(idx); v_ += [-1.0] * len(idx)
+                r_.append(na + k); c_.append(jj); v_.append(1.0)
+            for k in range(len(classes)):
+                r_.append(na + k); c_.append(nz); v_.append(-counts[k])
+            a_ub = coo_matrix((v_, (r_, c_)), shape=(na + len(classes), nv)).tocsr()
+            b_ub = np.concatenate([-np.ones(na), np.zeros(len(classes))])
+            c = np.zeros(nv)
+            c[nz] = 1.0
+            res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+            if res.status == 2:                                  # some atom fits no generated set
+                pi_lp, lam = np.zeros(na), math.inf
+                covered = np.zeros(na, dtype=bool)
+                for j in use:
+                    covered |= cols[j][1]
+                pi_lp[~covered] = 1.0
+                sigma = np.zeros(len(classes))
+            elif res.status != 0:
+                return None
+            else:
+                lam = float(res.fun)
+                if lam <= 1.0 + 1e-9:                            # these sets already cover: no certificate
+                    return False
+                pi_lp = np.maximum(0.0, -res.ineqlin.marginals[:na])
+                sigma = np.maximum(0.0, -res.ineqlin.marginals[na:])
+            smooth = best_pi is not None and alpha > 0 and math.isfinite(lam)
+            pi = alpha * best_pi + (1 - alpha) * pi_lp if smooth else pi_lp
+            ubs, new = [], 0
+            for k, pr in enumerate(pricers):
+                left = until - time.perf_counter()
+                if left <= 0:
+                    return None
+                ub, members = pr.solve(pi, T, min(pricing_limit_s, left))
+                ubs.append(ub)
+                if members is not None and float(pi_lp[members].sum()) > sigma[k] + 1e-7 and pr.load(members) <= T * (1 + 1e-9):
+                    add(k, members)
+                    new += 1
+            ratio = float(pi.sum()) / max(1e-300, float(counts @ np.array(ubs)))
+            log.debug("T=%.6g lambda=%.4f ratio=%.4f new=%d columns=%d t=%.1fs", T, lam, ratio, new, len(cols),
+                      time.perf_counter() - t_start)
+            if ratio > 1 + 1e-7:
+                return True
+            if ratio > best_ratio and math.isfinite(lam):
+                best_pi, best_ratio = pi.copy(), ratio
+            if new == 0:
+                if not smooth:
+                    return False                                 # the LP is solved and covers at T
+                alpha = 0.0                                      # mispriced: price the LP's own duals once
+            else:
+                alpha = 0.5
+
+    # From below: a T far under the threshold is certified in few iterations, so the bound grows
+    # early even where the time limit stops the search; the step doubles after each success.
+    lo, hi, tested = lower, upper, 0
+    step, status = (hi - lo) / 4, "ok"
+    while hi - lo > rel_tol * hi:
+        T = lo + min(step, 0.5 * (hi - lo))
+        tested += 1
+        now = time.perf_counter()
+        left = time_limit_s - (now - t_start)
+        if left <= 0:
+            status = "time limit"
+            break
+        verdict = certify(T, now + max(min(left, 2.0), left / 3))   # one T may not take all the time
+        if verdict is None:                                           # undecided: look lower
+            status, verdict = "time limit", False
+        if verdict:
+            lo, step = T, 2 * step
+        else:
+            hi, step = T, (T - lo) / 4
+    bound = lo if lo > lower else 0.0
+    return ConfigBound(bound, tested, len(cols), status, time.perf_counter() - t_start)
+
+
+def certify(prob, model, lower: float, upper: float, time_limit_s: float, seeds: list | None = None,
+            milp: bool = True) -> tuple[float, str]:
+    """The tightest certified bound within ``time_limit_s``: the configuration LP first (seeded with
+    the placements in ``seeds``, atom -> device), then, with the time left and where the gap to
+    ``upper`` is still over 1%, the MILP's dual bound (``orchestrator.placement.milp``).
+    Returns (bound in seconds, its source: "config_lp", "milp" or "" when neither beat ``lower``)."""
+    t0 = time.perf_counter()
+    best, src = lower, ""
+    cb = config_bound(prob, model, lower, upper, time_limit_s=time_limit_s, seeds=seeds)
+    if cb.bound > best:
+        best, src = cb.bound, "config_lp"
+    left = time_limit_s - (time.perf_counter() - t0)
+    if milp and left > 1.0 and upper > best * 1.01:
+        from orchestrator.placement.milp import solve_milp
+
+        m = solve_milp(prob, model, left)
+        if m.bound > best:
+            best, src = m.bound, "milp"
+    return best, src
