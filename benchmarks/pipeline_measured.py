@@ -7,7 +7,9 @@ timed alone) on the worker ``hardware=local`` builds (2 logical CPUs, transfers 
 twice: ``independent`` (the two logical CPUs as independent devices: ``hardware.core_sharing=none``,
 the simulator before the contention model) and ``shared cores`` (``hardware.core_sharing=auto``: they
 share one core pool, k concurrent tasks each at eff(k) / k of their speed alone, eff(2) measured here
-by ``orchestrator.hardware.contention.measure_efficiency`` at the start; printed, and again at the end).
+at the start on the model's own training step, ``contention.measure_model_efficiency``, as a trial
+does; ``--core-sharing probe``: on the fixed probe workload, ``measure_efficiency``; both printed,
+and again at the end).
 Measured = median wall time of ``--steps`` real pipelined mini-batches
 (``orchestrator.execution.pipelined.PipelinedRuntime``: m micro-batches through the stages under
 ``tf.device``, gradients accumulated, one SGD step), after 2 untimed ones (the first traces).
@@ -43,7 +45,7 @@ import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from orchestrator.hardware.cluster import CorePool, Device, Worker  # noqa: E402
-from orchestrator.hardware.contention import measure_efficiency, pool_name  # noqa: E402
+from orchestrator.hardware.contention import measure_efficiency, measure_model_efficiency, pool_name  # noqa: E402
 from orchestrator.models import builtin  # noqa: E402
 from orchestrator.placement.extract import extract  # noqa: E402
 from orchestrator.placement.schedule import PipelineSchedule, task_order  # noqa: E402
@@ -99,7 +101,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF's default); inter-op = 2")
     ap.add_argument("--cut-model", choices=("shared", "independent"), default="shared")
-    ap.add_argument("--core-sharing", default="auto", help="eff(2) of the shared-cores model: auto (measure) or a number")
+    ap.add_argument("--core-sharing", default="auto",
+                    help="eff(2) of the shared-cores model: auto (measured on the model's own training step, as a trial "
+                         "with hardware.core_sharing=auto does), probe (on the fixed probe workload) or a number")
     args = ap.parse_args()
     if args.threads:
         configure_threads(args.threads, 2)
@@ -115,9 +119,14 @@ def main() -> None:
           f"{args.threads or 'TF default'}")
     indep = Worker("local", [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=n) for i, n in enumerate(CPUS)])
     t0 = time.perf_counter()
-    eff = measure_efficiency(CPUS) if args.core_sharing == "auto" else (float(args.core_sharing),)
-    print(f"# eff(2) = {eff[0]:.3f} ({'measured' if args.core_sharing == 'auto' else 'set'}, "
-          f"{time.perf_counter() - t0:.1f} s)  {uptime()}", flush=True)
+    xm, ym = spec.sample(args.micro_batch, 0)
+    on_model = measure_model_efficiency(spec, xm, ym, CPUS)
+    t1 = time.perf_counter()
+    probe = measure_efficiency(CPUS)
+    eff = {"auto": on_model, "probe": probe}.get(args.core_sharing) or (float(args.core_sharing),)
+    print(f"# eff(2) = {eff[0]:.3f} ({args.core_sharing}); measured on the model's training step "
+          f"{on_model[0]:.3f} ({t1 - t0:.1f} s), on the fixed probe {probe[0]:.3f} ({time.perf_counter() - t1:.1f} s)  "
+          f"{uptime()}", flush=True)
     pool = pool_name("host0")
     shared = Worker("local", [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=n, core_pool=pool)
                               for i, n in enumerate(CPUS)], core_pools={pool: CorePool(eff, "measured")})
@@ -142,10 +151,8 @@ def main() -> None:
                   f"{', '.join(f'{v * 1e3:.1f} ms' for v in r.stage_time_s.values())}; in flight {r.in_flight}; "
                   f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; measured {[round(t, 4) for t in r_times]}; {wall:.0f} s",
                   flush=True)
-    if args.core_sharing == "auto":
-        print(f"# {uptime()}; eff(2) measured again at the end: {measure_efficiency(CPUS, fresh=True)[0]:.3f}")
-    else:
-        print(f"# {uptime()}")
+    print(f"# {uptime()}; eff(2) measured again at the end: on the model {measure_model_efficiency(spec, xm, ym, CPUS)[0]:.3f}, "
+          f"on the probe {measure_efficiency(CPUS, fresh=True)[0]:.3f}")
     print("| placement | m | simulated, independent (s / micro-batch) | simulated, shared cores | measured | "
           "error independent | error shared cores | bubble (sim, shared) | load (1 min) |")
     print("|---|---|---|---|---|---|---|---|---|")

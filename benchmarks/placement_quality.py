@@ -398,7 +398,7 @@ def main() -> None:
                      "of them searched); optimal = `placer=optimal`'s answer (the DP, or the MILP over any split when "
                      "better; MILP `optimal` = proven optimum over every split); rl = `placer=rl`, default budget, started "
                      "from the better of greedy and the DP; certified bound = max(LP relaxation of the node-to-device "
-                     "assignment with memory, the costliest node, the MILP's proven bound), valid for every placement; "
+                     "assignment with memory, the costliest node, the MILP's proven bound, the configuration LP's certified bound: docs/pipeline.md), valid for every placement; "
                      f"search placers keep {p_headroom:.0%} of memory free; seed 0; {time.strftime('%Y-%m-%d')}, 2-core "
                      "shared machine (the MILP's time limit is wall time: under load it proves less).\n\n"
                      + pipeline_table(prows) + "\n\n" + pipeline_summary(prows) + "\n" + ("" if rows else note_text))

@@ -143,6 +143,7 @@ def test_core_sharing_knob():
     assert core_sharing_of(OmegaConf.create({"core_sharing": "None"})) == "none"
     assert core_sharing_of(OmegaConf.create({"core_sharing": None})) == "none"
     assert core_sharing_of(OmegaConf.create({"core_sharing": 1.3})) == 1.3
+    assert core_sharing_of(OmegaConf.create({"core_sharing": "Probe"})) == "probe"
     for bad in ("fast", 0, -1.0, True, [1], math.inf):
         with pytest.raises(ConfigError, match=r"^hardware\.core_sharing=") as exc:
             core_sharing_of(OmegaConf.create({"core_sharing": bad}))
@@ -171,6 +172,39 @@ def test_calibration_on_two_logical_cpus():
     assert time.perf_counter() - t0 < 30
     pool = core_pool("auto", cpus[:2])
     assert 0.0 < pool.eff(2) <= 2.0 and pool.source == "measured"
+
+
+def test_auto_pools_are_recalibrated_on_the_model_lazily():
+    """hardware.core_sharing=auto: a trial with a TF model measures eff(k) on the model's own step
+    (on_model); probe and hand-set pools stay; nothing is measured until a schedule needs it."""
+    from orchestrator.hardware.contention import ON_MODEL, PROBED, measure_model_efficiency, on_model
+
+    devs = [Device(f"cpu:{i}", "cpu", tf_device=f"/CPU:{i}", core_pool="a" if i < 2 else "b") for i in range(4)]
+    w = Worker("w", devs, core_pools={"a": core_pool("auto", ["/CPU:0", "/CPU:1"]), "b": CorePool((1.4,))})
+    spec = object()
+    w2 = on_model(w, spec, "x", "y")
+    pa = w2.core_pools["a"]
+    assert pa.source == ON_MODEL and pa.efficiency.func is measure_model_efficiency
+    assert pa.efficiency.args == (spec, "x", "y", ("/CPU:0", "/CPU:1")) and "_values" not in pa.__dict__
+    assert w2.core_pools["b"] is w.core_pools["b"] and w.core_pools["a"].source == "measured"   # w untouched
+    w3 = Worker("w", devs[:2], core_pools={"a": core_pool("probe", ["/CPU:0", "/CPU:1"])})
+    assert w3.core_pools["a"].source == PROBED and on_model(w3, spec, "x", "y") is w3
+
+
+@pytest.mark.slow
+def test_model_calibration_on_two_logical_cpus():
+    import tensorflow as tf
+
+    from orchestrator.hardware.contention import measure_model_efficiency
+    from orchestrator.models import builtin
+
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(cpus) < 2:
+        pytest.skip("TensorFlow has one CPU device in this process")
+    spec = builtin("cnn", OmegaConf.create({"name": "cnn"}))
+    x, y = spec.sample(16, 0)
+    eff = measure_model_efficiency(spec, x, y, cpus[:2], repeats=2)
+    assert len(eff) == 1 and 0.0 < eff[0] <= 2.0
 
 
 def test_local_hardware_puts_its_logical_cpus_on_one_pool():

@@ -24,6 +24,9 @@ from typing import Sequence
 from orchestrator.hardware.cluster import CorePool
 
 POOL = "cores"   # Device.core_pool of a host's logical CPUs: "<host>:cores"
+MEASURED = "measured"                              # CorePool.source of hardware.core_sharing=auto
+PROBED = "measured on the fixed probe"             # ... of probe
+ON_MODEL = "measured on the model's training step"  # ... of auto in a trial with a TF model (on_model)
 
 
 def pool_name(host: str) -> str:
@@ -111,16 +114,90 @@ def measure_efficiency(devices: Sequence[str], *, repeats: int = 7, reps: int = 
     return _measure(devices, int(repeats), int(reps))
 
 
+def _model_timer(tf, spec, x, y, devices: Sequence[str]):
+    """One training step of the model (forward, loss, gradients) per device of ``devices``, the
+    copies concurrent in one ``tf.function``; returns a callable that times one call (seconds)."""
+    from tensorflow import keras
+
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    models = []
+    for d in devices:
+        with tf.device(d):
+            model = spec.new_model()
+            model(x, training=False)                # variables created on d
+            models.append(model)
+
+    @tf.function
+    def run():
+        outs = []
+        for d, model in zip(devices, models):
+            with tf.device(d):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                outs.append(loss + tf.add_n([tf.reduce_sum(g) for g in grads if g is not None]) * 0.0)
+        return tf.add_n(outs)
+
+    run().numpy()
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        run().numpy()
+        return time.perf_counter() - t0
+    return once
+
+
+def measure_model_efficiency(spec, x, y, devices: Sequence[str], *, repeats: int = 5) -> tuple[float, ...]:
+    """(eff(2), ..., eff(n)) measured on the model's *own* training step instead of the fixed
+    workload: one copy (forward, loss, gradients of one micro-batch ``x``, ``y``) on one logical
+    device, then k copies, one per device, in one ``tf.function``; eff(k) = k * median t(1) / median
+    t(k), clipped to (0, k], alternating repeats. The op mix, and so the cores a second stream
+    finds idle, is the model's (small layers overlap better than large ones)."""
+    import statistics
+
+    import tensorflow as tf
+
+    devices = tuple(devices)
+    if len(devices) < 2:
+        return ()
+    alone = _model_timer(tf, spec, x, y, devices[:1])
+    timers = {k: _model_timer(tf, spec, x, y, devices[:k]) for k in range(2, len(devices) + 1)}
+    t1 = {k: [] for k in timers}
+    tk = {k: [] for k in timers}
+    for _ in range(repeats):
+        for k, run in timers.items():
+            t1[k].append(alone())
+            tk[k].append(run())
+    return tuple(min(float(k), max(k * statistics.median(t1[k]) / statistics.median(tk[k]), 1e-3)) for k in timers)
+
+
 def core_pool(setting, devices: Sequence[str]) -> CorePool | None:
     """The pool of ``devices`` for ``hardware.core_sharing`` (already checked): None or "none"
-    (independent devices), "auto" (``measure_efficiency``) or a number c (eff(k) = min(k, c))."""
+    (independent devices), "auto" or "probe" (``measure_efficiency``; with "auto" a trial with a
+    TensorFlow model re-calibrates on it: ``on_model``) or a number c (eff(k) = min(k, c))."""
     n = len(devices)
     if setting is None or setting == "none" or n < 2:
         return None
-    if setting == "auto":   # measured at the first schedule that runs two of them at once
-        return CorePool(functools.partial(measure_efficiency, tuple(devices)), "measured")
+    if setting in ("auto", "probe"):   # measured at the first schedule that runs two of them at once
+        return CorePool(functools.partial(measure_efficiency, tuple(devices)), MEASURED if setting == "auto" else PROBED)
     c = float(setting)
     return CorePool(tuple(min(float(k), c) for k in range(2, n + 1)), "set by hand")
+
+
+def on_model(worker, spec, x, y):
+    """``worker`` with each ``hardware.core_sharing=auto`` pool re-calibrated on the model's own
+    training step (``measure_model_efficiency`` on the batch ``x``, ``y``, lazily: only where a
+    schedule runs two of its devices at once); the worker itself if it has no such pool."""
+    import dataclasses
+
+    pools = dict(worker.core_pools)
+    changed = False
+    for name, pool in worker.core_pools.items():
+        if pool.source == MEASURED:
+            devs = tuple(d.tf_device for d in worker.devices if d.core_pool == name)
+            pools[name] = CorePool(functools.partial(measure_model_efficiency, spec, x, y, devs), ON_MODEL)
+            changed = True
+    return dataclasses.replace(worker, core_pools=pools) if changed else worker
 
 
 class SharedCores:

@@ -74,6 +74,11 @@ def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec,
             raise RuntimeError(f"model {model_spec.name}: the profiled graph differs from the placed one")
     index = {d.name: i for i, d in enumerate(worker.devices)}
     assign = np.array([index[placement.assignment[n.name]] for n in graph.nodes], dtype=np.int64)
+    if real:   # hardware.core_sharing=auto: the shared cores' efficiency measured on this model's own step
+        from orchestrator.hardware.contention import on_model
+
+        batch = int(graph.meta.get("batch") or trial.settings.batch_size)
+        worker = on_model(worker, model_spec, *model_spec.sample(batch, trial.settings.seed))
     sim = getattr(evaluator, "simulator", None) if sim_graph is graph else None
     r = PipelineSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
         .evaluate(assign, record=True)
