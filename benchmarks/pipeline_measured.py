@@ -7,9 +7,11 @@ timed alone) on the worker ``hardware=local`` builds (2 logical CPUs, transfers 
 twice: ``independent`` (the two logical CPUs as independent devices: ``hardware.core_sharing=none``,
 the simulator before the contention model) and ``shared cores`` (``hardware.core_sharing=auto``: they
 share one core pool, k concurrent tasks each at eff(k) / k of their speed alone, eff(2) measured here
-at the start on the model's own training step, ``contention.measure_model_efficiency``, as a trial
-does; ``--core-sharing probe``: on the fixed probe workload, ``measure_efficiency``; both printed,
-and again at the end).
+at the start on the fixed probe, ``contention.measure_efficiency``, as a trial does; ``--core-sharing
+model``: on the model's own training step, ``measure_model_efficiency``; printed, and again at the
+end), and a third time: **shared cores, step-normalised**, the profile scaled by one number so that
+the layers' forward and backward add up to the model's training step measured whole on one logical
+CPU (``placement.profile_scale=step``, what a trial reports beside its measured pipeline).
 Measured = median wall time of ``--steps`` real pipelined mini-batches
 (``orchestrator.execution.pipelined.PipelinedRuntime``: m micro-batches through the stages under
 ``tf.device``, gradients accumulated, one SGD step), after 2 untimed ones (the first traces).
@@ -45,7 +47,9 @@ import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from orchestrator.hardware.cluster import CorePool, Device, Worker  # noqa: E402
-from orchestrator.hardware.contention import measure_efficiency, measure_model_efficiency, pool_name  # noqa: E402
+from orchestrator.hardware.calibration import Calibration, calibrate_graph  # noqa: E402
+from orchestrator.hardware.contention import (  # noqa: E402
+    measure_efficiency, measure_model_efficiency, measure_model_step, pool_name)
 from orchestrator.models import builtin  # noqa: E402
 from orchestrator.placement.extract import extract  # noqa: E402
 from orchestrator.placement.schedule import PipelineSchedule, task_order  # noqa: E402
@@ -102,8 +106,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="TF intra-op threads (0: TF's default); inter-op = 2")
     ap.add_argument("--cut-model", choices=("shared", "independent"), default="shared")
     ap.add_argument("--core-sharing", default="auto",
-                    help="eff(2) of the shared-cores model: auto (measured on the model's own training step, as a trial "
-                         "with hardware.core_sharing=auto does), probe (on the fixed probe workload) or a number")
+                    help="eff(2) of the shared-cores model: auto (measured on the fixed probe workload, as a trial with "
+                         "hardware.core_sharing=auto does), model (on the model's own training step) or a number")
     args = ap.parse_args()
     if args.threads:
         configure_threads(args.threads, 2)
@@ -120,13 +124,19 @@ def main() -> None:
     indep = Worker("local", [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=n) for i, n in enumerate(CPUS)])
     t0 = time.perf_counter()
     xm, ym = spec.sample(args.micro_batch, 0)
-    on_model = measure_model_efficiency(spec, xm, ym, CPUS)
-    t1 = time.perf_counter()
     probe = measure_efficiency(CPUS)
-    eff = {"auto": on_model, "probe": probe}.get(args.core_sharing) or (float(args.core_sharing),)
-    print(f"# eff(2) = {eff[0]:.3f} ({args.core_sharing}); measured on the model's training step "
-          f"{on_model[0]:.3f} ({t1 - t0:.1f} s), on the fixed probe {probe[0]:.3f} ({time.perf_counter() - t1:.1f} s)  "
-          f"{uptime()}", flush=True)
+    t1 = time.perf_counter()
+    on_model = measure_model_efficiency(spec, xm, ym, CPUS) if args.core_sharing == "model" else None
+    eff = {"auto": probe, "model": on_model}.get(args.core_sharing) or (float(args.core_sharing),)
+    print(f"# eff(2) = {eff[0]:.3f} ({args.core_sharing}); on the fixed probe {probe[0]:.3f} ({t1 - t0:.1f} s)"
+          + (f", on the model's training step {on_model[0]:.3f} ({time.perf_counter() - t1:.1f} s)" if on_model else "")
+          + f"  {uptime()}", flush=True)
+    step_s = measure_model_step(spec, xm, ym, CPUS[0])
+    profiled = sum(n.cost.get("local-cpu", 0.0) for n in graph.nodes if n.role in ("forward", "backward")) * graph.time_unit_s
+    scale = step_s / profiled if profiled > 0 else 1.0
+    print(f"# the model's training step measured whole on one logical CPU: {step_s * 1e3:.2f} ms; its layers "
+          f"profiled one by one add up to {profiled * 1e3:.2f} ms (profile scale {scale:.3f})", flush=True)
+    ngraph = calibrate_graph(graph, Calibration(scale={"local-cpu": scale}))
     pool = pool_name("host0")
     shared = Worker("local", [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=n, core_pool=pool)
                               for i, n in enumerate(CPUS)], core_pools={pool: CorePool(eff, "measured")})
@@ -145,20 +155,21 @@ def main() -> None:
                 a, where = a
             r, meas, wall, losses, r_times = measure(spec, graph, shared, a, m, kind, x, y, args.steps)
             r0 = PipelineSchedule(graph, indep, m, kind).evaluate(a)
+            rn = PipelineSchedule(ngraph, shared, m, kind).evaluate(a)
             sim0, sim, mb = r0.minibatch_time_s / m, r.minibatch_time_s / m, meas / m
-            rows.append((label, m, sim0, sim, mb, r, wall, losses, uptime().split("load average:")[-1].strip()))
+            rows.append((label, m, sim0, sim, mb, r, wall, losses, uptime().split("load average:")[-1].strip(), rn.minibatch_time_s / m))
             print(f"#   {label}, m={m}: {where}; stages {r.stages} stage time (F+B) "
                   f"{', '.join(f'{v * 1e3:.1f} ms' for v in r.stage_time_s.values())}; in flight {r.in_flight}; "
                   f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; measured {[round(t, 4) for t in r_times]}; {wall:.0f} s",
                   flush=True)
-    print(f"# {uptime()}; eff(2) measured again at the end: on the model {measure_model_efficiency(spec, xm, ym, CPUS)[0]:.3f}, "
-          f"on the probe {measure_efficiency(CPUS, fresh=True)[0]:.3f}")
-    print("| placement | m | simulated, independent (s / micro-batch) | simulated, shared cores | measured | "
-          "error independent | error shared cores | bubble (sim, shared) | load (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for label, m, sim0, sim, mb, r, _, _, load in rows:
-        print(f"| {label} | {m} | {sim0:.4f} | {sim:.4f} | {mb:.4f} | {sim0 / mb - 1:+.1%} | {sim / mb - 1:+.1%} | "
-              f"{r.bubble_fraction:.0%} | {load.split(',')[0]} |")
+    print(f"# {uptime()}; eff(2) measured again at the end: on the probe {measure_efficiency(CPUS, fresh=True)[0]:.3f}"
+          + (f", on the model {measure_model_efficiency(spec, xm, ym, CPUS)[0]:.3f}" if on_model else ""))
+    print("| placement | m | simulated, independent (s / micro-batch) | simulated, shared cores | shared cores, step-normalised | "
+          "measured | error independent | error shared cores | error shared, normalised | bubble (sim, shared) | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, m, sim0, sim, mb, r, _, _, load, simn in rows:
+        print(f"| {label} | {m} | {sim0:.4f} | {sim:.4f} | {simn:.4f} | {mb:.4f} | {sim0 / mb - 1:+.1%} | {sim / mb - 1:+.1%} | "
+              f"{simn / mb - 1:+.1%} | {r.bubble_fraction:.0%} | {load.split(',')[0]} |")
     print("# error = simulated / measured - 1")
     base = {m: (mb, sim0, sim) for label, m, sim0, sim, mb, *_ in rows if label.startswith("1 device")}
     for label, m, sim0, sim, mb, *_ in rows:

@@ -143,7 +143,7 @@ def test_core_sharing_knob():
     assert core_sharing_of(OmegaConf.create({"core_sharing": "None"})) == "none"
     assert core_sharing_of(OmegaConf.create({"core_sharing": None})) == "none"
     assert core_sharing_of(OmegaConf.create({"core_sharing": 1.3})) == 1.3
-    assert core_sharing_of(OmegaConf.create({"core_sharing": "Probe"})) == "probe"
+    assert core_sharing_of(OmegaConf.create({"core_sharing": "Model"})) == "model"
     for bad in ("fast", 0, -1.0, True, [1], math.inf):
         with pytest.raises(ConfigError, match=r"^hardware\.core_sharing=") as exc:
             core_sharing_of(OmegaConf.create({"core_sharing": bad}))
@@ -174,21 +174,21 @@ def test_calibration_on_two_logical_cpus():
     assert 0.0 < pool.eff(2) <= 2.0 and pool.source == "measured"
 
 
-def test_auto_pools_are_recalibrated_on_the_model_lazily():
-    """hardware.core_sharing=auto: a trial with a TF model measures eff(k) on the model's own step
-    (on_model); probe and hand-set pools stay; nothing is measured until a schedule needs it."""
-    from orchestrator.hardware.contention import ON_MODEL, PROBED, measure_model_efficiency, on_model
+def test_model_pools_are_recalibrated_on_the_model_lazily():
+    """hardware.core_sharing=model: a trial with a TF model measures eff(k) on the model's own step
+    (on_model); auto and hand-set pools stay; nothing is measured until a schedule needs it."""
+    from orchestrator.hardware.contention import ON_MODEL, WANTS_MODEL, measure_model_efficiency, on_model
 
     devs = [Device(f"cpu:{i}", "cpu", tf_device=f"/CPU:{i}", core_pool="a" if i < 2 else "b") for i in range(4)]
-    w = Worker("w", devs, core_pools={"a": core_pool("auto", ["/CPU:0", "/CPU:1"]), "b": CorePool((1.4,))})
+    w = Worker("w", devs, core_pools={"a": core_pool("model", ["/CPU:0", "/CPU:1"]), "b": CorePool((1.4,))})
     spec = object()
     w2 = on_model(w, spec, "x", "y")
     pa = w2.core_pools["a"]
     assert pa.source == ON_MODEL and pa.efficiency.func is measure_model_efficiency
     assert pa.efficiency.args == (spec, "x", "y", ("/CPU:0", "/CPU:1")) and "_values" not in pa.__dict__
-    assert w2.core_pools["b"] is w.core_pools["b"] and w.core_pools["a"].source == "measured"   # w untouched
-    w3 = Worker("w", devs[:2], core_pools={"a": core_pool("probe", ["/CPU:0", "/CPU:1"])})
-    assert w3.core_pools["a"].source == PROBED and on_model(w3, spec, "x", "y") is w3
+    assert w2.core_pools["b"] is w.core_pools["b"] and w.core_pools["a"].source == WANTS_MODEL   # w untouched
+    w3 = Worker("w", devs[:2], core_pools={"a": core_pool("auto", ["/CPU:0", "/CPU:1"])})
+    assert w3.core_pools["a"].source == "measured" and on_model(w3, spec, "x", "y") is w3
 
 
 @pytest.mark.slow

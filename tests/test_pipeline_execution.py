@@ -87,6 +87,8 @@ def test_simulated_trial_reports_the_schedule(workdir):
 def test_bad_schedule_is_a_one_line_error(workdir):
     out = run_cli(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=2", "placement.schedule=zb")
     assert out.returncode == 2 and "placement.schedule='zb'" in out.stderr
+    out = run_cli(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=2", "placement.profile_scale=fit")
+    assert out.returncode == 2 and "placement.profile_scale='fit' must be step or none" in out.stderr
 
 
 @pytest.mark.slow
@@ -101,5 +103,6 @@ def test_pipelined_training_runs_for_real_and_logs_both_figures(workdir):
     assert m["placement.pipeline_sim_error"] == pytest.approx(
         m["placement.simulated_minibatch_per_microbatch_s"] / m["placement.measured_time_per_microbatch_s"] - 1)
     assert m["placement.in_flight.cpu:0"] == 2 and m["placement.in_flight.cpu:1"] == 1     # 1F1B, 2 stages
+    assert 0.05 < m["placement.profile_scale"] < 20      # the layer profile scaled to the measured whole step
     placement = json.loads(next(Path(workdir).rglob("placement.json")).read_text())
     assert set(placement["assignment"].values()) == {"cpu:0", "cpu:1"}

@@ -25,8 +25,8 @@ from orchestrator.hardware.cluster import CorePool
 
 POOL = "cores"   # Device.core_pool of a host's logical CPUs: "<host>:cores"
 MEASURED = "measured"                              # CorePool.source of hardware.core_sharing=auto
-PROBED = "measured on the fixed probe"             # ... of probe
-ON_MODEL = "measured on the model's training step"  # ... of auto in a trial with a TF model (on_model)
+WANTS_MODEL = "measured on the fixed probe (core_sharing=model: no TF model to measure)"   # ... of model
+ON_MODEL = "measured on the model's training step"  # ... of model in a trial with a TF model (on_model)
 
 
 def pool_name(host: str) -> str:
@@ -147,6 +147,18 @@ def _model_timer(tf, spec, x, y, devices: Sequence[str]):
     return once
 
 
+def measure_model_step(spec, x, y, device: str, *, repeats: int = 5) -> float:
+    """Median wall time (seconds) of the model's training step (forward, loss, gradients of the
+    batch ``x``, ``y``) on one TF device, traced and warmed up first: the whole step that a
+    profile of layers timed one by one should add up to."""
+    import statistics
+
+    import tensorflow as tf
+
+    once = _model_timer(tf, spec, x, y, (device,))
+    return float(statistics.median(once() for _ in range(repeats)))
+
+
 def measure_model_efficiency(spec, x, y, devices: Sequence[str], *, repeats: int = 5) -> tuple[float, ...]:
     """(eff(2), ..., eff(n)) measured on the model's *own* training step instead of the fixed
     workload: one copy (forward, loss, gradients of one micro-batch ``x``, ``y``) on one logical
@@ -173,19 +185,20 @@ def measure_model_efficiency(spec, x, y, devices: Sequence[str], *, repeats: int
 
 def core_pool(setting, devices: Sequence[str]) -> CorePool | None:
     """The pool of ``devices`` for ``hardware.core_sharing`` (already checked): None or "none"
-    (independent devices), "auto" or "probe" (``measure_efficiency``; with "auto" a trial with a
-    TensorFlow model re-calibrates on it: ``on_model``) or a number c (eff(k) = min(k, c))."""
+    (independent devices), "auto" (``measure_efficiency``, the fixed probe), "model" (the same, but a
+    trial with a TensorFlow model re-calibrates on the model's own step: ``on_model``) or a number c
+    (eff(k) = min(k, c))."""
     n = len(devices)
     if setting is None or setting == "none" or n < 2:
         return None
-    if setting in ("auto", "probe"):   # measured at the first schedule that runs two of them at once
-        return CorePool(functools.partial(measure_efficiency, tuple(devices)), MEASURED if setting == "auto" else PROBED)
+    if setting in ("auto", "model"):   # measured at the first schedule that runs two of them at once
+        return CorePool(functools.partial(measure_efficiency, tuple(devices)), MEASURED if setting == "auto" else WANTS_MODEL)
     c = float(setting)
     return CorePool(tuple(min(float(k), c) for k in range(2, n + 1)), "set by hand")
 
 
 def on_model(worker, spec, x, y):
-    """``worker`` with each ``hardware.core_sharing=auto`` pool re-calibrated on the model's own
+    """``worker`` with each ``hardware.core_sharing=model`` pool re-calibrated on the model's own
     training step (``measure_model_efficiency`` on the batch ``x``, ``y``, lazily: only where a
     schedule runs two of its devices at once); the worker itself if it has no such pool."""
     import dataclasses
@@ -193,7 +206,7 @@ def on_model(worker, spec, x, y):
     pools = dict(worker.core_pools)
     changed = False
     for name, pool in worker.core_pools.items():
-        if pool.source == MEASURED:
+        if pool.source == WANTS_MODEL:
             devs = tuple(d.tf_device for d in worker.devices if d.core_pool == name)
             pools[name] = CorePool(functools.partial(measure_model_efficiency, spec, x, y, devs), ON_MODEL)
             changed = True

@@ -20,6 +20,7 @@ def attach_schedule(graph: Any, cfg: Any) -> None:
     ``placement.pipeline_steps``)."""
     m, kind = settings(cfg)
     pipeline_steps(cfg)
+    profile_scale_mode(cfg)
     if m <= 1:
         return
     if graph.meta.get("format") == "msr-dnn-partitioning":
@@ -33,6 +34,37 @@ def pipeline_steps(cfg: Any) -> int:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigError(f"placement.pipeline_steps={steps!r} must be an integer >= 1")
     return steps
+
+
+def profile_scale_mode(cfg: Any) -> str:
+    """``placement.profile_scale``: ``step`` (default) or ``none``."""
+    v = cfg.get("profile_scale", "step") if cfg is not None else "step"
+    if not isinstance(v, str) or v.strip().lower() not in ("step", "none"):
+        raise ConfigError(f"placement.profile_scale={v!r} must be step or none")
+    return v.strip().lower()
+
+
+def normalise_profile(cfg: Any, graph, worker, model_spec, x, y, metrics: dict):
+    """``placement.profile_scale=step``: the layer graph's ``local-cpu`` costs (each layer timed
+    alone) scaled by one number so that its forward and backward add up to the model's training
+    step measured whole on one logical CPU (``contention.measure_model_step``, the micro-batch
+    ``x``, ``y``): timing tiny layers one by one over-counts their fixed overheads (the CNN's
+    layers add up to 1.4x its step) and large ones can under-count. Logs ``placement.profile_scale``;
+    returns the graph the simulated figures use (``graph`` itself with ``none`` or no such CPU)."""
+    if profile_scale_mode(cfg) == "none":
+        return graph
+    cpu = next((d for d in worker.devices if d.profile == "local-cpu" and d.tf_device), None)
+    profiled = sum(n.cost.get("local-cpu", 0.0) for n in graph.nodes if n.role in ("forward", "backward")) * graph.time_unit_s
+    if cpu is None or profiled <= 0:
+        return graph
+    from orchestrator.hardware.calibration import Calibration, calibrate_graph
+    from orchestrator.hardware.contention import measure_model_step
+
+    scale = measure_model_step(model_spec, x, y, cpu.tf_device) / profiled
+    metrics["placement.profile_scale"] = scale
+    out = calibrate_graph(graph, Calibration(scale={"local-cpu": scale}))
+    out.meta["pipeline_schedule"] = dict(graph.meta["pipeline_schedule"])
+    return out
 
 
 def schedule_metrics(r) -> dict[str, float]:
@@ -74,11 +106,13 @@ def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec,
             raise RuntimeError(f"model {model_spec.name}: the profiled graph differs from the placed one")
     index = {d.name: i for i, d in enumerate(worker.devices)}
     assign = np.array([index[placement.assignment[n.name]] for n in graph.nodes], dtype=np.int64)
-    if real:   # hardware.core_sharing=auto: the shared cores' efficiency measured on this model's own step
+    if real:   # the profile normalised to the measured whole step; core_sharing=model: eff on the model
         from orchestrator.hardware.contention import on_model
 
         batch = int(graph.meta.get("batch") or trial.settings.batch_size)
-        worker = on_model(worker, model_spec, *model_spec.sample(batch, trial.settings.seed))
+        x, y = model_spec.sample(batch, trial.settings.seed)
+        sim_graph = normalise_profile(trial.cfg.get("placement") or {}, sim_graph, worker, model_spec, x, y, metrics)
+        worker = on_model(worker, model_spec, x, y)
     sim = getattr(evaluator, "simulator", None) if sim_graph is graph else None
     r = PipelineSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
         .evaluate(assign, record=True)

@@ -9,10 +9,11 @@ costs; ``link_latency_us`` / ``link_bandwidth_GBps`` put links between the logic
 ``core_sharing`` (``auto`` | ``none`` | a number c > 0): the logical CPUs are the same physical cores
 and thread pools, so tasks running on several of them at once slow each other down
 (``orchestrator.hardware.contention``: k concurrent tasks each at eff(k) / k of their speed alone;
-``auto`` measures eff(k) here, at the first pipeline schedule that needs it, on the trial's own
-model (its training step on one micro-batch) where it has one, else on a fixed probe workload;
-``probe``: always the fixed probe; c sets eff(k) = min(k, c); ``none``: independent devices, as
-before). GPUs do not share the pool."""
+``auto`` measures eff(k) here on a fixed probe workload, at the first pipeline schedule that needs
+it (about 2 s); ``model`` measures it on the trial's own model instead (its training step on one
+micro-batch, k copies at once: the model's op mix, but a large model's copies take a while to
+trace, e.g. a minute for Inception-V3); c sets eff(k) = min(k, c); ``none``: independent devices,
+as before). GPUs do not share the pool."""
 
 from __future__ import annotations
 
@@ -60,19 +61,19 @@ class LocalHardware:
 
 
 def core_sharing_of(cfg: Any) -> str | float:
-    """``hardware.core_sharing``: "auto" (the default), "probe", "none" or a number c > 0 (eff(k) = min(k, c))."""
+    """``hardware.core_sharing``: "auto" (the default), "model", "none" or a number c > 0 (eff(k) = min(k, c))."""
     v = cfg.get("core_sharing", "auto")
-    if v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "probe", "none")):
+    if v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "model", "none")):
         return "none" if v is None else v.strip().lower()
     try:
         if isinstance(v, bool):
             raise TypeError
         c = float(v)
     except (TypeError, ValueError):
-        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, probe, none or a number > 0 "
+        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, model, none or a number > 0 "
                           "(the parallel efficiency of the logical CPUs running at once)") from None
     if not (0.0 < c < float("inf")):
-        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, probe, none or a number > 0 (finite)")
+        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, model, none or a number > 0 (finite)")
     return c
 
 
