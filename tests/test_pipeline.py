@@ -15,7 +15,7 @@ from orchestrator.placement import Placement
 from orchestrator.placement.config_bound import _Pricing, config_bound
 from orchestrator.placement.contiguous import best_contiguous, device_classes, solve
 from orchestrator.placement.evaluator import SimulatedEvaluator
-from orchestrator.placement.milp import solve_milp
+from orchestrator.placement.milp import group_feeds, solve_milp
 from orchestrator.placement.search import PlacementProblem
 from orchestrator.placement.workload import load_msr_split, load_msr_workload
 
@@ -173,10 +173,7 @@ def test_config_lp_set_load_is_the_evaluators_device_load(tmp_path, seed, picks,
     load, _ = pm.loads(prob.expand(atoms))
     classes, links, exact = device_classes(prob, pm)
     assert exact
-    feeds = {}
-    for u, v in zip(pm.src, pm.dst):
-        if prob.atom_of[u] != prob.atom_of[v]:
-            feeds.setdefault(int(u), set()).add(int(prob.atom_of[v]))
+    feeds = group_feeds(prob, pm)
     for cls, (up, down) in zip(classes, links):
         pricer = _Pricing(prob, pm, cls[0], up, down, feeds)
         for d in cls:

@@ -59,17 +59,12 @@ class _Pricing:
         self.na = na
         self.allowed = prob.allowed[:, dev].copy()
         cost = np.where(self.allowed, prob.atom_cost[:, dev], 0.0)
+        from orchestrator.placement.milp import hop_s
+
         senders = sorted(feeds)
         ns = len(senders)
-
-        def hop(u: int, l: int) -> float:
-            if l < 0:
-                return 0.0
-            f = model.fixed[u]
-            return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
-
-        hu = np.array([hop(u, up) for u in senders])
-        hd = np.array([hop(u, down) for u in senders])
+        hu = np.array([hop_s(model, u, up) for u in senders])
+        hd = np.array([hop_s(model, u, down) for u in senders])
         # variables: x[a] (na), s[i] (ns), r[i] (ns)
         self.nv = na + 2 * ns
         rows, cols, vals, lo, hi = [], [], [], [], []
@@ -215,12 +210,10 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
         return ConfigBound(0.0, 0, 0, "not built: the worker is not a hub topology", 0.0)
     if not (math.isfinite(upper) and upper > lower >= 0):
         return ConfigBound(0.0, 0, 0, "nothing to certify", 0.0)
+    from orchestrator.placement.milp import group_feeds
+
     na = prob.n_atoms
-    feeds: dict[int, set[int]] = {}
-    for u, v in zip(model.src, model.dst):
-        a, b = int(prob.atom_of[u]), int(prob.atom_of[v])
-        if a != b:
-            feeds.setdefault(int(u), set()).add(b)
+    feeds = group_feeds(prob, model)
     pricers = [_Pricing(prob, model, cls[0], up, down, feeds) for cls, (up, down) in zip(classes, links)]
     counts = np.array([len(c) for c in classes], dtype=float)
     cols: list[tuple[int, np.ndarray, float]] = []     # (class, members, load)

@@ -52,19 +52,12 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     for cls, (up, down) in zip(classes, links):
         for d in cls:
             link_of[d] = (up, down)
-    feeds: dict[int, set[int]] = {}
-    for u, v in zip(model.src, model.dst):
-        a, b = int(prob.atom_of[u]), int(prob.atom_of[v])
-        if a != b:
-            feeds.setdefault(int(u), set()).add(b)
+    feeds = group_feeds(prob, model)
     senders = sorted(feeds)
     ns = len(senders)
 
     def hop(u: int, l: int) -> float:
-        if l < 0:
-            return 0.0
-        f = model.fixed[u]
-        return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
+        return hop_s(model, u, l)
 
     nx = na * nd
     X = lambda a, d: a * nd + d
@@ -132,6 +125,25 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
         atoms = res.x[:nx].reshape(na, nd).argmax(axis=1)
         assign = prob.expand(atoms)
     return MILPResult(bound, assign, "optimal" if res.status == 0 else "time limit" if res.status == 1 else res.message)
+
+
+def group_feeds(prob, model) -> dict[int, set[int]]:
+    """Node u -> the groups (atoms) other than u's own that consume its output."""
+    feeds: dict[int, set[int]] = {}
+    for u, v in zip(model.src, model.dst):
+        a, b = int(prob.atom_of[u]), int(prob.atom_of[v])
+        if a != b:
+            feeds.setdefault(int(u), set()).add(b)
+    return feeds
+
+
+def hop_s(model, u: int, l: int) -> float:
+    """Seconds of node u's output over link l (0 for no link, -1): the edge's fixed cost, else
+    latency + bytes / bandwidth (``pipeline.PipelineModel``'s hop)."""
+    if l < 0:
+        return 0.0
+    f = model.fixed[u]
+    return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
 
 
 @contextlib.contextmanager
