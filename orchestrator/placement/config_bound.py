@@ -164,34 +164,52 @@ class _Pricing:
         return ub * (1 + 1e-6) + 1e-9, members
 
 
-def _contiguous_sets(prob, limit_ideals: int = 1500) -> np.ndarray:
+def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1500,
+                     max_sets: int = 40_000) -> np.ndarray:
     """Candidate stages: every I \\ J for ideals J ⊂ I of the DAG (the contiguous sets of the DP,
     ``contiguous.supers``/``ideals``) where there are at most ``limit_ideals`` ideals, else the runs
-    of consecutive atoms in topological order. Boolean matrix, one row per set."""
+    of consecutive atoms in topological order; only sets whose compute ``work`` (per atom, the
+    cheapest device's) is at most ``upper``, and at most ``max_sets`` of them (the largest by
+    compute: they cover most). Boolean matrix, one row per set."""
     from orchestrator.placement.contiguous import ideals, supers
 
     na = prob.n_atoms
     comp, n_sup, preds = supers(prob)
     found = ideals(n_sup, preds, limit_ideals)
+    cand: list[tuple[float, object]] = []
     if found is None:
         order = np.argsort(prob.atom_pos, kind="stable")
-        rows = []
         for s in range(na):
-            m = np.zeros(na, dtype=bool)
+            w = 0.0
             for t in range(s, na):
-                m[order[t]] = True
-                rows.append(m.copy())
-        return np.array(rows, dtype=bool).reshape(-1, na)
-    masks = found[0]
-    unit = np.array([[(m >> x) & 1 for x in range(n_sup)] for m in masks], dtype=bool)   # ideal x unit
-    pairs = {}
-    for i, mi in enumerate(masks):
-        for mj in masks:
-            if mj & ~mi == 0 and mj != mi:
-                pairs[mi & ~mj] = None
-    sets = np.array([[(d >> x) & 1 for x in range(n_sup)] for d in pairs], dtype=bool).reshape(-1, n_sup)
-    del unit
-    return sets[:, comp]                                      # units -> atoms
+                w += float(work[order[t]])
+                if w > upper:
+                    break
+                cand.append((w, (s, t)))
+    else:
+        wu = np.zeros(n_sup)
+        np.add.at(wu, comp, work)
+        masks = found[0]
+        wi = [float(sum(wu[x] for x in range(n_sup) if (m >> x) & 1)) for m in masks]
+        seen = set()
+        for i, mi in enumerate(masks):
+            for j, mj in enumerate(masks):
+                if mj != mi and mj & ~mi == 0 and wi[i] - wi[j] <= upper * (1 + 1e-9):
+                    d = mi & ~mj
+                    if d not in seen:
+                        seen.add(d)
+                        cand.append((wi[i] - wi[j], d))
+    cand.sort(key=lambda c: -c[0])
+    cand = cand[:max_sets]
+    out = np.zeros((len(cand), na), dtype=bool)
+    if found is None:
+        order = np.argsort(prob.atom_pos, kind="stable")
+        for r, (_, (s, t)) in enumerate(cand):
+            out[r, order[s:t + 1]] = True
+    else:
+        units = np.array([[(d >> x) & 1 for x in range(n_sup)] for _, d in cand], dtype=bool).reshape(-1, n_sup)
+        out = units[:, comp]                                   # units -> atoms
+    return out
 
 
 def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 30.0,
@@ -224,7 +242,7 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
         if members.any() and pricers[k].allowed[members].all() and mem[members].sum() <= caps[k]:
             cols.append((k, members.copy(), pricers[k].load(members)))
 
-    cand = _contiguous_sets(prob)
+    cand = _contiguous_sets(prob, np.where(prob.allowed, prob.atom_cost, np.inf).min(axis=1), upper)
     for k, pr in enumerate(pricers):
         ok = pr.allowed[None, :] | ~cand
         ok = ok.all(axis=1) & (cand.astype(float) @ mem <= caps[k])
