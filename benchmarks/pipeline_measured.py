@@ -53,6 +53,7 @@ from orchestrator.hardware.contention import (  # noqa: E402
 from orchestrator.models import builtin  # noqa: E402
 from orchestrator.placement.extract import extract  # noqa: E402
 from orchestrator.placement.schedule import PipelineSchedule, task_order  # noqa: E402
+from orchestrator.placement.schedule_phase import layer_profile_s  # noqa: E402
 
 
 def uptime() -> str:
@@ -132,7 +133,7 @@ def main() -> None:
           + (f", on the model's training step {on_model[0]:.3f} ({time.perf_counter() - t1:.1f} s)" if on_model else "")
           + f"  {uptime()}", flush=True)
     step_s = measure_model_step(spec, xm, ym, CPUS[0])
-    profiled = sum(n.cost.get("local-cpu", 0.0) for n in graph.nodes if n.role in ("forward", "backward")) * graph.time_unit_s
+    profiled = layer_profile_s(graph)
     scale = step_s / profiled if profiled > 0 else 1.0
     print(f"# the model's training step measured whole on one logical CPU: {step_s * 1e3:.2f} ms; its layers "
           f"profiled one by one add up to {profiled * 1e3:.2f} ms (profile scale {scale:.3f})", flush=True)

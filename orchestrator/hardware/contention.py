@@ -17,6 +17,7 @@ with t the median over alternating repeats, clipped to (0, k]. About a second; c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Sequence
@@ -72,7 +73,12 @@ def _timer(tf, devices: Sequence[str], reps: int):
                 outs.append(_stream(tf, convs, mats, reps))
         return tf.add_n(outs)
 
-    run().numpy()   # trace and warm up
+    return _timed(run)
+
+
+def _timed(run):
+    """Trace and warm up ``run`` (a ``tf.function``); return a callable timing one call (seconds)."""
+    run().numpy()
 
     def once() -> float:
         t0 = time.perf_counter()
@@ -138,13 +144,7 @@ def _model_timer(tf, spec, x, y, devices: Sequence[str]):
                 outs.append(loss + tf.add_n([tf.reduce_sum(g) for g in grads if g is not None]) * 0.0)
         return tf.add_n(outs)
 
-    run().numpy()
-
-    def once() -> float:
-        t0 = time.perf_counter()
-        run().numpy()
-        return time.perf_counter() - t0
-    return once
+    return _timed(run)
 
 
 def measure_model_step(spec, x, y, device: str, *, repeats: int = 5) -> float:
@@ -201,8 +201,6 @@ def on_model(worker, spec, x, y):
     """``worker`` with each ``hardware.core_sharing=model`` pool re-calibrated on the model's own
     training step (``measure_model_efficiency`` on the batch ``x``, ``y``, lazily: only where a
     schedule runs two of its devices at once); the worker itself if it has no such pool."""
-    import dataclasses
-
     pools = dict(worker.core_pools)
     changed = False
     for name, pool in worker.core_pools.items():

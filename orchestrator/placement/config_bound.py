@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.placement.milp import group_feeds, hop_s
+
 log = logging.getLogger(__name__)
 
 
@@ -59,8 +61,6 @@ class _Pricing:
         self.na = na
         self.allowed = prob.allowed[:, dev].copy()
         cost = np.where(self.allowed, prob.atom_cost[:, dev], 0.0)
-        from orchestrator.placement.milp import hop_s
-
         senders = sorted(feeds)
         ns = len(senders)
         hu = np.array([hop_s(model, u, up) for u in senders])
@@ -125,15 +125,7 @@ class _Pricing:
 
     def load(self, members: np.ndarray) -> float:
         """load_c of the set (boolean per atom)."""
-        t = float(self.cost[members].sum())
-        for i, u in enumerate(self.senders):
-            inside = bool(members[int(self.atom_of[u])])
-            out = [bool(members[b]) for b in self.feeds[u]]
-            if inside and not all(out):
-                t += self.hu[i]
-            elif not inside and any(out):
-                t += self.hd[i]
-        return t
+        return float(self.loads(np.asarray(members, dtype=bool)[None, :])[0])
 
     def solve(self, pi: np.ndarray, T: float, time_limit_s: float) -> tuple[float, np.ndarray | None]:
         """(an upper bound on max π(S), the best set found or None)."""
@@ -177,8 +169,8 @@ def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1
     comp, n_sup, preds = supers(prob)
     found = ideals(n_sup, preds, limit_ideals)
     cand: list[tuple[float, object]] = []
+    order = np.argsort(prob.atom_pos, kind="stable")
     if found is None:
-        order = np.argsort(prob.atom_pos, kind="stable")
         for s in range(na):
             w = 0.0
             for t in range(s, na):
@@ -203,7 +195,6 @@ def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1
     cand = cand[:max_sets]
     out = np.zeros((len(cand), na), dtype=bool)
     if found is None:
-        order = np.argsort(prob.atom_pos, kind="stable")
         for r, (_, (s, t)) in enumerate(cand):
             out[r, order[s:t + 1]] = True
     else:
@@ -228,8 +219,6 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
         return ConfigBound(0.0, 0, 0, "not built: the worker is not a hub topology", 0.0)
     if not (math.isfinite(upper) and upper > lower >= 0):
         return ConfigBound(0.0, 0, 0, "nothing to certify", 0.0)
-    from orchestrator.placement.milp import group_feeds
-
     na = prob.n_atoms
     feeds = group_feeds(prob, model)
     pricers = [_Pricing(prob, model, cls[0], up, down, feeds) for cls, (up, down) in zip(classes, links)]
@@ -345,8 +334,7 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
     return ConfigBound(bound, tested, len(cols), status, time.perf_counter() - t_start)
 
 
-def certify(prob, model, lower: float, upper: float, time_limit_s: float, seeds: list | None = None,
-            milp: bool = True) -> tuple[float, str]:
+def certify(prob, model, lower: float, upper: float, time_limit_s: float, seeds: list | None = None) -> tuple[float, str]:
     """The tightest certified bound within ``time_limit_s``: the configuration LP first (seeded with
     the placements in ``seeds``, atom -> device), then, with the time left and where the gap to
     ``upper`` is still over 1%, the MILP's dual bound (``orchestrator.placement.milp``).
@@ -357,7 +345,7 @@ def certify(prob, model, lower: float, upper: float, time_limit_s: float, seeds:
     if cb.bound > best:
         best, src = cb.bound, "config_lp"
     left = time_limit_s - (time.perf_counter() - t0)
-    if milp and left > 1.0 and upper > best * 1.01:
+    if left > 1.0 and upper > best * 1.01:
         from orchestrator.placement.milp import solve_milp
 
         m = solve_milp(prob, model, left)

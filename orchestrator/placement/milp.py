@@ -56,9 +56,6 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     senders = sorted(feeds)
     ns = len(senders)
 
-    def hop(u: int, l: int) -> float:
-        return hop_s(model, u, l)
-
     nx = na * nd
     X = lambda a, d: a * nd + d
     S = lambda i, d: nx + i * nd + d
@@ -89,8 +86,8 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     for d in range(nd):
         up, down = link_of[d]
         ent = [(X(a, d), float(cost[a, d])) for a in range(na) if cost[a, d] > 0]
-        ent += [(S(i, d), hop(u, up) / scale) for i, u in enumerate(senders) if hop(u, up) > 0]
-        ent += [(R(i, d), hop(u, down) / scale) for i, u in enumerate(senders) if hop(u, down) > 0]
+        ent += [(S(i, d), hop_s(model, u, up) / scale) for i, u in enumerate(senders) if hop_s(model, u, up) > 0]
+        ent += [(R(i, d), hop_s(model, u, down) / scale) for i, u in enumerate(senders) if hop_s(model, u, down) > 0]
         row(ent + [(T, -1.0)], -np.inf, 0.0)
     for d in range(nd):
         cap = float(prob.full_cap[prob.pool_of[d]])

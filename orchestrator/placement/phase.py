@@ -8,8 +8,6 @@ import math
 import time
 from typing import Any
 
-import numpy as np
-
 from omegaconf import OmegaConf
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
@@ -188,8 +186,7 @@ class PlacementPhase:
                 from orchestrator.placement.search import PlacementProblem
 
                 prob = PlacementProblem(graph, worker, evaluator)
-                index = {d: i for i, d in enumerate(worker.device_names)}
-                mine = prob.atoms_of(np.array([index[placement.assignment[n.name]] for n in graph.nodes]))
+                mine = prob.atoms_of(prob.sim.assignment(placement))
                 certified, cert_src = certify(prob, evaluator.pipeline, lb, verdict.value, limit, seeds=[mine])
             bound_src = cert_src if certified > lb else max(parts, key=parts.get)
             lb = max(lb, certified)

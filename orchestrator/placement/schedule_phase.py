@@ -54,7 +54,7 @@ def normalise_profile(cfg: Any, graph, worker, model_spec, x, y, metrics: dict):
     if profile_scale_mode(cfg) == "none":
         return graph
     cpu = next((d for d in worker.devices if d.profile == "local-cpu" and d.tf_device), None)
-    profiled = sum(n.cost.get("local-cpu", 0.0) for n in graph.nodes if n.role in ("forward", "backward")) * graph.time_unit_s
+    profiled = layer_profile_s(graph)
     if cpu is None or profiled <= 0:
         return graph
     from orchestrator.hardware.calibration import Calibration, calibrate_graph
@@ -62,9 +62,12 @@ def normalise_profile(cfg: Any, graph, worker, model_spec, x, y, metrics: dict):
 
     scale = measure_model_step(model_spec, x, y, cpu.tf_device) / profiled
     metrics["placement.profile_scale"] = scale
-    out = calibrate_graph(graph, Calibration(scale={"local-cpu": scale}))
-    out.meta["pipeline_schedule"] = dict(graph.meta["pipeline_schedule"])
-    return out
+    return calibrate_graph(graph, Calibration(scale={"local-cpu": scale}))
+
+
+def layer_profile_s(graph) -> float:
+    """Seconds the ``local-cpu`` profile gives the forward and backward of all layers (each timed alone)."""
+    return sum(n.cost.get("local-cpu", 0.0) for n in graph.nodes if n.role in ("forward", "backward")) * graph.time_unit_s
 
 
 def schedule_metrics(r) -> dict[str, float]:
