@@ -75,7 +75,7 @@ class Bench:
 
     def run(self, strat: Strat, setting: str, w: int, *, runtime: str = "virtual", hw: dict | None = None,
             train: dict | None = None, label: str = "") -> dict:
-        from orchestrator.sync.core import SyncOptions
+        from orchestrator import plugins
         from orchestrator.sync.virtual import make_context, train_virtual
 
         speeds, strag = speeds_for(setting, w)
@@ -86,13 +86,14 @@ class Bench:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             ctx = make_context(cfg, tmp, dataset=self.data)
-            opts = SyncOptions.from_cfg(sync, cfg)
+            strategy = plugins.load("sync", sync["name"])(sync)
+            opts = strategy.options(cfg)
             if runtime == "mpi":
                 from orchestrator.sync.mpi import train_mpi
 
-                result, stats = train_mpi(opts, ctx, reference=False)
+                result, stats = train_mpi(strategy, opts, ctx, reference=False)
             else:
-                result, stats, _ = train_virtual(opts, ctx, reference=self.ref_tt is None and tr.get("stop", "target") == "target")
+                result, stats, _ = train_virtual(strategy, opts, ctx, reference=self.ref_tt is None and tr.get("stop", "target") == "target")
                 if self.ref_tt is None and result.reference_time_to_target_s:
                     self.ref_tt = result.reference_time_to_target_s
         tt = result.time_to_target_s

@@ -10,7 +10,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import __version__, plugins
-from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt, number
+from orchestrator.api import TrialContext
+from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt, PluginError, number
+from orchestrator.sync.strategy import SyncStrategy
 from orchestrator.progress import enabled as progress_enabled
 from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
 from orchestrator.placement.phase import PlacementPhase, single_device
@@ -91,6 +93,9 @@ class Trial:
         self.model_fn = plugins.load("model", self.names["model"])
         self.placer_cls = plugins.load("placer", self.names["placer"]) if self.names["placer"] else None
         self.sync_cls = plugins.load("sync", self.names["sync"]) if self.names["sync"] else None
+        if self.sync_cls is not None and not (isinstance(self.sync_cls, type) and issubclass(self.sync_cls, SyncStrategy)):
+            raise PluginError(f"sync strategy {self.names['sync']!r} ({self.sync_cls!r}) is not a subclass of "
+                              "orchestrator.api.CollectiveStrategy or ServerStrategy")
         self.settings = TrainSettings.from_cfg(cfg.get("train"), seed=cfg.get("seed"))
         objective = cfg.get("objective") or {}
         self.objective_metric = str(objective.get("metric", "speedup"))
@@ -106,13 +111,19 @@ class Trial:
         self.hardware = _build("hardware", self.hardware_cls, cfg)
         self.placer = _build("placer", self.placer_cls, cfg) if self.placer_cls else None
         self.sync = _build("sync", self.sync_cls, cfg) if self.sync_cls else None
-        if hasattr(self.sync, "check_config"):  # optional for third-party strategies
+        if self.sync is not None:
             self.sync.check_config(cfg)
         self.placing = PlacementPhase(self)
 
     @property
     def has_sync(self) -> bool:
         return self.sync is not None
+
+    def context(self, model_spec, sink=None) -> TrialContext:
+        """What a plugin may use of this trial (``orchestrator.api.TrialContext``)."""
+        return TrialContext(cfg=self.cfg, names=dict(self.names), model=model_spec, has_sync=self.has_sync,
+                            trains=bool(model_spec.trainable_on_mnist), output_dir=self.output_dir,
+                            **({"sink": sink} if sink is not None else {}))
 
     @property
     def runtime_kind(self) -> str:
@@ -141,7 +152,7 @@ class Trial:
         from orchestrator.tracking import store as tracking
 
         model_spec = self.model_spec = self.model_fn(self.cfg.model)
-        cluster = self.hardware.cluster(self)
+        cluster = self.hardware.cluster(self.context(model_spec))
         self.cluster_simulated = cluster.simulated
         evaluator_kind = self._evaluator_kind(cluster)
         self._check_resources(model_spec, cluster)

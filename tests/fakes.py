@@ -41,3 +41,16 @@ class FakeRuntime:
     def evaluate(self, x, y):
         dist = float(np.linalg.norm(self.theta - x.mean(axis=0)))
         return dist, 1.0 / (1.0 + dist)
+
+
+def strategy(cfg_sync):
+    """The installed sync strategy named by ``cfg_sync`` (a name, or a ``sync`` node with ``name``)."""
+    from orchestrator import plugins
+
+    node = {"name": cfg_sync} if isinstance(cfg_sync, str) else dict(cfg_sync)
+    return plugins.load("sync", node["name"])(node)
+
+
+def sync_options(cfg_sync, cfg):
+    """``SyncOptions`` of the strategy ``cfg_sync`` names, read from the trial config ``cfg``."""
+    return strategy(cfg_sync).options(cfg)

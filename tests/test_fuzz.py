@@ -21,7 +21,7 @@ from orchestrator.errors import UserError
 from orchestrator.execution.training import TrainSettings
 from orchestrator.hardware.workers import worker_layout
 from orchestrator.placement.workload import load_msr_split, load_msr_workload
-from orchestrator.sync.core import SyncOptions
+from tests.fakes import strategy
 
 FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 TMP = Path(tempfile.mkdtemp(prefix="orchestrator-fuzz-"))
@@ -167,14 +167,15 @@ config_values = st.one_of(scalars, st.lists(scalars, max_size=4), st.dictionarie
 @given(st.dictionaries(st.sampled_from(["batch_size", "lr", "target_accuracy", "stop", "eval_every", "budget_updates",
                                         "budget_s", "seed", "eval_samples"]), config_values),
        st.dictionaries(st.sampled_from(["name", "runtime", "staleness", "lr_scaling", "max_staleness", "base_time_s",
-                                        "timeout_s", "dynamic_staleness", "speed_proportional_batches", "hostfile"]),
+                                        "timeout_s", "dynamic_staleness", "hostfile"]),
                        config_values),
        st.dictionaries(st.sampled_from(["workers", "worker_speeds", "speed_pattern", "stragglers"]),
                        st.one_of(config_values, st.integers(1, 8), st.lists(st.floats(0.1, 4), min_size=1, max_size=6))))
 def test_config_validation_never_raises_anything_but_a_user_error(train, sync, hardware):
     _user_error_or_result(TrainSettings.from_cfg, train)
     for name in ("delay", "async", "allreduce"):
-        opts = _user_error_or_result(SyncOptions.from_cfg, sync, {"hardware": hardware}, name)
+        opts = _user_error_or_result(lambda s, h, n=name: strategy({**s, "name": n}).options({"hardware": h}),
+                                     sync, hardware)
         if opts is not None:
             assert opts.workers == len(opts.speeds) >= 1 and all(s > 0 for s in opts.speeds)
             assert opts.staleness >= 0

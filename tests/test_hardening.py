@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests.fakes import strategy, sync_options
+
 from conftest import run_cli, store_runs
 
 
@@ -86,19 +88,18 @@ def test_virtual_runtime_refuses_what_would_not_fit():
 
 def test_mpi_rank_bound_follows_the_hostfile(tmp_path):
     from orchestrator.errors import ConfigError
-    from orchestrator.sync.core import SyncOptions
     from orchestrator.sync.limits import check_mpi_ranks, hostfile_slots
 
     hosts = tmp_path / "hosts"
     hosts.write_text("# two nodes\nnode1 slots=4\nnode2 slots=2 max_slots=8\nnode3\n")
     assert hostfile_slots(str(hosts)) == 7
     sync = {"name": "delay", "runtime": "mpi", "hostfile": str(hosts)}
-    opts = SyncOptions.from_cfg(sync, {"hardware": {"workers": 6}})
-    assert check_mpi_ranks(opts, sync) == 7
-    opts = SyncOptions.from_cfg(sync, {"hardware": {"workers": 7}})
+    opts = sync_options(sync, {"hardware": {"workers": 6}})
+    assert check_mpi_ranks(strategy(sync), opts, sync) == 7
+    opts = sync_options(sync, {"hardware": {"workers": 7}})
     with pytest.raises(ConfigError, match=r"hardware.workers=7 needs 8 MPI ranks .* hostfile's slots \(7\)"):
-        check_mpi_ranks(opts, sync)
-    assert check_mpi_ranks(opts, {**sync, "oversubscribe": True}) == 8
+        check_mpi_ranks(strategy(sync), opts, sync)
+    assert check_mpi_ranks(strategy(sync), opts, {**sync, "oversubscribe": True}) == 8
 
 
 def test_runs_of_a_dead_process_are_marked_failed(tmp_path):

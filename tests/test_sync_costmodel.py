@@ -13,7 +13,7 @@ from orchestrator.sync.costmodel import (GBIT, ComputeModel, FifoLink, Network, 
                                          balanced_batches, ring_allreduce_s)
 from orchestrator.sync.virtual import VirtualRun
 from orchestrator.execution.training import TrainSettings
-from tests.fakes import FakeRuntime, fake_data
+from tests.fakes import FakeRuntime, fake_data, strategy, sync_options
 
 
 def test_ring_allreduce_by_hand():
@@ -64,7 +64,6 @@ def test_lr_rules():
     assert scaled_lr(o, 0.1, 256, 64, 5000) == pytest.approx(0.4)
     assert push_weights(0.1, [64, 64], "lr", batch_size=64, rule="linear") == pytest.approx([0.1, 0.1])
     assert push_weights(0.1, [96, 32], "lr", batch_size=64, rule="linear") == pytest.approx([0.15, 0.05])
-    assert push_weights(0.1, [96, 32], "lr/W") == pytest.approx([0.075, 0.025])
 
 
 def test_allreduce_global_batch_uses_the_scaled_lr():
@@ -75,24 +74,24 @@ def test_allreduce_global_batch_uses_the_scaled_lr():
     s = TrainSettings(batch_size=4, lr=0.1, target_accuracy=2.0, stop="budget", eval_every=5, budget_updates=30)
     runs = []
     for name, extra in (("allreduce", {}), ("delay", {"staleness": 0, "balance": "none"})):
-        o = SyncOptions.from_cfg({"name": name, **extra}, cfg)
-        v = VirtualRun(o, s, FakeRuntime(), fake_data(), 1.0)
+        o = sync_options({"name": name, **extra}, cfg)
+        v = VirtualRun(strategy(o.name), o, s, FakeRuntime(), fake_data(), 1.0)
         v.run()
         runs.append(v)
     np.testing.assert_allclose(runs[0].final_params, runs[1].final_params, rtol=1e-5, atol=1e-6)
     cfg["train"]["lr_scaling"] = "none"
-    o = SyncOptions.from_cfg({"name": "allreduce"}, cfg)
-    v = VirtualRun(o, s, FakeRuntime(), fake_data(), 1.0)
+    o = sync_options({"name": "allreduce"}, cfg)
+    v = VirtualRun(strategy(o.name), o, s, FakeRuntime(), fake_data(), 1.0)
     v.run()
     assert not np.allclose(v.final_params, runs[0].final_params)
 
 
 def _delay(speed_changes, balance, budget_s=60.0):
     cfg = {"hardware": {"workers": 4, "speed_changes": speed_changes}}
-    o = SyncOptions.from_cfg({"name": "delay", "staleness": 1, "balance": balance, "balance_every": 2}, cfg)
+    o = sync_options({"name": "delay", "staleness": 1, "balance": balance, "balance_every": 2}, cfg)
     s = TrainSettings(batch_size=8, lr=0.1, target_accuracy=2.0, stop="budget", eval_every=1000,
                       budget_updates=None, budget_s=budget_s)
-    v = VirtualRun(o, s, FakeRuntime(), fake_data(), ComputeModel(0.1, 0.1))
+    v = VirtualRun(strategy(o.name), o, s, FakeRuntime(), fake_data(), ComputeModel(0.1, 0.1))
     result, stats = v.run()
     return v, result, stats
 
@@ -121,10 +120,10 @@ def test_parameter_server_saturates_and_shards_lift_it():
     def run(shards):
         cfg = {"hardware": {"workers": 8,
                             "network": {"bandwidth_Gbps": 1000, "latency_us": 0, "server": {"bandwidth_Gbps": 128 * 8 / 1e9}}}}
-        o = SyncOptions.from_cfg({"name": "async", "shards": shards}, cfg)
+        o = sync_options({"name": "async", "shards": shards}, cfg)
         s = TrainSettings(batch_size=4, lr=0.01, target_accuracy=2.0, stop="budget", eval_every=1000,
                           budget_updates=None, budget_s=100.0)
-        return VirtualRun(o, s, FakeRuntime(), fake_data(), 1.0).run()
+        return VirtualRun(strategy(o.name), o, s, FakeRuntime(), fake_data(), 1.0).run()
 
     (r1, s1), (r4, s4) = run(1), run(4)
     assert s1.server_utilisation > 0.97
@@ -146,19 +145,19 @@ def test_parameter_server_saturates_and_shards_lift_it():
 ])
 def test_bad_values_name_their_key(cfg, sync, expected):
     with pytest.raises(ConfigError) as err:
-        SyncOptions.from_cfg({"name": "delay", **sync}, {"hardware": {"workers": 4, **cfg}})
+        sync_options({"name": "delay", **sync}, {"hardware": {"workers": 4, **cfg}})
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
 def test_unknown_scaling_rule_names_its_key():
     with pytest.raises(ConfigError, match=r"train.lr_scaling='cubic' \(accepted: linear, sqrt, none\)"):
-        SyncOptions.from_cfg({"name": "allreduce"}, {"hardware": {"workers": 2}, "train": {"lr_scaling": "cubic"}})
+        sync_options({"name": "allreduce"}, {"hardware": {"workers": 2}, "train": {"lr_scaling": "cubic"}})
     with pytest.raises(ConfigError, match="train.batch_policy='huge'"):
-        SyncOptions.from_cfg({"name": "allreduce"}, {"hardware": {"workers": 2}, "train": {"batch_policy": "huge"}})
+        sync_options({"name": "allreduce"}, {"hardware": {"workers": 2}, "train": {"batch_policy": "huge"}})
 
 
 def test_global_batch_policy_splits_batch_size():
-    o = SyncOptions.from_cfg({"name": "allreduce", "balance": "static"},
+    o = sync_options({"name": "allreduce", "balance": "static"},
                              {"hardware": {"workers": 4, "worker_speeds": [1, 1, 1, 0.5]}, "train": {"batch_policy": "global"}})
     assert o.total_batch(64) == 64
     assert Balancer(o.balance, o.speeds, 64, 64, ComputeModel(0, 1)).batches == [19, 18, 18, 9]  # 18.3 x 3, 9.1: largest remainder

@@ -5,8 +5,10 @@ import time
 import numpy as np
 import pytest
 
+from tests.fakes import strategy, sync_options
+
 from orchestrator.errors import WorkerFailedError
-from orchestrator.sync.core import SyncOptions
+
 from orchestrator.sync.mpi import _job_processes, train_mpi
 from orchestrator.sync.virtual import make_context
 
@@ -25,7 +27,7 @@ def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=18, timeo
            "sync": {"name": name, "runtime": "mpi", "staleness": staleness, "timeout_s": timeout, **(sync or {})},
            "train": {"budget_updates": budget, "eval_every": 3, "eval_samples": 200, "stop": "budget"}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
-    return train_mpi(SyncOptions.from_cfg(cfg["sync"], cfg), ctx, inject=inject, reference=False)
+    return train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), ctx, inject=inject, reference=False)
 
 
 def test_delay_bound_and_no_lost_update_under_random_delays(tmp_path, mnist):

@@ -1,6 +1,7 @@
 """The one place that holds the data-parallel sync rules, shared by the virtual and the MPI runtime:
 
-- ``SyncOptions``: the ``sync.*`` / ``hardware.*`` config a strategy reads;
+- ``SyncOptions``: the ``sync.*`` / ``hardware.*`` config a strategy runs with (the strategy itself,
+  ``orchestrator.sync.strategy``, says which rules apply);
 - ``StalenessGate``: who may start its next iteration (``c_i - min_j c_j <= s``, asserted on each grant);
 - ``ParameterServer``: the server's parameters and its atomic push update (``theta -= weight_i * grad``);
 - ``batch_shares``: per-worker batch sizes (equal, or proportional to speed).
@@ -21,8 +22,6 @@ import numpy as np
 from orchestrator.errors import ConfigError, number
 from orchestrator.hardware.workers import worker_layout
 
-UNBOUNDED = math.inf
-DEFAULT_STALENESS = 2.0            # delay-sync default bound s
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -36,7 +35,7 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 
 
 LR_RULES = ("linear", "sqrt", "none")
-PUSH_LR = ("scaled", "lr", "lr/W", "lr/staleness")
+PUSH_LR = ("scaled", "lr", "lr/staleness")
 BATCH_POLICIES = ("per_worker", "global")
 
 
@@ -54,14 +53,14 @@ def _plain(node: Any) -> Any:
 
 @dataclass
 class SyncOptions:
-    name: str = "delay"
+    name: str = ""                        # the strategy's name: a label for runs and logs, never a switch
     runtime: str = "virtual"              # "virtual" (emulated clock) or "mpi" (real processes)
     workers: int = 4
     speeds: list[float] = field(default_factory=lambda: [1.0] * 4)
     straggler_p: float = 0.0              # transient straggler probability per iteration
     straggler_slowdown: float = 1.0       # a transient straggler's iteration is this many times longer
     staleness: float = 0.0                # s; math.inf for async
-    push_lr: str | float = "scaled"       # push weight: "scaled", "lr", "lr/staleness", "lr/W", or a multiplier
+    push_lr: str | float = "scaled"       # push weight: "scaled", "lr", "lr/staleness", or a multiplier
     balance: str = "static"               # batch split: none (equal), static (nominal speeds), online (measured)
     balance_every: int = 10               # online: re-derive the split every k iterations per worker
     dynamic_staleness: bool = False
@@ -103,14 +102,14 @@ class SyncOptions:
         return self.workers * batch_size
 
     @classmethod
-    def from_cfg(cls, cfg_sync: Any, cfg: Any = None, name: str | None = None) -> "SyncOptions":
-        """Read ``sync.*`` from ``cfg_sync`` and ``hardware.*`` / ``train.*`` from the trial config ``cfg``."""
+    def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> "SyncOptions":
+        """Read ``sync.*`` from ``cfg_sync`` and ``hardware.*`` / ``train.*`` from the trial config ``cfg``
+        for ``strategy`` (a ``orchestrator.sync.strategy.SyncStrategy``: it gives the staleness bound, the
+        default batch split and whether a server takes part)."""
         from orchestrator.sync.balance import BALANCE_MODES, parse_speed_changes
         from orchestrator.sync.costmodel import Network
 
-        name = name or str(_get(cfg_sync, "name", "delay"))
-        if name not in ("allreduce", "async", "delay"):
-            raise ConfigError(f"sync.name={name!r} (accepted: allreduce, async, delay)")
+        name = str(getattr(strategy, "name", "") or type(strategy).__name__)
         runtime = str(_get(cfg_sync, "runtime", "virtual"))
         if runtime not in ("virtual", "mpi"):
             raise ConfigError(f"sync.runtime={runtime!r} (accepted: virtual, mpi)")
@@ -123,20 +122,11 @@ class SyncOptions:
         k = number(_get(strag, "slowdown", 1.0), "hardware.stragglers.slowdown") if strag is not None else 1.0
         if not 0.0 <= p <= 1.0 or k < 1.0:
             raise ConfigError(f"hardware.stragglers needs probability in [0,1], slowdown >= 1 (got {p}, {k})")
-        staleness = _get(cfg_sync, "staleness", DEFAULT_STALENESS)
-        if name == "allreduce":
-            s = 0.0
-        elif name == "async" or str(staleness).lower() == "inf":
-            s = UNBOUNDED
-        else:
-            s = number(staleness, "sync.staleness", minimum=0)
+        s = float(strategy.staleness_bound())
         push = _get(cfg_sync, "push_lr", "scaled")
         if not (push in PUSH_LR or (isinstance(push, (int, float)) and not isinstance(push, bool) and push > 0)):
             raise ConfigError(f"sync.push_lr={push!r} (accepted: {', '.join(PUSH_LR)}, or a number > 0)")
-        balance = _get(cfg_sync, "balance", None)
-        if balance is None:  # the 0.1 key, else the defaults of conf/sync/*.yaml
-            legacy = _get(cfg_sync, "speed_proportional_batches", None)
-            balance = ("online" if name == "delay" else "none") if legacy is None else ("static" if legacy else "none")
+        balance = _get(cfg_sync, "balance", None) or strategy.default_balance
         if balance not in BALANCE_MODES:
             raise ConfigError(f"sync.balance={balance!r} (accepted: {', '.join(BALANCE_MODES)})")
         rule = str(_get(cfg, "train.lr_scaling", "sqrt"))
@@ -156,7 +146,7 @@ class SyncOptions:
 
             lab = netlab.require(_get(cfg, "hardware.netlab", None))
             hostfile = hostfile or str(lab.hostfile)
-            network = {**(network or {}), **netlab.network_config(lab, workers, server=name != "allreduce")}
+            network = {**(network or {}), **netlab.network_config(lab, workers, server=strategy.uses_server)}
         Network.from_cfg(network, workers)  # validate now: one-line errors before any run starts
         changes = parse_speed_changes(_plain(_get(cfg, "hardware.speed_changes", None)), workers)
         base = _num(cfg_sync, "base_time_s", None, float, 0.0)
@@ -177,14 +167,14 @@ class SyncOptions:
                    hostfile=hostfile)
 
 
-def tracked_settings(opts: "SyncOptions", settings):
+def tracked_settings(strategy: Any, opts: "SyncOptions", settings):
     """``train.eval_every`` / ``train.budget_updates`` count sample-equivalent updates (``batch_size``
     samples each): an update of ``k x batch_size`` samples (an allreduce step over W batches, k = W)
     evaluates every ``eval_every / k`` updates, so every W (and every strategy) is evaluated at the
     same sample counts."""
     import dataclasses
 
-    k = opts.total_batch(settings.batch_size) / settings.batch_size / (1 if opts.name == "allreduce" else opts.workers)
+    k = strategy.samples_per_update(opts, settings.batch_size) / settings.batch_size
     return dataclasses.replace(settings, eval_every=max(1, round(settings.eval_every / k)),
                                budget_updates=None if settings.budget_updates is None
                                else max(1, math.ceil(settings.budget_updates / k)))
@@ -243,10 +233,7 @@ def push_weights(lr: float, batches: list[int], scaling: str | float, *, batch_s
     """Learning rate each worker's push is applied with (before staleness damping).
     ``scaled``: ``lr x rule(G / batch_size) x b_i / G`` (G = sum of the batches): one round of W pushes is
     one step of the global batch at the scaled learning rate, as allreduce takes it;
-    ``lr/W`` weights by batch share (the 0.1 rule: a round is one step at the unscaled lr);
     ``lr`` and ``lr/staleness`` apply each push as a step of its own: ``lr x rule(b_i / batch_size)``."""
-    if scaling == "lr/W":
-        return [lr * b / sum(batches) for b in batches]
     if scaling == "scaled":
         g = sum(batches)
         return [lr * lr_multiplier(rule, g / (batch_size or g / len(batches))) * b / g for b in batches]

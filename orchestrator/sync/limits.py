@@ -5,7 +5,7 @@ is a one-line error rather than minutes of silence and an out-of-memory kill.
   worker's batch-sampler permutation, int64 per training sample) + the dataset as float32 + a fixed
   allowance for TensorFlow and the model; refused when above ``MEMORY_FRACTION`` of the available
   memory (``MemAvailable`` of /proc/meminfo, else physical pages x page size);
-- MPI runtime: ranks (W, + 1 server rank for async/delay) may not exceed the hostfile's slots
+- MPI runtime: ranks (``strategy.ranks(W)``: W, + 1 for a parameter server) may not exceed the hostfile's slots
   (``host slots=N``; a host line without ``slots`` counts 1) or, without a hostfile,
   ``LOCAL_RANKS_PER_CORE`` x the cores of this machine, unless ``sync.oversubscribe=true``.
 """
@@ -81,9 +81,9 @@ def hostfile_slots(path: str) -> int:
     return total
 
 
-def check_mpi_ranks(opts: Any, cfg_sync: Any) -> int:
+def check_mpi_ranks(strategy: Any, opts: Any, cfg_sync: Any) -> int:
     """Refuse more MPI ranks than the hostfile's slots (or, locally, ``LOCAL_RANKS_PER_CORE`` x cores)."""
-    ranks = opts.workers + (0 if opts.name == "allreduce" else 1)
+    ranks = strategy.ranks(opts.workers)
     over = cfg_sync.get("oversubscribe", False) if cfg_sync is not None else False
     if over in (True, "true", "True"):
         return ranks
@@ -93,7 +93,8 @@ def check_mpi_ranks(opts: Any, cfg_sync: Any) -> int:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         slots, where = LOCAL_RANKS_PER_CORE * cores, f"{LOCAL_RANKS_PER_CORE} x this machine's {cores} cores"
     if ranks > slots:
-        server = "" if opts.name == "allreduce" else " + 1 server rank"
+        extra = ranks - opts.workers
+        server = f" + {extra} server rank{'s' if extra > 1 else ''}" if extra else ""
         raise ConfigError(f"hardware.workers={opts.workers} needs {ranks} MPI ranks ({opts.workers} workers{server}), "
                           f"more than {where} ({slots}); lower hardware.workers, add hosts, or set sync.oversubscribe=true")
     return ranks

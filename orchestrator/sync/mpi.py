@@ -1,5 +1,5 @@
 """MPI runtime launcher: runs ``mpiexec`` (own process group) over ``orchestrator.sync.mpi_worker`` with W
-worker ranks (+1 server rank for async/delay), waits within ``sync.timeout_s`` and turns the ranks'
+worker ranks (+1 server rank for a ``ServerStrategy``), waits within ``sync.timeout_s`` and turns the ranks'
 JSON files into a ``TrainResult`` (wall clock). A failed rank raises ``WorkerFailedError`` naming the
 rank; every process of the job is gone when this returns or raises."""
 
@@ -22,6 +22,7 @@ import numpy as np
 import orchestrator
 from orchestrator.errors import ConfigError, Interrupt, WorkerFailedError
 from orchestrator.sync.core import SyncOptions
+from orchestrator.sync.strategy import SyncStrategy, plain_cfg
 from orchestrator.sync.virtual import SyncStats
 from orchestrator.execution.training import EvalPoint, TrainResult
 
@@ -231,7 +232,7 @@ def _rank_host(run_dir: Path, rank: str) -> str:
     return text.split()[0] if text else "an unknown host"
 
 
-def job_spec(opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) -> dict:
+def job_spec(strategy: SyncStrategy, opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) -> dict:
     opts_d = dataclasses.asdict(opts)
     ds_cfg = (ctx.cfg or {}).get("dataset", {}) if ctx.cfg is not None else {}
     model_cfg = (ctx.cfg or {}).get("model") if ctx.cfg is not None else None
@@ -239,7 +240,7 @@ def job_spec(opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) 
         from omegaconf import OmegaConf
 
         model_cfg = OmegaConf.to_container(model_cfg, resolve=True)
-    return {"opts": opts_d, "settings": dataclasses.asdict(ctx.settings), "out_dir": str(run_dir),
+    return {"strategy": strategy.ref(), "cfg_sync": plain_cfg(strategy.cfg_sync), "opts": opts_d, "settings": dataclasses.asdict(ctx.settings), "out_dir": str(run_dir),
             "dataset_path": ds_cfg.get("path") if ds_cfg else None, "dataset_seed": (ctx.cfg or {}).get("seed", 0),
             "dataset_test_fraction": float(ds_cfg.get("test_fraction", 0.2)) if ds_cfg else 0.2,
             "dataset_limit": ds_cfg.get("limit") if ds_cfg else None,
@@ -275,11 +276,12 @@ def rank_failure(run_dir: Path, rc: int) -> str:
     return f"mpiexec exited with code {rc}" + (f": {lines[-1][:200]}" if lines else "")
 
 
-def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[TrainResult, SyncStats, list[dict]]:
+def collect(strategy: SyncStrategy, run_dir: Path, opts: SyncOptions,
+            target_accuracy: float) -> tuple[TrainResult, SyncStats, list[dict]]:
     res = json.loads((run_dir / "result.json").read_text())
     history = [EvalPoint(**p) for p in res["history"]]
     w = opts.workers
-    first = 0 if opts.name == "allreduce" else 1
+    first = 1 if strategy.uses_server else 0
     ranks = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(first, first + w)]
     server = json.loads((run_dir / "rank0.json").read_text()) if first else None
     target = next((p for p in history if p.accuracy >= target_accuracy), None)
@@ -293,22 +295,23 @@ def collect(run_dir: Path, opts: SyncOptions, target_accuracy: float) -> tuple[T
     return result, stats, ranks
 
 
-def train_mpi(opts: SyncOptions, ctx, *, inject: dict | None = None, reference: bool = True):
+def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | None = None, reference: bool = True):
     """Run the strategy on MPI ranks; returns (TrainResult, SyncStats)."""
-    run_dir = Path(ctx.output_dir) / f"mpi-{opts.name}-{int(time.time() * 1000)}"
-    ranks = opts.workers + (0 if opts.name == "allreduce" else 1)
-    launch(job_spec(opts, ctx, run_dir, inject), run_dir, ranks, opts.timeout_s, opts.hostfile)
-    result, stats, rank_info = collect(run_dir, opts, ctx.settings.target_accuracy)
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", opts.name or "sync")
+    run_dir = Path(ctx.output_dir) / f"mpi-{label}-{int(time.time() * 1000)}"
+    launch(job_spec(strategy, opts, ctx, run_dir, inject), run_dir, strategy.ranks(opts.workers), opts.timeout_s,
+           opts.hostfile)
+    result, stats, rank_info = collect(strategy, run_dir, opts, ctx.settings.target_accuracy)
     for p in result.history:  # the ranks evaluated; the trial's run records the curve
         ctx.sink.log_metrics({"train.loss": p.loss, "train.test_accuracy": p.accuracy, "train.elapsed_s": p.elapsed_s},
                              step=p.step)
-    server = json.loads((run_dir / "rank0.json").read_text()) if opts.name != "allreduce" else {}
+    server = json.loads((run_dir / "rank0.json").read_text()) if strategy.uses_server else {}
     from orchestrator.sync.mpi_worker import Job
 
     stats.batches = server.get("batches") or Job(str(next(run_dir.glob("job-*.json")))).batches
     stats.rebalances = int(server.get("rebalances", 0))
     stats.capacity = opts.schedule().capacity(result.elapsed_s)
-    if opts.name == "allreduce":
+    if not strategy.uses_server:  # every rank holds a replica: they must agree
         result.extra_metrics["sync.replica_max_diff"] = max(r["replica_max_diff"] for r in rank_info)
     if reference:
         result.reference_time_to_target_s = mpi_reference(opts, ctx, rank_info, stats.batches)

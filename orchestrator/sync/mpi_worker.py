@@ -1,8 +1,10 @@
 """The program every MPI rank runs: ``python -m orchestrator.sync.mpi_worker JOB.json``.
 
-allreduce: W ranks, Horovod ``grouped_allreduce`` of per-variable gradients each step.
-async/delay: rank 0 is the parameter server (one thread per worker, the rules of
-``orchestrator.sync.core``), ranks 1..W are workers; numpy buffers go by ``Send``/``Recv``.
+The job names its strategy (``orchestrator.sync.strategy``), rebuilt here from ``SyncStrategy.ref()``:
+a ``CollectiveStrategy`` runs on W ranks in lockstep rounds (the strategy's local steps, then one Horovod
+all-reduce, ``Sum`` of each rank's weighted flat vector, then the strategy's apply); a ``ServerStrategy``
+makes rank 0 the parameter server (one thread per worker, the strategy's server and staleness gate)
+and ranks 1..W workers; numpy buffers go by ``Send``/``Recv``.
 Heterogeneity: a worker sleeps to stretch its compute time to ``time * slowdown / speed``.
 Each rank writes ``rank{r}.json``; rank 0 writes ``result.json``. A failing rank writes
 ``rank{r}.error`` (one line) and aborts the job.
@@ -28,22 +30,26 @@ REQ, GO, PARAMS, HDR, GRAD = 1, 2, 3, 4, 5
 class Job:
     def __init__(self, path: str):
         from orchestrator.sync.balance import Balancer
-        from orchestrator.sync.core import SyncOptions, push_weights
+        from orchestrator.sync.core import SyncOptions
         from orchestrator.sync.costmodel import ComputeModel
+        from orchestrator.sync.strategy import load_ref
         from orchestrator.execution.training import TrainSettings
 
         spec = json.loads(Path(path).read_text())
         self.raw = spec
+        self.strategy = load_ref(spec["strategy"])(spec.get("cfg_sync") or {})
         self.opts = o = SyncOptions(**spec["opts"])
         self.settings = s = TrainSettings(**spec["settings"])
         self.out = Path(spec["out_dir"])
         # the compute model's shape (for batch-size ratios and balancing); its scale cancels out
         self.cm = (ComputeModel(o.step_overhead_s or 0.0, o.per_sample_s) if o.per_sample_s is not None
                    else ComputeModel.linear(1.0, s.batch_size))
-        self.balancer = Balancer(o.balance if o.name != "allreduce" else ("static" if o.balance == "online" else o.balance),
-                                 o.speeds, o.total_batch(s.batch_size), s.batch_size, self.cm, o.balance_every)
+        # ranks of a collective decide nothing alone: an online split stays at its static start
+        balance = o.balance if self.strategy.uses_server or o.balance != "online" else "static"
+        self.balancer = Balancer(balance, o.speeds, o.total_batch(s.batch_size), s.batch_size, self.cm, o.balance_every)
         self.batches = self.balancer.batches
-        self.weights = push_weights(s.lr, self.batches, o.push_lr, batch_size=s.batch_size, rule=o.lr_rule)
+        self.weights = (self.strategy.push_weights(s.lr, self.batches, o, s.batch_size) if self.strategy.uses_server
+                        else [])
         self.inject = spec.get("inject", {})
 
     def runtime_and_data(self):
@@ -63,7 +69,7 @@ class Job:
         from orchestrator.execution.training import ConvergenceTracker, NullSink
         from orchestrator.sync.core import tracked_settings
 
-        return ConvergenceTracker(tracked_settings(self.opts, self.settings), NullSink())
+        return ConvergenceTracker(tracked_settings(self.strategy, self.opts, self.settings), NullSink())
 
     def write(self, name: str, payload: dict) -> None:
         tmp = self.out / (name + ".tmp")
@@ -123,27 +129,27 @@ def _warm_up(rt, data, batch: int) -> None:
         rt.gradient(data.x_train[:b], data.y_train[:b])
 
 
-# -- allreduce (Horovod) ------------------------------------------------------------------------
-def run_allreduce(job: Job) -> None:
+# -- collective rounds (Horovod) ------------------------------------------------------------------
+def run_collective(job: Job) -> None:
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    from orchestrator.sync.core import scaled_lr
+    from orchestrator.execution.training import BatchSampler
+    from orchestrator.sync.strategy import Round
 
     hvd.init()
     rank, w = hvd.rank(), hvd.size()
     rt, data = job.runtime_and_data()
     for v in rt.variables:
         v.assign(hvd.broadcast(tf.convert_to_tensor(v), root_rank=0))
-    from orchestrator.execution.training import BatchSampler
-
+    theta, strat = rt.get_flat(), job.strategy
+    h, batch = int(strat.local_steps()), job.batches[rank]
     sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, rank), Stretch(job, rank)
-    _warm_up(rt, data, job.batches[rank])
-    scale = np.float32(job.batches[rank] * w / sum(job.batches))
+    _warm_up(rt, data, batch)
     tracker = job.tracker()
     every = tracker.s.eval_every
     n_eval = job.settings.eval_samples or len(data.y_test)
-    step, wait_s, eval_s, max_diff = 0, 0.0, 0.0, 0.0
+    step, samples, wait_s, eval_s, max_diff = 0, 0, 0.0, 0.0, 0.0
     verify = int(job.inject.get("verify_every", 0))
     hvd.allreduce(tf.constant(0.0))  # every rank warmed up: the clock starts now
     t_start = stretch.t_start = time.perf_counter()
@@ -151,27 +157,31 @@ def run_allreduce(job: Job) -> None:
     def evaluate():
         nonlocal eval_s
         t0 = time.perf_counter()
+        rt.set_flat(theta)
         loss, acc = rt.evaluate(data.x_test[:n_eval], data.y_test[:n_eval])
         eval_s += time.perf_counter() - t0
         tracker.record(step, time.perf_counter() - t_start - eval_s, loss, acc)
 
+    def grad(params: np.ndarray) -> np.ndarray:
+        idx = sampler.next(batch)
+        t0 = time.perf_counter()
+        rt.set_flat(params)
+        _, g = rt.gradient(data.x_train[idx], data.y_train[idx])
+        stretch.after_compute(time.perf_counter() - t0, batch)
+        return g
+
     if rank == 0:
         evaluate()
     while True:
-        idx = sampler.next(job.batches[rank])
+        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples)
+        mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
         t0 = time.perf_counter()
-        _, grads = rt.gradients(data.x_train[idx], data.y_train[idx])
-        stretch.after_compute(time.perf_counter() - t0, job.batches[rank])
-        t0 = time.perf_counter()
-        avg = hvd.grouped_allreduce([g * scale for g in grads], op=hvd.Average)
+        reduced = hvd.allreduce(tf.constant(mine), op=hvd.Sum).numpy()
         wait_s += time.perf_counter() - t0
-        lr = np.float32(scaled_lr(job.opts, job.settings.lr, sum(job.batches), job.settings.batch_size,
-                                  step * sum(job.batches)))
-        for v, g in zip(rt.variables, avg):
-            v.assign_sub(lr * g)
-        step += 1
+        theta = strat.apply(theta, reduced, rnd)
+        step, samples = step + 1, samples + h * rnd.total
         if verify and step % verify == 0:
-            flat = tf.constant(rt.get_flat())
+            flat = tf.constant(theta)
             diff = hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)
             max_diff = max(max_diff, float(tf.reduce_max(diff)))
         stop = 0
@@ -181,14 +191,13 @@ def run_allreduce(job: Job) -> None:
             stop = int(tracker.should_stop(step, time.perf_counter() - t_start - eval_s))
         if int(hvd.broadcast(tf.constant([stop]), root_rank=0).numpy()[0]):
             break
-    job.write(f"rank{rank}.json", {"iterations": step, "wait_s": wait_s, "pushes": step,
+    job.write(f"rank{rank}.json", {"iterations": step * h, "wait_s": wait_s, "pushes": step,
                                    "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff})
     if rank == 0:
         if not tracker.history or tracker.history[-1].step != step:
             evaluate()
         elapsed = time.perf_counter() - t_start - eval_s
-        job.write("result.json", _result(tracker, step, elapsed, sum(job.batches) * step,
-                                         {"0": step * w}, {}, 0.0, step * w))
+        job.write("result.json", _result(tracker, step, elapsed, samples, {"0": step * w}, {}, 0.0, step * w))
 
 
 def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied, dropped: int = 0) -> dict:
@@ -198,19 +207,15 @@ def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, appl
             "pushes_dropped": dropped}
 
 
-# -- parameter server (async / delay) -------------------------------------------------------------
+# -- parameter server (async, delay-sync, ...) ------------------------------------------------------
 def run_server(job: Job, comm) -> None:
-    from orchestrator.sync.core import ParameterServer, StalenessGate
-
     rt, data = job.runtime_and_data()
     comm.Barrier()  # every rank has TensorFlow and the data loaded: the clock starts now
     w, o = job.opts.workers, job.opts
-    theta0 = rt.get_flat()
-    from orchestrator.sync.core import push_weights
-
-    server = ParameterServer(theta0, job.weights, damped=o.push_lr == "lr/staleness")
+    theta0, strat = rt.get_flat(), job.strategy
+    server = strat.make_server(theta0, job.weights, o)
     balancer, bal_lock = job.balancer, threading.Lock()
-    gate = StalenessGate(w, o.staleness, dynamic=o.dynamic_staleness, max_staleness=o.max_staleness)
+    gate = strat.make_gate(o)
     tracker, stop = job.tracker(), threading.Event()
     every, n_eval = tracker.s.eval_every, job.settings.eval_samples or len(data.y_test)
     wait_s, eval_s, errors, dropped = [0.0] * w, [0.0], [], [0] * w
@@ -252,8 +257,8 @@ def run_server(job: Job, comm) -> None:
                     continue
                 with bal_lock:
                     if balancer.observe(i, int(hdr[1]), float(hdr[4])):
-                        server.set_weights(push_weights(job.settings.lr, balancer.batches, o.push_lr,
-                                                        batch_size=job.settings.batch_size, rule=o.lr_rule))
+                        server.set_weights(strat.push_weights(job.settings.lr, balancer.batches, o,
+                                                              job.settings.batch_size))
                 with gate.cond:
                     gate.completed_push(i, float(hdr[3]))
                     gate.cond.notify_all()
@@ -369,8 +374,8 @@ def main(argv: list[str]) -> int:
     (job.out / f"rank{rank}.host").write_text(f"{host} {os.getpid()}\n")
     watch_launcher(job, rank)
     try:
-        if job.opts.name == "allreduce":
-            run_allreduce(job)
+        if not job.strategy.uses_server:
+            run_collective(job)
         elif rank == 0:
             run_server(job, comm)
         else:

@@ -7,9 +7,11 @@ seeded transient straggler hits; ``v`` follows ``hardware.speed_changes``), an a
 ring allreduce of the model's bytes, a parameter-server iteration adds its push and pull through the
 server's shared (queued) links. Events run in virtual-time order from a heap: a run is deterministic.
 
-Steps: allreduce counts synchronous steps; async/delay count applied pushes. ``train.eval_every`` and
-``train.budget_updates`` count sample-equivalent updates of ``train.batch_size`` samples
-(``core.tracked_settings``): an allreduce step over W batches counts W.
+The runtime is generic over the strategy (``orchestrator.sync.strategy``): a ``CollectiveStrategy`` runs
+rounds behind a barrier (H local steps per worker, then one weighted all-reduce), a ``ServerStrategy``
+runs the parameter server's push loop under its staleness gate. Steps: a collective counts rounds, a
+server counts applied pushes. ``train.eval_every`` and ``train.budget_updates`` count sample-equivalent
+updates of ``train.batch_size`` samples (``core.tracked_settings``): a round over W batches counts W.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import numpy as np
 
 from orchestrator.sync.limits import check_virtual_memory
 from orchestrator.sync.balance import Balancer
-from orchestrator.sync.core import (ParameterServer, StalenessGate, SyncOptions, push_weights, scaled_lr,
-                                    tracked_settings)
+from orchestrator.sync.core import SyncOptions, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, ServerLinks, allreduce_s
+from orchestrator.sync.strategy import Round, SingleWorkerSGD, SyncStrategy
 from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 
 
@@ -65,18 +67,18 @@ class VirtualRun:
     """One emulated training run; ``run()`` returns (TrainResult, SyncStats).
     ``base`` is a ``ComputeModel``, or a speed-1.0 step time at ``settings.batch_size`` (linear model)."""
 
-    def __init__(self, opts: SyncOptions, settings: TrainSettings, runtime, dataset, base,
+    def __init__(self, strategy: SyncStrategy, opts: SyncOptions, settings: TrainSettings, runtime, dataset, base,
                  sink=None, progress=None):
         from orchestrator.execution.training import BatchSampler
 
-        self.o, self.s, self.rt, self.data = opts, settings, runtime, dataset
+        self.strategy, self.o, self.s, self.rt, self.data = strategy, opts, settings, runtime, dataset
         w = opts.workers
         self.cm = base if isinstance(base, ComputeModel) else ComputeModel.linear(float(base), settings.batch_size)
         self.balancer = Balancer(opts.balance, opts.speeds, opts.total_batch(settings.batch_size),
                                  settings.batch_size, self.cm, opts.balance_every)
         self.clock = _Clock(opts, self.cm, settings.seed)
         self.samplers = [BatchSampler(len(dataset.y_train), settings.seed, i) for i in range(w)]
-        self.tracker = ConvergenceTracker(tracked_settings(opts, settings), sink or NullSink(), progress)
+        self.tracker = ConvergenceTracker(tracked_settings(strategy, opts, settings), sink or NullSink(), progress)
         n = settings.eval_samples or len(dataset.y_test)
         self.x_test, self.y_test = dataset.x_test[:n], dataset.y_test[:n]
         self.theta0 = runtime.get_flat()
@@ -89,7 +91,7 @@ class VirtualRun:
         return self.balancer.batches
 
     def _weights(self) -> list[float]:
-        return push_weights(self.s.lr, self.batches, self.o.push_lr, batch_size=self.s.batch_size, rule=self.o.lr_rule)
+        return self.strategy.push_weights(self.s.lr, self.batches, self.o, self.s.batch_size)
 
     def _grad(self, i: int, params: np.ndarray, batch: int) -> np.ndarray:
         idx = self.samplers[i].next(batch)
@@ -104,7 +106,7 @@ class VirtualRun:
     def run(self) -> tuple[TrainResult, SyncStats]:
         self._evaluate(0, 0.0, self.theta0)
         self.samples = 0
-        steps, t, params = self._allreduce() if self.o.name == "allreduce" else self._push_loop()
+        steps, t, params = self._push_loop() if self.strategy.uses_server else self._collective()
         if not self.tracker.history or self.tracker.history[-1].step != steps:
             self._evaluate(steps, t, params)
         self.final_params = params
@@ -113,28 +115,34 @@ class VirtualRun:
         self.stats.capacity = self.o.schedule().capacity(t)
         return self.tracker.result(steps, t, self.samples, "virtual"), self.stats
 
-    # -- bulk synchronous ---------------------------------------------------------------------
-    def _allreduce(self):
+    # -- collective rounds (allreduce, local SGD, ...) ----------------------------------------
+    def _collective(self):
         theta, t, step, w = self.theta0.copy(), 0.0, 0, self.o.workers
-        tr, every, st = self.tracker, self.tracker.s.eval_every, self.stats
+        tr, every, st, strat = self.tracker, self.tracker.s.eval_every, self.stats, self.strategy
         comm = allreduce_s(self.nbytes, self.net)
+        h = int(strat.local_steps())
         while True:
             batches = list(self.batches)
-            durs = [self.clock.duration(i, batches[i], t) for i in range(w)]
-            total = sum(batches)
-            lr = scaled_lr(self.o, self.s.lr, total, self.s.batch_size, self.samples)
+            rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples)
+            weights = strat.weights(rnd)
+            durs = [0.0] * w
             update = np.zeros_like(theta)
             for i in range(w):
-                update += np.float32(lr * batches[i] / total) * self._grad(i, theta, batches[i])
-            step_s = max(max(durs), comm) if self.o.overlap else max(durs) + comm
+                def grad(params: np.ndarray, i: int = i) -> np.ndarray:
+                    durs[i] += self.clock.duration(i, batches[i], t + durs[i])
+                    return self._grad(i, params, batches[i])
+
+                update += np.float32(weights[i]) * strat.local(i, theta, grad, rnd)
+            slowest = max(durs)
+            step_s = max(slowest, comm) if self.o.overlap else slowest + comm
             for i in range(w):
-                st.wait_s[i] += max(durs) - durs[i]
+                st.wait_s[i] += slowest - durs[i]
                 st.compute_s[i] += durs[i]
-                st.comm_s[i] += step_s - max(durs)
-                st.iterations[i] += 1
-                self.balancer.observe(i, batches[i], durs[i])
-            theta -= update
-            t, step, self.samples = t + step_s, step + 1, self.samples + total
+                st.comm_s[i] += step_s - slowest
+                st.iterations[i] += h
+                self.balancer.observe(i, batches[i], durs[i] / h)
+            theta = strat.apply(theta, update, rnd)
+            t, step, self.samples = t + step_s, step + 1, self.samples + h * rnd.total
             st.pushes_made += w
             st.pushes_applied += w
             st.gap_histogram[0] = st.gap_histogram.get(0, 0) + w
@@ -143,11 +151,11 @@ class VirtualRun:
             if tr.should_stop(step, t):
                 return step, t, theta
 
-    # -- parameter server (async / delay) -----------------------------------------------------
+    # -- parameter server (async, delay-sync, ...) ---------------------------------------------
     def _push_loop(self):
         o, w, st = self.o, self.o.workers, self.stats
-        server = ParameterServer(self.theta0, self._weights(), damped=o.push_lr == "lr/staleness")
-        gate = StalenessGate(w, o.staleness, dynamic=o.dynamic_staleness, max_staleness=o.max_staleness)
+        server = self.strategy.make_server(self.theta0, self._weights(), o)
+        gate = self.strategy.make_gate(o)
         links = ServerLinks(self.net, o.shards, self.nbytes)
         heap: list[tuple[float, int, int, int]] = []          # (time, seq, kind, worker)
         COMPUTED, PUSHED = 0, 1
@@ -214,7 +222,7 @@ class VirtualRun:
 
 def reference_options(opts: SyncOptions) -> SyncOptions:
     """One worker of speed 1.0, no stragglers: the single-worker baseline for speedups."""
-    return dataclasses.replace(opts, name="allreduce", workers=1, speeds=[1.0], straggler_p=0.0,
+    return dataclasses.replace(opts, name=SingleWorkerSGD.name, workers=1, speeds=[1.0], straggler_p=0.0,
                                straggler_slowdown=1.0, staleness=0.0, balance="none", batch_policy="per_worker",
                                dynamic_staleness=False, speed_changes=[], network=None)
 
@@ -253,7 +261,7 @@ def compute_model(opts: SyncOptions, ctx, runtime) -> tuple[ComputeModel, str]:
     return cm, how
 
 
-def train_virtual(opts: SyncOptions, ctx, *, reference: bool = True):
+def train_virtual(strategy: SyncStrategy, opts: SyncOptions, ctx, *, reference: bool = True):
     """Run the emulation for ``ctx`` (plus the W=1 reference run); returns (result, stats, compute model)."""
     from orchestrator.execution.runtime import ModelRuntime
 
@@ -263,7 +271,7 @@ def train_virtual(opts: SyncOptions, ctx, *, reference: bool = True):
     cm, how = compute_model(opts, ctx, runtime)
     ctx.sink.set_tags({"sync.compute_model": f"t0={cm.t0:.6f}s t1={cm.t1:.8f}s/sample ({how})",
                        "sync.base_time": f"{cm.time(ctx.settings.batch_size):.6f}s ({how})"})
-    run = VirtualRun(opts, ctx.settings, runtime, ctx.dataset, cm, ctx.sink)
+    run = VirtualRun(strategy, opts, ctx.settings, runtime, ctx.dataset, cm, ctx.sink)
     result, stats = run.run()
     if reference:
         result.reference_time_to_target_s = reference_time(opts, ctx, runtime, theta0, cm)
@@ -277,7 +285,8 @@ def reference_time(opts: SyncOptions, ctx, runtime, theta0: np.ndarray, base) ->
     if key not in _REFERENCE:
         runtime.set_flat(theta0)
         ref_settings = dataclasses.replace(ctx.settings, stop="target")
-        _REFERENCE[key] = VirtualRun(reference_options(opts), ref_settings, runtime, ctx.dataset, base).run()[0]
+        _REFERENCE[key] = VirtualRun(SingleWorkerSGD(), reference_options(opts), ref_settings, runtime, ctx.dataset,
+                                     base).run()[0]
     return _REFERENCE[key].time_to_target_s
 
 

@@ -24,6 +24,7 @@ from orchestrator.hardware.cluster import Cluster, Device, Worker
 from orchestrator.hardware.contention import core_pool, pool_name
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
+from orchestrator.api import TrialContext
 
 
 class LocalHardware:
@@ -36,7 +37,7 @@ class LocalHardware:
         self.calibration = calibration_of(cfg)
         self.core_sharing = core_sharing_of(cfg)
 
-    def cluster(self, trial: Any) -> Cluster:
+    def cluster(self, context: TrialContext) -> Cluster:
         from orchestrator.execution.runtime import split_cpu, tf
 
         cpus = split_cpu(self.logical_cpus)
@@ -51,7 +52,7 @@ class LocalHardware:
         if self.cfg.get("gpus", True):
             for i, d in enumerate(tf.config.list_logical_devices("GPU")):
                 devices.append(Device(f"gpu:{i}", "gpu", profile="local-gpu", tf_device=d.name))
-        speeds = worker_layout(self.cfg, trial.has_sync)
+        speeds = worker_layout(self.cfg, context.has_sync)
         workers = [calibrate_worker(Worker(f"worker{i}", devices, speed=s, core_pools=pools), self.calibration)
                    for i, s in enumerate(speeds)]
         return Cluster("local", workers, simulated=False,

@@ -9,6 +9,7 @@ from typing import Any
 from orchestrator.hardware.cluster import Cluster, Worker
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
+from orchestrator.api import TrialContext
 
 PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
 
@@ -39,7 +40,7 @@ class SimulatedHardware:
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(f"hardware.preset={self.preset!r} (available: {', '.join(PRESETS)})")
 
-    def cluster(self, trial: Any) -> Cluster:
+    def cluster(self, context: TrialContext) -> Cluster:
         from orchestrator.hardware import presets as cluster_presets
 
         if self.path:
@@ -48,7 +49,7 @@ class SimulatedHardware:
             cluster = cluster_presets.sim_1cpu_4gpu(**({"gpu": self.cfg.gpu} if self.cfg.get("gpu") else {}))
         else:
             cluster = cluster_presets.sim_hetero_cluster()
-        return _replicate(cluster, self.cfg, trial.has_sync)
+        return _replicate(cluster, self.cfg, context.has_sync)
 
 
 class WorkloadHardware:
@@ -57,8 +58,8 @@ class WorkloadHardware:
     def __init__(self, cfg: Any):
         self.cfg = cfg
 
-    def cluster(self, trial: Any) -> Cluster:
-        hw = getattr(trial.model_spec, "hardware", None)
+    def cluster(self, context: TrialContext) -> Cluster:
+        hw = getattr(context.model, "hardware", None)
         if hw is None:
-            raise ConfigError(f"hardware=auto takes the hardware of a workload file; model={trial.names['model']} has none")
-        return _replicate(hw, self.cfg, trial.has_sync)
+            raise ConfigError(f"hardware=auto takes the hardware of a workload file; model={context.names['model']} has none")
+        return _replicate(hw, self.cfg, context.has_sync)

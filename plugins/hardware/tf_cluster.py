@@ -9,6 +9,7 @@ from typing import Any
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
+from orchestrator.api import TrialContext
 
 
 class TFClusterHardware:
@@ -20,7 +21,7 @@ class TFClusterHardware:
             raise ConfigError(f"hardware.tasks={self.tasks!r} must be an integer >= 1 (or give hardware.addresses)")
         self._local = None
 
-    def cluster(self, trial: Any) -> Cluster:
+    def cluster(self, context: TrialContext) -> Cluster:
         from orchestrator.hardware.tf_cluster import LocalTFCluster, connect
 
         if self.addresses:
@@ -42,7 +43,7 @@ class TFClusterHardware:
                       "network")
                  for i, a in enumerate(devices) for j, b in enumerate(devices) if a is not b]
         workers = [Worker(f"worker{i}", devices, links, speed=s)
-                   for i, s in enumerate(worker_layout(self.cfg, trial.has_sync))]
+                   for i, s in enumerate(worker_layout(self.cfg, context.has_sync))]
         return Cluster("tf_cluster", workers, simulated=False, description=where)
 
     def _lab_rates(self, n: int) -> list[float] | None:

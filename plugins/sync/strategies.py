@@ -1,75 +1,39 @@
-"""The three built-in sync strategies. Each is ``Class(cfg_sync)`` with ``train(ctx) -> TrainResult``;
-``sync.runtime`` picks the virtual emulation (``orchestrator.sync.virtual``) or real MPI ranks
-(``orchestrator.sync.mpi``). The rules themselves live in ``orchestrator.sync.core``."""
+"""The three built-in sync strategies, written against the same contract as a third-party one
+(``orchestrator.sync.strategy``): each says which family it belongs to and which rules it changes;
+the virtual and the MPI runtime run them all."""
 
 from __future__ import annotations
 
-import dataclasses
+import math
 
-from orchestrator.sync.core import SyncOptions
-from orchestrator.sync.report import scaling_metrics, sync_metrics, write_artifacts
-from orchestrator.execution.training import TrainContext, TrainResult
+from orchestrator.sync.strategy import CollectiveStrategy, ServerStrategy, parse_staleness
 
-
-class SyncStrategy:
-    name = ""
-
-    def __init__(self, cfg_sync):
-        self.cfg_sync = cfg_sync
-
-    def check_config(self, cfg) -> SyncOptions:
-        """Called by the trial before its run starts: a bad ``sync.*`` / ``hardware.*`` / ``train.*``
-        value (or too many MPI ranks) is a one-line ConfigError and costs no MLflow run."""
-        opts = SyncOptions.from_cfg(self.cfg_sync, cfg, name=self.name)
-        if opts.runtime == "mpi":
-            from orchestrator.sync.limits import check_mpi_ranks
-
-            check_mpi_ranks(opts, self.cfg_sync)
-        return opts
-
-    def options(self, ctx: TrainContext) -> SyncOptions:
-        opts = SyncOptions.from_cfg(self.cfg_sync, ctx.cfg, name=self.name)
-        if ctx.cluster is not None:
-            # The hardware adapter is the authority on how many workers there are and how fast
-            # each is (it may derive speeds from the workers' devices and placed step times).
-            opts = dataclasses.replace(opts, workers=len(ctx.cluster.workers),
-                                       speeds=[float(w.speed) for w in ctx.cluster.workers])
-        return opts
-
-    def train(self, ctx: TrainContext) -> TrainResult:
-        opts = self.options(ctx)
-        if opts.runtime == "mpi":
-            from orchestrator.sync.mpi import train_mpi
-
-            result, stats = train_mpi(opts, ctx)
-        else:
-            from orchestrator.sync.virtual import train_virtual
-
-            result, stats, _ = train_virtual(opts, ctx)
-        result.extra_metrics.update(sync_metrics(stats))
-        result.extra_metrics.update(scaling_metrics(result, stats.capacity))
-        m = result.extra_metrics
-        if "sync.speedup" in m:
-            print(f"{self.name} W={opts.workers} ({opts.runtime}, {result.clock} clock): speedup {m['sync.speedup']:.2f} "
-                  f"over one speed-1.0 worker, capacity {stats.capacity:.2f}, scaling efficiency "
-                  f"{m['sync.scaling_efficiency']:.2f}", flush=True)
-        write_artifacts(result, stats, ctx.output_dir, f"{self.name} W={opts.workers} ({opts.runtime})", ctx.sink)
-        return result
+DEFAULT_STALENESS = 2.0            # delay-sync's bound s when sync.staleness is not set
 
 
-class AllReduce(SyncStrategy):
-    """Bulk synchronous: every step averages all workers' gradients (Horovod under MPI)."""
+class AllReduce(CollectiveStrategy):
+    """Bulk synchronous: every step averages all workers' gradients, weighted by batch (Horovod under
+    MPI); one step of the global batch at ``train.lr_scaling``'s learning rate."""
 
     name = "allreduce"
 
 
-class AsyncParameterServer(SyncStrategy):
-    """Parameter server applying each push at once; nobody waits."""
+class AsyncParameterServer(ServerStrategy):
+    """Parameter server applying each push at once; nobody waits (Dean et al. 2012, Downpour SGD)."""
 
     name = "async"
 
+    def staleness_bound(self) -> float:
+        return math.inf
 
-class DelaySync(SyncStrategy):
-    """Stale-synchronous parameter server: worker i runs ahead of the slowest by at most ``s``."""
+
+class DelaySync(ServerStrategy):
+    """Stale-synchronous parameter server: worker i starts an iteration only while
+    ``c_i - min_j c_j <= s`` (``sync.staleness``; Ho et al. 2013, SSP); its batch split follows the
+    measured speeds by default."""
 
     name = "delay"
+    default_balance = "online"
+
+    def staleness_bound(self) -> float:
+        return parse_staleness(self.cfg_sync, DEFAULT_STALENESS)

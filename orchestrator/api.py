@@ -1,0 +1,114 @@
+"""The public contract of every extension point: what a placer, a sync strategy, a hardware adapter
+and an evaluator are, what they receive and what they return. A plugin imports from this module only;
+everything named here keeps its meaning within a major ``HOOKSPEC_VERSION``.
+
+=================  =====================================================  =================================
+extension point    registered with (``orchestrator.hookspecs``)           built as / must offer
+=================  =====================================================  =================================
+placer             ``orchestrator_placers() -> {name: "mod:Class"}``      ``Class(cfg.placer)``, ``Placer``
+sync strategy      ``orchestrator_sync_strategies()``                     ``Class(cfg.sync)``, a subclass of
+                                                                          ``CollectiveStrategy`` or
+                                                                          ``ServerStrategy``
+hardware adapter   ``orchestrator_hardware_adapters()``                   ``Class(cfg.hardware)``,
+                                                                          ``HardwareAdapter``
+model              ``orchestrator_models() -> {name: "mod:function"}``    ``function(cfg.model) -> ModelSpec``
+=================  =====================================================  =================================
+
+Importing this module imports neither TensorFlow nor MPI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from orchestrator.errors import ConfigError, InfeasiblePlacementError, UserError, WorkloadError
+from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
+from orchestrator.hardware.cluster import Cluster, Device, Link, Worker
+from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
+from orchestrator.models import ModelSpec
+from orchestrator.placement import Placement, PlacementContext
+from orchestrator.placement.graph import Edge, Node, OpGraph
+from orchestrator.sync.core import ParameterServer, StalenessGate, SyncOptions
+from orchestrator.sync.strategy import CollectiveStrategy, Round, ServerStrategy, SyncStrategy
+
+__all__ = [
+    "HOOKSPEC_VERSION", "hookimpl",
+    "Placer", "Evaluator", "Verdict", "HardwareAdapter", "TrialContext", "MetricsSink", "NullSink",
+    "SyncStrategy", "CollectiveStrategy", "ServerStrategy", "Round", "SyncOptions", "StalenessGate", "ParameterServer",
+    "TrainContext", "TrainResult", "TrainSettings", "ModelSpec",
+    "OpGraph", "Node", "Edge", "Placement", "PlacementContext",
+    "Cluster", "Worker", "Device", "Link",
+    "UserError", "ConfigError", "InfeasiblePlacementError", "WorkloadError",
+]
+
+
+@runtime_checkable
+class Verdict(Protocol):
+    """An evaluator's judgement of one placement."""
+
+    step_time_s: float              # one training step (the step objective)
+    feasible: bool                  # every device within its memory
+    kind: str                       # "simulated" or "measured"
+    time_per_sample_s: float | None  # the pipeline (load) objective, when that is the trial's objective
+
+    @property
+    def value(self) -> float:
+        """The trial's objective figure: time per sample under the pipeline objective, else the step time."""
+        ...
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """The shared judge a placer may ask; the trial's final figures are always its verdicts."""
+
+    kind: str                       # "simulated" or "measured"
+    evaluations: int                # how many placements it judged so far
+
+    def evaluate(self, placement: Placement | None) -> Verdict:
+        """Judge ``placement`` (None: the whole model on the worker's first device)."""
+        ...
+
+
+@runtime_checkable
+class Placer(Protocol):
+    """Assigns every node of ``graph`` to one device of ``worker`` (model parallelism).
+
+    ``evaluator`` judges candidate placements (simulated or measured, as the trial decided);
+    ``context`` carries the seed, the output directory and the trial config. Return a ``Placement``
+    naming every node; raise ``InfeasiblePlacementError`` when nothing fits.
+    """
+
+    def place(self, graph: OpGraph, worker: Worker, evaluator: Evaluator | None = None,
+              context: PlacementContext | None = None) -> Placement:
+        ...
+
+
+@dataclass
+class TrialContext:
+    """What a hardware adapter (and any other plugin called during a trial) may use: the config slices,
+    the model, whether the trial trains and with how many data-parallel workers, where to write files,
+    and where metrics go. Plugins get this, never the orchestrating ``Trial``."""
+
+    cfg: Any                                   # the whole trial config (read-only)
+    names: dict[str, str | None]               # plugin name per group: placer, sync, hardware, model
+    model: ModelSpec
+    has_sync: bool                             # a sync strategy takes part: the adapter builds its workers
+    trains: bool                               # the model is trained (not only placed)
+    output_dir: Path
+    sink: MetricsSink = field(default_factory=NullSink)
+
+    def group(self, name: str) -> Any:
+        """The config node of one group (``placer``, ``sync``, ``hardware``, ``model``, ``train``, ...)."""
+        return self.cfg.get(name) if hasattr(self.cfg, "get") else None
+
+
+@runtime_checkable
+class HardwareAdapter(Protocol):
+    """Which workers and devices exist and how fast they are. ``cluster`` is called once per trial,
+    before its MLflow run starts; ``Cluster(simulated=True)`` makes every figure of the trial simulated.
+    An adapter that starts processes may define ``close()``; the trial calls it when it ends."""
+
+    def cluster(self, context: TrialContext) -> Cluster:
+        ...

@@ -1,0 +1,235 @@
+"""The sync-strategy contract: what the virtual and the MPI runtime ask of a data-parallel strategy.
+
+A strategy is split into the parts a runtime needs, so that one runtime serves every strategy and a
+new rule is a subclass, not a branch (Alpa's ``PipelineSchedule`` subclasses, Ray Tune's ``Searcher``):
+
+- **how a worker's work is combined** (the family): ``CollectiveStrategy`` (workers meet at a barrier
+  each round; one weighted all-reduce of a vector per worker) or ``ServerStrategy`` (rank 0 is a
+  parameter server; each worker pushes to it and pulls from it);
+- **when a worker may proceed**: a barrier (collectives), or the server's ``StalenessGate`` with the
+  bound ``staleness_bound()`` (0: lockstep, ``inf``: nobody waits);
+- **how an update is applied**: ``local`` / ``weights`` / ``apply`` for a round of a collective,
+  ``push_weights`` / ``make_server`` (the server's update rule and its state) for a server.
+
+A collective round, on either runtime (``r`` is the round, ``H = local_steps()``)::
+
+    worker i:   m_i = local(i, theta, grad, round)     # H gradient evaluations on batches of b_i
+    all-reduce: M   = sum_i float32(w_i) * m_i           # w = weights(round)
+    everyone:   theta <- apply(theta, M, round)
+
+Gradient averaging (allreduce) is ``m_i = grad(theta)``, ``w_i = lr(G) b_i / G``, ``theta - M``;
+local SGD is ``m_i`` = the parameters after H local steps, ``w_i = b_i / G``, ``theta <- M``.
+
+Nothing here imports TensorFlow or MPI; the runtimes live in ``orchestrator.sync.virtual`` and
+``orchestrator.sync.mpi``. Strategies are built as ``Class(cfg_sync)`` from the trial's ``sync`` node
+and, under MPI, again in every rank from ``ref()`` and the plain ``cfg_sync``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from orchestrator.errors import ConfigError, number
+from orchestrator.sync.core import (ParameterServer, StalenessGate, SyncOptions, _get, _plain, push_weights,
+                                    scaled_lr)
+
+Gradient = Callable[[np.ndarray], np.ndarray]   # parameters -> gradient of the next batch of this worker
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a collective round knows: the batch of each worker's local steps and the lr schedule."""
+
+    opts: SyncOptions
+    batches: tuple[int, ...]        # per worker, each of its local steps
+    base_lr: float                  # train.lr, for one batch of train.batch_size
+    batch_size: int                 # train.batch_size
+    samples_seen: float             # samples of every round before this one (drives the warm-up)
+
+    @property
+    def total(self) -> int:
+        return int(sum(self.batches))
+
+    def lr(self, batch: float) -> float:
+        """The learning rate of one step over ``batch`` samples (``core.scaled_lr``: scaling rule + warm-up)."""
+        return scaled_lr(self.opts, self.base_lr, int(batch), self.batch_size, self.samples_seen)
+
+
+class SyncStrategy(ABC):
+    """How data-parallel workers combine their gradients. Subclass ``CollectiveStrategy`` or
+    ``ServerStrategy``, not this class; set ``name`` and override the rules you change.
+
+    Built as ``Class(cfg_sync)`` with the trial's ``sync`` config node (``+sync=NAME``'s YAML keys).
+    """
+
+    name: ClassVar[str] = ""
+    uses_server: ClassVar[bool] = False     # True: one extra MPI rank (rank 0) serves the parameters
+    default_balance: ClassVar[str] = "none"  # the batch split when ``sync.balance`` is not set
+
+    def __init__(self, cfg_sync: Any = None):
+        self.cfg_sync = cfg_sync if cfg_sync is not None else {}
+
+    # -- what the runtimes ask ----------------------------------------------------------------
+    @abstractmethod
+    def staleness_bound(self) -> float:
+        """How many iterations a worker may run ahead of the slowest (0: lockstep; ``math.inf``: no bound)."""
+
+    def ranks(self, workers: int) -> int:
+        """MPI ranks of a run with ``workers`` workers."""
+        return workers + (1 if self.uses_server else 0)
+
+    @abstractmethod
+    def samples_per_update(self, opts: SyncOptions, batch_size: int) -> float:
+        """Samples behind one step of the training curve (a round, or one applied push): evaluations and
+        budgets count sample-equivalent updates of ``batch_size`` samples, equal for every strategy."""
+
+    def label(self, opts: SyncOptions) -> str:
+        return f"{self.name or type(self).__name__} W={opts.workers} ({opts.runtime})"
+
+    def options(self, cfg: Any) -> SyncOptions:
+        """The ``sync.*`` / ``hardware.*`` / ``train.*`` settings this strategy runs with; a bad value is a
+        one-line ConfigError. Override to read keys of your own (and call ``super().options``)."""
+        return SyncOptions.from_cfg(self.cfg_sync, cfg, self)
+
+    def metrics(self, result: Any, stats: Any) -> dict[str, float]:
+        """``sync.*`` metrics of a finished run (override to add your own)."""
+        from orchestrator.sync.report import scaling_metrics, sync_metrics
+
+        return {**sync_metrics(stats), **scaling_metrics(result, stats.capacity)}
+
+    @classmethod
+    def ref(cls) -> str:
+        """``module:qualname``: how an MPI rank finds this class again."""
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+    # -- the trial's entry points -------------------------------------------------------------
+    def check_config(self, cfg: Any) -> SyncOptions:
+        """Called before the trial's run starts: a bad value (or too many MPI ranks) costs no MLflow run."""
+        opts = self.options(cfg)
+        if opts.runtime == "mpi":
+            from orchestrator.sync.limits import check_mpi_ranks
+
+            check_mpi_ranks(self, opts, self.cfg_sync)
+        return opts
+
+    def train(self, ctx: Any) -> Any:
+        """Train ``ctx.model`` on ``ctx.dataset`` with this strategy on ``sync.runtime``; returns a TrainResult."""
+        from orchestrator.sync.report import write_artifacts
+
+        opts = self.options(ctx.cfg)
+        if ctx.cluster is not None:
+            # The hardware adapter is the authority on how many workers there are and how fast each is
+            # (it may derive speeds from the workers' devices and placed step times).
+            opts = dataclasses.replace(opts, workers=len(ctx.cluster.workers),
+                                       speeds=[float(w.speed) for w in ctx.cluster.workers])
+        if opts.runtime == "mpi":
+            from orchestrator.sync.mpi import train_mpi
+
+            result, stats = train_mpi(self, opts, ctx)
+        else:
+            from orchestrator.sync.virtual import train_virtual
+
+            result, stats, _ = train_virtual(self, opts, ctx)
+        result.extra_metrics.update(self.metrics(result, stats))
+        m = result.extra_metrics
+        if "sync.speedup" in m:
+            print(f"{self.label(opts)[:-1]}, {result.clock} clock): speedup {m['sync.speedup']:.2f} over one speed-1.0 "
+                  f"worker, capacity {stats.capacity:.2f}, scaling efficiency {m['sync.scaling_efficiency']:.2f}",
+                  flush=True)
+        write_artifacts(result, stats, ctx.output_dir, self.label(opts), ctx.sink)
+        return result
+
+
+class CollectiveStrategy(SyncStrategy):
+    """Workers in lockstep rounds behind a barrier, combined by one weighted all-reduce per round
+    (the round's formulas are in the module docstring). The defaults are gradient averaging: bulk
+    synchronous SGD over the global batch, what Horovod's allreduce computes."""
+
+    uses_server = False
+
+    def staleness_bound(self) -> float:
+        return 0.0
+
+    def local_steps(self) -> int:
+        """Gradient evaluations of each worker per round (H)."""
+        return 1
+
+    def samples_per_update(self, opts: SyncOptions, batch_size: int) -> float:
+        return self.local_steps() * opts.total_batch(batch_size)
+
+    def local(self, worker: int, theta: np.ndarray, grad: Gradient, rnd: Round) -> np.ndarray:
+        """The vector worker ``worker`` contributes to the all-reduce (``theta`` must not be modified)."""
+        return grad(theta)
+
+    def weights(self, rnd: Round) -> list[float]:
+        """The all-reduce's weight of each worker's vector."""
+        lr, total = rnd.lr(rnd.total), rnd.total
+        return [lr * b / total for b in rnd.batches]
+
+    def apply(self, theta: np.ndarray, reduced: np.ndarray, rnd: Round) -> np.ndarray:
+        """The new parameters from the reduced vector (may update ``theta`` in place and return it)."""
+        theta -= reduced
+        return theta
+
+
+class ServerStrategy(SyncStrategy):
+    """A parameter server: each worker pulls the parameters, computes a gradient on its batch and pushes
+    it; the server applies it at once (``ParameterServer.push``) and the ``StalenessGate`` decides when
+    the worker may pull again (``c_i - min_j c_j <= staleness_bound()``)."""
+
+    uses_server = True
+
+    def samples_per_update(self, opts: SyncOptions, batch_size: int) -> float:
+        return opts.total_batch(batch_size) / opts.workers
+
+    def push_weights(self, lr: float, batches: list[int], opts: SyncOptions, batch_size: int) -> list[float]:
+        """The learning rate each worker's push is applied with (``sync.push_lr``, ``core.push_weights``)."""
+        return push_weights(lr, batches, opts.push_lr, batch_size=batch_size, rule=opts.lr_rule)
+
+    def make_server(self, theta0: np.ndarray, weights: list[float], opts: SyncOptions) -> ParameterServer:
+        """The server's state and update rule (subclass ``ParameterServer`` for another rule)."""
+        return ParameterServer(theta0, weights, damped=opts.push_lr == "lr/staleness")
+
+    def make_gate(self, opts: SyncOptions) -> StalenessGate:
+        return StalenessGate(opts.workers, opts.staleness, dynamic=opts.dynamic_staleness,
+                             max_staleness=opts.max_staleness)
+
+
+def parse_staleness(cfg_sync: Any, default: float) -> float:
+    """``sync.staleness``: a number >= 0 or ``inf``."""
+    value = _get(cfg_sync, "staleness", default)
+    if str(value).lower() == "inf":
+        return math.inf
+    return float(number(value, "sync.staleness", minimum=0))
+
+
+def load_ref(ref: str) -> type[SyncStrategy]:
+    """The strategy class named by ``SyncStrategy.ref()`` (in an MPI rank)."""
+    module, _, qualname = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, SyncStrategy)):
+        raise ConfigError(f"{ref!r} is not a SyncStrategy subclass")
+    return obj
+
+
+def plain_cfg(cfg_sync: Any) -> dict:
+    """The ``sync`` node as a plain dict (what MPI ranks rebuild the strategy from)."""
+    node = _plain(cfg_sync)
+    return dict(node) if isinstance(node, Mapping) else {}
+
+
+class SingleWorkerSGD(CollectiveStrategy):
+    """The reference every speedup is measured against: one worker, plain SGD (gradient averaging over
+    one worker). Core-owned, so that the reference does not depend on which plugins are installed."""
+
+    name = "single-worker SGD"
