@@ -1,0 +1,52 @@
+"""Local SGD (Lin, Stich, Patel, Jaggi 2020, "Don't use large mini-batches, use local SGD"; Stich 2019).
+
+Each round, every worker k takes ``H = sync.local_steps`` SGD steps on its own copy of the parameters,
+starting from the common ``theta``, then the copies are averaged, weighted by the samples each worker
+saw (``b_k`` per step, the same H for all)::
+
+    theta_k <- theta;   repeat H times:  theta_k <- theta_k - lr(b_k) * grad_k(theta_k)
+    theta   <- sum_k (b_k / G) * theta_k                                    (G = sum_k b_k)
+
+One all-reduce per H local steps instead of one per step: H times less communication for the same
+number of gradient evaluations. With H = 1 it is mini-batch SGD over the global batch at the
+single-batch learning rate (``train.lr_scaling`` applied to ``b_k``, not to G).
+
+Written only against ``orchestrator.api``: the virtual and the MPI runtime run it as they run the
+built-in allreduce, as a ``CollectiveStrategy`` whose three rules are overridden.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from orchestrator.api import CollectiveStrategy, ConfigError, Round
+
+
+class LocalSGD(CollectiveStrategy):
+    name = "local_sgd"
+
+    def __init__(self, cfg_sync=None):
+        super().__init__(cfg_sync)
+        h = self.cfg_sync.get("local_steps", 4)
+        if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+            raise ConfigError(f"sync.local_steps={h!r} must be an integer >= 1")
+        self.h = h
+
+    def local_steps(self) -> int:
+        return self.h
+
+    def local(self, worker: int, theta: np.ndarray, grad, rnd: Round) -> np.ndarray:
+        lr = np.float32(rnd.lr(rnd.batches[worker]))
+        params = theta.copy()
+        for _ in range(self.h):
+            params -= lr * grad(params)
+        return params                                   # this worker's parameters after H local steps
+
+    def weights(self, rnd: Round) -> list[float]:
+        return [b / rnd.total for b in rnd.batches]     # samples-weighted model average
+
+    def apply(self, theta: np.ndarray, reduced: np.ndarray, rnd: Round) -> np.ndarray:
+        return reduced                                  # the average is the new model
+
+    def metrics(self, result, stats) -> dict[str, float]:
+        return {**super().metrics(result, stats), "sync.local_steps": float(self.h)}
