@@ -1,5 +1,5 @@
 """The plugin contract: every placer, sync strategy, hardware adapter and model is provided through
-these hooks, built-ins included (they are registered from the same ``orchestrator`` entry-point group).
+these hooks, built-ins included; the types the hooks name are in ``orchestrator.api`` (they are registered from the same ``orchestrator`` entry-point group).
 
 A plugin module implements any subset of the hooks with ``@orchestrator.hookimpl``. Registry hooks
 return ``{name: "package.module:attribute"}`` (a lazy reference, imported only when the trial uses
@@ -30,22 +30,24 @@ Ref = str
 def orchestrator_placers() -> Mapping[str, Ref]:
     """Placers this plugin provides, ``{name: "module:Class"}``.
 
-    The class is built as ``Class(cfg)`` with the trial's ``placer`` config node and must offer
-    ``place(graph, worker, evaluator, context) -> Placement`` (see ``orchestrator.placement.base``).
+    The class is built as ``Class(cfg)`` with the trial's ``placer`` config node and satisfies
+    ``orchestrator.api.Placer``: ``place(graph, worker, evaluator, context) -> Placement``.
     Called when plugins are listed or a trial looks up ``placer.name``.
     """
 
 
 @hookspec
 def orchestrator_sync_strategies() -> Mapping[str, Ref]:
-    """Data-parallel sync strategies, ``{name: "module:Class"}``; ``Class(cfg)`` offers
-    ``train(context) -> TrainResult`` (see ``orchestrator.execution.training``)."""
+    """Data-parallel sync strategies, ``{name: "module:Class"}``; ``Class`` subclasses
+    ``orchestrator.api.CollectiveStrategy`` or ``orchestrator.api.ServerStrategy`` and is built as
+    ``Class(cfg)`` with the trial's ``sync`` node (under MPI, again in every rank from the plain node).
+    The virtual and the MPI runtime run it; the trial refuses any other class with one line."""
 
 
 @hookspec
 def orchestrator_hardware_adapters() -> Mapping[str, Ref]:
-    """Hardware adapters, ``{name: "module:Class"}``; ``Class(cfg)`` offers ``cluster(context) -> Cluster``
-    (see ``orchestrator.hardware.cluster``)."""
+    """Hardware adapters, ``{name: "module:Class"}``; ``Class(cfg)`` satisfies ``orchestrator.api.HardwareAdapter``:
+    ``cluster(context: TrialContext) -> Cluster``."""
 
 
 @hookspec

@@ -1,0 +1,86 @@
+"""A third-party hardware adapter and placer, written only against ``orchestrator.api``, run a trial
+in-process; the API's protocols describe the built-ins too."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import api, plugins
+from orchestrator.testing import QUICK
+
+
+@pytest.fixture
+def api_plugin():
+    import tests.api_plugin as module
+
+    pm = plugins.get_plugin_manager()
+    pm.register(module, name="api-test-plugin")
+    yield module
+    pm.unregister(module)
+
+
+def compose(tmp_path: Path, *overrides: str):
+    from hydra import compose as hydra_compose, initialize_config_module
+    from omegaconf import open_dict
+
+    with initialize_config_module(config_module="orchestrator_conf", version_base=None):
+        cfg = hydra_compose("config", overrides=list(overrides))
+    with open_dict(cfg):
+        cfg.tracking.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return cfg
+
+
+def test_api_imports_no_tensorflow():
+    import subprocess
+
+    code = "import sys, orchestrator.api; print('tensorflow' in sys.modules, 'mpi4py' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "False"], out.stderr[-2000:]
+
+
+def test_built_ins_satisfy_the_protocols():
+    hardware = plugins.load("hardware", "simulated")({"preset": "sim_1cpu_4gpu"})
+    placer = plugins.load("placer", "greedy")({"name": "greedy"})
+    assert isinstance(hardware, api.HardwareAdapter) and isinstance(placer, api.Placer)
+    for name in ("allreduce", "async", "delay"):
+        cls = plugins.load("sync", name)
+        assert issubclass(cls, (api.CollectiveStrategy, api.ServerStrategy))
+
+
+def test_third_party_adapter_and_placer_run_a_trial(tmp_path, api_plugin):
+    from omegaconf import OmegaConf, open_dict
+
+    from orchestrator.trial import Trial
+
+    cfg = compose(tmp_path, *QUICK)
+    with open_dict(cfg):
+        cfg.hardware = OmegaConf.create({"name": "two_devices"})
+        cfg.placer = OmegaConf.create({"name": "fastest_device_api"})
+    trial = Trial(cfg, tmp_path)
+    assert isinstance(trial.hardware, api.HardwareAdapter) and isinstance(trial.placer, api.Placer)
+    trial.run()
+    ctx = api_plugin.TwoDevices.last_context
+    assert isinstance(ctx, api.TrialContext) and ctx.model.name == "cnn"
+    assert ctx.trains and not ctx.has_sync and ctx.names["hardware"] == "two_devices"
+    tags, metrics = trial.outcome["tags"], trial.outcome["metrics"]
+    assert tags["hardware"] == "two_devices" and tags["placer"] == "fastest_device_api"
+    assert tags["evaluator"] == "simulated" and "placement.step_time_s" in metrics
+    placement = json.loads(next(tmp_path.rglob("placement.json")).read_text())
+    assert set(placement["assignment"].values()) == {"fast"}
+
+
+def test_a_sync_plugin_that_is_not_a_strategy_is_refused(tmp_path, api_plugin, monkeypatch):
+    from omegaconf import OmegaConf, open_dict
+
+    from orchestrator.errors import PluginError
+    from orchestrator.trial import Trial
+
+    real_load = plugins.load
+    monkeypatch.setattr(plugins, "load", lambda kind, name: object if kind == "sync" else real_load(kind, name))
+    cfg = compose(tmp_path)
+    with open_dict(cfg):
+        cfg.sync = OmegaConf.create({"name": "anything", "runtime": "virtual"})
+    with pytest.raises(PluginError, match=r"^sync strategy 'anything' .* is not a subclass of orchestrator\.api\."):
+        Trial(cfg, tmp_path)
