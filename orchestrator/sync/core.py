@@ -37,6 +37,7 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
 LR_RULES = ("linear", "sqrt", "none")
 PUSH_LR = ("scaled", "lr", "lr/staleness")
 BATCH_POLICIES = ("per_worker", "global")
+DC_MODES = ("constant", "adaptive")
 
 
 def _plain(node: Any) -> Any:
@@ -79,6 +80,8 @@ class SyncOptions:
     emulated_step_s: float | None = None  # mpi: a speed-1.0 iteration lasts at least this long
     timeout_s: float = 600.0
     hostfile: str | None = None
+    delay_compensation: float = 0.0       # DC-ASGD's lambda (server strategies; 0: off)
+    delay_compensation_mode: str = "constant"   # constant (DC-ASGD-c) | adaptive (DC-ASGD-a)
 
     @property
     def proportional_batches(self) -> bool:
@@ -153,6 +156,12 @@ class SyncOptions:
         t0, t1 = _num(cfg_sync, "step_overhead_s", None, float, 0.0), _num(cfg_sync, "per_sample_s", None, float, 0.0)
         if (t0 is None) != (t1 is None) or (t1 is not None and t1 <= 0):
             raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both, per_sample_s > 0")
+        dc = number(_get(cfg_sync, "delay_compensation", 0.0), "sync.delay_compensation", minimum=0)
+        dc_mode = str(_get(cfg_sync, "delay_compensation_mode", "constant"))
+        if dc_mode not in DC_MODES:
+            raise ConfigError(f"sync.delay_compensation_mode={dc_mode!r} (accepted: {', '.join(DC_MODES)})")
+        if dc and not strategy.uses_server:
+            raise ConfigError(f"sync.delay_compensation={dc:g} needs a parameter-server strategy ({name} has none)")
         return cls(name=name, runtime=runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
                    staleness=s, push_lr=push, balance=balance,
                    balance_every=_num(cfg_sync, "balance_every", 10, int, 1),
@@ -164,7 +173,7 @@ class SyncOptions:
                    fp16=bool(_get(cfg_sync, "fp16", False)), network=network,
                    speed_changes=[(c.worker, c.at_s, c.speed) for c in changes], emulated_step_s=emulated,
                    timeout_s=number(_get(cfg_sync, "timeout_s", 600.0), "sync.timeout_s", minimum=0),
-                   hostfile=hostfile)
+                   hostfile=hostfile, delay_compensation=dc, delay_compensation_mode=dc_mode)
 
 
 def tracked_settings(strategy: Any, opts: "SyncOptions", settings):
@@ -306,13 +315,20 @@ class StalenessGate:
 
 class ParameterServer:
     """Server parameters and the push update, applied atomically; counts every applied push.
-    With ``damped`` a push computed on parameters ``tau`` versions old is applied at
-    ``weight / max(1, tau)`` (staleness-aware async SGD, Zhang et al. 2016)."""
 
-    def __init__(self, params: np.ndarray, weights: list[float], damped: bool = False):
+    A push of gradient ``g`` from worker i is applied through the server's update rule (``optimizer``,
+    an ``orchestrator.sync.optim.Optimizer``: plain SGD unless told otherwise; its state lives here) at
+    the learning rate ``weight_i``. With ``damped`` a push computed on parameters ``tau`` versions old is
+    applied at ``weight_i / max(1, tau)`` (staleness-aware async SGD, Zhang et al. 2016). Subclasses change
+    the gradient before it is applied (``correct``) and may keep per-worker state on ``pull``."""
+
+    def __init__(self, params: np.ndarray, weights: list[float], damped: bool = False, optimizer: Any = None):
+        from orchestrator.sync.optim import Optimizer
+
         self.params = np.array(params, dtype=np.float32, copy=True)
         self.weights = [np.float32(w) for w in weights]
         self.damped = damped
+        self.optimizer = optimizer if optimizer is not None else Optimizer()
         self.version = 0                              # pushes applied so far (= global update count)
         self.pushes_by_worker = [0] * len(weights)
         self.samples = 0
@@ -323,18 +339,27 @@ class ParameterServer:
         with self.lock:
             self.weights = [np.float32(w) for w in weights]
 
-    def pull(self) -> tuple[np.ndarray, int]:
+    def pull(self, worker: int | None = None) -> tuple[np.ndarray, int]:
         with self.lock:
+            self.on_pull(worker)
             return self.params.copy(), self.version
 
-    def pull_into(self, out: np.ndarray) -> int:
+    def pull_into(self, out: np.ndarray, worker: int | None = None) -> int:
         with self.lock:
+            self.on_pull(worker)
             np.copyto(out, self.params)
             return self.version
 
+    def on_pull(self, worker: int | None) -> None:
+        """Called (under the lock) when ``worker`` pulls the parameters; nothing to remember by default."""
+
+    def correct(self, worker: int, grad: np.ndarray) -> np.ndarray:
+        """The gradient to apply for a push of ``grad`` (under the lock); as pushed by default."""
+        return grad
+
     def push(self, worker: int, grad: np.ndarray, pulled_version: int, batch: int,
              closed: threading.Event | None = None) -> int | None:
-        """Apply ``params -= weight_worker * grad`` (damped by staleness if asked); returns the new version.
+        """Apply ``worker``'s gradient (damped by staleness if asked); returns the new version.
         Once ``closed`` is set (training stopped: target reached or budget spent) a push still in flight is
         dropped and None returned, so the final parameters are the ones the stop was decided on."""
         with self.lock:
@@ -342,12 +367,50 @@ class ParameterServer:
                 return None
             tau = self.version - pulled_version
             weight = self.weights[worker] / np.float32(max(1, tau)) if self.damped else self.weights[worker]
-            self.params -= weight * grad
+            self.optimizer.step(self.params, self.correct(worker, grad), weight)
             self.update_staleness[tau] += 1
             self.version += 1
             self.pushes_by_worker[worker] += 1
             self.samples += batch
             return self.version
+
+
+class DelayCompensatedServer(ParameterServer):
+    """DC-ASGD (Zheng et al. 2017, "Asynchronous SGD with Delay Compensation"): a gradient computed on the
+    parameters ``w_pulled`` a worker pulled is corrected to the current ``w`` by the first-order Taylor
+    term with the outer-product approximation of the Hessian, ``g + lambda * g (.) g (.) (w - w_pulled)``.
+    ``adaptive``: ``lambda_t = lambda0 / sqrt(MeanSquare_t + eps)`` elementwise, with
+    ``MeanSquare_t = m MeanSquare_{t-1} + (1 - m) g (.) g`` (DC-ASGD-a; the constant form is DC-ASGD-c).
+    Keeps one copy of the parameters per worker (what it pulled)."""
+
+    def __init__(self, params: np.ndarray, weights: list[float], damped: bool = False, optimizer: Any = None, *,
+                 lam: float = 0.04, adaptive: bool = False, decay: float = 0.95):
+        super().__init__(params, weights, damped, optimizer)
+        self.lam, self.adaptive, self.decay = np.float32(lam), adaptive, np.float32(decay)
+        self.backup: dict[int, np.ndarray] = {}
+        self.mean_square: np.ndarray | None = None
+
+    def on_pull(self, worker: int | None) -> None:
+        if worker is not None:
+            if worker in self.backup:
+                np.copyto(self.backup[worker], self.params)
+            else:
+                self.backup[worker] = self.params.copy()
+
+    def correct(self, worker: int, grad: np.ndarray) -> np.ndarray:
+        pulled = self.backup.get(worker)
+        if pulled is None:
+            return grad
+        lam: Any = self.lam
+        if self.adaptive:
+            sq = grad * grad
+            if self.mean_square is None:
+                self.mean_square = sq.copy()
+            else:
+                self.mean_square *= self.decay
+                self.mean_square += (1 - self.decay) * sq
+            lam = self.lam / np.sqrt(self.mean_square + np.float32(1e-7))
+        return grad + lam * grad * grad * (self.params - pulled)
 
 
 def histogram_dict(hist: Counter) -> dict[str, int]:

@@ -246,7 +246,7 @@ def run_server(job: Job, comm) -> None:
                 if granted is None:  # stop; says whether this worker's last push was dropped
                     comm.Send(np.array([0, last_dropped, 0], np.int64), dest=src, tag=GO)
                     return
-                version = server.pull_into(params)
+                version = server.pull_into(params, i)
                 comm.Send(np.array([1, version, balancer.batches[i]], np.int64), dest=src, tag=GO)
                 comm.Send(params, dest=src, tag=PARAMS)
                 comm.Recv(hdr, source=src, tag=HDR)

@@ -38,8 +38,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from orchestrator.errors import ConfigError, number
-from orchestrator.sync.core import (ParameterServer, StalenessGate, SyncOptions, _get, _plain, push_weights,
-                                    scaled_lr)
+from orchestrator.sync.core import (DelayCompensatedServer, ParameterServer, StalenessGate, SyncOptions, _get,
+                                    _plain, push_weights, scaled_lr)
 
 Gradient = Callable[[np.ndarray], np.ndarray]   # parameters -> gradient of the next batch of this worker
 
@@ -195,8 +195,13 @@ class ServerStrategy(SyncStrategy):
         return push_weights(lr, batches, opts.push_lr, batch_size=batch_size, rule=opts.lr_rule)
 
     def make_server(self, theta0: np.ndarray, weights: list[float], opts: SyncOptions) -> ParameterServer:
-        """The server's state and update rule (subclass ``ParameterServer`` for another rule)."""
-        return ParameterServer(theta0, weights, damped=opts.push_lr == "lr/staleness")
+        """The server's state and update rule (subclass ``ParameterServer`` for another rule): plain, or
+        delay-compensated with ``sync.delay_compensation`` > 0 (DC-ASGD)."""
+        damped = opts.push_lr == "lr/staleness"
+        if opts.delay_compensation > 0:
+            return DelayCompensatedServer(theta0, weights, damped, lam=opts.delay_compensation,
+                                          adaptive=opts.delay_compensation_mode == "adaptive")
+        return ParameterServer(theta0, weights, damped=damped)
 
     def make_gate(self, opts: SyncOptions) -> StalenessGate:
         return StalenessGate(opts.workers, opts.staleness, dynamic=opts.dynamic_staleness,

@@ -170,7 +170,7 @@ class VirtualRun:
 
         def start(i: int, now: float) -> None:
             gate.grant(i)
-            snap[i], pulled[i] = server.pull()
+            snap[i], pulled[i] = server.pull(i)
             ready = links.pull(i, now)
             batch_of[i] = self.batches[i]
             dur = dur_of[i] = self.clock.duration(i, batch_of[i], ready)

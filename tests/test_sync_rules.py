@@ -1,0 +1,109 @@
+"""Update rules of the sync engine, by hand: the optimizers (orchestrator.sync.optim) and the
+delay-compensated parameter server (DC-ASGD), and their one-line config errors."""
+
+import numpy as np
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.sync.core import DelayCompensatedServer, ParameterServer
+from orchestrator.sync.optim import Optimizer, OptimizerSettings
+from tests.fakes import strategy, sync_options
+
+G1, G2 = np.array([1.0, -2.0], np.float32), np.array([0.5, 0.5], np.float32)
+
+
+def steps(name, **kw):
+    opt, theta = Optimizer(OptimizerSettings(name, **kw)), np.array([1.0, 1.0], np.float32)
+    out = [opt.step(theta, G1, 0.1).copy(), opt.step(theta, G2, 0.1).copy()]
+    return out
+
+
+def test_sgd_and_weight_decay():
+    a, b = steps("sgd")
+    np.testing.assert_allclose(a, [0.9, 1.2])
+    np.testing.assert_allclose(b, [0.85, 1.15])
+    a, _ = steps("sgd", weight_decay=0.5)                    # g + 0.5 * theta = [1.5, -1.5]
+    np.testing.assert_allclose(a, [0.85, 1.15])
+
+
+def test_momentum_and_nesterov():
+    a, b = steps("momentum", momentum=0.5)                   # v1 = g1; v2 = 0.5 g1 + g2 = [1.0, -0.5]
+    np.testing.assert_allclose(a, [0.9, 1.2])
+    np.testing.assert_allclose(b, [0.8, 1.25])
+    a, b = steps("nesterov", momentum=0.5)                   # step 1: g1 + 0.5 v1 = 1.5 g1
+    np.testing.assert_allclose(a, [0.85, 1.3])
+    np.testing.assert_allclose(b, a - 0.1 * (G2 + 0.5 * np.array([1.0, -0.5])), rtol=1e-6)
+
+
+def test_adam_first_step_is_lr_times_the_sign():
+    a, _ = steps("adam")                                     # m_hat = g, v_hat = g^2 -> g / |g|
+    np.testing.assert_allclose(a, [0.9, 1.1], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kw,key", [({"name": "lion"}, "train.optimizer='lion'"), ({"momentum": 1.0}, "train.momentum=1.0"),
+                                    ({"beta2": -0.1}, "train.beta2=-0.1"), ({"weight_decay": -1.0}, "train.weight_decay=-1.0")])
+def test_optimizer_settings_are_checked(kw, key):
+    with pytest.raises(ConfigError, match="^" + key.replace(".", r"\.").replace("(", r"\(")):
+        OptimizerSettings(**kw)
+
+
+def test_delay_compensation_corrects_a_stale_gradient_by_hand():
+    server = DelayCompensatedServer(np.array([1.0, 2.0], np.float32), [0.1, 0.1], lam=0.5)
+    _, v0 = server.pull(0)                                   # worker 0 pulls w = [1, 2]
+    _, v1 = server.pull(1)
+    server.push(1, G2, v1, 4)                                # w = [0.95, 1.95]; worker 1's pull was fresh
+    server.push(0, G1, v0, 4)                                # g + 0.5 g*g*(w - w_pulled) = g + 0.5 g^2 (-0.05)
+    corrected = G1 + 0.5 * G1 * G1 * np.float32(-0.05)
+    np.testing.assert_allclose(server.params, np.array([0.95, 1.95]) - 0.1 * corrected, rtol=1e-6)
+    assert server.update_staleness == {0: 1, 1: 1}
+
+
+def test_adaptive_delay_compensation_scales_lambda_by_the_mean_square():
+    server = DelayCompensatedServer(np.array([1.0, 2.0], np.float32), [0.1, 0.1], lam=0.5, adaptive=True, decay=0.5)
+    server.pull(0)
+    server.params[:] = [1.2, 1.6]                            # as if others had pushed
+    g = G1
+    lam = 0.5 / np.sqrt(g * g + 1e-7)                        # first push: the mean square is g^2
+    expected = np.array([1.2, 1.6]) - 0.1 * (g + lam * g * g * np.array([0.2, -0.4]))
+    server.push(0, g, 0, 4)
+    np.testing.assert_allclose(server.params, expected, rtol=1e-5)
+
+
+def test_without_delay_compensation_the_server_is_plain():
+    opts = sync_options({"name": "delay"}, {"hardware": {"workers": 2}})
+    assert type(strategy("delay").make_server(np.zeros(2, np.float32), [0.1, 0.1], opts)) is ParameterServer
+    opts = sync_options({"name": "delay", "delay_compensation": 0.3, "delay_compensation_mode": "adaptive"},
+                        {"hardware": {"workers": 2}})
+    server = strategy("delay").make_server(np.zeros(2, np.float32), [0.1, 0.1], opts)
+    assert isinstance(server, DelayCompensatedServer) and server.adaptive and server.lam == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("sync,message", [
+    ({"name": "allreduce", "delay_compensation": 0.1}, r"^sync\.delay_compensation=0\.1 needs a parameter-server strategy"),
+    ({"name": "async", "delay_compensation": -1}, r"^sync\.delay_compensation=-1"),
+    ({"name": "async", "delay_compensation": 0.1, "delay_compensation_mode": "taylor"},
+     r"^sync\.delay_compensation_mode='taylor' \(accepted: constant, adaptive\)$"),
+])
+def test_delay_compensation_config_errors(sync, message):
+    with pytest.raises(ConfigError, match=message):
+        sync_options(sync, {"hardware": {"workers": 2}})
+
+
+def test_the_virtual_runtime_runs_a_delay_compensated_server():
+    import dataclasses
+
+    from orchestrator.execution.training import TrainSettings
+    from orchestrator.sync.virtual import VirtualRun
+    from tests.fakes import FakeRuntime, fake_data
+
+    s = TrainSettings(batch_size=4, lr=0.1, target_accuracy=2.0, stop="budget", eval_every=5, budget_updates=40)
+    finals = {}
+    for lam in (0.0, 0.5):
+        cfg_sync = {"name": "async", "delay_compensation": lam}
+        opts = sync_options(cfg_sync, {"hardware": {"workers": 4, "worker_speeds": [1, 0.5, 0.25, 1]}})
+        v = VirtualRun(strategy(cfg_sync), dataclasses.replace(opts, balance="none"), s, FakeRuntime(), fake_data(), 1.0)
+        result, stats = v.run()
+        assert stats.pushes_applied == 40 and max(stats.update_staleness) > 0    # stale pushes happened
+        finals[lam] = v.final_params
+    assert sorted(v.server.backup) == [0, 1, 2, 3]            # one pulled copy per worker
+    assert not np.allclose(finals[0.0], finals[0.5])          # the correction changed the stale pushes
