@@ -73,9 +73,11 @@ def precheck(argv: list[str]) -> list[str]:
                 raise UserError(f"unknown {key} {str(v)!r} (available: {', '.join(sorted(options[key])) or 'none'})")
     if has_optuna and not has_direction:
         argv = [*argv, f"hydra.sweeper.direction={direction}"]
+    own = [(o, ov) for o, ov in zip(overrides, parsed) if not o.lstrip("+~").startswith("hydra")]
     if not any(a.startswith("-") for a in argv):
-        _compose_check([o for o in overrides if not o.lstrip("+~").startswith("hydra")])
+        _compose_check([o for o, _ in own])
     elif any(a in ("-m", "--multirun") for a in argv):
+        _sweep_check(own)
         argv = _optuna_resume(argv, [o for o, ov in zip(overrides, parsed) if not ov.is_sweep_override()])
     return argv
 
@@ -122,19 +124,47 @@ def _optuna_resume(argv: list[str], overrides: list[str]) -> list[str]:
 
 
 def _compose_check(overrides: list[str]) -> None:
-    """Compose the config once before Hydra runs, to turn its multi-line errors into one line."""
+    """Compose the config before Hydra runs and hold it to its schemas (``orchestrator.config``):
+    a wrong type, range, choice or key is one line, and exit 2, before any run or output directory."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    from orchestrator.config import describe, validate
+
     try:
         with initialize_config_module("orchestrator_conf", version_base="1.3"):
-            compose("config", overrides=overrides)
+            cfg = compose("config", overrides=overrides)
+        validate(cfg)
+    except UserError:
+        raise
     except Exception as exc:  # Hydra's and OmegaConf's errors: config a user wrote
+        known = describe(exc)
+        if known is not None:
+            raise UserError(known) from None
         text = f"{exc}\n{exc.__cause__}" if exc.__cause__ is not None else str(exc)
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "To append"))]
         raise UserError(" ".join(lines) or type(exc).__name__) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _sweep_check(overrides: list) -> None:
+    """A sweep's command line, checked before Hydra launches it: the fixed overrides, then each value
+    of each swept key (``placer.budget_evaluations=100,-5``) with them, so a bad value is one line and
+    no sweep starts. Sweeps Hydra expands itself (``interval(...)``, recipes' sweeper params) are
+    checked per trial (``Trial`` validates its config before its run starts)."""
+    fixed = [o for o, ov in overrides if not ov.is_sweep_override()]
+    _compose_check(fixed)
+    for o, ov in overrides:
+        if not ov.is_sweep_override():
+            continue
+        try:
+            values = list(ov.sweep_string_iterator())
+        except Exception:  # not a list Hydra can enumerate here
+            continue
+        prefix = o.split("=", 1)[0]
+        for v in values:
+            _compose_check([*fixed, f"{prefix}={v}"])
 
 
 def _task(cfg) -> float:

@@ -21,13 +21,14 @@ _MISSING = dataclasses.MISSING
 def option(default: Any = _MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,  # noqa: A002
            min: float | None = None, max: float | None = None, gt: float | None = None,  # noqa: A002
            lt: float | None = None, choices: Iterable[Any] | None = None, number: bool = False,
-           finite: bool = False) -> Any:
+           finite: bool = False, fold: bool = False) -> Any:
     """A schema field. ``help``: the one line the reference page and ``--help`` show. ``min``/``max``
     (inclusive) and ``gt``/``lt`` (strict) bound a number; ``choices`` lists the accepted words;
     ``number=True`` with ``choices`` accepts a number besides the words (``init_bias: auto | 0.5``),
-    held to the bounds. ``finite`` refuses inf. A mutable default is given as ``factory``."""
+    held to the bounds. ``finite`` refuses inf; ``fold`` matches the words case-insensitively. A
+    mutable default is given as ``factory``."""
     meta = {"help": help, "min": min, "max": max, "gt": gt, "lt": lt, "finite": finite,
-            "choices": tuple(choices) if choices is not None else None, "number": number}
+            "choices": tuple(choices) if choices is not None else None, "number": number, "fold": fold}
     meta = {k: v for k, v in meta.items() if v is not None and v is not False}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
@@ -68,6 +69,8 @@ def check_value(key: str, v: Any, f: dataclasses.Field) -> None:
     is_num = isinstance(v, (int, float)) and not isinstance(v, bool)
     if choices is not None:
         ok = v in choices or (isinstance(v, str) and v in [str(c) for c in choices])
+        if not ok and meta.get("fold") and isinstance(v, str):
+            ok = v.strip().lower() in [str(c).lower() for c in choices]
         if ok:
             return
         if not (meta.get("number") and is_num):
@@ -124,9 +127,13 @@ def check(node: Any, prefix: str) -> None:
         if isinstance(value, DictConfig):
             check(value, f"{prefix}{name}.")
         elif isinstance(value, ListConfig):
-            if f.metadata.get("choices") is not None:   # a list of words (placer.variants)
-                for i, item in enumerate(value):
-                    check_value(f"{prefix}{name}[{i}]", item, f)
+            if f.metadata.get("choices") is None:
+                continue
+            if not str(f.type).startswith(("List", "list")):   # a word or number, not a list
+                raise ConfigError(f"{prefix}{name}={show(value)} (accepted: "
+                                  f"{_words(f.metadata['choices'], f.metadata.get('number', False))})")
+            for i, item in enumerate(value):                   # a list of words (placer.variants)
+                check_value(f"{prefix}{name}[{i}]", item, f)
         else:
             check_value(f"{prefix}{name}", value, f)
 

@@ -10,6 +10,8 @@ from typing import Any, Optional
 from orchestrator.config import Schema
 from orchestrator.config.fields import option
 
+PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
+
 
 @dataclass
 class NetworkConfig:
@@ -50,7 +52,7 @@ class LocalHardwareConfig(HardwareConfig):
     core_sharing: Any = option("auto", "the logical CPUs share this machine's cores: auto (measure their parallel "
                                "efficiency eff(k) here, on a fixed probe workload), model (on the trial's own model's "
                                "training step), none (independent devices) or a number c (eff(k) = min(k, c))",
-                               choices=("auto", "model", "none"), number=True, gt=0, finite=True)
+                               choices=("auto", "model", "none"), number=True, gt=0, finite=True, fold=True)
     netlab: Optional[str] = option(None, "an emulated cluster's directory (python -m orchestrator.netlab): MPI ranks "
                                    "run on its hosts, its links feed the cost model")
 
@@ -70,7 +72,7 @@ class TFClusterHardwareConfig(HardwareConfig):
 @dataclass
 class SimulatedHardwareConfig(HardwareConfig):
     name: str = option("simulated", "the cost model: nothing runs for real, every figure is labelled simulated")
-    preset: Optional[str] = option(None, "a built-in cluster", choices=("sim_1cpu_4gpu", "sim_hetero_cluster"))
+    preset: Optional[str] = option(None, "a built-in cluster", choices=PRESETS)
     path: Optional[str] = option(None, "a user's own cluster file (YAML; see docs: cluster files), instead of a preset")
     gpu: Optional[str] = option(None, "preset sim_1cpu_4gpu: the GPU profile (null: \"K80 (datasheet)\"); see "
                                 "orchestrator.hardware.profiles")

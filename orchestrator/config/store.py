@@ -63,7 +63,15 @@ def register() -> None:
     from orchestrator.config.root import OrchestratorConfig
 
     cs = ConfigStore.instance()
-    cs.store(name=ROOT_SCHEMA, node=OrchestratorConfig)
-    for key, cls in schemas().items():
+    found = schemas()
+    if _REGISTERED == set(found):
+        return
+    cs.store(name=ROOT_SCHEMA, node=OrchestratorConfig, replace=True)
+    for key, cls in found.items():
         group, _, name = key.partition("/")
-        cs.store(group=f"schema/{group}", name=name, node=cls)
+        cs.store(group=f"schema/{group}", name=name, node=cls, replace=True)
+    _REGISTERED.clear()
+    _REGISTERED.update(found)
+
+
+_REGISTERED: set[str] = set()
