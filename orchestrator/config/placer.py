@@ -23,6 +23,8 @@ class PlacerConfig(Schema):
                          "measured)", choices=REWARDS)
     evaluator: Optional[str] = option(None, "deprecated alias of reward (placer.evaluator=measured -> placer.reward=measured)",
                                       choices=("auto", "measured", "simulated"))
+    baseline: Any = option(None, "the human-expert baseline other placers are measured against: a manual-placer config "
+                           "such as {strategy: chain} (null: the manual placer's defaults, conf/placer/manual.yaml)")
 
 
 @dataclass
