@@ -33,6 +33,8 @@ def from_node(cls: type[T], node: Any, prefix: str) -> T:
     typed = schema_of(node)
     if typed is not None and issubclass(typed, cls):
         merged = node
+    elif isinstance(node, cls):                      # an instance (built by hand, or by from_node before)
+        merged = OmegaConf.structured(node)
     else:
         try:
             raw = node if isinstance(node, DictConfig) else OmegaConf.create(dict(node or {}))
