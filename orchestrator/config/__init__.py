@@ -40,12 +40,13 @@ def from_node(cls: type[T], node: Any, prefix: str) -> T:
             raw = node if isinstance(node, DictConfig) else OmegaConf.create(dict(node or {}))
             merged = OmegaConf.merge(OmegaConf.structured(cls), raw)
         except OmegaConfBaseException as exc:
-            text = describe(exc)
-            if text is None:
-                key = getattr(exc, "key", None) or str(exc).splitlines()[0]
+            from omegaconf.errors import ValidationError
+
+            if isinstance(exc, ValidationError):      # a wrong type: "KEY='abc' is not an integer"
+                text = f"{prefix}.{describe(exc)}"
+            else:                                     # a key the schema lacks
+                key = getattr(exc, "full_key", None) or getattr(exc, "key", None) or str(exc).splitlines()[0]
                 text = f"unknown key {prefix}.{key} ({prefix} accepts: {', '.join(_names(cls))})"
-            elif not text.startswith(f"{prefix}."):
-                text = f"{prefix}.{text}"
             raise ConfigError(text) from None
     check(merged, f"{prefix}.")
     return OmegaConf.to_object(merged)  # type: ignore[return-value]

@@ -42,14 +42,17 @@ def schema_refs() -> dict[str, str]:
     return refs
 
 
-_SCHEMAS: dict[str, type] = {}
+_CLASSES: dict[str, type] = {}   # by "module:Class", imported once per process
 
 
 def schemas() -> dict[str, type]:
-    """Every registered schema class by ``group/name`` (imported once)."""
-    if not _SCHEMAS:
-        _SCHEMAS.update({k: _resolve(k, r) for k, r in schema_refs().items()})
-    return dict(_SCHEMAS)
+    """Every registered schema class by ``group/name``."""
+    out = {}
+    for key, ref in schema_refs().items():
+        if ref not in _CLASSES:
+            _CLASSES[ref] = _resolve(key, ref)
+        out[key] = _CLASSES[ref]
+    return out
 
 
 def schema_for(group: str, name: str | None) -> type | None:
@@ -64,7 +67,7 @@ def register() -> None:
 
     cs = ConfigStore.instance()
     found = schemas()
-    if _REGISTERED == set(found):
+    if _REGISTERED == found:
         return
     cs.store(name=ROOT_SCHEMA, node=OrchestratorConfig, replace=True)
     for key, cls in found.items():
@@ -74,4 +77,4 @@ def register() -> None:
     _REGISTERED.update(found)
 
 
-_REGISTERED: set[str] = set()
+_REGISTERED: dict[str, type] = {}
