@@ -38,7 +38,10 @@ def from_node(cls: type[T], node: Any, prefix: str) -> T:
     else:
         try:
             raw = node if isinstance(node, DictConfig) else OmegaConf.create(dict(node or {}))
-            merged = OmegaConf.merge(OmegaConf.structured(cls), raw)
+            base = OmegaConf.structured(cls)
+            if getattr(cls, "extra_keys", False):
+                OmegaConf.set_struct(base, False)
+            merged = OmegaConf.merge(base, raw)
         except OmegaConfBaseException as exc:
             from omegaconf.errors import ValidationError
 

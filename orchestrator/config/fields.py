@@ -107,12 +107,13 @@ def schema_of(node: Any) -> type | None:
 
 def check(node: Any, prefix: str) -> None:
     """Every field of a typed node (recursively) against its declaration, and no key the schema
-    lacks (``+placer.typo=1`` gets past Hydra's struct mode; it is refused here)."""
+    lacks (``+placer.typo=1`` gets past Hydra's struct mode; it is refused here) unless the schema says
+    ``extra_keys = True`` (an option whose code passes its node on, e.g. ``model=keras``'s factory)."""
     cls = schema_of(node)
     if cls is None:
         return
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = [k for k in node.keys() if k not in fields]
+    unknown = [] if getattr(cls, "extra_keys", False) else [k for k in node.keys() if k not in fields]
     if unknown:
         raise ConfigError(f"unknown key {prefix}{unknown[0]} ({prefix.rstrip('.') or 'the config'} accepts: "
                           f"{', '.join(fields)})")

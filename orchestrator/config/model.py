@@ -46,7 +46,7 @@ class ResNet50ModelConfig(ModelConfig):
 @dataclass
 class NMTModelConfig(ModelConfig):
     name: str = option("nmt", "stacked-LSTM encoder-decoder with attention (placement only)")
-    layers: int = option(2, "LSTM layers on each side: 2, 4 or 8 in the reference studies", min=1)
+    layers: int = option(2, "LSTM layers on each side, as in the reference studies", choices=(2, 4, 8))
     vocab: int = option(4000, "vocabulary size", min=1)
     hidden: int = option(128, "LSTM width", min=1)
     seq_len: int = option(16, "tokens per sequence", min=1)
@@ -66,6 +66,7 @@ class TransformerModelConfig(ModelConfig):
 
 @dataclass
 class KerasModelConfig(ModelConfig):
+    extra_keys = True   # the user's factory reads its own keys (+model.classes=5): they are not refused
     name: str = option("keras", "your own model: model.factory=package.module:function")
     factory: Optional[str] = option(None, "function(cfg) or function() returning (keras_model, input_spec); see docs")
 
