@@ -7,6 +7,15 @@
   Hydra's ConfigStore, which each option's YAML extends.
 
 A plugin reads its typed config with ``MySchema.from_node(node)`` (or ``from_node(MySchema, node)``).
+
+Typing an option (a built-in's or a plugin's, any group, e.g. ``sync``):
+1. a dataclass (base ``Schema``, ``group = "sync"``) whose fields are ``option(default, help, min=...,
+   choices=...)``; ``Any`` for a value of several shapes the plugin checks itself;
+2. the hook ``orchestrator_config_schemas`` returns ``{"sync/NAME": "module:Class"}``;
+3. ``conf/sync/NAME.yaml`` starts ``defaults: [/schema/sync@_here_: NAME, _self_]`` and keeps ``name``
+   plus what differs from the schema;
+4. the plugin reads ``Class.from_node(cfg)`` instead of ``cfg.get(key, default)``; checks across keys
+   or groups stay in the plugin. ``docs/gen_config_reference.py`` then documents it from the schema.
 """
 
 from __future__ import annotations
