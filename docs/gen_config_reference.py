@@ -1,18 +1,25 @@
-"""Generate docs/configuration.md from conf/**/*.yaml: one table per file, with the YAML's comments.
+"""Generate docs/configuration.md: one table per config option, from its typed schema (the
+dataclasses of ``orchestrator.config``: each field's default, help line and accepted values), with
+the values the option's YAML sets over them. An option without a schema (the sync strategies, a
+plugin's untyped YAML) is read from its YAML: comment lines above a key and a trailing ``# comment``
+describe it.
 
     python docs/gen_config_reference.py [--check]
 
-Comment lines above a key describe it; a trailing ``# comment`` too. ``--check`` exits 1 when the
-committed page is out of date.
+``--check`` exits 1 when the committed page is out of date.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:      # the schemas of this checkout, not of an installed copy
+    sys.path.insert(0, str(ROOT))
+GROUP_SLOTS = ("hardware", "model", "dataset", "placer", "sync")
 CONF = ROOT / "conf"
 OUT = ROOT / "docs" / "configuration.md"
 KEY = re.compile(r"^(?P<indent> *)(?P<key>[\w./*-]+):(?P<value>[^#]*?)\s*(?:#\s?(?P<comment>.*))?$")
@@ -49,18 +56,108 @@ def parse(text: str) -> tuple[str, list[list[str]]]:
     return " ".join(x for x in header if x), rows
 
 
+def yaml_value(v) -> str:
+    """A default as it would be written in YAML (``null``, ``true``, ``[heft, topo]``)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(yaml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {yaml_value(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def accepts(f: dataclasses.Field) -> str:
+    """What a field accepts, from its declaration (``orchestrator.config.option``)."""
+    from orchestrator.config.fields import _bounds, _is_int, _words
+
+    meta = f.metadata
+    parts = []
+    if meta.get("choices") is not None:
+        parts.append(_words(meta["choices"], meta.get("number", False)))
+    bounds = _bounds(meta)
+    kind = "integer" if _is_int(f) else "number" if "float" in str(f.type) else "true, false" if "bool" in str(f.type) else ""
+    if bounds and meta.get("choices") is not None:
+        parts[-1] += f" {bounds}"
+    elif bounds or kind:
+        parts.append(f"{kind} {bounds}".strip())
+    if "Optional" in str(f.type) or "None" in str(f.type):
+        parts.append("null")
+    return "; ".join(parts)
+
+
+def schema_rows(cls, values: dict, prefix: str = "") -> list[list[str]]:
+    """[[dotted key, default, accepts, help]] of a schema, nested schemas flattened."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        if prefix == "" and f.name in GROUP_SLOTS:
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        value = values.get(f.name, default)
+        if dataclasses.is_dataclass(default):
+            rows.append([prefix + f.name, "", "", f.metadata.get("help", "")])
+            rows += schema_rows(type(default), value if isinstance(value, dict) else {}, f"{prefix}{f.name}.")
+            continue
+        if dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)
+        rows.append([prefix + f.name, f"`{yaml_value(value)}`", accepts(f), f.metadata.get("help", "")])
+    return rows
+
+
+def typed_option(rel: Path):
+    """(schema class, the values the YAML sets) for an option that extends a schema, else None."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.config.store import schemas
+
+    data = OmegaConf.to_container(OmegaConf.load(CONF / rel))
+    for entry in data.pop("defaults", None) or []:
+        if isinstance(entry, dict):
+            for key, name in entry.items():
+                if str(key).startswith("/schema/"):
+                    group = str(key)[len("/schema/"):].split("@")[0]
+                    return schemas()[f"{group}/{name}"], data
+        elif entry == "orchestrator_schema":
+            from orchestrator.config.root import OrchestratorConfig
+
+            return OrchestratorConfig, {k: v for k, v in data.items() if k != "hydra"}
+    return None
+
+
+def header(text: str) -> str:
+    """The YAML's leading comment, less the line that points here."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        words = line.lstrip("#").strip()
+        if not words.startswith(("Defaults, help", "Every key's default", "docs/configuration.md is generated")):
+            lines.append(words)
+    return " ".join(lines)
+
+
 def section(rel: Path) -> str:
-    description, rows = parse((CONF / rel).read_text())
     group = rel.parent.as_posix()
     prefix = "" if group == "." else group + "."
     title = "config.yaml (the root)" if group == "." else f"`{group}={rel.stem}`"
     how = "" if group == "." else (f"Select with `{'+' if group in ('placer', 'sync') else ''}{group}={rel.stem}`; "
                                    f"override a key with `{prefix}KEY=VALUE`.\n\n")
-    lines = [f"## {title}\n", f"File: `conf/{rel.as_posix()}`. {description}".rstrip() + "\n", how,
-             "| key | default | description |", "|---|---|---|"]
-    for key, value, words in rows:
-        cell = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines.append(f"| `{prefix}{key}` | {cell(value)} | {cell(words)} |")
+    typed = typed_option(rel)
+    if typed is not None:
+        cls, values = typed
+        description = header((CONF / rel).read_text())
+        source = f"Schema: `{cls.__module__}.{cls.__qualname__}`. "
+        rows = schema_rows(cls, values)
+    else:
+        description, plain = parse((CONF / rel).read_text())
+        source, rows = "Untyped (no schema): the YAML is the reference. ", [[k, v, "", w] for k, v, w in plain]
+    lines = [f"## {title}\n", f"File: `conf/{rel.as_posix()}`. {source}{description}".rstrip() + "\n", how,
+             "| key | default | accepts | description |", "|---|---|---|---|"]
+    cell = lambda s: s.replace("|", "\\|")  # noqa: E731
+    for key, value, ok, words in rows:
+        lines.append(f"| `{prefix}{key}` | {cell(value)} | {cell(ok)} | {cell(words)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -68,9 +165,12 @@ def render() -> str:
     files = sorted(CONF.rglob("*.yaml"), key=lambda p: (p.parent != CONF, p.relative_to(CONF).as_posix()))
     body = "\n".join(section(p.relative_to(CONF)) for p in files)
     return ("# Configuration reference\n\n"
-            "<!-- Generated by docs/gen_config_reference.py from conf/**/*.yaml; do not edit by hand. -->\n\n"
-            "Every option of every config group shipped with the orchestrator, with its default and the comment "
-            "from its YAML file. Plugins add their own groups' options (see [Writing a plugin](plugins.md)).\n\n"
+            "<!-- Generated by docs/gen_config_reference.py from the schemas (orchestrator/config/) and conf/**/*.yaml; "
+            "do not edit by hand. -->\n\n"
+            "Every option of every config group shipped with the orchestrator: each key's default, what it accepts "
+            "(checked before any run: a wrong type, range or choice is a one-line error, exit 2) and its help line, "
+            "from the option's schema. Plugins add their own groups' options and schemas "
+            "(see [Writing a plugin](plugins.md)).\n\n"
             + body)
 
 

@@ -73,9 +73,11 @@ def precheck(argv: list[str]) -> list[str]:
                 raise UserError(f"unknown {key} {str(v)!r} (available: {', '.join(sorted(options[key])) or 'none'})")
     if has_optuna and not has_direction:
         argv = [*argv, f"hydra.sweeper.direction={direction}"]
+    own = [(o, ov) for o, ov in zip(overrides, parsed) if not o.lstrip("+~").startswith("hydra")]
     if not any(a.startswith("-") for a in argv):
-        _compose_check([o for o in overrides if not o.lstrip("+~").startswith("hydra")])
+        _compose_check([o for o, _ in own])
     elif any(a in ("-m", "--multirun") for a in argv):
+        _sweep_check(own)
         argv = _optuna_resume(argv, [o for o, ov in zip(overrides, parsed) if not ov.is_sweep_override()])
     return argv
 
@@ -121,20 +123,68 @@ def _optuna_resume(argv: list[str], overrides: list[str]) -> list[str]:
     return argv
 
 
-def _compose_check(overrides: list[str]) -> None:
-    """Compose the config once before Hydra runs, to turn its multi-line errors into one line."""
+def _compose_check(overrides: list[str]):
+    """Compose the config before Hydra runs and hold it to its schemas (``orchestrator.config``):
+    a wrong type, range, choice or key is one line, and exit 2, before any run or output directory."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    from orchestrator.config import describe, validate
+
     try:
         with initialize_config_module("orchestrator_conf", version_base="1.3"):
-            compose("config", overrides=overrides)
+            cfg = compose("config", overrides=overrides)
+        validate(cfg)
+        return cfg
+    except UserError:
+        raise
     except Exception as exc:  # Hydra's and OmegaConf's errors: config a user wrote
+        known = describe(exc)
+        if known is not None:
+            raise UserError(known) from None
         text = f"{exc}\n{exc.__cause__}" if exc.__cause__ is not None else str(exc)
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "To append"))]
         raise UserError(" ".join(lines) or type(exc).__name__) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _sweep_check(overrides: list) -> None:
+    """A sweep's command line, checked before Hydra launches it: the fixed overrides, then each value
+    of each swept key (``placer.budget_evaluations=100,-5``) on that config, so a bad value is one
+    line and no sweep starts. A swept group (``placer=greedy,rl``) is composed once per option.
+    Sweeps Hydra expands itself (``interval(...)``, recipes' sweeper params) are checked per trial
+    (``Trial`` validates its config before its run starts)."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from orchestrator.config import describe, validate
+
+    fixed = [o for o, ov in overrides if not ov.is_sweep_override()]
+    swept = [(o.split("=", 1)[0], ov) for o, ov in overrides if ov.is_sweep_override()]
+    groups = [(p, ov) for p, ov in swept if ov.key_or_group in GROUPS or p[0] in "+~"]
+    keys = [(p, ov) for p, ov in swept if (p, ov) not in groups]
+    try:
+        options = [[f"{p}={v}" for v in ov.sweep_string_iterator()] for p, ov in groups]
+        values = [list(ov.sweep_iterator()) for _, ov in keys]
+    except Exception:  # a sweep Hydra enumerates itself (interval, ...): checked per trial
+        return
+    bases = [fixed + [o[0] for o in options]]      # each option of each swept group, the others' first
+    for i, opts in enumerate(options):
+        bases += [fixed + [o[0] for o in options[:i]] + [v] + [o[0] for o in options[i + 1:]] for v in opts[1:]]
+    for base in bases:
+        cfg = _compose_check(base)
+        trial = copy.deepcopy(cfg)
+        for (_, ov), vals in zip(keys, values):
+            key = ov.key_or_group
+            for v in vals:
+                try:
+                    OmegaConf.update(trial, key, v, merge=False)
+                except Exception as exc:  # a wrong type or a key the config lacks
+                    raise UserError(describe(exc) or f"{key}={v!r}: {str(exc).splitlines()[0]}") from None
+                validate(trial)
+            OmegaConf.update(trial, key, OmegaConf.select(cfg, key), merge=False)
 
 
 def _task(cfg) -> float:

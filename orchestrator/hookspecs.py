@@ -66,6 +66,18 @@ def orchestrator_config_searchpath() -> list[str]:
 
 
 @hookspec
+def orchestrator_config_schemas() -> Mapping[str, Ref]:
+    """Typed schemas of config options, ``{"group/name": "module:Class"}`` with ``Class`` a dataclass
+    (fields made with ``orchestrator.config.option``: default, help line, range, choices).
+
+    Each is registered in Hydra's ConfigStore as ``schema/group/name`` before the config is composed;
+    the option's YAML extends it with ``defaults: [/schema/group@_here_: name, _self_]``, so its keys
+    are typed and checked (``orchestrator.config.validate``) before any run. ``name`` is the plugin
+    name (``placer.name``). Without a schema an option's YAML is its own, untyped, schema.
+    """
+
+
+@hookspec
 def orchestrator_trial_start(run_id: str, cfg: Any) -> None:
     """A trial listener: called after the trial's MLflow run started and its config was logged."""
 

@@ -11,6 +11,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import __version__, plugins
 from orchestrator.api import TrialContext
+from orchestrator.config import from_node, validate
+from orchestrator.config.model import MNISTDatasetConfig
+from orchestrator.config.root import ObjectiveConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt, PluginError, number
 from orchestrator.sync.strategy import SyncStrategy
 from orchestrator.progress import enabled as progress_enabled
@@ -55,18 +58,21 @@ def _name(cfg: DictConfig, group: str) -> str | None:
 
 
 def _build(group: str, cls, cfg: DictConfig):
-    """A plugin built from its config group; a value it cannot convert (``float('abc')``) is a
-    one-line ``ConfigError`` naming the keys that hold the offending value, not a traceback."""
+    """A plugin built from its config group. Its values were checked against its schema
+    (``orchestrator.config.validate``) before; a plugin without a schema that cannot convert a value
+    (``float('abc')``) is still a one-line ``ConfigError``, naming the group."""
     node = cfg.get(group)
     try:
         return cls(node)
     except (ValueError, TypeError) as exc:
-        flat = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else {}
-        text = str(exc)
-        keys = [f"{group}.{k}={v!r}" for k, v in (flat or {}).items()
-                if v is not None and not isinstance(v, (dict, list)) and (repr(v) in text or f"'{v}'" in text)]
-        where = ", ".join(keys) if keys else f"a {group}.* value"
-        raise ConfigError(f"{where} cannot be used by the {group} plugin ({str(exc).splitlines()[0][:200]})") from None
+        name = node.get("name") if isinstance(node, DictConfig) else None
+        raise ConfigError(f"{group}={name}: a {group}.* value cannot be used by its plugin "
+                          f"({str(exc).splitlines()[0][:200]})") from None
+
+
+def dataset_config(cfg: DictConfig) -> MNISTDatasetConfig:
+    """The trial's ``dataset`` group, typed (MNIST is the one dataset the trainers read)."""
+    return from_node(MNISTDatasetConfig, cfg.get("dataset"), "dataset")
 
 
 def _stop_if_interrupted(sink, phase: str) -> None:
@@ -96,18 +102,13 @@ class Trial:
         if self.sync_cls is not None and not (isinstance(self.sync_cls, type) and issubclass(self.sync_cls, SyncStrategy)):
             raise PluginError(f"sync strategy {self.names['sync']!r} ({self.sync_cls!r}) is not a subclass of "
                               "orchestrator.api.CollectiveStrategy or ServerStrategy")
+        validate(cfg)  # every typed key: type, range, choices, no unknown key (one line, before any run)
         self.settings = TrainSettings.from_cfg(cfg.get("train"), seed=cfg.get("seed"))
-        objective = cfg.get("objective") or {}
-        self.objective_metric = str(objective.get("metric", "speedup"))
-        self.direction = str(objective.get("direction", "maximize"))
-        if self.direction not in ("maximize", "minimize"):
-            raise ConfigError(f"objective.direction={self.direction!r} (accepted: maximize, minimize)")
+        objective = from_node(ObjectiveConfig, cfg.get("objective"), "objective")
+        self.objective_metric, self.direction = objective.metric, objective.direction
         self.show_progress = progress_enabled(cfg.get("progress", "auto"))
         # Build the pieces whose config can be wrong before the run starts, too.
-        number(cfg.get("seed", 0), "seed", int)
-        ds = cfg.get("dataset") or {}
-        number(ds.get("test_fraction", 0.2), "dataset.test_fraction", float, 0.0, 1.0)
-        number(ds.get("limit"), "dataset.limit", int, 1)
+        self.dataset_cfg = dataset_config(cfg)
         self.hardware = _build("hardware", self.hardware_cls, cfg)
         self.placer = _build("placer", self.placer_cls, cfg) if self.placer_cls else None
         self.sync = _build("sync", self.sync_cls, cfg) if self.sync_cls else None
@@ -241,10 +242,9 @@ class Trial:
     def _load_dataset(self):
         from orchestrator.data import load_mnist
 
-        ds = self.cfg.get("dataset") or {}
-        return load_mnist(ds.get("path"), seed=number(self.cfg.get("seed", 0), "seed", int),
-                          test_fraction=number(ds.get("test_fraction", 0.2), "dataset.test_fraction", float, 0.0, 1.0),
-                          limit=number(ds.get("limit"), "dataset.limit", int, 1))
+        ds = self.dataset_cfg
+        return load_mnist(ds.path, seed=number(self.cfg.get("seed", 0), "seed", int),
+                          test_fraction=ds.test_fraction, limit=ds.limit)
 
     def _train(self, model_spec, cluster, sink, placed) -> dict[str, float]:
         ctx = TrainContext(self.settings, self._dataset(), model_spec, cluster, sink, self.output_dir, self.cfg,

@@ -31,24 +31,31 @@ class TrainSettings:
 
     @classmethod
     def from_cfg(cls, cfg: Any, seed: Any = None) -> "TrainSettings":
-        """``seed``: the trial's top-level ``seed`` (``train.seed``, when set, wins)."""
+        """``seed``: the trial's top-level ``seed`` (``train.seed``, when set, wins). The defaults are
+        the schema's (``orchestrator.config.root.TrainConfig``), for a config built by hand too."""
+        from orchestrator.config.root import TrainConfig
+
+        d = TrainConfig()
+
         def num(key, typ, default, minimum=None):
             val = cfg.get(key, default) if cfg is not None else default
+            if key == "seed" and val is None:  # train.seed: null (the schema's default): the trial's seed
+                val = default
             out = number(val, f"train.{key}", typ, minimum)
             if isinstance(out, float) and math.isinf(out) and key not in ("budget_s",):
                 raise ConfigError(f"train.{key}={val!r} must be finite")
             return out
 
-        stop = (cfg.get("stop", "target") if cfg is not None else "target")
+        stop = (cfg.get("stop", d.stop) if cfg is not None else d.stop)
         if stop not in ("target", "budget"):
             raise ConfigError(f"train.stop={stop!r} (accepted: target, budget)")
-        target = num("target_accuracy", float, 0.97, 0.0)
+        target = num("target_accuracy", float, d.target_accuracy, 0.0)
         if target is None or target > 1.0:
             raise ConfigError(f"train.target_accuracy={target!r} must be a fraction in [0, 1]")
         s = cls(
-            batch_size=num("batch_size", int, 64, 1), lr=num("lr", float, 0.1, 0.0), target_accuracy=target,
-            stop=stop, eval_every=num("eval_every", int, 25, 1), budget_updates=num("budget_updates", int, 3000, 1),
-            budget_s=num("budget_s", float, None, 0.0), seed=num("seed", int, _seed(seed)), eval_samples=num("eval_samples", int, None, 1),
+            batch_size=num("batch_size", int, d.batch_size, 1), lr=num("lr", float, d.lr, 0.0), target_accuracy=target,
+            stop=stop, eval_every=num("eval_every", int, d.eval_every, 1), budget_updates=num("budget_updates", int, d.budget_updates, 1),
+            budget_s=num("budget_s", float, d.budget_s, 0.0), seed=num("seed", int, _seed(seed)), eval_samples=num("eval_samples", int, d.eval_samples, 1),
         )
         if s.budget_updates is None and s.budget_s is None:
             raise ConfigError("train.budget_updates and train.budget_s are both null: a run needs a budget")

@@ -95,3 +95,11 @@ def builtin(name: str, cfg: Any = None) -> ModelSpec:
 @hookimpl
 def orchestrator_models():
     return dict(BUILTIN)
+
+
+@hookimpl
+def orchestrator_config_schemas():
+    return {f"model/{name}": f"orchestrator.config.model:{cls}" for name, cls in (
+        ("cnn", "CNNModelConfig"), ("inception_v3", "InceptionV3ModelConfig"), ("resnet50", "ResNet50ModelConfig"),
+        ("nmt", "NMTModelConfig"), ("transformer", "TransformerModelConfig"), ("keras", "KerasModelConfig"),
+        ("workload", "WorkloadModelConfig"))}

@@ -3,11 +3,14 @@ Options: ``input_size`` (square side; Inception needs >= 75, ResNet >= 32) and `
 
 from __future__ import annotations
 
+from orchestrator.config import from_node
+from orchestrator.config.model import InceptionV3ModelConfig, ResNet50ModelConfig
 from orchestrator.models import ModelSpec
 
 
-def _app(name: str, ctor: str, cfg, default_size: int) -> ModelSpec:
-    size, classes = int(cfg.get("input_size", default_size)), int(cfg.get("classes", 1000))
+def _app(name: str, ctor: str, cfg, schema) -> ModelSpec:
+    c = from_node(schema, cfg, "model")       # input_size and classes: defaults and minimums in the schema
+    size, classes = c.input_size, c.classes
 
     def build():
         import keras
@@ -20,8 +23,8 @@ def _app(name: str, ctor: str, cfg, default_size: int) -> ModelSpec:
 
 
 def inception_v3(cfg) -> ModelSpec:
-    return _app("inception_v3", "InceptionV3", cfg, 299)
+    return _app("inception_v3", "InceptionV3", cfg, InceptionV3ModelConfig)
 
 
 def resnet50(cfg) -> ModelSpec:
-    return _app("resnet50", "ResNet50", cfg, 224)
+    return _app("resnet50", "ResNet50", cfg, ResNet50ModelConfig)

@@ -24,7 +24,11 @@ def build(conv1: int = 32, conv2: int = 64, dense: int = 128, num_classes: int =
 
 
 def spec(cfg) -> ModelSpec:
-    conv1, conv2, dense = int(cfg.get("conv1", 32)), int(cfg.get("conv2", 64)), int(cfg.get("dense", 128))
+    from orchestrator.config import from_node
+    from orchestrator.config.model import CNNModelConfig
+
+    c = from_node(CNNModelConfig, cfg, "model")
+    conv1, conv2, dense = c.conv1, c.conv2, c.dense
     return ModelSpec(
         name="cnn",
         build=lambda: build(conv1, conv2, dense),

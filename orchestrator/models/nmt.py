@@ -4,7 +4,6 @@ step. Inputs: source and shifted target token ids (``seq_len`` each); labels: ta
 
 from __future__ import annotations
 
-from orchestrator.errors import ConfigError
 from orchestrator.models import ModelSpec
 
 
@@ -28,10 +27,11 @@ def build(layers: int = 2, vocab: int = 4000, hidden: int = 128, seq_len: int = 
 
 
 def spec(cfg) -> ModelSpec:
-    layers = int(cfg.get("layers", 2))
-    if layers not in (2, 4, 8):
-        raise ConfigError(f"model.layers={layers} (accepted: 2, 4, 8)")
-    vocab, hidden, seq_len = int(cfg.get("vocab", 4000)), int(cfg.get("hidden", 128)), int(cfg.get("seq_len", 16))
+    from orchestrator.config import from_node
+    from orchestrator.config.model import NMTModelConfig
+
+    c = from_node(NMTModelConfig, cfg, "model")   # layers: 2, 4 or 8 (the schema's choices)
+    layers, vocab, hidden, seq_len = c.layers, c.vocab, c.hidden, c.seq_len
 
     def sample(batch: int, seed: int = 0):
         import numpy as np

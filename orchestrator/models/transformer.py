@@ -47,7 +47,10 @@ def build(vocab=4000, seq_len=32, d_model=64, heads=4, ff=128, blocks=2, classes
 
 
 def spec(cfg) -> ModelSpec:
-    o = {k: int(cfg.get(k, d)) for k, d in
-         dict(vocab=4000, seq_len=32, d_model=64, heads=4, ff=128, blocks=2, classes=10).items()}
+    from orchestrator.config import from_node
+    from orchestrator.config.model import TransformerModelConfig
+
+    c = from_node(TransformerModelConfig, cfg, "model")
+    o = {k: getattr(c, k) for k in ("vocab", "seq_len", "d_model", "heads", "ff", "blocks", "classes")}
     return ModelSpec(name="transformer", build=lambda: build(**o), input_shape=(o["seq_len"],),
                      num_classes=o["classes"], trainable_on_mnist=False, input_dtype="int32", extra=dict(o))

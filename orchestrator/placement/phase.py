@@ -8,8 +8,6 @@ import math
 import time
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.placement.base import Placement, PlacementContext
 
@@ -279,13 +277,9 @@ class PlacementPhase:
         """The human expert's placement that other placers are measured against, as (placement,
         strategy): the packaged ``placer/manual.yaml`` unless ``placer.baseline`` gives its own
         manual-placer config; None when its strategy is no expert's (``fastest``: one device)."""
-        from importlib import resources
-
         from orchestrator import plugins
 
-        cfg = self.trial.cfg.placer.get("baseline")
-        if cfg is None:
-            cfg = OmegaConf.load(str(resources.files("orchestrator_conf") / "placer" / "manual.yaml"))
+        cfg = self.trial.cfg.placer.get("baseline")   # None: the manual placer's schema defaults (its YAML sets no more)
         placer = plugins.load("placer", "manual")(cfg)
         context = PlacementContext(seed=self.trial.settings.seed, cfg=self.trial.cfg)
         strategy_of = getattr(placer, "_strategy", None)

@@ -11,3 +11,10 @@ def orchestrator_hardware_adapters():
         "auto": "orchestrator_plugins.hardware.simulated:WorkloadHardware",
         "tf_cluster": "orchestrator_plugins.hardware.tf_cluster:TFClusterHardware",
     }
+
+
+@hookimpl
+def orchestrator_config_schemas():
+    return {f"hardware/{name}": f"orchestrator.config.hardware:{cls}" for name, cls in (
+        ("local", "LocalHardwareConfig"), ("simulated", "SimulatedHardwareConfig"), ("auto", "AutoHardwareConfig"),
+        ("tf_cluster", "TFClusterHardwareConfig"))}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.config.hardware import LocalHardwareConfig
 from orchestrator.hardware.calibration import Calibration, calibrate_worker
 from orchestrator.hardware.cluster import Cluster, Device, Worker
 from orchestrator.hardware.contention import core_pool, pool_name
@@ -29,13 +30,11 @@ from orchestrator.api import TrialContext
 
 class LocalHardware:
     def __init__(self, cfg: Any):
-        self.cfg = cfg
-        n = cfg.get("logical_cpus", 1)
-        if not isinstance(n, int) or n < 1:
-            raise ConfigError(f"hardware.logical_cpus={n!r} must be an integer >= 1")
-        self.logical_cpus = n
-        self.calibration = calibration_of(cfg)
-        self.core_sharing = core_sharing_of(cfg)
+        self.cfg = cfg                                   # the data-parallel layout reads the node (worker_layout)
+        self.options = _typed(cfg)
+        self.logical_cpus = self.options.logical_cpus
+        self.calibration = calibration_of(self.options)
+        self.core_sharing = core_sharing_of(self.options)
 
     def cluster(self, context: TrialContext) -> Cluster:
         from orchestrator.execution.runtime import split_cpu, tf
@@ -49,7 +48,7 @@ class LocalHardware:
         pools = {pool_name("host0"): pool} if pool is not None else {}
         devices = [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=name,
                           core_pool=pool_name("host0") if pool is not None else None) for i, name in enumerate(cpus)]
-        if self.cfg.get("gpus", True):
+        if self.options.gpus:
             for i, d in enumerate(tf.config.list_logical_devices("GPU")):
                 devices.append(Device(f"gpu:{i}", "gpu", profile="local-gpu", tf_device=d.name))
         speeds = worker_layout(self.cfg, context.has_sync)
@@ -61,38 +60,24 @@ class LocalHardware:
                                    f"{len(devices) - len(cpus)} GPU(s)")
 
 
+def _typed(cfg: Any) -> LocalHardwareConfig:
+    return cfg if isinstance(cfg, LocalHardwareConfig) else LocalHardwareConfig.from_node(cfg)
+
+
 def core_sharing_of(cfg: Any) -> str | float:
-    """``hardware.core_sharing``: "auto" (the default), "model", "none" or a number c > 0 (eff(k) = min(k, c))."""
-    v = cfg.get("core_sharing", "auto")
-    if v is None or (isinstance(v, str) and v.strip().lower() in ("auto", "model", "none")):
+    """``hardware.core_sharing``: "auto" (the default), "model", "none" or a number c > 0 (eff(k) = min(k, c));
+    the schema has checked it (words in any case, null meaning none)."""
+    v = _typed(cfg).core_sharing
+    if v is None or isinstance(v, str) and v.strip().lower() in ("auto", "model", "none"):
         return "none" if v is None else v.strip().lower()
-    try:
-        if isinstance(v, bool):
-            raise TypeError
-        c = float(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, model, none or a number > 0 "
-                          "(the parallel efficiency of the logical CPUs running at once)") from None
-    if not (0.0 < c < float("inf")):
-        raise ConfigError(f"hardware.core_sharing={v!r} must be auto, model, none or a number > 0 (finite)")
-    return c
+    return float(v)
 
 
 def calibration_of(cfg: Any) -> Calibration:
     """``hardware.cost_scale`` (on the "local-cpu" profiled costs), ``hardware.link_latency_us`` and
-    ``hardware.link_bandwidth_GBps`` as a ``Calibration``; null knobs leave the simulator as it is."""
-    def number(key: str, minimum: float, strict: bool):
-        v = cfg.get(key)
-        if v is None:
-            return None
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"hardware.{key}={v!r} must be a number or null") from None
-        if v < minimum or (strict and v == minimum) or v != v:
-            raise ConfigError(f"hardware.{key}={v!r} must be {'>' if strict else '>='} {minimum:g} (or null)")
-        return v
-
-    scale, lat, bw = number("cost_scale", 0.0, True), number("link_latency_us", 0.0, False), number("link_bandwidth_GBps", 0.0, True)
+    ``hardware.link_bandwidth_GBps`` as a ``Calibration``; null knobs leave the simulator as it is
+    (their ranges: the schema's)."""
+    c = _typed(cfg)
+    scale, lat, bw = c.cost_scale, c.link_latency_us, c.link_bandwidth_GBps
     return Calibration({"local-cpu": scale} if scale is not None else {},
                        None if lat is None else lat * 1e-6, None if bw is None else bw * 1e9)

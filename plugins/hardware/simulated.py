@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from orchestrator.config.hardware import PRESETS, AutoHardwareConfig, SimulatedHardwareConfig
 from orchestrator.hardware.cluster import Cluster, Worker
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
 from orchestrator.api import TrialContext
 
-PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
+__all__ = ["PRESETS", "SimulatedHardware", "WorkloadHardware"]
 
 
 def _replicate(cluster: Cluster, cfg: Any, has_sync: bool) -> Cluster:
@@ -32,13 +33,11 @@ def _replicate(cluster: Cluster, cfg: Any, has_sync: bool) -> Cluster:
 
 class SimulatedHardware:
     def __init__(self, cfg: Any):
-        self.cfg = cfg
-        self.preset = cfg.get("preset")
-        self.path = cfg.get("path")
+        self.cfg = cfg                                   # the data-parallel layout reads the node (worker_layout)
+        self.options = SimulatedHardwareConfig.from_node(cfg)   # preset: one of PRESETS (the schema's choices)
+        self.preset, self.path = self.options.preset, self.options.path
         if self.preset is None and self.path is None:
             raise ConfigError("hardware=simulated needs hardware.preset (sim_1cpu_4gpu, sim_hetero_cluster) or hardware.path")
-        if self.preset is not None and self.preset not in PRESETS:
-            raise ConfigError(f"hardware.preset={self.preset!r} (available: {', '.join(PRESETS)})")
 
     def cluster(self, context: TrialContext) -> Cluster:
         from orchestrator.hardware import presets as cluster_presets
@@ -46,7 +45,7 @@ class SimulatedHardware:
         if self.path:
             cluster = cluster_presets.load_cluster_file(self.path)
         elif self.preset == "sim_1cpu_4gpu":
-            cluster = cluster_presets.sim_1cpu_4gpu(**({"gpu": self.cfg.gpu} if self.cfg.get("gpu") else {}))
+            cluster = cluster_presets.sim_1cpu_4gpu(**({"gpu": self.options.gpu} if self.options.gpu else {}))
         else:
             cluster = cluster_presets.sim_hetero_cluster()
         return _replicate(cluster, self.cfg, context.has_sync)
@@ -57,6 +56,7 @@ class WorkloadHardware:
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
+        self.options = AutoHardwareConfig.from_node(cfg)
 
     def cluster(self, context: TrialContext) -> Cluster:
         hw = getattr(context.model, "hardware", None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.config.hardware import TFClusterHardwareConfig
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
@@ -14,11 +15,10 @@ from orchestrator.api import TrialContext
 
 class TFClusterHardware:
     def __init__(self, cfg: Any):
-        self.cfg = cfg
-        self.addresses = list(cfg.get("addresses") or [])
-        self.tasks = cfg.get("tasks", 2)
-        if not self.addresses and (not isinstance(self.tasks, int) or self.tasks < 1):
-            raise ConfigError(f"hardware.tasks={self.tasks!r} must be an integer >= 1 (or give hardware.addresses)")
+        self.cfg = cfg                                   # the data-parallel layout reads the node (worker_layout)
+        self.options = TFClusterHardwareConfig.from_node(cfg)   # tasks >= 1, threads >= 1, link figures
+        self.addresses = list(self.options.addresses or [])
+        self.tasks = self.options.tasks
         self._local = None
 
     def cluster(self, context: TrialContext) -> Cluster:
@@ -28,7 +28,7 @@ class TFClusterHardware:
             tf_devices = connect([str(a) for a in self.addresses])
             where = f"servers {', '.join(map(str, self.addresses))}"
         else:
-            self._local = LocalTFCluster(self.tasks, threads=self.cfg.get("threads", 1)).start()
+            self._local = LocalTFCluster(self.tasks, threads=self.options.threads).start()
             tf_devices = self._local.devices
             where = f"{self.tasks} local tf.distribute.Server processes"
         devices = [Device(f"cpu:{i}", "cpu", profile="local-cpu", tf_device=d, host=f"task{i}",
@@ -36,8 +36,8 @@ class TFClusterHardware:
         # What the simulator assumes between the processes (searching placers judge with it; the
         # final placement is measured): gRPC over the network, here loopback. Calibrate with
         # hardware.link_bandwidth_GBps / hardware.link_latency_us.
-        bw = float(self.cfg.get("link_bandwidth_GBps", 1.0)) * 1e9
-        lat = float(self.cfg.get("link_latency_us", 200.0)) * 1e-6
+        bw = float(self.options.link_bandwidth_GBps) * 1e9
+        lat = float(self.options.link_latency_us) * 1e-6
         rates = self._lab_rates(len(devices))
         links = [Link(host_memory(a.host), host_memory(b.host), min(rates[i], rates[j]) if rates else bw, lat, None,
                       "network")
@@ -49,7 +49,7 @@ class TFClusterHardware:
     def _lab_rates(self, n: int) -> list[float] | None:
         """With ``hardware.netlab`` (an emulated cluster's state directory), each task's link rate in
         bytes/s is its host's shaped bandwidth: what the simulator then assumes between tasks."""
-        where = self.cfg.get("netlab")
+        where = self.options.netlab
         if not where:
             return None
         from orchestrator.hardware.netlab import require

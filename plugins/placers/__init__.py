@@ -13,3 +13,10 @@ def orchestrator_placers():
         "optuna": "orchestrator_plugins.placers.optuna_placer:OptunaPlacer",
         "optimal": "orchestrator_plugins.placers.optimal:OptimalPlacer",
     }
+
+
+@hookimpl
+def orchestrator_config_schemas():
+    return {f"placer/{name}": f"orchestrator.config.placer:{cls}" for name, cls in (
+        ("manual", "ManualPlacerConfig"), ("greedy", "GreedyPlacerConfig"), ("rl", "RLPlacerConfig"),
+        ("random", "RandomPlacerConfig"), ("optuna", "OptunaPlacerConfig"), ("optimal", "OptimalPlacerConfig"))}

@@ -15,14 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.config.placer import GreedyPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, cfg_get
+from orchestrator.placement.search import PlacementProblem
 
 
 class GreedyPlacer:
     def __init__(self, cfg: Any = None):
-        self.cfg = cfg
-        self.variants = list(cfg_get(cfg, "variants", ["heft", "topo", "single"]))
+        self.cfg = GreedyPlacerConfig.from_node(cfg)
+        self.variants = list(self.cfg.variants)
         self.last: dict[str, float] = {}
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
+from orchestrator.config.placer import ManualPlacerConfig
 from orchestrator.errors import ConfigError
 from orchestrator.placement import Placement
 
@@ -16,11 +17,11 @@ EXPERT = ("fastest", "rnn", "chain")
 
 class ManualPlacer:
     auto_evaluator = "measured"  # it evaluates only its answer: on real devices, run it for real
-    def __init__(self, cfg: Any):
-        self.cfg = cfg
-        self.rules = _parse_rules(cfg.get("rules") or [])
-        self.split = cfg.get("split")
-        self.strategy = cfg.get("strategy")
+    def __init__(self, cfg: Any = None):
+        self.cfg = ManualPlacerConfig.from_node(cfg)
+        self.rules = _parse_rules(self.cfg.rules or [])
+        self.split = self.cfg.split
+        self.strategy = self.cfg.strategy
 
     def _strategy(self, graph: Any, worker: Any, context: Any) -> tuple[str, list[tuple[str, str]]]:
         """``auto``: the expert split if one is given (``placer.split`` or ``model.split``), else

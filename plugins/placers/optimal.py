@@ -24,20 +24,16 @@ import math
 from typing import Any
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.config.placer import OptimalPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, cfg_get
+from orchestrator.placement.search import PlacementProblem
 
 
 class OptimalPlacer:
     def __init__(self, cfg: Any = None):
-        self.time_limit_s = float(cfg_get(cfg, "time_limit_s", 60.0))
-        self.ideals_limit = int(cfg_get(cfg, "ideals_limit", 200_000))
-        self.milp_time_limit_s = float(cfg_get(cfg, "milp_time_limit_s", 60.0))
-        self.bound_time_limit_s = float(cfg_get(cfg, "bound_time_limit_s", 30.0))
-        if self.time_limit_s <= 0 or self.ideals_limit < 1:
-            raise ConfigError("placer.time_limit_s must be > 0 and placer.ideals_limit >= 1")
-        if self.milp_time_limit_s < 0 or self.bound_time_limit_s < 0:
-            raise ConfigError("placer.milp_time_limit_s and placer.bound_time_limit_s must be >= 0 (0: skip)")
+        c = OptimalPlacerConfig.from_node(cfg)   # time_limit_s > 0, ideals_limit >= 1, the others >= 0 (0: skip)
+        self.time_limit_s, self.ideals_limit = float(c.time_limit_s), c.ideals_limit
+        self.milp_time_limit_s, self.bound_time_limit_s = float(c.milp_time_limit_s), float(c.bound_time_limit_s)
         self.last = None
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:

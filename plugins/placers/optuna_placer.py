@@ -10,14 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.config.placer import OptunaPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, cfg_get, group_atoms
+from orchestrator.placement.search import PlacementProblem, group_atoms
 
 
 class OptunaPlacer:
     def __init__(self, cfg: Any = None):
-        self.trials = int(cfg_get(cfg, "trials", 200))
-        self.max_groups = int(cfg_get(cfg, "max_groups", 32))
+        c = OptunaPlacerConfig.from_node(cfg)
+        self.trials, self.max_groups = c.trials, c.max_groups
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
         import optuna

@@ -9,14 +9,15 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.config.placer import RandomPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, cfg_get
+from orchestrator.placement.search import PlacementProblem
 
 
 class RandomPlacer:
     def __init__(self, cfg: Any = None):
-        self.samples = int(cfg_get(cfg, "samples", 200))
-        self.redraws = int(cfg_get(cfg, "redraws", 20))
+        c = RandomPlacerConfig.from_node(cfg)
+        self.samples, self.redraws = c.samples, c.redraws
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
         prob = PlacementProblem(graph, worker, evaluator)

@@ -47,38 +47,25 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import ConfigError
+from orchestrator.config.placer import RLPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, cfg_get
-
-MODES, REFINES = ("zero_shot", "finetune", "scratch"), ("none", "local")
+from orchestrator.placement.search import PlacementProblem
 
 
 class RLPlacer:
     def __init__(self, cfg: Any = None):
-        c = lambda k, d: cfg_get(cfg, k, d)
-        self.mode, self.refine = str(c("mode", "finetune")), str(c("refine", "local"))
-        if self.mode not in MODES:
-            raise ConfigError(f"placer.mode={self.mode!r}: expected one of {', '.join(MODES)}")
-        if self.refine not in REFINES:
-            raise ConfigError(f"placer.refine={self.refine!r}: expected one of {', '.join(REFINES)}")
-        self.policy_path = c("policy", None)
-        self.budget = int(c("budget_evaluations", 12000))
-        self.batch = int(c("batch", 16))
-        self.lr = float(c("lr", 0.05))
-        self.policy_lr = float(c("policy_lr", 0.001))
-        self.entropy = float(c("entropy", 0.01))
-        ib = c("init_bias", "auto")
-        if str(ib) != "auto" and not isinstance(ib, (int, float)):
-            raise ConfigError(f"placer.init_bias={ib!r}: expected a number or auto")
-        self.init_bias = None if str(ib) == "auto" else float(ib)
-        self.flips = float(c("flips", 4))
-        self.hidden = int(c("hidden", 32))
-        self.samples = int(c("zero_shot_samples", 32))
-        self.local_fraction = float(c("local_fraction", 0.3))
-        self.checkpoint = c("checkpoint", None)
-        self.seed_contiguous = bool(c("seed_contiguous", True))
-        self.contiguous_time_limit_s = float(c("contiguous_time_limit_s", 30.0))
+        c = self.cfg = RLPlacerConfig.from_node(cfg)   # defaults, ranges and choices: the schema
+        self.mode, self.refine = c.mode, c.refine
+        self.policy_path = c.policy
+        self.budget, self.batch = c.budget_evaluations, c.batch
+        self.lr, self.policy_lr, self.entropy = float(c.lr), float(c.policy_lr), float(c.entropy)
+        self.init_bias = None if str(c.init_bias) == "auto" else float(c.init_bias)
+        self.flips, self.hidden = float(c.flips), c.hidden
+        self.samples = c.zero_shot_samples
+        self.local_fraction = float(c.local_fraction)
+        self.checkpoint = c.checkpoint
+        self.seed_contiguous = c.seed_contiguous
+        self.contiguous_time_limit_s = float(c.contiguous_time_limit_s)
         self.best_placement: Placement | None = None
         self.history: list[tuple[float, float]] = []
         self.curve: list[tuple[int, float]] = []          # (evaluations used, best so far) after each update

@@ -1,0 +1,95 @@
+"""Schemas of the built-in models (``model=OPTION``) and datasets (``dataset=OPTION``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from orchestrator.config import Schema
+from orchestrator.config.fields import option
+
+
+@dataclass
+class ModelConfig(Schema):
+    group = "model"
+
+    name: str = option("", "the model builder (model.name)")
+
+
+@dataclass
+class CNNModelConfig(ModelConfig):
+    name: str = option("cnn", "the reference study's MNIST CNN: conv-pool-conv-pool-dense-dense")
+    conv1: int = option(32, "filters of the first convolution", min=1)
+    conv2: int = option(64, "filters of the second convolution", min=1)
+    dense: int = option(128, "units of the hidden dense layer", min=1)
+    expert_rules: Any = option(factory=lambda: [{"pattern": "conv*", "device": "cpu:0"},
+                                                {"pattern": "pool*", "device": "cpu:0"},
+                                                {"pattern": "*", "device": "cpu:1"}],
+                               help="the manual placer's expert placement of this model on hardware=local (2 logical "
+                               "CPU devices): the convolutional blocks on one device, the classifier on the other")
+
+
+@dataclass
+class InceptionV3ModelConfig(ModelConfig):
+    name: str = option("inception_v3", "keras.applications.InceptionV3, weights=None (placement only: not trained on MNIST)")
+    input_size: int = option(299, "image side in pixels (>= 75)", min=75)
+    classes: int = option(1000, "output classes", min=1)
+
+
+@dataclass
+class ResNet50ModelConfig(ModelConfig):
+    name: str = option("resnet50", "keras.applications.ResNet50, weights=None (placement only)")
+    input_size: int = option(224, "image side in pixels (>= 32)", min=32)
+    classes: int = option(1000, "output classes", min=1)
+
+
+@dataclass
+class NMTModelConfig(ModelConfig):
+    name: str = option("nmt", "stacked-LSTM encoder-decoder with attention (placement only)")
+    layers: int = option(2, "LSTM layers on each side, as in the reference studies", choices=(2, 4, 8))
+    vocab: int = option(4000, "vocabulary size", min=1)
+    hidden: int = option(128, "LSTM width", min=1)
+    seq_len: int = option(16, "tokens per sequence", min=1)
+
+
+@dataclass
+class TransformerModelConfig(ModelConfig):
+    name: str = option("transformer", "a Transformer encoder classifier (placement only)")
+    vocab: int = option(4000, "vocabulary size", min=1)
+    seq_len: int = option(32, "tokens per sequence", min=1)
+    d_model: int = option(64, "model width", min=1)
+    heads: int = option(4, "attention heads", min=1)
+    ff: int = option(128, "feed-forward width", min=1)
+    blocks: int = option(2, "encoder blocks", min=1)
+    classes: int = option(10, "output classes", min=1)
+
+
+@dataclass
+class KerasModelConfig(ModelConfig):
+    extra_keys = True   # the user's factory reads its own keys (+model.classes=5): they are not refused
+    name: str = option("keras", "your own model: model.factory=package.module:function")
+    factory: Optional[str] = option(None, "function(cfg) or function() returning (keras_model, input_spec); see docs")
+
+
+@dataclass
+class WorkloadModelConfig(ModelConfig):
+    name: str = option("workload", "a profiled cost graph in the msr-dnn-partitioning format (placement only)")
+    path: Optional[str] = option(None, "the workload file (required)")
+    split: Optional[str] = option(None, "its human-expert split file: the manual baseline placement")
+    time_unit: str = option("ms", "the unit of the file's latencies and costs: s | ms | us", choices=("s", "ms", "us"))
+    host_memory_bytes: Optional[float] = option(None, "host memory shared by the CPU cores (null: unbounded)", gt=0)
+
+
+@dataclass
+class DatasetConfig(Schema):
+    group = "dataset"
+
+    name: str = option("", "the dataset (dataset.name)")
+
+
+@dataclass
+class MNISTDatasetConfig(DatasetConfig):
+    name: str = option("mnist", "MNIST (IDX files)")
+    path: Optional[str] = option(None, "a directory with MNIST IDX files (null: the copy packaged with the tool)")
+    test_fraction: float = option(0.2, "used when only one split is present: a seeded train/test split of it", min=0, max=1)
+    limit: Optional[int] = option(None, "use only the first N training images", min=1)

@@ -1,0 +1,86 @@
+"""The top-level keys of a trial's config (``conf/config.yaml`` keeps only its defaults list and
+Hydra's settings): ``seed``, ``train``, ``placement``, ``objective``, ``tracking``, ``progress``.
+The groups (``hardware``, ``model``, ``dataset``, ``placer``, ``sync``) are typed by their own
+schemas; here they are slots that any option (typed or not) fills."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from orchestrator.config import Schema
+from orchestrator.config.fields import option
+
+
+@dataclass
+class TrainConfig(Schema):
+    group = "train"
+
+    batch_size: int = option(64, "per worker (delay-sync may re-split the global batch by worker speed)", min=1)
+    lr: float = option(0.1, "plain SGD", min=0, finite=True)
+    lr_scaling: str = option("sqrt", "data parallel: train.lr is for one batch of batch_size; a batch k times larger "
+                             "uses lr x rule(k): linear | sqrt | none", choices=("linear", "sqrt", "none"))
+    warmup_updates: int = option(20, "linear warm-up to the scaled lr over this many batch_size-sample updates (0: none)", min=0)
+    batch_policy: str = option("per_worker", "per_worker: global batch = W x batch_size | global: batch_size split over "
+                               "the workers", choices=("per_worker", "global"))
+    target_accuracy: float = option(0.97, "a fraction; train.time_to_target_s is logged when reached", min=0, max=1)
+    stop: str = option("target", "target: stop when reached (or at the budget); budget: run the whole budget",
+                       choices=("target", "budget"))
+    eval_every: int = option(25, "global updates between evaluations on the test split", min=1)
+    budget_updates: Optional[int] = option(3000, "upper bound on global updates", min=1)
+    budget_s: Optional[float] = option(None, "upper bound on (wall or virtual) training seconds", min=0)
+    eval_samples: Optional[int] = option(None, "evaluate on the first N test samples (null: all)", min=1)
+    seed: Optional[int] = option(None, "the training's seed (null: the top-level seed)")
+
+
+@dataclass
+class PlacementConfig(Schema):
+    group = "placement"
+
+    objective: str = option("auto", "auto (pipeline for the throughput inputs of the public workloads, step elsewhere) "
+                            "| step | pipeline", choices=("auto", "step", "pipeline"))
+    bound_time_limit_s: float = option(20, "pipeline: the configuration LP, then a MILP (HiGHS), for this long prove a "
+                                       "tighter placement.lower_bound_s (0: the LP bound only)", min=0)
+    memory_headroom: Any = option("auto", "share of each device's memory search placers keep free: auto = 0.1 for "
+                                  "pipeline (activations in flight), 0 for step", choices=("auto",), number=True,
+                                  min=0, lt=1)
+    micro_batches: int = option(1, "a micro-batched pipeline (models extracted from TensorFlow): each mini-batch is m "
+                                "micro-batches of train.batch_size; > 1 schedules it and counts the activations in "
+                                "flight", min=1)
+    schedule: str = option("1f1b", "with micro_batches > 1: gpipe (all forwards, then all backwards) | 1f1b (one "
+                           "forward, one backward; fewer micro-batches in flight)", choices=("gpipe", "1f1b"))
+    pipeline_steps: int = option(5, "with micro_batches > 1 on real devices: mini-batches trained pipelined for real "
+                                 "and timed (after 2 untimed)", min=1)
+    profile_scale: str = option("step", "with micro_batches > 1 on real devices: step (the simulated figures use the "
+                                "layer profile scaled to the model's measured whole step on one CPU) | none",
+                                choices=("step", "none"))
+
+
+@dataclass
+class ObjectiveConfig:
+    metric: str = option("speedup", "the value a sweep optimises (any logged metric name)")
+    direction: str = option("maximize", "maximize | minimize", choices=("maximize", "minimize"))
+
+
+@dataclass
+class TrackingConfig:
+    uri: Optional[str] = option(None, "null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory")
+    experiment: str = option("orchestrator", "the MLflow experiment")
+    run_name: Optional[str] = option(None, "null: placer/sync/hardware/model")
+
+
+@dataclass
+class OrchestratorConfig:
+    """The root. ``placer`` and ``sync`` stay null (a baseline trial) unless added with ``+``."""
+
+    seed: int = option(0, "reaches every placer, the training (train.seed, if set, wins for training) and the data split")
+    placement: PlacementConfig = option(factory=PlacementConfig, help="how the placement phase judges and bounds placements")
+    train: TrainConfig = option(factory=TrainConfig, help="the training run")
+    objective: ObjectiveConfig = option(factory=ObjectiveConfig, help="what a sweep optimises")
+    tracking: TrackingConfig = option(factory=TrackingConfig, help="the MLflow store")
+    progress: Any = option("auto", "auto (bars only on a terminal) | true | false", choices=("auto", True, False))
+    hardware: Any = option(None, "the hardware group (hardware=OPTION)")
+    model: Any = option(None, "the model group (model=OPTION)")
+    dataset: Any = option(None, "the dataset group (dataset=OPTION)")
+    placer: Any = option(None, "the placer group (+placer=OPTION; null: no placement)")
+    sync: Any = option(None, "the sync group (+sync=OPTION; null: one worker)")
