@@ -49,11 +49,14 @@ def test_built_ins_satisfy_the_protocols():
         assert issubclass(cls, (api.CollectiveStrategy, api.ServerStrategy))
 
 
-def test_third_party_adapter_and_placer_run_a_trial(tmp_path, api_plugin):
+def test_third_party_adapter_and_placer_run_a_trial(tmp_path, api_plugin, monkeypatch):
     from omegaconf import OmegaConf, open_dict
 
     from orchestrator.trial import Trial
 
+    # mlflow.set_tracking_uri exports MLFLOW_TRACKING_URI; restored after the test, so later CLI tests
+    # write to their own stores
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     cfg = compose(tmp_path, *QUICK)
     with open_dict(cfg):
         cfg.hardware = OmegaConf.create({"name": "two_devices"})
