@@ -1,7 +1,7 @@
 """A pipelined model on this machine's two logical CPU devices: measured vs simulated time per
 micro-batch, for GPipe and 1F1B.
 
-Simulated = ``orchestrator.placement.schedule.PipelineSchedule`` on the layer graph extracted and
+Simulated = ``orchestrator.placement.simulate.microbatch.PipelineSchedule`` on the layer graph extracted and
 profiled here (``extract.extract(profile="local-cpu")``: each layer's forward, backward and update
 timed alone) on the worker ``hardware=local`` builds (2 logical CPUs, transfers between them free),
 twice: ``independent`` (the two logical CPUs as independent devices: ``hardware.core_sharing=none``,
@@ -51,9 +51,9 @@ from orchestrator.hardware.calibration import Calibration, calibrate_graph  # no
 from orchestrator.hardware.contention import (  # noqa: E402
     measure_efficiency, measure_model_efficiency, measure_model_step, pool_name)
 from orchestrator.models import builtin  # noqa: E402
-from orchestrator.placement.extract import extract  # noqa: E402
-from orchestrator.placement.schedule import PipelineSchedule, task_order  # noqa: E402
-from orchestrator.placement.schedule_phase import layer_profile_s  # noqa: E402
+from orchestrator.placement.graph.extract import extract  # noqa: E402
+from orchestrator.placement.simulate.microbatch import PipelineSchedule, task_order  # noqa: E402
+from orchestrator.phases.schedule import layer_profile_s  # noqa: E402
 
 
 def uptime() -> str:

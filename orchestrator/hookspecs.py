@@ -31,7 +31,7 @@ def orchestrator_placers() -> Mapping[str, Ref]:
     """Placers this plugin provides, ``{name: "module:Class"}``.
 
     The class is built as ``Class(cfg)`` with the trial's ``placer`` config node and must offer
-    ``place(graph, worker, evaluator, context) -> Placement`` (see ``orchestrator.placement.base``).
+    ``place(graph, worker, evaluator, context) -> Placement`` (see ``orchestrator.placement.graph.placement``).
     Called when plugins are listed or a trial looks up ``placer.name``.
     """
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import CorePool, Device, Link, Worker
 from orchestrator.hardware.contention import SharedCores, core_pool
-from orchestrator.placement.schedule import PipelineSchedule
+from orchestrator.placement.simulate.microbatch import PipelineSchedule
 from test_pipeline_schedule import _assign, _chain, _worker
 
 
@@ -223,7 +223,7 @@ def test_local_hardware_puts_its_logical_cpus_on_one_pool():
 
 
 def test_trial_reports_the_pool_its_stages_share():
-    from orchestrator.placement.schedule_phase import core_sharing
+    from orchestrator.phases.schedule import core_sharing
 
     metrics = {}
     w = _pooled(3, 1.25, shared={0, 1})

@@ -1,4 +1,4 @@
-"""placer.reward=measured|mixed (orchestrator.placement.measured): caching, the failure -> inf rule,
+"""placer.reward=measured|mixed (orchestrator.placement.evaluate.measured): caching, the failure -> inf rule,
 the measuring budget, the re-calibration of the simulator, the config keys; fast tests with a fake
 measure function (no TensorFlow), and one slow CLI run on 2 logical CPUs."""
 
@@ -12,9 +12,9 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
 from orchestrator.placement import PlacementContext
-from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement.measured import MeasuredRewardEvaluator, RewardSettings, resolve_reward
-from orchestrator.placement.measured_fit import SimulatorFit, fit_with_prior, median_rel_error
+from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, resolve_reward
+from orchestrator.placement.evaluate.measured_fit import SimulatorFit, fit_with_prior, median_rel_error
 from orchestrator_plugins.placers.greedy import GreedyPlacer
 from orchestrator_plugins.placers.random import RandomPlacer
 from orchestrator_plugins.placers.rl import RLPlacer
@@ -40,7 +40,7 @@ class SerialMachine:
     (device 1 is 1.5x slower) plus 2 ms per tensor between devices; records every call."""
 
     def __init__(self, g, w, fail=None, seconds=0.5):
-        from orchestrator.placement.simulator import Simulator
+        from orchestrator.placement.simulate.simulator import Simulator
 
         self.sim, self.fail, self.seconds, self.calls = Simulator(g, w), fail, seconds, []
         self.now = 0.0
@@ -171,7 +171,7 @@ def test_mixed_measures_only_the_promising():
 
 
 def test_reward_keys_and_the_deprecated_alias(capsys):
-    import orchestrator.placement.measured as measured
+    import orchestrator.placement.evaluate.measured as measured
 
     class Search:
         pass

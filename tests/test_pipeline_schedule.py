@@ -8,9 +8,10 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Device, Link, Worker
-from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement.schedule import PipelineSchedule, in_flight, settings, task_order
-from orchestrator.placement.simulator import Simulator
+from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.placement.simulate.inflight import in_flight
+from orchestrator.placement.simulate.microbatch import PipelineSchedule, settings, task_order
+from orchestrator.placement.simulate.simulator import Simulator
 
 
 def _chain(f, b, u=None, hop=None, loss=0.0, act=100.0, param=10.0):
@@ -156,7 +157,7 @@ def test_settings_are_checked():
 
 
 def test_gantt_shows_every_micro_batch(tmp_path):
-    from orchestrator.placement.gantt import gantt_events
+    from orchestrator.placement.simulate.gantt import gantt_events
 
     g, w = _chain([1.0, 2.0, 1.0], [2.0, 4.0, 2.0], u=[0.5, 0.5, 0.5], hop=0.5), _worker(3)
     r = _result(g, w, _assign(g, [0, 1, 2]), 3, "1f1b")

@@ -11,10 +11,10 @@ import pytest
 
 from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
 from orchestrator.errors import InfeasiblePlacementError
-from orchestrator.placement.evaluator import SimulatedEvaluator
-from orchestrator.placement.graph import Edge, Node, OpGraph
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
+from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.placement import PlacementContext
-from orchestrator.placement.simulator import Simulator
+from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator_plugins.placers.greedy import GreedyPlacer
 from orchestrator_plugins.placers.manual import ManualPlacer
 from orchestrator_plugins.placers.optuna_placer import OptunaPlacer
@@ -91,8 +91,8 @@ def test_rl_learns_and_never_loses_to_greedy():
     assert ev.evaluate(p).step_time_s <= greedy + 1e-12
     # the policy itself learns: without the list-scheduling prior (random weights, which the untrained
     # default would not be: it decodes this chain optimally already), REINFORCE on its own samples
-    from orchestrator.placement.graph_policy import GraphPolicy, graph_inputs
-    from orchestrator.placement.search import PlacementProblem
+    from orchestrator.placement.learn.graph_policy import GraphPolicy, graph_inputs
+    from orchestrator.placement.solve.problem import PlacementProblem
 
     prob = PlacementProblem(g, w, SimulatedEvaluator(g, w))
     gi, rng = graph_inputs(prob), np.random.default_rng(0)

@@ -10,7 +10,7 @@ from orchestrator.models import ModelSpec
 
 
 def spec(cfg) -> ModelSpec:
-    from orchestrator.placement.workload import load_msr_split, load_msr_workload
+    from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
     path = cfg.get("path")
     if not path:

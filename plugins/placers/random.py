@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, cfg_get
+from orchestrator.placement.solve.problem import PlacementProblem, cfg_get
 
 
 class RandomPlacer:

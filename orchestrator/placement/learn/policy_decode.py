@@ -25,7 +25,7 @@ minima over the devices whose memory still holds ``a``. The logit of (a, d) is
 
     logit = s[a,d] + T[a,d] + relu(f[a,d] Wq + z[a,d] Wr + bq) vq
 
-with ``s`` and ``z`` the static network's logit and pair embedding (orchestrator.placement.graph_policy),
+with ``s`` and ``z`` the static network's logit and pair embedding (orchestrator.placement.learn.graph_policy),
 ``T`` the fine-tune's per-atom table. Devices whose pool cannot hold ``a`` are masked (all allowed
 ones when none can). Greedy decoding takes the largest logit (rounded to 1e-4); sampling draws by
 inverse CDF with uniform draw ``name_rank[a]``, so neither depends on the order of the graph file.

@@ -10,7 +10,7 @@ method: a candidate placement is scored by running it.
   of memory, any TF error) scores ``inf`` (infeasible) and the search goes on. A candidate the
   simulator's memory model rejects is not run (``inf``).
 - ``mixed``: the simulator screens every candidate; its estimate, re-calibrated from the
-  measurements so far (``orchestrator.placement.measured_fit``), decides: a candidate within
+  measurements so far (``orchestrator.placement.evaluate.measured_fit``), decides: a candidate within
   ``placer.measure_within`` (a fraction) of the best measured step time is measured, any other
   scores its re-calibrated estimate (it cannot be the best). The first candidate is always measured.
 - A candidate whose measurement beats the best so far is measured again (``2 x measure_steps``
@@ -39,7 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement import Placement
+from orchestrator.placement.graph.placement import Placement
 
 REWARDS = ("simulated", "measured", "mixed")
 
@@ -143,7 +143,7 @@ class TFMeasure:
         if key in self._runtimes:
             self._runtimes.move_to_end(key)
             return self._runtimes[key]
-        from orchestrator.placement.evaluator import placed_runtime
+        from orchestrator.placement.evaluate.evaluator import placed_runtime
 
         rt = placed_runtime(self.spec, self.worker, placement, seed=self.seed, lr=0.05)
         self.built += 1
@@ -206,8 +206,8 @@ class MeasuredRewardEvaluator:
 
     def __init__(self, graph: Any, worker: Any, settings: RewardSettings, measure: Callable[[Placement, int], float],
                  *, clock: Callable[[], float] = time.perf_counter, memory_headroom: float = 0.0, log=None):
-        from orchestrator.placement.evaluator import SimulatedEvaluator
-        from orchestrator.placement.measured_fit import SimulatorFit
+        from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
+        from orchestrator.placement.evaluate.measured_fit import SimulatorFit
 
         if settings.reward not in ("measured", "mixed"):
             raise ConfigError(f"placer.reward={settings.reward!r}: this evaluator measures (measured, mixed)")
@@ -268,7 +268,7 @@ class MeasuredRewardEvaluator:
     def evaluate(self, placement: Placement | None, **_: Any):
         """A verdict on ``placement``: during the search through ``step_time`` (cached, on the
         budget); after ``end_search`` a fresh measurement (a failure then raises)."""
-        from orchestrator.placement.evaluator import Verdict
+        from orchestrator.placement.evaluate.evaluator import Verdict
 
         a = self.assignment(placement)
         if self.searching:

@@ -1,7 +1,7 @@
 """The shared judge of placements: every placer's ``placement.step_time_s`` is this verdict on its
 final placement, never the placer's own estimate. ``measured`` runs the placed training step on
 real TensorFlow devices; ``simulated`` asks the cost-model simulator. The evaluators of the
-measured and mixed search rewards (``placer.reward``) are in ``orchestrator.placement.measured``."""
+measured and mixed search rewards (``placer.reward``) are in ``orchestrator.placement.evaluate.measured``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement import Placement
+from orchestrator.placement.graph.placement import Placement
+from orchestrator.placement.simulate.load import PipelineModel
+from orchestrator.placement.simulate.simulator import Simulator, lower_bound
+from orchestrator.placement.solve.bounds import load_lower_bound
 
 
 @dataclass
@@ -83,14 +86,12 @@ class SimulatedEvaluator:
     """The cost-model simulator as judge. ``step_time(assign)`` is the fast path placers use for
     many candidates (an int array: device index per node, in ``graph.nodes`` order, devices in
     ``worker.devices`` order): the value of the trial's ``objective`` (``step``: one step's latency;
-    ``pipeline``: time per sample, ``orchestrator.placement.pipeline``); infeasible placements
+    ``pipeline``: time per sample, ``orchestrator.placement.simulate.load``); infeasible placements
     return ``inf``. ``memory_headroom`` is the share of memory search placers keep free."""
 
     kind = "simulated"
 
     def __init__(self, graph: Any, worker: Any, objective: str = "step", memory_headroom: float = 0.0):
-        from orchestrator.placement.simulator import Simulator
-
         if objective not in OBJECTIVES:
             raise ConfigError(f"placement.objective={objective!r} (accepted: auto, {', '.join(OBJECTIVES)})")
         if not 0.0 <= float(memory_headroom) < 1.0:
@@ -100,7 +101,6 @@ class SimulatedEvaluator:
         self.simulator = Simulator(graph, worker)
         self.pipeline = None
         if objective == "pipeline":
-            from orchestrator.placement.pipeline import PipelineModel
             self.pipeline = PipelineModel(graph, worker, self.simulator)
         self.evaluations = 0
         self._bound: tuple[float, dict] | None = None
@@ -133,10 +133,8 @@ class SimulatedEvaluator:
     def bound_parts(self) -> tuple[float, dict[str, float]]:
         if self._bound is None:
             if self.pipeline is not None:
-                from orchestrator.placement.pipeline import lower_bound as pipeline_bound
-                self._bound = pipeline_bound(self.graph, self.worker, self.simulator)
+                self._bound = load_lower_bound(self.graph, self.worker, self.simulator)
             else:
-                from orchestrator.placement.simulator import lower_bound
                 lb = lower_bound(self.graph, self.worker)
                 self._bound = lb, {"simulator": lb}
         return self._bound

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InfeasiblePlacementError
-from orchestrator.placement import Placement
+from orchestrator.placement.graph.placement import Placement
+from orchestrator.placement.simulate.simulator import Simulator
 
 
 class PlacementProblem:
@@ -22,8 +23,6 @@ class PlacementProblem:
     ``step_time`` use the reduced capacity ``pool_cap``; ``full_cap`` is the device's own."""
 
     def __init__(self, graph: Any, worker: Any, evaluator: Any = None, memory_headroom: float | None = None):
-        from orchestrator.placement.simulator import Simulator
-
         self.graph, self.worker, self.evaluator = graph, worker, evaluator
         sim = getattr(evaluator, "simulator", None)
         self.sim = sim if sim is not None and sim.graph is graph else Simulator(graph, worker)

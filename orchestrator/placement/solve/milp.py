@@ -14,7 +14,7 @@ Variables: ``x[a,d]`` in {0,1} (group a on device d, 0 where a may not run on d)
                  only after device k, in topological order of the groups)
 
 ``up_d(u)`` / ``down_d(u)``: the hop of u's output on d's own link to / from the hub (0 where d has
-none, e.g. a CPU core in host memory). This is the pipeline load of ``orchestrator.placement.pipeline``
+none, e.g. a CPU core in host memory). This is the pipeline load of ``orchestrator.placement.simulate.load``
 exactly where the DP is exact (the hub topology, ``contiguous.device_classes``); elsewhere it is not
 built (``None``). Link-channel limits and temporary memory are left out, so the optimum is a lower
 bound of the evaluator's and the dual bound stays a certified bound.
@@ -42,7 +42,7 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
-    from orchestrator.placement.contiguous import device_classes
+    from orchestrator.placement.solve.contiguous import device_classes
 
     classes, links, exact = device_classes(prob, model)
     if not exact:

@@ -10,7 +10,7 @@ node goes with its forward twin), as in the workload authors' DP (msr-fiddle/dnn
     answer  = dp[all devices][all nodes]
 
 ``k`` counts the devices used per class (identical devices: same costs, memory and links), and
-``load_c(S)`` is the pipeline load of ``S`` on a device of class c (``orchestrator.placement.pipeline``):
+``load_c(S)`` is the pipeline load of ``S`` on a device of class c (``orchestrator.placement.simulate.load``):
 compute + the hop cost of each node of S with an edge leaving S + of each node outside S with an
 edge into S; infinite when S does not fit the device's memory (less the headroom) or holds a node
 the class cannot run.
@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.placement.pipeline import PipelineModel, original_edges
-from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.graph.opgraph import original_edges
+from orchestrator.placement.simulate.load import PipelineModel
+from orchestrator.placement.solve.problem import PlacementProblem
 
 IDEALS_LIMIT = 200_000
 

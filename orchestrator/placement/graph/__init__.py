@@ -1,0 +1,3 @@
+"""The graph layer: the op graph of a training step (``opgraph``), its extraction from Keras
+(``extract``, ``extract_ops``, ``flops``), profiled public workloads (``workload``) and the
+``Placement`` of its nodes on a worker's devices (``placement``). Imports nothing else of placement."""
