@@ -207,7 +207,7 @@ def run_case(label, hw, g, w, manual, budgets, placers):
         row["manual"], row["manual_src"], row["manual_makespan"] = best
     for name, placer in placers(budgets, len(g)):
         ev = SimulatedEvaluator(g, w, "step", HEADROOM)
-        ev.step_time(np.zeros(len(g), dtype=np.int64))   # numba warm-up, not timed
+        ev.objective_value(np.zeros(len(g), dtype=np.int64))   # numba warm-up, not timed
         ev.evaluations = 0
         t0 = time.perf_counter()
         p = placer.place(g, w, ev, PlacementContext(seed=0))

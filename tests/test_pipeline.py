@@ -202,6 +202,6 @@ def test_memory_headroom_is_kept_free(tmp_path):
     assert PlacementProblem(w.graph, w.worker, memory_headroom=0.0).overflow(a) == 0
     ev = SimulatedEvaluator(w.graph, w.worker, "pipeline", memory_headroom=0.2)
     prob = PlacementProblem(w.graph, w.worker, ev)
-    assert prob.overflow(a) == pytest.approx(1.0) and math.isinf(prob.step_time(a))
-    assert math.isfinite(ev.step_time(a))               # the judge itself uses the whole memory
-    assert math.isfinite(prob.step_time(np.array([0, 1])))
+    assert prob.overflow(a) == pytest.approx(1.0) and math.isinf(prob.objective_value(a))
+    assert math.isfinite(ev.objective_value(a))               # the judge itself uses the whole memory
+    assert math.isfinite(prob.objective_value(np.array([0, 1])))

@@ -99,7 +99,7 @@ def test_rl_learns_and_never_loses_to_greedy():
     pol, means, base = GraphPolicy(seed=0, lr=0.01, prior=0.0), [], None
     for _ in range(40):
         ro = pol.sample(gi, 16, rng)
-        t = np.array([prob.step_time(prob.expand(a)) for a in ro.actions])
+        t = np.array([prob.objective_value(prob.expand(a)) for a in ro.actions])
         r = -np.sqrt(t / t.min())
         base = r.mean() if base is None else 0.9 * base + 0.1 * r.mean()
         pol.update(gi, ro, (r - base) / (r.std() + 1e-8), 0.0)
@@ -125,10 +125,10 @@ def test_rl_ctrl_c_keeps_best():
     g, w = random_dag(rng, 10), worker()
 
     class Interrupting(SimulatedEvaluator):
-        def step_time(self, assign):
+        def objective_value(self, assign):
             if self.evaluations >= 60:
                 raise KeyboardInterrupt
-            return super().step_time(assign)
+            return super().objective_value(assign)
 
     placer = RLPlacer({"budget_evaluations": 1000, "batch": 8})
     p = placer.place(g, w, Interrupting(g, w), PlacementContext(seed=0))

@@ -51,14 +51,14 @@ class OptimalPlacer:
         r = self.last = best_contiguous(prob, evaluator.pipeline, limit=self.ideals_limit, time_limit_s=self.time_limit_s)
         if r.assign is None or not math.isfinite(r.value):
             raise InfeasiblePlacementError(f"{graph.name}: no contiguous split fits the memory of worker {worker.name!r}")
-        assign, value, extra = r.assign, prob.step_time(r.assign), {}
+        assign, value, extra = r.assign, prob.objective_value(r.assign), {}
         if self.milp_time_limit_s > 0:
             from orchestrator.placement.solve.milp import solve_milp
 
             m = solve_milp(prob, evaluator.pipeline, self.milp_time_limit_s)
             extra = {"milp_status": m.status, "certified_bound_s": m.bound}
             if m.assign is not None:
-                t = prob.step_time(m.assign)
+                t = prob.objective_value(m.assign)
                 if t < value * (1 - 1e-12):
                     assign, value = m.assign, t
                     extra["source"] = "milp"

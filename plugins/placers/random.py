@@ -28,7 +28,7 @@ class RandomPlacer:
                 a = prob.expand(random_atoms(prob, rng))
                 if prob.overflow(a) == 0:
                     break
-            t = prob.step_time(a)
+            t = prob.objective_value(a)
             feasible += math.isfinite(t)
             if best is None or t < best_t:
                 best, best_t = a, t

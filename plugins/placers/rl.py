@@ -103,7 +103,7 @@ class RLPlacer:
 
             dp = best_contiguous(prob, evaluator.pipeline, time_limit_s=self.contiguous_time_limit_s)
             if dp.assign is not None:
-                t = prob.step_time(dp.assign)
+                t = prob.objective_value(dp.assign)
                 self.used += 1
                 self.contiguous_s = t
                 if t < self.best_t:
@@ -156,7 +156,7 @@ class RLPlacer:
             for b, act in enumerate(acts):
                 a = prob.expand(act)
                 over = prob.overflow(a)
-                times[b] = math.inf if over else prob.step_time(a)
+                times[b] = math.inf if over else prob.objective_value(a)
                 self.used += 1
                 self.policy_t = min(self.policy_t, times[b])
                 if times[b] < self.best_t:

@@ -83,7 +83,7 @@ OBJECTIVES = ("step", "pipeline")
 
 
 class SimulatedEvaluator:
-    """The cost-model simulator as judge. ``step_time(assign)`` is the fast path placers use for
+    """The cost-model simulator as judge. ``objective_value(assign)`` is the fast path placers use for
     many candidates (an int array: device index per node, in ``graph.nodes`` order, devices in
     ``worker.devices`` order): the value of the trial's ``objective`` (``step``: one step's latency;
     ``pipeline``: time per sample, ``orchestrator.placement.simulate.load``); infeasible placements
@@ -105,8 +105,9 @@ class SimulatedEvaluator:
         self.evaluations = 0
         self._bound: tuple[float, dict] | None = None
 
-    def step_time(self, assign) -> float:
-        """The objective's value of an assignment (kept under this name for the placers)."""
+    def objective_value(self, assign) -> float:
+        """The objective's value of an assignment: one step's latency (``step``) or the time per
+        sample (``pipeline``, the load model); the fast path placers use."""
         self.evaluations += 1
         if self.pipeline is not None:
             return self.pipeline.time_per_sample(assign)

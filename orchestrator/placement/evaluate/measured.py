@@ -1,7 +1,7 @@
 """Measured and mixed rewards for searching placers (``placer.reward``), the reference study's
 method: a candidate placement is scored by running it.
 
-- ``measured``: every candidate the search asks about (``step_time(assign)`` or
+- ``measured``: every candidate the search asks about (``objective_value(assign)`` or
   ``evaluate(placement)``) runs for real on the trial's devices (``hardware=local`` logical devices,
   ``tf_cluster`` processes): a warm-up, then the median of ``placer.measure_steps`` timed training
   steps. Results are cached by assignment (a repeated candidate costs nothing; assignments that
@@ -196,7 +196,7 @@ def _quiet_retracing() -> None:
 
 class MeasuredRewardEvaluator:
     """The evaluator of ``placer.reward=measured|mixed`` (see the module docstring). It offers what
-    placers use of the simulated evaluator (``step_time``, ``evaluate``, ``assignment``,
+    placers use of the simulated evaluator (``objective_value``, ``evaluate``, ``assignment``,
     ``simulator``, ``memory_headroom``), so no placer needs to know which reward it is given.
     ``measure(placement, steps) -> seconds`` runs a placement (``TFMeasure``; tests pass a fake)."""
 
@@ -231,7 +231,7 @@ class MeasuredRewardEvaluator:
         self._budget_note = False
 
     # -- what the search asks ---------------------------------------------------------------------
-    def step_time(self, assign) -> float:
+    def objective_value(self, assign) -> float:
         """The reward's value of an assignment (device index per node, ``graph.nodes`` order)."""
         self.evaluations += 1
         a = np.asarray(assign, dtype=np.int64)
@@ -266,13 +266,13 @@ class MeasuredRewardEvaluator:
         return t
 
     def evaluate(self, placement: Placement | None, **_: Any):
-        """A verdict on ``placement``: during the search through ``step_time`` (cached, on the
+        """A verdict on ``placement``: during the search through ``objective_value`` (cached, on the
         budget); after ``end_search`` a fresh measurement (a failure then raises)."""
         from orchestrator.placement.evaluate.evaluator import Verdict
 
         a = self.assignment(placement)
         if self.searching:
-            t = self.step_time(a)
+            t = self.objective_value(a)
             return Verdict(t, math.isfinite(t), self.kind)
         self.evaluations += 1
         placement = self.placement_of(a)

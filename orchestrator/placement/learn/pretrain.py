@@ -144,8 +144,8 @@ class Case:
             from orchestrator.placement.solve.contiguous import best_contiguous
 
             dp = best_contiguous(self.prob, self.prob.evaluator.pipeline, time_limit_s=30.0)
-            if dp.assign is not None and self.prob.step_time(dp.assign) < self.greedy:
-                self.start, self.greedy = dp.assign.copy(), self.prob.step_time(dp.assign)
+            if dp.assign is not None and self.prob.objective_value(dp.assign) < self.greedy:
+                self.start, self.greedy = dp.assign.copy(), self.prob.objective_value(dp.assign)
         self.cap = float(self.prob.pool_cap[np.isfinite(self.prob.pool_cap)].sum() or 1.0)
         self.baseline = None
 
@@ -174,7 +174,7 @@ class Case:
         over = self.prob.overflow(a)
         if over:
             return math.inf, -(2.0 + 10.0 * over / self.cap)
-        t = self.prob.step_time(a)
+        t = self.prob.objective_value(a)
         return t, -math.sqrt(t / self.greedy)
 
 

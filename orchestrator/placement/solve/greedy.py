@@ -36,7 +36,7 @@ def best_greedy(prob: PlacementProblem, variants=("heft", "topo", "single")) -> 
         chain = solve(prob, prob.evaluator.pipeline, linear=True)
         if chain.assign is not None:
             cands["chain"] = chain.assign
-    times = {k: prob.step_time(a) for k, a in cands.items()}
+    times = {k: prob.objective_value(a) for k, a in cands.items()}
     best = min(times, key=lambda k: (times[k], list(times).index(k)))
     return cands[best], best, times
 

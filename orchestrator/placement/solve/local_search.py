@@ -53,7 +53,7 @@ class LocalSearch:
                 if len(ok):
                     cur[np.concatenate([prob.members[a] for a in r])] = ok[int(rng.integers(len(ok)))]
             self.used += 1
-            cur_t = math.inf if prob.overflow(cur) > 0 else prob.step_time(cur)
+            cur_t = math.inf if prob.overflow(cur) > 0 else prob.objective_value(cur)
             if cur_t < self.best_t * (1 - 1e-9):
                 self._new_best(cur, cur_t)
         return self.best, self.best_t
@@ -75,7 +75,7 @@ class LocalSearch:
                     self.used += 1
                     if prob.overflow(cand) > 0:
                         continue
-                    t = prob.step_time(cand)
+                    t = prob.objective_value(cand)
                     if t < cur_t * (1 - 1e-9):
                         cur, cur_t, improved = cand, t, True
                         if t < self.best_t * (1 - 1e-9):
@@ -87,5 +87,5 @@ def local_search(prob: PlacementProblem, assign: np.ndarray, budget: int, seed: 
     """The local search from ``assign`` for ``budget`` evaluations (the start's own value is not
     counted). Returns (assignment, value)."""
     start = np.asarray(assign, np.int64)
-    start_t = math.inf if prob.overflow(start) > 0 else prob.step_time(start)
+    start_t = math.inf if prob.overflow(start) > 0 else prob.objective_value(start)
     return LocalSearch(prob, budget, start, start_t).run(seed)
