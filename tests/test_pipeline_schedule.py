@@ -10,7 +10,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.placement.simulate.inflight import in_flight
-from orchestrator.placement.simulate.microbatch import PipelineSchedule, settings, task_order
+from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings, task_order
 from orchestrator.placement.simulate.simulator import Simulator
 
 
@@ -51,7 +51,7 @@ def _assign(g, stage_of_layer):
 
 
 def _result(g, w, assign, m, kind):
-    return PipelineSchedule(g, w, m, kind).evaluate(assign, record=True)
+    return MicrobatchSchedule(g, w, m, kind).evaluate(assign, record=True)
 
 
 def test_orders_are_gpipe_fill_drain_and_1f1b():
@@ -135,9 +135,9 @@ def test_in_flight_activations_count_against_memory():
         peak, oom = sim.memory(a)
         assert peak[0] == pytest.approx(20 + k0 * 200)
         assert (not oom) == fits
-        r = PipelineSchedule(g, w, 4, kind, sim).evaluate(a)
+        r = MicrobatchSchedule(g, w, 4, kind, sim).evaluate(a)
         assert r.feasible == fits and r.memory_bytes["cpu:0"] == pytest.approx(20 + k0 * 200)
-        assert math.isfinite(PipelineSchedule(g, w, 4, kind, sim).minibatch_time(a)) == fits
+        assert math.isfinite(MicrobatchSchedule(g, w, 4, kind, sim).minibatch_time(a)) == fits
 
 
 def test_non_contiguous_split_still_schedules():

@@ -187,7 +187,7 @@ class PlacementPhase:
 
                 prob = PlacementProblem(graph, worker, evaluator)
                 mine = prob.atoms_of(prob.sim.assignment(placement))
-                certified, cert_src = certify(prob, evaluator.pipeline, lb, verdict.value, limit, seeds=[mine])
+                certified, cert_src = certify(prob, evaluator.load_model, lb, verdict.value, limit, seeds=[mine])
             bound_src = cert_src if certified > lb else max(parts, key=parts.get)
             lb = max(lb, certified)
             m["placement.lower_bound_s"] = lb

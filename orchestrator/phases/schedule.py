@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
-from orchestrator.placement.simulate.microbatch import PipelineSchedule, settings
+from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings
 
 
 def attach_schedule(graph: Any, cfg: Any) -> None:
@@ -117,7 +117,7 @@ def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec,
         sim_graph = normalise_profile(trial.cfg.get("placement") or {}, sim_graph, worker, model_spec, x, y, metrics)
         worker = on_model(worker, model_spec, x, y)
     sim = getattr(evaluator, "simulator", None) if sim_graph is graph else None
-    r = PipelineSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
+    r = MicrobatchSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
         .evaluate(assign, record=True)
     if not r.feasible:
         over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in r.oom)

@@ -48,14 +48,14 @@ class OptimalPlacer:
                               "splits); for the one-step objective use +placer=greedy or +placer=rl")
         prob = PlacementProblem(graph, worker, evaluator)
         prob.check_feasible()
-        r = self.last = best_contiguous(prob, evaluator.pipeline, limit=self.ideals_limit, time_limit_s=self.time_limit_s)
+        r = self.last = best_contiguous(prob, evaluator.load_model, limit=self.ideals_limit, time_limit_s=self.time_limit_s)
         if r.assign is None or not math.isfinite(r.value):
             raise InfeasiblePlacementError(f"{graph.name}: no contiguous split fits the memory of worker {worker.name!r}")
         assign, value, extra = r.assign, prob.objective_value(r.assign), {}
         if self.milp_time_limit_s > 0:
             from orchestrator.placement.solve.milp import solve_milp
 
-            m = solve_milp(prob, evaluator.pipeline, self.milp_time_limit_s)
+            m = solve_milp(prob, evaluator.load_model, self.milp_time_limit_s)
             extra = {"milp_status": m.status, "certified_bound_s": m.bound}
             if m.assign is not None:
                 t = prob.objective_value(m.assign)
@@ -66,7 +66,7 @@ class OptimalPlacer:
             from orchestrator.placement.solve.config_bound import config_bound
 
             lower = max(evaluator.lower_bound(), float(extra.get("certified_bound_s", 0.0)))
-            cb = config_bound(prob, evaluator.pipeline, lower, value, self.bound_time_limit_s,
+            cb = config_bound(prob, evaluator.load_model, lower, value, self.bound_time_limit_s,
                               seeds=[prob.atoms_of(assign)])
             extra["config_bound_status"] = cb.status
             if cb.bound > float(extra.get("certified_bound_s", 0.0)):

@@ -96,12 +96,12 @@ class RLPlacer:
         self.best, self.best_t = g_assign.copy(), g_times[g_variant]
         self.best_placement = prob.placement(self.best, placer="rl", source="greedy")
         self.contiguous_s = None
-        if getattr(evaluator, "pipeline", None) is not None and self.seed_contiguous:
+        if getattr(evaluator, "load_model", None) is not None and self.seed_contiguous:
             # Pipeline objective: the exact contiguous optimum (placer=optimal's answer) is the
             # incumbent the search starts from, so rl is never worse than it or than greedy.
             from orchestrator.placement.solve.contiguous import best_contiguous
 
-            dp = best_contiguous(prob, evaluator.pipeline, time_limit_s=self.contiguous_time_limit_s)
+            dp = best_contiguous(prob, evaluator.load_model, time_limit_s=self.contiguous_time_limit_s)
             if dp.assign is not None:
                 t = prob.objective_value(dp.assign)
                 self.used += 1

@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.placement.graph.placement import Placement
-from orchestrator.placement.simulate.load import PipelineModel
+from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.simulate.simulator import Simulator, lower_bound
 from orchestrator.placement.solve.bounds import load_lower_bound
 
@@ -99,9 +99,9 @@ class SimulatedEvaluator:
         self.graph, self.worker = graph, worker
         self.objective, self.memory_headroom = objective, float(memory_headroom)
         self.simulator = Simulator(graph, worker)
-        self.pipeline = None
+        self.load_model = None
         if objective == "pipeline":
-            self.pipeline = PipelineModel(graph, worker, self.simulator)
+            self.load_model = LoadModel(graph, worker, self.simulator)
         self.evaluations = 0
         self._bound: tuple[float, dict] | None = None
 
@@ -109,8 +109,8 @@ class SimulatedEvaluator:
         """The objective's value of an assignment: one step's latency (``step``) or the time per
         sample (``pipeline``, the load model); the fast path placers use."""
         self.evaluations += 1
-        if self.pipeline is not None:
-            return self.pipeline.time_per_sample(assign)
+        if self.load_model is not None:
+            return self.load_model.time_per_sample(assign)
         return self.simulator.step_time(assign)
 
     def assignment(self, placement: Placement):
@@ -120,10 +120,10 @@ class SimulatedEvaluator:
         self.evaluations += 1
         r = self.simulator.evaluate(self.simulator.assignment(placement), schedule=schedule)
         v = Verdict(r.step_time_s, r.feasible, self.kind, dict(r.peak_memory_bytes), dict(r.busy_s), list(r.oom))
-        if self.pipeline is not None:
+        if self.load_model is not None:
             a = self.simulator.assignment(placement)
-            v.time_per_sample_s = self.pipeline.time_per_sample(a)
-            v.loads_s = self.pipeline.device_loads(a)
+            v.time_per_sample_s = self.load_model.time_per_sample(a)
+            v.loads_s = self.load_model.device_loads(a)
         v.result = r  # the full simulation (schedule for the Gantt chart)
         return v
 
@@ -133,7 +133,7 @@ class SimulatedEvaluator:
 
     def bound_parts(self) -> tuple[float, dict[str, float]]:
         if self._bound is None:
-            if self.pipeline is not None:
+            if self.load_model is not None:
                 self._bound = load_lower_bound(self.graph, self.worker, self.simulator)
             else:
                 lb = lower_bound(self.graph, self.worker)

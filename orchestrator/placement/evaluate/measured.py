@@ -202,7 +202,7 @@ class MeasuredRewardEvaluator:
 
     kind = "measured"
     objective = "step"
-    pipeline = None
+    load_model = None
 
     def __init__(self, graph: Any, worker: Any, settings: RewardSettings, measure: Callable[[Placement, int], float],
                  *, clock: Callable[[], float] = time.perf_counter, memory_headroom: float = 0.0, log=None):

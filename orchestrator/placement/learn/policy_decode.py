@@ -92,7 +92,7 @@ def decode_inputs(prob, depth: np.ndarray, rank: np.ndarray, name_rank: np.ndarr
     order = np.lexsort((name_rank, depth, -np.round(rank, 6)))
     cmean = float(cmin.mean()) or 1.0
     cost = np.where(prob.allowed, np.nan_to_num(prob.atom_cost, posinf=0.0), 0.0)
-    pipe = float(getattr(prob.evaluator, "pipeline", None) is not None)
+    pipe = float(getattr(prob.evaluator, "load_model", None) is not None)
     return DecodeInputs(order, cost, np.cumsum(ptr), esrc, n_lat, nbytes, nfix, prob.lat, prob.inv_bw, prob.hops,
                         cmean, float(cmin.sum() / D) or 1.0, pipe)
 

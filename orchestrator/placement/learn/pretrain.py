@@ -143,7 +143,7 @@ class Case:
         if objective == "pipeline":
             from orchestrator.placement.solve.contiguous import best_contiguous
 
-            dp = best_contiguous(self.prob, self.prob.evaluator.pipeline, time_limit_s=30.0)
+            dp = best_contiguous(self.prob, self.prob.evaluator.load_model, time_limit_s=30.0)
             if dp.assign is not None and self.prob.objective_value(dp.assign) < self.greedy:
                 self.start, self.greedy = dp.assign.copy(), self.prob.objective_value(dp.assign)
         self.cap = float(self.prob.pool_cap[np.isfinite(self.prob.pool_cap)].sum() or 1.0)

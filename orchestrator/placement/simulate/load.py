@@ -31,7 +31,7 @@ from orchestrator.placement.graph.opgraph import original_edges
 from orchestrator.placement.simulate.simulator import Simulator
 
 
-class PipelineModel:
+class LoadModel:
     """Arrays for the fast evaluation of ``time_per_sample(assign)`` (device index per node)."""
 
     def __init__(self, graph: Any, worker: Any, sim: Any = None):

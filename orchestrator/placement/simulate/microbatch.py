@@ -96,7 +96,7 @@ class ScheduleResult:
         return not self.oom
 
 
-class PipelineSchedule:
+class MicrobatchSchedule:
     """A graph on a worker, ready to schedule any assignment (device index per node) with
     ``micro_batches`` micro-batches; ``evaluate`` returns a ``ScheduleResult``."""
 

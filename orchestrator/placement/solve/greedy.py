@@ -30,10 +30,10 @@ def best_greedy(prob: PlacementProblem, variants=("heft", "topo", "single")) -> 
                 cands[v] = a
         else:
             raise ConfigError(f"placer.variants: unknown greedy variant {v!r} (heft, topo, single)")
-    if getattr(prob.evaluator, "pipeline", None) is not None:
+    if getattr(prob.evaluator, "load_model", None) is not None:
         # The pipeline objective: also the best split of one topological order into consecutive
         # stages (``contiguous.solve(linear=True)``, cheap), which list scheduling does not aim at.
-        chain = solve(prob, prob.evaluator.pipeline, linear=True)
+        chain = solve(prob, prob.evaluator.load_model, linear=True)
         if chain.assign is not None:
             cands["chain"] = chain.assign
     times = {k: prob.objective_value(a) for k, a in cands.items()}

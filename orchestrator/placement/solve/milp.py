@@ -136,7 +136,7 @@ def group_feeds(prob, model) -> dict[int, set[int]]:
 
 def hop_s(model, u: int, l: int) -> float:
     """Seconds of node u's output over link l (0 for no link, -1): the edge's fixed cost, else
-    latency + bytes / bandwidth (``pipeline.PipelineModel``'s hop)."""
+    latency + bytes / bandwidth (``load.LoadModel``'s hop)."""
     if l < 0:
         return 0.0
     f = model.fixed[u]
