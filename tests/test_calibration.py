@@ -9,7 +9,7 @@ from orchestrator.hardware.calibration import (Calibration, apply, calibrate_gra
 from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.errors import ConfigError
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import Placement
 from plugins.hardware.local import calibration_of
 

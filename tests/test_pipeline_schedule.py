@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Device, Link, Worker
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement.simulate.inflight import in_flight
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings, task_order
 from orchestrator.placement.simulate.simulator import Simulator

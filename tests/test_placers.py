@@ -12,7 +12,7 @@ import pytest
 from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
 from orchestrator.errors import InfeasiblePlacementError
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import PlacementContext
 from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator_plugins.placers.greedy import GreedyPlacer

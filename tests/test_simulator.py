@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.placement.simulate.gantt import gantt
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import Placement
 from orchestrator.placement.simulate.simulator import Simulator, lower_bound, simulate
 

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.errors import WorkloadError
 from orchestrator.paths import msr_workloads
-from orchestrator.placement.graph.opgraph import OpGraph
+from orchestrator.placement.graph import OpGraph
 from orchestrator.placement.simulate.simulator import lower_bound, simulate
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
@@ -119,3 +119,12 @@ def test_opgraph_json_round_trip(tmp_path):
     w.graph.save(tmp_path / "g.json")
     back = OpGraph.load(tmp_path / "g.json")
     assert back.to_dict() == w.graph.to_dict()
+
+
+def test_shared_dir_is_beside_the_repository_unless_the_environment_says(monkeypatch, tmp_path):
+    from orchestrator.paths import repo_root, shared_dir
+
+    monkeypatch.delenv("ORCHESTRATOR_SHARED", raising=False)
+    assert shared_dir() == repo_root().parent / "shared" and (repo_root() / "orchestrator").is_dir()
+    monkeypatch.setenv("ORCHESTRATOR_SHARED", str(tmp_path))
+    assert msr_workloads() == tmp_path / "workloads" / "msr-dnn-partitioning"

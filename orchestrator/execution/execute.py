@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from orchestrator.placement.graph.opgraph import OpGraph
+from orchestrator.placement.graph import OpGraph
 from orchestrator.placement import Placement
 
 

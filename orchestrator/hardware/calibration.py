@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from orchestrator.hardware.cluster import Link, Worker
-from orchestrator.placement.graph.opgraph import OpGraph
+from orchestrator.placement.graph import OpGraph
 
 
 @dataclass
