@@ -39,6 +39,8 @@ from typing import Any, Callable
 import numpy as np
 
 from orchestrator.errors import ConfigError
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator, Verdict, placed_runtime
+from orchestrator.placement.evaluate.measured_fit import SimulatorFit
 from orchestrator.placement.graph.placement import Placement
 
 REWARDS = ("simulated", "measured", "mixed")
@@ -143,8 +145,6 @@ class TFMeasure:
         if key in self._runtimes:
             self._runtimes.move_to_end(key)
             return self._runtimes[key]
-        from orchestrator.placement.evaluate.evaluator import placed_runtime
-
         rt = placed_runtime(self.spec, self.worker, placement, seed=self.seed, lr=0.05)
         self.built += 1
         self._runtimes[key] = rt
@@ -206,9 +206,6 @@ class MeasuredRewardEvaluator:
 
     def __init__(self, graph: Any, worker: Any, settings: RewardSettings, measure: Callable[[Placement, int], float],
                  *, clock: Callable[[], float] = time.perf_counter, memory_headroom: float = 0.0, log=None):
-        from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-        from orchestrator.placement.evaluate.measured_fit import SimulatorFit
-
         if settings.reward not in ("measured", "mixed"):
             raise ConfigError(f"placer.reward={settings.reward!r}: this evaluator measures (measured, mixed)")
         self.graph, self.worker, self.settings = graph, worker, settings
@@ -268,8 +265,6 @@ class MeasuredRewardEvaluator:
     def evaluate(self, placement: Placement | None, **_: Any):
         """A verdict on ``placement``: during the search through ``objective_value`` (cached, on the
         budget); after ``end_search`` a fresh measurement (a failure then raises)."""
-        from orchestrator.placement.evaluate.evaluator import Verdict
-
         a = self.assignment(placement)
         if self.searching:
             t = self.objective_value(a)

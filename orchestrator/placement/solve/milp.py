@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.placement.solve.contiguous import device_classes
+
 
 @dataclass
 class MILPResult:
@@ -41,8 +43,6 @@ class MILPResult:
 def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
-
-    from orchestrator.placement.solve.contiguous import device_classes
 
     classes, links, exact = device_classes(prob, model)
     if not exact:
