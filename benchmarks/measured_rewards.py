@@ -7,7 +7,7 @@ is too slow to measure many candidates on this machine (``--probe-inception`` ti
 build, trace and steps). For each model the rl placer (its defaults but ``placer.budget_evaluations``
 = ``--evaluations``, seed 0) searches once per reward, on the graph extracted and profiled here
 (``extract(profile="local-cpu")``, as a trial does): ``simulated`` (the simulator on the profiled
-costs), ``measured`` and ``mixed`` (``orchestrator.placement.measured``; measuring budget
+costs), ``measured`` and ``mixed`` (``orchestrator.placement.evaluate.measured``; measuring budget
 ``--budget-s`` seconds, ``placer.measure_steps`` = 5).
 
 Then every found placement, and the single-device placement (all on cpu:0, the reference), is
@@ -46,9 +46,9 @@ import numpy as np  # noqa: E402
 
 from orchestrator.models import ModelSpec, builtin  # noqa: E402
 from orchestrator.placement import Placement, PlacementContext  # noqa: E402
-from orchestrator.placement.evaluator import SimulatedEvaluator  # noqa: E402
-from orchestrator.placement.extract import extract  # noqa: E402
-from orchestrator.placement.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure  # noqa: E402
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator  # noqa: E402
+from orchestrator.placement.graph.extract import extract  # noqa: E402
+from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure  # noqa: E402
 from orchestrator_plugins.hardware.local import LocalHardware  # noqa: E402
 from orchestrator_plugins.placers.rl import RLPlacer  # noqa: E402
 

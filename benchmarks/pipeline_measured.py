@@ -1,7 +1,7 @@
 """A pipelined model on this machine's two logical CPU devices: measured vs simulated time per
 micro-batch, for GPipe and 1F1B.
 
-Simulated = ``orchestrator.placement.schedule.PipelineSchedule`` on the layer graph extracted and
+Simulated = ``orchestrator.placement.simulate.microbatch.MicrobatchSchedule`` on the layer graph extracted and
 profiled here (``extract.extract(profile="local-cpu")``: each layer's forward, backward and update
 timed alone) on the worker ``hardware=local`` builds (2 logical CPUs, transfers between them free),
 twice: ``independent`` (the two logical CPUs as independent devices: ``hardware.core_sharing=none``,
@@ -51,9 +51,9 @@ from orchestrator.hardware.calibration import Calibration, calibrate_graph  # no
 from orchestrator.hardware.contention import (  # noqa: E402
     measure_efficiency, measure_model_efficiency, measure_model_step, pool_name)
 from orchestrator.models import builtin  # noqa: E402
-from orchestrator.placement.extract import extract  # noqa: E402
-from orchestrator.placement.schedule import PipelineSchedule, task_order  # noqa: E402
-from orchestrator.placement.schedule_phase import layer_profile_s  # noqa: E402
+from orchestrator.placement.graph.extract import extract  # noqa: E402
+from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, task_order  # noqa: E402
+from orchestrator.phases.schedule import layer_profile_s  # noqa: E402
 
 
 def uptime() -> str:
@@ -69,7 +69,7 @@ def best_cut(graph, worker, m: int, kind: str) -> tuple[np.ndarray, str]:
     fwd = [n.name for n in graph.nodes if n.role == "forward"]
     stage_of_layer = {}
     best, best_t, at = None, np.inf, ""
-    sched = PipelineSchedule(graph, worker, m, kind)
+    sched = MicrobatchSchedule(graph, worker, m, kind)
     for cut in range(1, len(fwd)):
         stage_of_layer = {name: 0 if i < cut else 1 for i, name in enumerate(fwd)}
         a = np.array([stage_of_layer.get(n.group or n.name, 1) for n in graph.nodes], dtype=np.int64)
@@ -83,7 +83,7 @@ def measure(spec, graph, worker, assign, m, kind, x, y, steps):
     """The schedule of ``assign`` on ``worker`` (simulated) and its real pipelined run (measured)."""
     from orchestrator.execution.pipelined import PipelinedRuntime
 
-    r = PipelineSchedule(graph, worker, m, kind).evaluate(assign)
+    r = MicrobatchSchedule(graph, worker, m, kind).evaluate(assign)
     layers = [n for n in graph.nodes if n.role == "forward"]
     tf_dev = [d.tf_device for d in worker.devices]
     device_of = {n.name: tf_dev[assign[graph.index(n.name)]] for n in layers}
@@ -155,8 +155,8 @@ def main() -> None:
             else:
                 a, where = a
             r, meas, wall, losses, r_times = measure(spec, graph, shared, a, m, kind, x, y, args.steps)
-            r0 = PipelineSchedule(graph, indep, m, kind).evaluate(a)
-            rn = PipelineSchedule(ngraph, shared, m, kind).evaluate(a)
+            r0 = MicrobatchSchedule(graph, indep, m, kind).evaluate(a)
+            rn = MicrobatchSchedule(ngraph, shared, m, kind).evaluate(a)
             sim0, sim, mb = r0.minibatch_time_s / m, r.minibatch_time_s / m, meas / m
             rows.append((label, m, sim0, sim, mb, r, wall, losses, uptime().split("load average:")[-1].strip(), rn.minibatch_time_s / m))
             print(f"#   {label}, m={m}: {where}; stages {r.stages} stage time (F+B) "

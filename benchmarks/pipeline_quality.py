@@ -3,7 +3,7 @@ judged by the pipeline objective (time per sample, the authors' ``computeLoadFor
 docs/pipeline.md), simulated. Columns: the human expert's split (where one is published), greedy,
 ``placer=optimal`` (the exact contiguous DP, its search time and what it searched), rl (default
 budget), the certified lower bound (valid for every placement: the tightest of the assignment LP,
-the MILP's dual bound and the configuration LP of ``orchestrator.placement.config_bound``) and the
+the MILP's dual bound and the configuration LP of ``orchestrator.placement.solve.config_bound``) and the
 best placer's gap to it. Values in the file's units (ms), as the authors print them."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.placement import PlacementContext
-from orchestrator.placement.evaluator import SimulatedEvaluator
-from orchestrator.placement.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
+from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
 SPEEDUP, TIGHT, NEAR = 1.2841, 1.35, 1.05
 FILES = ["throughput-inputs/LayerGraphs/bert24_inference.json", "throughput-inputs/LayerGraphs/bert24_training.json",

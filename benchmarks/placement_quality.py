@@ -1,6 +1,6 @@
 """Placement quality: manual, greedy, random, optuna and rl, judged by the simulator, on
 
-- the Keras models the trial extracts (``orchestrator.placement.extract``, layer level, analytic roofline
+- the Keras models the trial extracts (``orchestrator.placement.graph.extract``, layer level, analytic roofline
   costs, batch 64 = the trial default): Inception-V3 (299), ResNet-50 (224), NMT 2/4/8 layers and
   the Transformer, each on ``sim_1cpu_4gpu`` and on a mixed-GPU host (``mixed_gpu_host``);
   manual = the manual placer's ``auto`` expert rule, as the trial's baseline (rnn for NMT,
@@ -29,12 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.hardware.presets import sim_1cpu_4gpu
-from orchestrator.placement.evaluator import SimulatedEvaluator
+from orchestrator.paths import msr_workloads
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement import PlacementContext
-from orchestrator.placement.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_WORKLOADS = ROOT.parent / "shared" / "workloads" / "msr-dnn-partitioning"
+DEFAULT_WORKLOADS = msr_workloads()   # ../shared beside the repository, or $ORCHESTRATOR_SHARED
 DATA = ROOT / "tests" / "data" / "msr-dnn-partitioning"
 EXPERT = {"resnet50": "resnet50_inference_expert.json", "bert24_inference": "bert24_inference_expert.json",
           "bert24_training": "bert24_training_expert.json", "inceptionv3": "inceptionv3_inference_expert.json"}
@@ -114,7 +115,7 @@ def synthetic_cases(full: bool, notes: list[str]):
 
 def extracted_cases(notes: list[str]):
     """The trial's graphs: ``extract(spec, 64, profile=None)`` (simulated cluster: analytic costs)."""
-    from orchestrator.placement.extract import extract
+    from orchestrator.placement.graph.extract import extract
     from orchestrator.models import builtin
 
     workers = (("sim_1cpu_4gpu", sim_1cpu_4gpu().workers[0]), ("mixed V100/K80", mixed_gpu_host()))
@@ -136,7 +137,7 @@ def memory_facts(ev: SimulatedEvaluator) -> dict:
     memory); ``cut`` = for each of the k - 1 cuts of a contiguous split whose pieces fit, the cheapest
     transfer of everything crossing it (each tensor sent once between two such devices, one after
     another on the link)."""
-    from orchestrator.placement.search import PlacementProblem
+    from orchestrator.placement.solve.problem import PlacementProblem
 
     prob = PlacementProblem(ev.graph, ev.worker, ev)
     s = ev.simulator
@@ -206,7 +207,7 @@ def run_case(label, hw, g, w, manual, budgets, placers):
         row["manual"], row["manual_src"], row["manual_makespan"] = best
     for name, placer in placers(budgets, len(g)):
         ev = SimulatedEvaluator(g, w, "step", HEADROOM)
-        ev.step_time(np.zeros(len(g), dtype=np.int64))   # numba warm-up, not timed
+        ev.objective_value(np.zeros(len(g), dtype=np.int64))   # numba warm-up, not timed
         ev.evaluations = 0
         t0 = time.perf_counter()
         p = placer.place(g, w, ev, PlacementContext(seed=0))

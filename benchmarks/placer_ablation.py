@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cases(quick: bool, workloads: Path):
-    from orchestrator.placement.workload import load_msr_workload
-    from orchestrator.pretrain import extracted_graph, msr_file, workers
+    from orchestrator.placement.graph.workload import load_msr_workload
+    from orchestrator.placement.learn.pretrain import extracted_graph, msr_file, workers
 
     ws = workers()
     inc = extracted_graph("inception_v3")
@@ -59,7 +59,7 @@ def cases(quick: bool, workloads: Path):
 
 def run(g, w, objective, cfg, seed=0):
     from orchestrator.placement import PlacementContext
-    from orchestrator.placement.evaluator import SimulatedEvaluator
+    from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
     from orchestrator_plugins.placers.rl import RLPlacer
 
     ev = SimulatedEvaluator(g, w, objective)
@@ -72,10 +72,10 @@ def run(g, w, objective, cfg, seed=0):
 
 
 def local_only(g, w, objective, budget):
-    from orchestrator.placement.evaluator import SimulatedEvaluator
-    from orchestrator.placement.search import PlacementProblem
-    from orchestrator_plugins.placers.greedy import best_greedy
-    from orchestrator_plugins.placers.rl import local_search
+    from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
+    from orchestrator.placement.solve.problem import PlacementProblem
+    from orchestrator.placement.solve.greedy import best_greedy
+    from orchestrator.placement.solve.local_search import local_search
 
     ev = SimulatedEvaluator(g, w, objective)
     prob = PlacementProblem(g, w, ev)
@@ -150,8 +150,8 @@ def targets(rows) -> str:
 
 
 def main() -> None:
-    from orchestrator.placement.graph_policy import SHIPPED, GraphPolicy
-    from orchestrator.pretrain import DEFAULT_WORKLOADS
+    from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy
+    from orchestrator.placement.learn.pretrain import DEFAULT_WORKLOADS
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="4 held-out rows + NMT-4, budget 2,000 (a few minutes)")

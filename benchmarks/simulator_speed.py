@@ -6,18 +6,18 @@ Run: PYTHONPATH=. python benchmarks/simulator_speed.py   (numba is used when imp
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
 from orchestrator.hardware.presets import sim_1cpu_4gpu
 from orchestrator.errors import WorkloadError
+from orchestrator.paths import msr_workloads, repo_root
 from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement.simulator import HAVE_NUMBA, Simulator, lower_bound, simulate
-from orchestrator.placement.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.simulate.simulator import HAVE_NUMBA, Simulator, lower_bound, simulate
+from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
-SHARED = Path("/work/shared/workloads/msr-dnn-partitioning")
-DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "msr-dnn-partitioning"
+SHARED = msr_workloads()   # ../shared beside the repository, or $ORCHESTRATOR_SHARED
+DATA = repo_root() / "tests" / "data" / "msr-dnn-partitioning"
 
 
 def layered_dag(n: int, width: int = 10, seed: int = 0) -> OpGraph:

@@ -12,7 +12,3 @@ except _metadata.PackageNotFoundError:  # running from a source tree that is not
     __version__ = "0.0.0+unknown"
 
 DISTRIBUTION = "hetero-orchestrator"
-
-from orchestrator import moved as _moved  # noqa: E402  (the 0.1 import paths, see moved.py)
-
-_moved.install()

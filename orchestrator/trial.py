@@ -18,7 +18,7 @@ from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt
 from orchestrator.sync.strategy import SyncStrategy
 from orchestrator.progress import enabled as progress_enabled
 from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
-from orchestrator.placement.phase import PlacementPhase, single_device
+from orchestrator.phases.placement import PlacementPhase, single_device
 
 
 def _choices() -> dict[str, str]:
@@ -219,7 +219,7 @@ class Trial:
         if self.placer is None:
             return "measured" if not cluster.simulated else "simulated"
         # placer.reward (simulated | measured | mixed; placer.evaluator is its deprecated alias)
-        from orchestrator.placement.measured import resolve_reward
+        from orchestrator.placement.evaluate.measured import resolve_reward
 
         self.reward = resolve_reward(self.cfg.placer, cluster.simulated, self.placer_cls, self.names["hardware"])
         return "simulated" if self.reward == "simulated" else "measured"    # the final verdict's kind
@@ -269,7 +269,7 @@ class Trial:
         device) and the workers' speeds follow from their step times, relative to the first."""
         if not cluster.simulated:
             return {w.name: placed["measured_step_s"] for w in cluster.workers} if placed else {}
-        from orchestrator.placement.evaluator import SimulatedEvaluator
+        from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
         from orchestrator.placement import PlacementContext
 
         graph = placed["graph"] if placed else self.placing.graph(model_spec, "simulated")
@@ -334,7 +334,7 @@ class Trial:
         if placed is not None and placed["baseline"] is not None:
             return (placed["verdict"].step_time_s, placed["baseline"].step_time_s,
                     "updates to target x baseline placement's simulated step time")
-        from orchestrator.placement.evaluator import SimulatedEvaluator
+        from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 
         worker = ctx.cluster.workers[0]
         evaluator = SimulatedEvaluator(self.placing.graph(ctx.model, "simulated"), worker)

@@ -8,7 +8,7 @@ from orchestrator.hardware.calibration import (Calibration, apply, calibrate_gra
                                       median_abs_rel_error)
 from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.errors import ConfigError
-from orchestrator.placement.evaluator import SimulatedEvaluator
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import Placement
 from plugins.hardware.local import calibration_of

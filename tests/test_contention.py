@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import CorePool, Device, Link, Worker
 from orchestrator.hardware.contention import SharedCores, core_pool
-from orchestrator.placement.schedule import PipelineSchedule
+from orchestrator.placement.simulate.microbatch import MicrobatchSchedule
 from test_pipeline_schedule import _assign, _chain, _worker
 
 
@@ -85,7 +85,7 @@ def test_processor_sharing_by_hand():
 ])
 def test_two_stages_on_one_pool_by_hand(kind, eff2, total):
     g = _chain([1.0, 1.0], [2.0, 2.0])
-    r = PipelineSchedule(g, _pooled(2, eff2), 2, kind).evaluate(_assign(g, [0, 1]), record=True)
+    r = MicrobatchSchedule(g, _pooled(2, eff2), 2, kind).evaluate(_assign(g, [0, 1]), record=True)
     assert r.minibatch_time_s == pytest.approx(total)
     if kind == "1f1b":
         ends = {(e["row"], e["label"]): e["end"] for e in r.schedule_events if e["kind"] == "node"}
@@ -98,7 +98,7 @@ def test_three_stages_two_sharing_by_hand():
     # s0 F1 [0,1]; s0 F2 + s1 F1 share [1,3]; s1 F2 [3,4] alone in the pool, s2 F1 [3,4]; s2 F2 [4,5],
     # B2 [5,7], B1 [7,9]; s1 B2 [7,9]; s1 B1 + s0 B2 share [9,13]; s0 B1 [13,15]
     g = _chain([1.0, 1.0, 1.0], [2.0, 2.0, 2.0])
-    r = PipelineSchedule(g, _pooled(3, 1.0, shared={0, 1}), 2, "gpipe").evaluate(_assign(g, [0, 1, 2]), record=True)
+    r = MicrobatchSchedule(g, _pooled(3, 1.0, shared={0, 1}), 2, "gpipe").evaluate(_assign(g, [0, 1, 2]), record=True)
     assert r.minibatch_time_s == pytest.approx(15.0)
     spans = {(e["row"], e["label"]): (e["start"], e["end"]) for e in r.schedule_events if e["kind"] == "node"}
     for lab, dur in (("F1", 1.0), ("F2", 1.0), ("B2", 2.0), ("B1", 2.0)):   # the stage outside: unaffected
@@ -119,21 +119,21 @@ def _same(r1, r2):
 def test_no_pool_or_one_stage_per_pool_is_the_old_schedule(kind):
     g = _chain([1.0, 2.0, 1.0], [2.0, 4.0, 2.0], u=[0.5, 0.25, 0.75], hop=0.5, loss=0.25)
     a = _assign(g, [0, 1, 2])
-    base = PipelineSchedule(g, _worker(3), 3, kind).evaluate(a, record=True)
+    base = MicrobatchSchedule(g, _worker(3), 3, kind).evaluate(a, record=True)
     # a pool holding one stage only, or a device naming a pool the worker does not declare: no sharing
-    _same(base, PipelineSchedule(g, _pooled(3, 1.0, shared={1}), 3, kind).evaluate(a, record=True))
+    _same(base, MicrobatchSchedule(g, _pooled(3, 1.0, shared={1}), 3, kind).evaluate(a, record=True))
     w = _worker(3)
     w.devices[0].core_pool = w.devices[1].core_pool = "undeclared"
-    _same(base, PipelineSchedule(g, w, 3, kind).evaluate(a, record=True))
+    _same(base, MicrobatchSchedule(g, w, 3, kind).evaluate(a, record=True))
     # eff(k) = k: the event-driven path gives the independent schedule (to rounding)
-    indep = PipelineSchedule(g, _pooled(3, (2.0, 3.0)), 3, kind).evaluate(a, record=True)
+    indep = MicrobatchSchedule(g, _pooled(3, (2.0, 3.0)), 3, kind).evaluate(a, record=True)
     assert indep.minibatch_time_s == pytest.approx(base.minibatch_time_s)
     assert indep.time_per_microbatch_s == pytest.approx(base.time_per_microbatch_s)
     # contention never makes a schedule faster, and S = 1 (one device) is never affected
-    slow = PipelineSchedule(g, _pooled(3, 1.0), 3, kind).evaluate(a)
+    slow = MicrobatchSchedule(g, _pooled(3, 1.0), 3, kind).evaluate(a)
     assert slow.minibatch_time_s > base.minibatch_time_s and slow.time_per_microbatch_s >= base.time_per_microbatch_s
     one = np.zeros(len(g.nodes), dtype=np.int64)
-    _same(PipelineSchedule(g, _worker(3), 3, kind).evaluate(one), PipelineSchedule(g, _pooled(3, 1.0), 3, kind).evaluate(one))
+    _same(MicrobatchSchedule(g, _worker(3), 3, kind).evaluate(one), MicrobatchSchedule(g, _pooled(3, 1.0), 3, kind).evaluate(one))
 
 
 def test_core_sharing_knob():
@@ -223,7 +223,7 @@ def test_local_hardware_puts_its_logical_cpus_on_one_pool():
 
 
 def test_trial_reports_the_pool_its_stages_share():
-    from orchestrator.placement.schedule_phase import core_sharing
+    from orchestrator.phases.schedule import core_sharing
 
     metrics = {}
     w = _pooled(3, 1.25, shared={0, 1})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.execution.execute import compare_with_unplaced, layer_devices, measure_step
-from orchestrator.placement.extract import extract_layer_graph
+from orchestrator.placement.graph.extract import extract_layer_graph
 from orchestrator.models import builtin
 from orchestrator.placement import Placement
 
@@ -114,7 +114,7 @@ def test_a_placement_means_the_same_layers_in_every_build_of_the_model():
 
     from orchestrator.execution.runtime import ModelRuntime
     from orchestrator.models import ModelSpec
-    from orchestrator.placement.extract import extract
+    from orchestrator.placement.graph.extract import extract
 
     def build():
         return keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, activation="relu"), keras.layers.Dense(3)])

@@ -4,8 +4,8 @@ import time
 import pytest
 
 from orchestrator.hardware.cluster import Device
-from orchestrator.placement.extract import extract, extract_layer_graph
-from orchestrator.placement.extract_ops import extract_op_graph
+from orchestrator.placement.graph.extract import extract, extract_layer_graph
+from orchestrator.placement.graph.extract_ops import extract_op_graph
 from orchestrator.placement.graph import OpGraph
 from orchestrator.models import builtin
 

@@ -20,7 +20,7 @@ from orchestrator.data import IMAGE_MAGIC, LABEL_MAGIC, parse_idx, read_idx
 from orchestrator.errors import UserError
 from orchestrator.execution.training import TrainSettings
 from orchestrator.hardware.workers import worker_layout
-from orchestrator.placement.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 from tests.fakes import strategy
 
 FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None)

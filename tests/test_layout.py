@@ -1,112 +1,188 @@
-"""The package layout: one home per concept, imports one way, no oversized module, the 0.1 import
-paths still resolving to the moved modules."""
+"""The package layout: no oversized module, no import circle anywhere under ``orchestrator/``, the
+core never imports the built-in plugins, and the layers import one way (the table below)."""
 
 import ast
 import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from orchestrator.moved import MOVED
-
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("placement", "sync", "hardware", "execution", "tracking")
-# which package may import which (core -> engines -> execution -> hardware / graph)
-# (the graph layer, OpGraph and Placement, is importable from everywhere below the core)
-GRAPH = {"placement", "placement.graph", "placement.base"}
+PACKAGES = ("placement", "phases", "sync", "hardware", "execution", "tracking")
+
+# placement/ is cut by layer: each imports only the layers before it (and hardware, execution, models)
+LAYERS = ("graph", "simulate", "solve", "evaluate", "learn")
+BELOW = {"hardware", "execution", "models"}
+GRAPH = {"placement", "placement.graph"}     # OpGraph and Placement: importable from every package
 MAY_IMPORT = {
+    **{f"placement.{layer}": {f"placement.{x}" for x in LAYERS[:i + 1]} | BELOW for i, layer in enumerate(LAYERS)},
+    "placement": {"placement.graph"},        # the package itself re-exports the graph layer's names
+    "phases": {"phases", "hardware", "execution", "models", "data"} | {f"placement.{x}" for x in LAYERS} | GRAPH,
     "hardware": {"hardware"} | GRAPH,
     "execution": {"execution", "hardware", "models", "data"} | GRAPH,
     "tracking": {"tracking"},
-    "placement": {"hardware", "execution", "models"} | GRAPH,
     "sync": {"sync", "hardware", "execution", "models", "data"} | GRAPH,
 }
+# importable from every layer: "" is the orchestrator package itself; "api" (the plugin contract) and
+# "config" (the typed config schema) too, as long as no circle results (test_no_import_circle)
+CORE = {"errors", "progress", "hookspecs", "plugins", "paths", "api", "config", ""}
 
 
-def _modules():
+def _modules() -> dict[str, Path]:
+    """Every module under orchestrator/ by its dotted name (a package by its own name)."""
+    out = {}
     for path in sorted((ROOT / "orchestrator").rglob("*.py")):
-        yield path, ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _nearest(name: str) -> str | None:
+    """The longest prefix of ``name`` that is a module of ours (``a.b.C`` -> ``a.b``)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    """The modules of ours that ``module`` imports, anywhere in the file (lazy imports inside functions
+    included): ``from a.x import y`` is ``a.x.y`` when y is a submodule, else ``a.x``."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(_nearest(a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:                                   # relative: from the module's own package
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.add(sub if sub in MODULES else _nearest(base))
+    return out - {None, module}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of a directed graph (node -> successors)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
 
 
 def test_no_module_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p, _ in _modules()
-            if (n := len(p.read_text().splitlines())) > 400}
+    long = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > 400}
     long.update({str(p.relative_to(ROOT)): n for p in (ROOT / "plugins").rglob("*.py")
                  if (n := len(p.read_text().splitlines())) > 400})
     assert not long, long
 
 
-def _key(module: str) -> str | None:
-    parts = module.split(".")
-    if parts[0] != "orchestrator" or len(parts) < 2:
-        return None
-    return ".".join(parts[1:3]) if parts[1] == "placement" else parts[1]
+def test_the_scc_finder_finds_a_circle():
+    """The detector itself: a circle through lazy imports is one component of three."""
+    comps = strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()})
+    assert sorted(map(len, comps)) == [1, 3]
 
 
-def _imports(path: Path) -> set[str]:
-    """What a module imports from orchestrator (anywhere in the file, lazily or not): the subpackage,
-    or for placement the module (the graph layer is importable from below, the rest is not)."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module == "orchestrator":
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(_key(node.module))
-        elif isinstance(node, ast.Import):
-            out.update(_key(a.name) for a in node.names)
-    return out - {None}
+def test_lazy_and_submodule_imports_are_resolved():
+    got = imports_of("orchestrator.phases.placement")           # lazy imports inside methods
+    assert "orchestrator.placement.evaluate.evaluator" in got and "orchestrator.plugins" in got
+    assert "orchestrator.placement.graph.placement" in imports_of("orchestrator.placement")
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_imports_go_one_way(package):
-    core = {"errors", "progress", "hookspecs", "plugins", "moved", "__version__", "config"}  # config: the schemas
+def test_no_import_circle():
+    graph = {m: imports_of(m) for m in MODULES}
+    circles = [c for c in strongly_connected(graph) if len(c) > 1]
+    assert not circles, f"modules that import each other in a circle: {circles}"
+
+
+def test_the_core_never_imports_the_builtin_plugins():
     bad = {}
-    for path, name in _modules():
-        if name.split(".")[1:2] != [package]:
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.split(".")[0] == "orchestrator_plugins" for n in names):
+                bad.setdefault(module, []).append(node.lineno)
+    assert not bad, f"the core imports orchestrator_plugins (move the code into the core): {bad}"
+
+
+SUBPACKAGES = {m.split(".")[2] for m, p in MODULES.items() if m.startswith("orchestrator.placement.") and p.name == "__init__.py"}
+
+
+def _key(module: str) -> str:
+    """The layer of a module: the sub-package of placement (``placement.solve``), else the package."""
+    parts = module.split(".")[1:]
+    if len(parts) > 1 and parts[0] == "placement" and parts[1] in SUBPACKAGES:
+        return f"placement.{parts[1]}"
+    return parts[0] if parts else ""
+
+
+@pytest.mark.parametrize("layer", sorted(MAY_IMPORT))
+def test_imports_go_one_way(layer):
+    bad = {}
+    for module in MODULES:
+        if _key(module) != layer:
             continue
-        allowed = MAY_IMPORT[package] | core
-        wrong = {p for p in _imports(path) if p not in allowed and p.split(".")[0] != package}
+        wrong = {_key(m) for m in imports_of(module)} - MAY_IMPORT[layer] - CORE - {layer}
         if wrong:
-            bad[name] = sorted(wrong)
-    assert not bad, f"{package} imports outside its layer: {bad}"
+            bad[module] = sorted(wrong)
+    assert not bad, f"{layer} imports outside its layer: {bad}"
+
+
+def test_every_placement_layer_is_in_the_table():
+    """A new sub-package of placement must be placed in ``LAYERS`` (and so in ``MAY_IMPORT``)."""
+    assert SUBPACKAGES == set(LAYERS), SUBPACKAGES ^ set(LAYERS)
 
 
 def test_store_and_report_do_not_import_each_other():
-    store = _imports(ROOT / "orchestrator" / "tracking" / "store.py")
-    tree = ast.parse((ROOT / "orchestrator" / "tracking" / "store.py").read_text())
-    mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert not {m for m in mods if m.startswith("orchestrator.tracking")}, mods
-    assert store <= {"tracking", "errors"}
-    report = {n.module for n in ast.walk(ast.parse((ROOT / "orchestrator/tracking/report.py").read_text()))
-              if isinstance(n, ast.ImportFrom) and n.module}
-    assert "orchestrator.tracking.sweep" not in report
-
-
-@pytest.mark.parametrize("old,new", sorted(MOVED.items()))
-def test_old_import_paths_resolve_to_the_new_modules(old, new):
-    code = (f"import warnings; warnings.simplefilter('ignore')\n"
-            f"import orchestrator.{old} as a, orchestrator.{new} as b, sys\n"
-            f"assert a is b, (a, b)\n"
-            f"print('TF' if 'tensorflow' in sys.modules else 'noTF')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-
-
-def test_old_import_path_warns():
-    code = ("import warnings\nwith warnings.catch_warnings(record=True) as w:\n"
-            "    warnings.simplefilter('always')\n    from orchestrator.cluster import Cluster\n"
-            "assert any('orchestrator.hardware.cluster' in str(x.message) for x in w), [str(x.message) for x in w]\n"
-            "from orchestrator.hardware.cluster import Cluster as C2\nassert Cluster is C2\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
+    store = imports_of("orchestrator.tracking.store")
+    assert not {m for m in store if m.startswith("orchestrator.tracking")}, store
+    assert {_key(m) for m in store} <= {"tracking", "errors"}
+    assert "orchestrator.tracking.sweep" not in imports_of("orchestrator.tracking.report")
 
 
 def test_every_package_is_installed():
-    """pyproject lists every subpackage, so a wheel (not only an editable install) has them all."""
+    """pyproject lists every package (a wheel, not only an editable install, has them all) and the
+    shipped policy checkpoint as package data."""
     text = (ROOT / "pyproject.toml").read_text()
-    for pkg in PACKAGES + ("models", "data"):
-        assert f'"orchestrator.{pkg}"' in text, pkg
+    packages = [m for m, p in MODULES.items() if p.name == "__init__.py"]
+    missing = [p for p in packages if f'"{p}"' not in text]
+    assert not missing, f"not in [tool.setuptools] packages: {missing}"
+    plugins = [".".join(("orchestrator_plugins",) + p.parent.relative_to(ROOT / "plugins").parts)
+               for p in (ROOT / "plugins").rglob("__init__.py")]
+    assert not [p for p in plugins if f'"{p}"' not in text], plugins
+    assert '"orchestrator.placement.learn" = ["checkpoints/*.npz"]' in text
+    assert (ROOT / "orchestrator/placement/learn/checkpoints/graph_policy.npz").exists()
     for pkg in PACKAGES:
         importlib.import_module(f"orchestrator.{pkg}")

@@ -1,4 +1,4 @@
-"""placer.reward=measured|mixed (orchestrator.placement.measured): caching, the failure -> inf rule,
+"""placer.reward=measured|mixed (orchestrator.placement.evaluate.measured): caching, the failure -> inf rule,
 the measuring budget, the re-calibration of the simulator, the config keys; fast tests with a fake
 measure function (no TensorFlow), and one slow CLI run on 2 logical CPUs."""
 
@@ -13,8 +13,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
 from orchestrator.placement import PlacementContext
 from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement.measured import MeasuredRewardEvaluator, RewardSettings, resolve_reward
-from orchestrator.placement.measured_fit import SimulatorFit, fit_with_prior, median_rel_error
+from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, resolve_reward
+from orchestrator.placement.evaluate.measured_fit import SimulatorFit, fit_with_prior, median_rel_error
 from orchestrator_plugins.placers.greedy import GreedyPlacer
 from orchestrator_plugins.placers.random import RandomPlacer
 from orchestrator_plugins.placers.rl import RLPlacer
@@ -40,7 +40,7 @@ class SerialMachine:
     (device 1 is 1.5x slower) plus 2 ms per tensor between devices; records every call."""
 
     def __init__(self, g, w, fail=None, seconds=0.5):
-        from orchestrator.placement.simulator import Simulator
+        from orchestrator.placement.simulate.simulator import Simulator
 
         self.sim, self.fail, self.seconds, self.calls = Simulator(g, w), fail, seconds, []
         self.now = 0.0
@@ -75,8 +75,8 @@ def evaluator(reward="measured", budget=None, fail=None, within=0.1, seconds=0.5
 def test_repeated_placements_are_measured_once():
     ev, machine = evaluator()
     a = np.array([0, 1, 0, 1, 0, 0])
-    t = ev.step_time(a)
-    assert ev.step_time(a.copy()) == t == machine.true_time(a)
+    t = ev.objective_value(a)
+    assert ev.objective_value(a.copy()) == t == machine.true_time(a)
     assert ev.evaluate(ev.placement_of(a)).step_time_s == t          # evaluate during the search: cached too
     assert len(machine.calls) == 1 and ev.cache_hits == 2
     m = ev.end_search()
@@ -91,8 +91,8 @@ def test_a_lucky_new_best_is_judged_on_a_second_measurement():
     true = machine.true_time
     lucky = iter([0.5])                                               # fast's first draw is half its time
     machine.true_time = lambda a: next(lucky, 1.0) * true(a) if tuple(a) == tuple(fast) else true(a)
-    ev.step_time(slow)
-    assert ev.step_time(fast) == true(fast)                           # the second, unbiased value
+    ev.objective_value(slow)
+    assert ev.objective_value(fast) == true(fast)                           # the second, unbiased value
     assert machine.calls == [tuple(slow), tuple(fast), tuple(fast)]
     assert ev.end_search()["placement.confirmations"] == 1 and ev.measured == 2
 
@@ -102,16 +102,16 @@ def test_nodes_the_measurement_ignores_share_a_cache_entry():
     machine = SerialMachine(g, w)
     machine.nodes = {"n0", "n1", "n2", "n3", "n4"}                   # where n5 runs does not matter to it
     ev = MeasuredRewardEvaluator(g, w, RewardSettings("measured", None, 3), machine, clock=machine.clock)
-    ev.step_time(np.array([0, 1, 0, 1, 0, 0]))
-    ev.step_time(np.array([0, 1, 0, 1, 0, 1]))
-    ev.step_time(np.array([0, 1, 1, 1, 0, 1]))
+    ev.objective_value(np.array([0, 1, 0, 1, 0, 0]))
+    ev.objective_value(np.array([0, 1, 0, 1, 0, 1]))
+    ev.objective_value(np.array([0, 1, 1, 1, 0, 1]))
     assert len(machine.calls) == 2 and ev.cache_hits == 1
 
 
 def test_a_failing_candidate_scores_inf_and_the_search_goes_on():
     uses_dev1 = lambda a: bool((a == 1).any())                       # anything on device 1 "runs out of memory"
     ev, machine = evaluator(fail=uses_dev1)
-    assert ev.step_time(np.array([0, 1, 0, 0, 0, 0])) == math.inf
+    assert ev.objective_value(np.array([0, 1, 0, 0, 0, 0])) == math.inf
     RandomPlacer({"samples": 30}).place(ev.graph, ev.worker, ev, PlacementContext(seed=1))   # goes on
     p = GreedyPlacer().place(ev.graph, ev.worker, ev)            # heft and topo spread (fail), single fits
     assert set(p.assignment.values()) == {"gpu:0"}
@@ -127,7 +127,7 @@ def test_the_budget_ends_measuring_and_the_answer_was_measured():
     assert a in machine.calls                                       # the answer is a measured placement
     m = ev.end_search()
     assert m["placement.budget_spent"] == 1 and m["placement.unmeasured_after_budget"] > 0
-    assert ev.step_time(np.array(machine.calls[0])) < math.inf      # cached values survive the budget
+    assert ev.objective_value(np.array(machine.calls[0])) < math.inf      # cached values survive the budget
 
 
 def test_fit_recovers_a_linear_machine():
@@ -149,7 +149,7 @@ def test_recalibration_beats_the_raw_simulator_on_a_serial_machine():
     fit = ev.fit
     rng = np.random.default_rng(1)
     for _ in range(25):
-        ev.step_time(rng.integers(0, 2, 6))
+        ev.objective_value(rng.integers(0, 2, 6))
     assert fit.raw_error > 0.2                                       # the simulator assumes parallel devices
     assert fit.calibrated_error < fit.raw_error / 3                   # prequential: estimates before measuring
     c = fit.coefficients()
@@ -171,7 +171,7 @@ def test_mixed_measures_only_the_promising():
 
 
 def test_reward_keys_and_the_deprecated_alias(capsys):
-    import orchestrator.placement.measured as measured
+    import orchestrator.placement.evaluate.measured as measured
 
     class Search:
         pass

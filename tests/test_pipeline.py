@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from orchestrator.placement import Placement
-from orchestrator.placement.config_bound import _Pricing, config_bound
-from orchestrator.placement.contiguous import best_contiguous, device_classes, solve
-from orchestrator.placement.evaluator import SimulatedEvaluator
-from orchestrator.placement.milp import group_feeds, solve_milp
-from orchestrator.placement.search import PlacementProblem
-from orchestrator.placement.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.solve.config_bound import _Pricing, config_bound
+from orchestrator.placement.solve.contiguous import best_contiguous, device_classes, solve
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
+from orchestrator.placement.solve.milp import group_feeds, solve_milp
+from orchestrator.placement.solve.problem import PlacementProblem
+from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"
 
@@ -77,9 +77,9 @@ def test_bert24_training_expert_is_the_authors_49_40():
     v = ev.evaluate(split)
     assert round(v.time_per_sample_s / w.graph.time_unit_s, 2) == 49.40   # dp.cpp -expert: max-load 49.4049
     assert ev.lower_bound() <= v.time_per_sample_s
-    dp = best_contiguous(PlacementProblem(w.graph, w.worker, ev), ev.pipeline)
+    dp = best_contiguous(PlacementProblem(w.graph, w.worker, ev), ev.load_model)
     assert dp.order == "ideals" and dp.exact
-    assert dp.value == pytest.approx(ev.pipeline.time_per_sample(dp.assign)) and dp.value <= v.time_per_sample_s
+    assert dp.value == pytest.approx(ev.load_model.time_per_sample(dp.assign)) and dp.value <= v.time_per_sample_s
 
 
 def _random_graph(rng: random.Random, n: int, training: bool):
@@ -125,24 +125,24 @@ def test_dp_equals_brute_force_on_random_small_dags(tmp_path, seed):
     best_any, best_contig = math.inf, math.inf
     for atoms in itertools.product(range(prob.nd), repeat=prob.n_atoms):
         a = prob.expand(np.array(atoms))
-        t = ev.pipeline.time_per_sample(a)
+        t = ev.load_model.time_per_sample(a)
         best_any = min(best_any, t)
         if _contiguous(w, list(a), forward):
             best_contig = min(best_contig, t)
-    dp = solve(prob, ev.pipeline)
+    dp = solve(prob, ev.load_model)
     assert dp.exact and dp.order == "ideals"
     assert dp.value == pytest.approx(best_contig, abs=1e-12)
     if math.isfinite(dp.value):
-        assert ev.pipeline.time_per_sample(dp.assign) == pytest.approx(dp.value)
-    assert best_contiguous(prob, ev.pipeline).value == pytest.approx(best_contig, abs=1e-12)
+        assert ev.load_model.time_per_sample(dp.assign) == pytest.approx(dp.value)
+    assert best_contiguous(prob, ev.load_model).value == pytest.approx(best_contig, abs=1e-12)
     assert ev.lower_bound() <= best_any + 1e-12
-    cb = config_bound(prob, ev.pipeline, ev.lower_bound(), best_any * 1.3 + 1e-3, time_limit_s=20, rel_tol=1e-3)
+    cb = config_bound(prob, ev.load_model, ev.lower_bound(), best_any * 1.3 + 1e-3, time_limit_s=20, rel_tol=1e-3)
     assert cb.status == "ok" and cb.bound <= best_any * (1 + 1e-9)   # certified: below every placement
     assert cb.bound == 0.0 or cb.bound >= best_any * (1 - 2e-3)      # and, on these, within the bisection's tolerance
-    m = solve_milp(prob, ev.pipeline, time_limit_s=20)       # any split: the optimum and a proven bound
+    m = solve_milp(prob, ev.load_model, time_limit_s=20)       # any split: the optimum and a proven bound
     assert m.status == "optimal" and m.bound <= best_any
     if math.isfinite(best_any):
-        assert ev.pipeline.time_per_sample(m.assign) == pytest.approx(best_any, rel=2e-4)
+        assert ev.load_model.time_per_sample(m.assign) == pytest.approx(best_any, rel=2e-4)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -155,7 +155,7 @@ def test_bound_is_never_above_a_feasible_placement(tmp_path, seed, picks, traini
     ev = SimulatedEvaluator(w.graph, w.worker, "pipeline")
     prob = PlacementProblem(w.graph, w.worker, ev)
     a = prob.expand(np.array(picks[:prob.n_atoms]) % prob.nd)
-    t = ev.pipeline.time_per_sample(a)
+    t = ev.load_model.time_per_sample(a)
     if math.isfinite(t):
         assert ev.lower_bound() <= t * (1 + 1e-9)
 
@@ -168,7 +168,7 @@ def test_config_lp_set_load_is_the_evaluators_device_load(tmp_path, seed, picks,
     nodes, edges = _random_graph(rng, rng.randint(2, 7), training)
     w = _workload(tmp_path, nodes, edges, n_acc=3, n_cpu=1)
     ev = SimulatedEvaluator(w.graph, w.worker, "pipeline")
-    prob, pm = PlacementProblem(w.graph, w.worker, ev), ev.pipeline
+    prob, pm = PlacementProblem(w.graph, w.worker, ev), ev.load_model
     atoms = np.array(picks[:prob.n_atoms]) % prob.nd
     load, _ = pm.loads(prob.expand(atoms))
     classes, links, exact = device_classes(prob, pm)
@@ -190,10 +190,10 @@ def test_config_lp_charges_each_stage_its_own_cuts(tmp_path):
     prob = PlacementProblem(w.graph, w.worker, ev)
     assert ev.lower_bound() == pytest.approx(4 / 2.01)          # the CPU takes 1/100 of a node per unit
     assert _value(w, {1: "acc:0", 2: "acc:0", 3: "acc:1", 4: "acc:1"})[0] == pytest.approx(3.0)
-    cb = config_bound(prob, ev.pipeline, ev.lower_bound(), 4.0, time_limit_s=20, rel_tol=1e-4)
+    cb = config_bound(prob, ev.load_model, ev.lower_bound(), 4.0, time_limit_s=20, rel_tol=1e-4)
     assert cb.status == "ok" and 3.0 * (1 - 1e-3) <= cb.bound <= 3.0
     # nothing to certify: no bound, and the status says so
-    assert config_bound(prob, ev.pipeline, 3.0, 3.0).status == "nothing to certify"
+    assert config_bound(prob, ev.load_model, 3.0, 3.0).status == "nothing to certify"
 
 
 def test_memory_headroom_is_kept_free(tmp_path):
@@ -202,6 +202,6 @@ def test_memory_headroom_is_kept_free(tmp_path):
     assert PlacementProblem(w.graph, w.worker, memory_headroom=0.0).overflow(a) == 0
     ev = SimulatedEvaluator(w.graph, w.worker, "pipeline", memory_headroom=0.2)
     prob = PlacementProblem(w.graph, w.worker, ev)
-    assert prob.overflow(a) == pytest.approx(1.0) and math.isinf(prob.step_time(a))
-    assert math.isfinite(ev.step_time(a))               # the judge itself uses the whole memory
-    assert math.isfinite(prob.step_time(np.array([0, 1])))
+    assert prob.overflow(a) == pytest.approx(1.0) and math.isinf(prob.objective_value(a))
+    assert math.isfinite(ev.objective_value(a))               # the judge itself uses the whole memory
+    assert math.isfinite(prob.objective_value(np.array([0, 1])))

@@ -13,9 +13,9 @@ from orchestrator.execution.functional import layer_calls
 from orchestrator.execution.pipelined import PipelineOrderError, PipelinedRuntime
 from orchestrator.execution.runtime import ModelRuntime
 from orchestrator.models import builtin
-from orchestrator.placement.schedule import task_order
-from orchestrator.placement.schedule_phase import attach_schedule
-from orchestrator.placement.workload import load_msr_workload
+from orchestrator.placement.simulate.microbatch import task_order
+from orchestrator.phases.schedule import attach_schedule
+from orchestrator.placement.graph.workload import load_msr_workload
 
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"
 

@@ -9,8 +9,9 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement.schedule import PipelineSchedule, in_flight, settings, task_order
-from orchestrator.placement.simulator import Simulator
+from orchestrator.placement.simulate.inflight import in_flight
+from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings, task_order
+from orchestrator.placement.simulate.simulator import Simulator
 
 
 def _chain(f, b, u=None, hop=None, loss=0.0, act=100.0, param=10.0):
@@ -50,7 +51,7 @@ def _assign(g, stage_of_layer):
 
 
 def _result(g, w, assign, m, kind):
-    return PipelineSchedule(g, w, m, kind).evaluate(assign, record=True)
+    return MicrobatchSchedule(g, w, m, kind).evaluate(assign, record=True)
 
 
 def test_orders_are_gpipe_fill_drain_and_1f1b():
@@ -134,9 +135,9 @@ def test_in_flight_activations_count_against_memory():
         peak, oom = sim.memory(a)
         assert peak[0] == pytest.approx(20 + k0 * 200)
         assert (not oom) == fits
-        r = PipelineSchedule(g, w, 4, kind, sim).evaluate(a)
+        r = MicrobatchSchedule(g, w, 4, kind, sim).evaluate(a)
         assert r.feasible == fits and r.memory_bytes["cpu:0"] == pytest.approx(20 + k0 * 200)
-        assert math.isfinite(PipelineSchedule(g, w, 4, kind, sim).minibatch_time(a)) == fits
+        assert math.isfinite(MicrobatchSchedule(g, w, 4, kind, sim).minibatch_time(a)) == fits
 
 
 def test_non_contiguous_split_still_schedules():
@@ -156,7 +157,7 @@ def test_settings_are_checked():
 
 
 def test_gantt_shows_every_micro_batch(tmp_path):
-    from orchestrator.placement.gantt import gantt_events
+    from orchestrator.placement.simulate.gantt import gantt_events
 
     g, w = _chain([1.0, 2.0, 1.0], [2.0, 4.0, 2.0], u=[0.5, 0.5, 0.5], hop=0.5), _worker(3)
     r = _result(g, w, _assign(g, [0, 1, 2]), 3, "1f1b")

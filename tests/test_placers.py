@@ -11,10 +11,10 @@ import pytest
 
 from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
 from orchestrator.errors import InfeasiblePlacementError
-from orchestrator.placement.evaluator import SimulatedEvaluator
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import PlacementContext
-from orchestrator.placement.simulator import Simulator
+from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator_plugins.placers.greedy import GreedyPlacer
 from orchestrator_plugins.placers.manual import ManualPlacer
 from orchestrator_plugins.placers.optuna_placer import OptunaPlacer
@@ -91,15 +91,15 @@ def test_rl_learns_and_never_loses_to_greedy():
     assert ev.evaluate(p).step_time_s <= greedy + 1e-12
     # the policy itself learns: without the list-scheduling prior (random weights, which the untrained
     # default would not be: it decodes this chain optimally already), REINFORCE on its own samples
-    from orchestrator.placement.graph_policy import GraphPolicy, graph_inputs
-    from orchestrator.placement.search import PlacementProblem
+    from orchestrator.placement.learn.graph_policy import GraphPolicy, graph_inputs
+    from orchestrator.placement.solve.problem import PlacementProblem
 
     prob = PlacementProblem(g, w, SimulatedEvaluator(g, w))
     gi, rng = graph_inputs(prob), np.random.default_rng(0)
     pol, means, base = GraphPolicy(seed=0, lr=0.01, prior=0.0), [], None
     for _ in range(40):
         ro = pol.sample(gi, 16, rng)
-        t = np.array([prob.step_time(prob.expand(a)) for a in ro.actions])
+        t = np.array([prob.objective_value(prob.expand(a)) for a in ro.actions])
         r = -np.sqrt(t / t.min())
         base = r.mean() if base is None else 0.9 * base + 0.1 * r.mean()
         pol.update(gi, ro, (r - base) / (r.std() + 1e-8), 0.0)
@@ -125,10 +125,10 @@ def test_rl_ctrl_c_keeps_best():
     g, w = random_dag(rng, 10), worker()
 
     class Interrupting(SimulatedEvaluator):
-        def step_time(self, assign):
+        def objective_value(self, assign):
             if self.evaluations >= 60:
                 raise KeyboardInterrupt
-            return super().step_time(assign)
+            return super().objective_value(assign)
 
     placer = RLPlacer({"budget_evaluations": 1000, "batch": 8})
     p = placer.place(g, w, Interrupting(g, w), PlacementContext(seed=0))

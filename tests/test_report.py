@@ -127,7 +127,7 @@ def test_plots_say_simulated_or_measured(store, tmp_path, monkeypatch):
     from matplotlib import pyplot as plt
     from mlflow.tracking import MlflowClient
 
-    from orchestrator import plots, runs
+    from orchestrator.tracking import plots, runs
 
     cwd, sweep = store
     client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")

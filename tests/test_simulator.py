@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from orchestrator.hardware.cluster import Device, Link, Worker
-from orchestrator.placement.gantt import gantt
+from orchestrator.placement.simulate.gantt import gantt
 from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import Placement
-from orchestrator.placement.simulator import Simulator, lower_bound, simulate
+from orchestrator.placement.simulate.simulator import Simulator, lower_bound, simulate
 
 
 def graph(costs, edges, **node_kw):

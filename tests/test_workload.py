@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import WorkloadError
+from orchestrator.paths import msr_workloads
 from orchestrator.placement.graph import OpGraph
-from orchestrator.placement.simulator import lower_bound, simulate
-from orchestrator.placement.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.simulate.simulator import lower_bound, simulate
+from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
-SHARED = Path("/work/shared/workloads/msr-dnn-partitioning")
+SHARED = msr_workloads()   # ../shared beside the repository, or $ORCHESTRATOR_SHARED
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"
 
 COUNTS = {  # file: (nodes, edges in the file, edges added to join forward and backward)
@@ -29,7 +30,7 @@ COUNTS = {  # file: (nodes, edges in the file, edges added to join forward and b
 }
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared workloads not mounted")
+@pytest.mark.skipif(not SHARED.exists(), reason=f"shared workloads absent ({SHARED})")
 @pytest.mark.parametrize("rel", sorted(COUNTS))
 def test_every_shared_file_loads(rel):
     w = load_msr_workload(SHARED / rel)
@@ -53,7 +54,7 @@ def test_inceptionv3_expert_split_is_the_authors_865_5():
     assert r.oom[0][1] == pytest.approx(6.3815460205078125 * 2**30 - 2**31)
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared workloads not mounted")
+@pytest.mark.skipif(not SHARED.exists(), reason=f"shared workloads absent ({SHARED})")
 def test_forward_only_split_extends_to_training_graph():
     w = load_msr_workload(SHARED / "throughput-inputs/LayerGraphs/bert24_training.json")
     p = load_msr_split(SHARED / "human-experts/bert24_inference_expert.json", w)
@@ -118,3 +119,12 @@ def test_opgraph_json_round_trip(tmp_path):
     w.graph.save(tmp_path / "g.json")
     back = OpGraph.load(tmp_path / "g.json")
     assert back.to_dict() == w.graph.to_dict()
+
+
+def test_shared_dir_is_beside_the_repository_unless_the_environment_says(monkeypatch, tmp_path):
+    from orchestrator.paths import repo_root, shared_dir
+
+    monkeypatch.delenv("ORCHESTRATOR_SHARED", raising=False)
+    assert shared_dir() == repo_root().parent / "shared" and (repo_root() / "orchestrator").is_dir()
+    monkeypatch.setenv("ORCHESTRATOR_SHARED", str(tmp_path))
+    assert msr_workloads() == tmp_path / "workloads" / "msr-dnn-partitioning"

@@ -1,6 +1,6 @@
 """Real pipelined training of a placed model: each mini-batch is cut into ``m`` micro-batches that
 flow through the stages (the devices of the placement) as TensorFlow ops under ``tf.device``, in
-the order of a named schedule (``gpipe`` or ``1f1b``, ``orchestrator.placement.schedule``);
+the order of a named schedule (``gpipe`` or ``1f1b``, ``orchestrator.placement.simulate.microbatch``);
 gradients are accumulated over the micro-batches and the optimizer (plain SGD) steps once per
 mini-batch. Imports TensorFlow.
 
@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 
-F, B = 0, 1   # the phases of a task (as in orchestrator.placement.schedule)
+F, B = 0, 1   # the phases of a task (as in orchestrator.placement.simulate.microbatch)
 
 
 class PipelineOrderError(ValueError):
@@ -32,7 +32,7 @@ class PipelineOrderError(ValueError):
 class PipelinedRuntime:
     """``device_of``: layer name -> TF device; ``stages``: TF devices in flow order (the schedule's);
     ``orders[s]``: stage s's tasks in the order it runs them, (phase F or B, micro-batch), e.g.
-    ``orchestrator.placement.schedule.task_order``. ``reference_names``: the layer names
+    ``orchestrator.placement.simulate.microbatch.task_order``. ``reference_names``: the layer names
     ``device_of`` uses, in call order, when they come from another build of the model (Keras
     numbers automatic names per build: ``conv2d_94``); layers are then matched by position."""
 

@@ -1,4 +1,4 @@
-"""Calibration knobs for the simulator (``orchestrator.placement.simulator``), and the error measures used to
+"""Calibration knobs for the simulator (``orchestrator.placement.simulate.simulator``), and the error measures used to
 fit them against measured step times.
 
 ``Calibration`` changes only what the simulator consumes -- there is no second estimator:

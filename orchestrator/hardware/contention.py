@@ -5,7 +5,7 @@ The model (``cluster.CorePool``): while k tasks run at once on devices of one po
 at eff(k) / k of its speed alone -- processor sharing (Kleinrock 1967, "Time-shared systems: a
 theoretical analysis", JACM 14(2); generalised processor sharing, Parekh & Gallager 1993, IEEE/ACM
 ToN 1(3)) with a capacity that is not k but the *measured* parallel efficiency eff(k) of k
-concurrent streams (eff(1) = 1, eff(k) <= k). ``PipelineSchedule`` applies it event by event.
+concurrent streams (eff(1) = 1, eff(k) <= k). ``MicrobatchSchedule`` applies it event by event.
 
 ``measure_efficiency`` calibrates eff(k) on this machine: a fixed TensorFlow workload (a chain of
 convolutions from large feature maps to 1 x 1, and a matrix product, batch 8: a CNN's layers,

@@ -2,7 +2,8 @@
 
 Every profile name says where its numbers come from: "(datasheet)" or "(measured)". Datasheet GPU
 figures are the SXM parts (K80: one GK210 die of the two on a board), dense rates, no sparsity.
-"H200 (measured)" comes from /work/shared/data/device-profiles/h200-measured.json: measured on one
+"H200 (measured)" comes from ``<shared>/data/device-profiles/h200-measured.json`` (``orchestrator.paths.shared_dir``;
+copied to ``device_profiles/`` in the package): measured on one
 machine, one run each; keep the label.
 """
 

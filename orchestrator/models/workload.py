@@ -10,7 +10,7 @@ from orchestrator.models import ModelSpec
 
 
 def spec(cfg) -> ModelSpec:
-    from orchestrator.placement.workload import load_msr_split, load_msr_workload
+    from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
     from orchestrator.config import from_node
     from orchestrator.config.model import WorkloadModelConfig

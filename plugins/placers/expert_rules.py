@@ -19,7 +19,8 @@ import numpy as np
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.solve.greedy import single_device
+from orchestrator.placement.solve.problem import PlacementProblem
 
 STRATEGIES = ("fastest", "rnn", "chain")
 RNN_LAYER = re.compile(r"(?:lstm|gru|rnn|recurrent|cell|layer)[_/:\-]?(\d+)", re.I)
@@ -29,8 +30,6 @@ HEAD = re.compile(r"attention|softmax|logits|output_proj|projection|classifier",
 def expert_placement(strategy: str, graph, worker, evaluator=None) -> Placement:
     prob = PlacementProblem(graph, worker, evaluator)
     if strategy == "fastest":
-        from orchestrator_plugins.placers.greedy import single_device
-
         assign = single_device(prob)
         if assign is None:
             raise InfeasiblePlacementError(f"strategy fastest: no single device of {worker.name!r} holds {graph.name}")

@@ -50,7 +50,7 @@ class ManualPlacer:
 
             return expert_placement(strategy, graph, worker, evaluator)
         if strategy == "split":
-            from orchestrator.placement.workload import load_split
+            from orchestrator.placement.graph.workload import load_split
 
             split = self.split or _model_split(context)
             if not split:

@@ -1,5 +1,5 @@
 """``placer=optimal``: the exact optimiser of the pipeline objective among contiguous splits
-(``orchestrator.placement.contiguous``: the workload authors' DP over ideals, with incremental
+(``orchestrator.placement.solve.contiguous``: the workload authors' DP over ideals, with incremental
 loads and pruning), returned with its certificate: the trial logs the certified lower bound
 (``placement.lower_bound_s``, valid for every placement, contiguous or not) and the gap.
 
@@ -9,12 +9,12 @@ more than ``placer.ideals_limit`` ideals and only the prefixes of one topologica
 ``timeout``: ``placer.time_limit_s`` cut the full search short), ``exact`` (the DP's loads are the
 evaluator's: the hub topology of the workload format), ``ideals``, ``pairs``.
 
-Then any split (``orchestrator.placement.milp``): a mixed-integer program solved by HiGHS for at
+Then any split (``orchestrator.placement.solve.milp``): a mixed-integer program solved by HiGHS for at
 most ``placer.milp_time_limit_s`` (0: skipped). Its solution replaces the DP's when better, and its
 proven bound (``certified_bound_s``, ``milp_status``) tightens the trial's ``placement.lower_bound_s``;
 where it is ``optimal``, the placement is the optimum over every split. Last, for at most
 ``placer.bound_time_limit_s`` (0: skipped), the configuration-LP bound
-(``orchestrator.placement.config_bound``: every device's set must carry its own cuts) certifies
+(``orchestrator.placement.solve.config_bound``: every device's set must carry its own cuts) certifies
 the remaining gap; the tighter of the two is ``certified_bound_s`` (``certified_bound_src``).
 For ``placement.objective=step`` it is an error: use greedy or rl there."""
 
@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.config.placer import OptimalPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.solve.problem import PlacementProblem
 
 
 class OptimalPlacer:
@@ -37,32 +37,32 @@ class OptimalPlacer:
         self.last = None
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
-        from orchestrator.placement.contiguous import best_contiguous
+        from orchestrator.placement.solve.contiguous import best_contiguous
 
         if getattr(evaluator, "objective", "step") != "pipeline":
             raise ConfigError("placer=optimal optimises placement.objective=pipeline (exact over contiguous "
                               "splits); for the one-step objective use +placer=greedy or +placer=rl")
         prob = PlacementProblem(graph, worker, evaluator)
         prob.check_feasible()
-        r = self.last = best_contiguous(prob, evaluator.pipeline, limit=self.ideals_limit, time_limit_s=self.time_limit_s)
+        r = self.last = best_contiguous(prob, evaluator.load_model, limit=self.ideals_limit, time_limit_s=self.time_limit_s)
         if r.assign is None or not math.isfinite(r.value):
             raise InfeasiblePlacementError(f"{graph.name}: no contiguous split fits the memory of worker {worker.name!r}")
-        assign, value, extra = r.assign, prob.step_time(r.assign), {}
+        assign, value, extra = r.assign, prob.objective_value(r.assign), {}
         if self.milp_time_limit_s > 0:
-            from orchestrator.placement.milp import solve_milp
+            from orchestrator.placement.solve.milp import solve_milp
 
-            m = solve_milp(prob, evaluator.pipeline, self.milp_time_limit_s)
+            m = solve_milp(prob, evaluator.load_model, self.milp_time_limit_s)
             extra = {"milp_status": m.status, "certified_bound_s": m.bound}
             if m.assign is not None:
-                t = prob.step_time(m.assign)
+                t = prob.objective_value(m.assign)
                 if t < value * (1 - 1e-12):
                     assign, value = m.assign, t
                     extra["source"] = "milp"
         if self.bound_time_limit_s > 0 and math.isfinite(value):
-            from orchestrator.placement.config_bound import config_bound
+            from orchestrator.placement.solve.config_bound import config_bound
 
             lower = max(evaluator.lower_bound(), float(extra.get("certified_bound_s", 0.0)))
-            cb = config_bound(prob, evaluator.pipeline, lower, value, self.bound_time_limit_s,
+            cb = config_bound(prob, evaluator.load_model, lower, value, self.bound_time_limit_s,
                               seeds=[prob.atoms_of(assign)])
             extra["config_bound_status"] = cb.status
             if cb.bound > float(extra.get("certified_bound_s", 0.0)):

@@ -12,7 +12,7 @@ import numpy as np
 
 from orchestrator.config.placer import OptunaPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem, group_atoms
+from orchestrator.placement.solve.problem import PlacementProblem, group_atoms
 
 
 class OptunaPlacer:
@@ -37,7 +37,7 @@ class OptunaPlacer:
             pick = np.array([trial.suggest_categorical(f"g{g}", [int(x) for x in c]) for g, c in enumerate(choices)])
             a = prob.expand(pick[group])
             over = prob.overflow(a)
-            t = math.inf if over else prob.step_time(a)
+            t = math.inf if over else prob.objective_value(a)
             if best["a"] is None or t < best["t"]:
                 best.update(t=t, a=a)
             return t if math.isfinite(t) else scale * (2.0 + over / cap)

@@ -11,7 +11,7 @@ import numpy as np
 
 from orchestrator.config.placer import RandomPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.solve.problem import PlacementProblem
 
 
 class RandomPlacer:
@@ -29,7 +29,7 @@ class RandomPlacer:
                 a = prob.expand(random_atoms(prob, rng))
                 if prob.overflow(a) == 0:
                     break
-            t = prob.step_time(a)
+            t = prob.objective_value(a)
             feasible += math.isfinite(t)
             if best is None or t < best_t:
                 best, best_t = a, t

@@ -1,4 +1,4 @@
-"""``placer=rl``: a graph policy (``orchestrator.placement.graph_policy``: message passing over the
+"""``placer=rl``: a graph policy (``orchestrator.placement.learn.graph_policy``: message passing over the
 graph's edges, a device head conditioned on the worker's devices) proposes a device per atom
 (colocation group or lone node); what it does depends on ``placer.mode``:
 
@@ -49,7 +49,9 @@ import numpy as np
 
 from orchestrator.config.placer import RLPlacerConfig
 from orchestrator.placement import Placement
-from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.solve.greedy import best_greedy
+from orchestrator.placement.solve.local_search import LocalSearch
+from orchestrator.placement.solve.problem import PlacementProblem
 
 
 class RLPlacer:
@@ -72,8 +74,6 @@ class RLPlacer:
         self._prob: PlacementProblem | None = None
 
     def place(self, graph: Any, worker: Any, evaluator: Any = None, context: Any = None) -> Placement:
-        from orchestrator_plugins.placers.greedy import best_greedy
-
         prob = self._prob = PlacementProblem(graph, worker, evaluator)
         prob.check_feasible()
         seed = int(getattr(context, "seed", 0) or 0)
@@ -83,14 +83,14 @@ class RLPlacer:
         self.best, self.best_t = g_assign.copy(), g_times[g_variant]
         self.best_placement = prob.placement(self.best, placer="rl", source="greedy")
         self.contiguous_s = None
-        if getattr(evaluator, "pipeline", None) is not None and self.seed_contiguous:
+        if getattr(evaluator, "load_model", None) is not None and self.seed_contiguous:
             # Pipeline objective: the exact contiguous optimum (placer=optimal's answer) is the
             # incumbent the search starts from, so rl is never worse than it or than greedy.
-            from orchestrator.placement.contiguous import best_contiguous
+            from orchestrator.placement.solve.contiguous import best_contiguous
 
-            dp = best_contiguous(prob, evaluator.pipeline, time_limit_s=self.contiguous_time_limit_s)
+            dp = best_contiguous(prob, evaluator.load_model, time_limit_s=self.contiguous_time_limit_s)
             if dp.assign is not None:
-                t = prob.step_time(dp.assign)
+                t = prob.objective_value(dp.assign)
                 self.used += 1
                 self.contiguous_s = t
                 if t < self.best_t:
@@ -114,7 +114,7 @@ class RLPlacer:
 
     # -- the policy ------------------------------------------------------------------------------
     def _policy(self, seed: int, context: Any):
-        from orchestrator.placement.graph_policy import SHIPPED, GraphPolicy
+        from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy
 
         if self.mode == "scratch":
             self.policy_source = "random init"
@@ -131,7 +131,7 @@ class RLPlacer:
     def _search(self, prob: PlacementProblem, policy, g_assign: np.ndarray, seed: int, context: Any) -> str:
         import tensorflow as tf
 
-        from orchestrator.placement.graph_policy import graph_inputs
+        from orchestrator.placement.learn.graph_policy import graph_inputs
 
         rng = np.random.default_rng(seed)
         gi = graph_inputs(prob)
@@ -143,7 +143,7 @@ class RLPlacer:
             for b, act in enumerate(acts):
                 a = prob.expand(act)
                 over = prob.overflow(a)
-                times[b] = math.inf if over else prob.step_time(a)
+                times[b] = math.inf if over else prob.objective_value(a)
                 self.used += 1
                 self.policy_t = min(self.policy_t, times[b])
                 if times[b] < self.best_t:
@@ -207,56 +207,14 @@ class RLPlacer:
 
     # -- local improvement of the best ----------------------------------------------------------
     def _local(self, prob: PlacementProblem, context: Any, seed: int = 0) -> None:
-        """Iterated local search on the best placement until the budget is spent. Descent: first
-        improvement over moves of single atoms (costliest first), then of contiguous runs of 2, 4,
-        8 and 16 atoms in topological order (a stage of layers moved together, so its inner
-        transfers do not count against the move), each to every device the run may use; repeated
-        until no move helps. Then, while budget remains, a seeded kick (a random run moved to a
-        random device, or two runs swapped) and a descent from there; the best is kept."""
-        rng = np.random.default_rng(seed + 1)
-        cost = np.where(np.isfinite(prob.atom_cost), prob.atom_cost, 0)
-        single = [np.array([a]) for a in np.argsort(-cost.max(axis=1), kind="stable")]
-        topo = np.argsort(prob.atom_pos, kind="stable")
-        runs = [topo[i:i + L] for L in (2, 4, 8, 16) if L < len(topo) for i in range(0, len(topo) - L + 1, L // 2)]
-        moves = single + runs
-        cur, cur_t = self.best.copy(), self.best_t
-        while self.used < self.budget:
-            cur, cur_t = self._descent(prob, moves, cur, cur_t)
-            if self.used >= self.budget or not runs:
-                return
-            cur = self.best.copy()                      # kick from the best
-            for _ in range(1 + int(rng.integers(0, 2))):
-                r = runs[int(rng.integers(len(runs)))]
-                ok = np.flatnonzero(prob.allowed[r].all(axis=0))
-                if len(ok):
-                    cur[np.concatenate([prob.members[a] for a in r])] = ok[int(rng.integers(len(ok)))]
-            self.used += 1
-            cur_t = math.inf if prob.overflow(cur) > 0 else prob.step_time(cur)
-            if cur_t < self.best_t * (1 - 1e-9):
-                self._new_best(prob, cur, cur_t)
-
-    def _descent(self, prob: PlacementProblem, moves: list, cur: np.ndarray, cur_t: float):
-        improved = True
-        while improved and self.used < self.budget:
-            improved = False
-            for r in moves:
-                nodes = prob.members[r[0]] if len(r) == 1 else np.concatenate([prob.members[a] for a in r])
-                for d in np.flatnonzero(prob.allowed[r].all(axis=0)):
-                    if self.used >= self.budget:
-                        return cur, cur_t
-                    if (cur[nodes] == d).all():
-                        continue
-                    cand = cur.copy()
-                    cand[nodes] = d
-                    self.used += 1
-                    if prob.overflow(cand) > 0:
-                        continue
-                    t = prob.step_time(cand)
-                    if t < cur_t * (1 - 1e-9):
-                        cur, cur_t, improved = cand, t, True
-                        if t < self.best_t * (1 - 1e-9):
-                            self._new_best(prob, cand, t)
-        return cur, cur_t
+        """``refine=local``: the iterated local search (``orchestrator.placement.solve.local_search``)
+        on the best placement until the budget is spent; each new best is kept at once (Ctrl-C)."""
+        search = LocalSearch(prob, self.budget, self.best, self.best_t, self.used,
+                             on_best=lambda a, t: self._new_best(prob, a, t))
+        try:
+            search.run(seed)
+        finally:
+            self.used = search.used
 
     def _new_best(self, prob: PlacementProblem, assign: np.ndarray, t: float) -> None:
         self.best, self.best_t = assign.copy(), t
@@ -270,12 +228,3 @@ def _bar(context: Any, total: int, desc: str):
 
     return tqdm(total=total, desc=desc, unit="eval", leave=False)
 
-
-def local_search(prob: PlacementProblem, assign: np.ndarray, budget: int, seed: int = 0) -> tuple[np.ndarray, float]:
-    """The iterated local search of ``refine=local`` from ``assign`` for ``budget`` evaluations
-    (used by ``orchestrator.pretrain`` to make its imitation targets). Returns (assignment, value)."""
-    placer = RLPlacer({"budget_evaluations": budget})
-    placer.used, placer.best = 0, np.asarray(assign, np.int64).copy()
-    placer.best_t = math.inf if prob.overflow(placer.best) > 0 else prob.step_time(placer.best)
-    placer._local(prob, None, seed)
-    return placer.best, placer.best_t

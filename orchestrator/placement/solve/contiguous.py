@@ -10,7 +10,7 @@ node goes with its forward twin), as in the workload authors' DP (msr-fiddle/dnn
     answer  = dp[all devices][all nodes]
 
 ``k`` counts the devices used per class (identical devices: same costs, memory and links), and
-``load_c(S)`` is the pipeline load of ``S`` on a device of class c (``orchestrator.placement.pipeline``):
+``load_c(S)`` is the pipeline load of ``S`` on a device of class c (``orchestrator.placement.simulate.load``):
 compute + the hop cost of each node of S with an edge leaving S + of each node outside S with an
 edge into S; infinite when S does not fit the device's memory (less the headroom) or holds a node
 the class cannot run.
@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.placement.pipeline import PipelineModel, original_edges
-from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.graph.opgraph import original_edges
+from orchestrator.placement.simulate.load import LoadModel
+from orchestrator.placement.solve.problem import PlacementProblem
 
 IDEALS_LIMIT = 200_000
 
@@ -159,7 +160,7 @@ def ideals(n_sup: int, preds: list[set[int]], limit: int = IDEALS_LIMIT) -> tupl
     return masks, steps
 
 
-def device_classes(prob: PlacementProblem, model: PipelineModel) -> tuple[list[list[int]], list[tuple], bool]:
+def device_classes(prob: PlacementProblem, model: LoadModel) -> tuple[list[list[int]], list[tuple], bool]:
     """Identical devices grouped (same costs, memory, links), each class's (up link, down link)
     (link indices or -1), and whether the hub rule holds (the DP's loads are then exact)."""
     nd, exact = prob.nd, True
@@ -192,11 +193,11 @@ def device_classes(prob: PlacementProblem, model: PipelineModel) -> tuple[list[l
     return classes, [(up[c[0]], down[c[0]]) for c in classes], exact
 
 
-def solve(prob: PlacementProblem, model: PipelineModel | None = None, upper: float = math.inf,
+def solve(prob: PlacementProblem, model: LoadModel | None = None, upper: float = math.inf,
           limit: int = IDEALS_LIMIT, linear: bool = False, deadline: float = math.inf) -> DPResult:
     """The best contiguous split (see the module doc); ``upper``: a value known to be reachable
     (only better splits are looked for; ``assign`` None if there is none)."""
-    model = model or PipelineModel(prob.graph, prob.worker, prob.sim)
+    model = model or LoadModel(prob.graph, prob.worker, prob.sim)
     comp, n_sup, preds = supers(prob)
     sup_of = comp[prob.atom_of]
     found = None if linear else ideals(n_sup, preds, limit)
@@ -344,13 +345,13 @@ def solve(prob: PlacementProblem, model: PipelineModel | None = None, upper: flo
     return DPResult(assign, float(dp[top, full]), n_id, pairs, exact, order)
 
 
-def best_contiguous(prob: PlacementProblem, model: PipelineModel | None = None, upper: float = math.inf,
+def best_contiguous(prob: PlacementProblem, model: LoadModel | None = None, upper: float = math.inf,
                     limit: int = IDEALS_LIMIT, time_limit_s: float = math.inf) -> DPResult:
     """The prefixes of one topological order first (a cheap incumbent), then every contiguous
     split, pruned against the incumbent (and ``upper``); the better of the two is returned.
     ``order`` says what was searched: ``ideals`` (all contiguous splits: the answer is the
     contiguous optimum), ``linear`` (too many ideals) or ``timeout`` (the time limit cut it short)."""
-    model = model or PipelineModel(prob.graph, prob.worker, prob.sim)
+    model = model or LoadModel(prob.graph, prob.worker, prob.sim)
     t0 = time.perf_counter()
     lin = solve(prob, model, upper, linear=True)
     full = solve(prob, model, min(upper, lin.value), limit, deadline=t0 + time_limit_s)

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InfeasiblePlacementError
-from orchestrator.placement import Placement
+from orchestrator.placement.graph.placement import Placement
+from orchestrator.placement.simulate.simulator import Simulator
 
 
 class PlacementProblem:
@@ -19,11 +20,9 @@ class PlacementProblem:
 
     Search placers keep ``memory_headroom`` (a fraction of each memory pool; the evaluator's
     ``memory_headroom``, ``placement.memory_headroom`` in a trial) free: ``overflow``, ``fits`` and
-    ``step_time`` use the reduced capacity ``pool_cap``; ``full_cap`` is the device's own."""
+    ``objective_value`` use the reduced capacity ``pool_cap``; ``full_cap`` is the device's own."""
 
     def __init__(self, graph: Any, worker: Any, evaluator: Any = None, memory_headroom: float | None = None):
-        from orchestrator.placement.simulator import Simulator
-
         self.graph, self.worker, self.evaluator = graph, worker, evaluator
         sim = getattr(evaluator, "simulator", None)
         self.sim = sim if sim is not None and sim.graph is graph else Simulator(graph, worker)
@@ -111,7 +110,7 @@ class PlacementProblem:
         return Placement(list(names), {n.name: names[int(d)] for n, d in zip(self.graph.nodes, assign)}, meta)
 
     # -- scoring ------------------------------------------------------------------------------
-    def step_time(self, assign: np.ndarray) -> float:
+    def objective_value(self, assign: np.ndarray) -> float:
         """The evaluator's verdict on the trial's objective (its fast path when it has one: one-step
         latency, or time per sample for ``pipeline``); inf when infeasible or over the headroom."""
         ev = self.evaluator
@@ -119,8 +118,8 @@ class PlacementProblem:
             return math.inf
         if ev is None:
             return self.sim.step_time(assign)
-        if hasattr(ev, "step_time"):
-            return float(ev.step_time(assign))
+        if hasattr(ev, "objective_value"):
+            return float(ev.objective_value(assign))
         if self.overflow(assign) > 0:
             return math.inf
         v = ev.evaluate(self.placement(assign))

@@ -12,7 +12,7 @@ Model:
 - memory per device: params + activations of its nodes (all live for the step) + the largest temp;
   devices with one ``memory_pool`` share it. In a micro-batched pipeline (``graph.meta
   ["pipeline_schedule"]``) a stage holds the forward activations of every micro-batch in flight
-  (``orchestrator.placement.schedule.in_flight``: GPipe m, 1F1B min(m, S - stage)). Over capacity -> infeasible, never simulated as if fine:
+  (``orchestrator.placement.simulate.inflight.in_flight``: GPipe m, 1F1B min(m, S - stage)). Over capacity -> infeasible, never simulated as if fine:
   ``step_time_s`` is inf, ``oom`` says where and by how many bytes; ``makespan_s`` still holds the
   schedule length (what a memory-blind evaluator would report).
 """
@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestrator.hardware.cluster import Worker
 from orchestrator.errors import ConfigError
-from orchestrator.placement.graph import OpGraph
-from orchestrator.placement import Placement
-from orchestrator.placement.sim_kernel import HAVE_NUMBA, run_step
+from orchestrator.hardware.cluster import Worker
+from orchestrator.placement.graph.opgraph import OpGraph
+from orchestrator.placement.graph.placement import Placement
+from orchestrator.placement.simulate.inflight import F, flow_position, in_flight_counts, phase_of
+from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA, run_step
 
 
 @dataclass
@@ -114,12 +115,11 @@ class Simulator:
         for i, d in enumerate(worker.devices):
             pools.setdefault(d.memory_pool or d.name, []).append(i)
         self.pools = [(name, np.array(ix), min(worker.devices[i].memory_bytes for i in ix)) for name, ix in pools.items()]
-        # a micro-batched pipeline (``graph.meta["pipeline_schedule"]``, ``orchestrator.placement.schedule``):
+        # a micro-batched pipeline (``graph.meta["pipeline_schedule"]``, ``orchestrator.placement.simulate.inflight``):
         # each stage also holds the forward activations of the other micro-batches it has in flight
         self.pipeline_schedule = None
         ps = graph.meta.get("pipeline_schedule")
         if ps and int(ps.get("micro_batches", 1)) > 1:
-            from orchestrator.placement.schedule import F, flow_position, phase_of
             self.pipeline_schedule = (int(ps["micro_batches"]), str(ps.get("schedule", "1f1b")))
             self.flow_pos = flow_position(graph)
             self.act_fwd = np.array([n.activation_bytes for n in graph.nodes]) * (phase_of(graph) == F)
@@ -136,7 +136,6 @@ class Simulator:
         nd = len(self.worker.devices)
         res = np.bincount(assign, weights=self.resident, minlength=nd)
         if self.pipeline_schedule is not None:
-            from orchestrator.placement.schedule import in_flight_counts
             k = in_flight_counts(self.graph, assign, nd, *self.pipeline_schedule, pos=self.flow_pos)
             res += (k - 1) * np.bincount(assign, weights=self.act_fwd, minlength=nd)
         tmp = np.zeros(nd)

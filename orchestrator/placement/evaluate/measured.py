@@ -1,7 +1,7 @@
 """Measured and mixed rewards for searching placers (``placer.reward``), the reference study's
 method: a candidate placement is scored by running it.
 
-- ``measured``: every candidate the search asks about (``step_time(assign)`` or
+- ``measured``: every candidate the search asks about (``objective_value(assign)`` or
   ``evaluate(placement)``) runs for real on the trial's devices (``hardware=local`` logical devices,
   ``tf_cluster`` processes): a warm-up, then the median of ``placer.measure_steps`` timed training
   steps. Results are cached by assignment (a repeated candidate costs nothing; assignments that
@@ -10,7 +10,7 @@ method: a candidate placement is scored by running it.
   of memory, any TF error) scores ``inf`` (infeasible) and the search goes on. A candidate the
   simulator's memory model rejects is not run (``inf``).
 - ``mixed``: the simulator screens every candidate; its estimate, re-calibrated from the
-  measurements so far (``orchestrator.placement.measured_fit``), decides: a candidate within
+  measurements so far (``orchestrator.placement.evaluate.measured_fit``), decides: a candidate within
   ``placer.measure_within`` (a fraction) of the best measured step time is measured, any other
   scores its re-calibrated estimate (it cannot be the best). The first candidate is always measured.
 - A candidate whose measurement beats the best so far is measured again (``2 x measure_steps``
@@ -39,7 +39,9 @@ from typing import Any, Callable
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement import Placement
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator, Verdict, placed_runtime
+from orchestrator.placement.evaluate.measured_fit import SimulatorFit
+from orchestrator.placement.graph.placement import Placement
 
 REWARDS = ("simulated", "measured", "mixed")
 
@@ -143,8 +145,6 @@ class TFMeasure:
         if key in self._runtimes:
             self._runtimes.move_to_end(key)
             return self._runtimes[key]
-        from orchestrator.placement.evaluator import placed_runtime
-
         rt = placed_runtime(self.spec, self.worker, placement, seed=self.seed, lr=0.05)
         self.built += 1
         self._runtimes[key] = rt
@@ -196,19 +196,16 @@ def _quiet_retracing() -> None:
 
 class MeasuredRewardEvaluator:
     """The evaluator of ``placer.reward=measured|mixed`` (see the module docstring). It offers what
-    placers use of the simulated evaluator (``step_time``, ``evaluate``, ``assignment``,
+    placers use of the simulated evaluator (``objective_value``, ``evaluate``, ``assignment``,
     ``simulator``, ``memory_headroom``), so no placer needs to know which reward it is given.
     ``measure(placement, steps) -> seconds`` runs a placement (``TFMeasure``; tests pass a fake)."""
 
     kind = "measured"
     objective = "step"
-    pipeline = None
+    load_model = None
 
     def __init__(self, graph: Any, worker: Any, settings: RewardSettings, measure: Callable[[Placement, int], float],
                  *, clock: Callable[[], float] = time.perf_counter, memory_headroom: float = 0.0, log=None):
-        from orchestrator.placement.evaluator import SimulatedEvaluator
-        from orchestrator.placement.measured_fit import SimulatorFit
-
         if settings.reward not in ("measured", "mixed"):
             raise ConfigError(f"placer.reward={settings.reward!r}: this evaluator measures (measured, mixed)")
         self.graph, self.worker, self.settings = graph, worker, settings
@@ -231,7 +228,7 @@ class MeasuredRewardEvaluator:
         self._budget_note = False
 
     # -- what the search asks ---------------------------------------------------------------------
-    def step_time(self, assign) -> float:
+    def objective_value(self, assign) -> float:
         """The reward's value of an assignment (device index per node, ``graph.nodes`` order)."""
         self.evaluations += 1
         a = np.asarray(assign, dtype=np.int64)
@@ -266,13 +263,11 @@ class MeasuredRewardEvaluator:
         return t
 
     def evaluate(self, placement: Placement | None, **_: Any):
-        """A verdict on ``placement``: during the search through ``step_time`` (cached, on the
+        """A verdict on ``placement``: during the search through ``objective_value`` (cached, on the
         budget); after ``end_search`` a fresh measurement (a failure then raises)."""
-        from orchestrator.placement.evaluator import Verdict
-
         a = self.assignment(placement)
         if self.searching:
-            t = self.step_time(a)
+            t = self.objective_value(a)
             return Verdict(t, math.isfinite(t), self.kind)
         self.evaluations += 1
         placement = self.placement_of(a)

@@ -14,7 +14,7 @@ Variables: ``x[a,d]`` in {0,1} (group a on device d, 0 where a may not run on d)
                  only after device k, in topological order of the groups)
 
 ``up_d(u)`` / ``down_d(u)``: the hop of u's output on d's own link to / from the hub (0 where d has
-none, e.g. a CPU core in host memory). This is the pipeline load of ``orchestrator.placement.pipeline``
+none, e.g. a CPU core in host memory). This is the pipeline load of ``orchestrator.placement.simulate.load``
 exactly where the DP is exact (the hub topology, ``contiguous.device_classes``); elsewhere it is not
 built (``None``). Link-channel limits and temporary memory are left out, so the optimum is a lower
 bound of the evaluator's and the dual bound stays a certified bound.
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.placement.solve.contiguous import device_classes
+
 
 @dataclass
 class MILPResult:
@@ -41,8 +43,6 @@ class MILPResult:
 def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
-
-    from orchestrator.placement.contiguous import device_classes
 
     classes, links, exact = device_classes(prob, model)
     if not exact:
@@ -136,7 +136,7 @@ def group_feeds(prob, model) -> dict[int, set[int]]:
 
 def hop_s(model, u: int, l: int) -> float:
     """Seconds of node u's output over link l (0 for no link, -1): the edge's fixed cost, else
-    latency + bytes / bandwidth (``pipeline.PipelineModel``'s hop)."""
+    latency + bytes / bandwidth (``load.LoadModel``'s hop)."""
     if l < 0:
         return 0.0
     f = model.fixed[u]

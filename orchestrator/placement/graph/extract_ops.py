@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from orchestrator.placement.graph import Edge, Node, OpGraph
+from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 
 _MOVE = {"Identity", "Reshape", "Const", "Placeholder", "NoOp", "Shape", "StridedSlice", "Pack", "ConcatV2",
          "Transpose", "ExpandDims", "Squeeze", "GatherV2", "ResourceGather", "ReadVariableOp", "Fill",

@@ -25,7 +25,7 @@ minima over the devices whose memory still holds ``a``. The logit of (a, d) is
 
     logit = s[a,d] + T[a,d] + relu(f[a,d] Wq + z[a,d] Wr + bq) vq
 
-with ``s`` and ``z`` the static network's logit and pair embedding (orchestrator.placement.graph_policy),
+with ``s`` and ``z`` the static network's logit and pair embedding (orchestrator.placement.learn.graph_policy),
 ``T`` the fine-tune's per-atom table. Devices whose pool cannot hold ``a`` are masked (all allowed
 ones when none can). Greedy decoding takes the largest logit (rounded to 1e-4); sampling draws by
 inverse CDF with uniform draw ``name_rank[a]``, so neither depends on the order of the graph file.
@@ -92,7 +92,7 @@ def decode_inputs(prob, depth: np.ndarray, rank: np.ndarray, name_rank: np.ndarr
     order = np.lexsort((name_rank, depth, -np.round(rank, 6)))
     cmean = float(cmin.mean()) or 1.0
     cost = np.where(prob.allowed, np.nan_to_num(prob.atom_cost, posinf=0.0), 0.0)
-    pipe = float(getattr(prob.evaluator, "pipeline", None) is not None)
+    pipe = float(getattr(prob.evaluator, "load_model", None) is not None)
     return DecodeInputs(order, cost, np.cumsum(ptr), esrc, n_lat, nbytes, nfix, prob.lat, prob.inv_bw, prob.hops,
                         cmean, float(cmin.sum() / D) or 1.0, pipe)
 

@@ -7,7 +7,7 @@ groups (colocation atoms) it holds::
 
     load_c(S) = Σ_{a∈S} cost_c(a) + Σ_{u: u∈S, a consumer of u ∉ S} up_c(u) + Σ_{u: u∉S, a consumer of u ∈ S} down_c(u)
 
-(``orchestrator.placement.pipeline``; ``up_c``/``down_c``: the hop of u's output on the class's own
+(``orchestrator.placement.simulate.load``; ``up_c``/``down_c``: the hop of u's output on the class's own
 link, 0 for a CPU core in host memory). A time per sample T is reachable only if the groups can be
 partitioned into sets, at most n_c of them for class c, each with load_c(S) <= T and fitting the
 memory. For any weights π >= 0 on the groups, such a partition gives
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.placement.milp import group_feeds, hop_s
+from orchestrator.placement.solve.contiguous import device_classes, ideals, supers
+from orchestrator.placement.solve.milp import _quiet_stdout, group_feeds, hop_s, solve_milp
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +132,6 @@ class _Pricing:
         """(an upper bound on max π(S), the best set found or None)."""
         from scipy.optimize import Bounds, LinearConstraint, milp
 
-        from orchestrator.placement.milp import _quiet_stdout
-
         c = np.zeros(self.nv)
         c[:self.na] = -np.where(self.allowed, pi, 0.0)
         hi = self.hi.copy()
@@ -163,8 +162,6 @@ def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1
     of consecutive atoms in topological order; only sets whose compute ``work`` (per atom, the
     cheapest device's) is at most ``upper``, and at most ``max_sets`` of them (the largest by
     compute: they cover most). Boolean matrix, one row per set."""
-    from orchestrator.placement.contiguous import ideals, supers
-
     na = prob.n_atoms
     comp, n_sup, preds = supers(prob)
     found = ideals(n_sup, preds, limit_ideals)
@@ -210,8 +207,6 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
     every contiguous run of atoms whose load is at most ``upper``."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
-
-    from orchestrator.placement.contiguous import device_classes
 
     t_start = time.perf_counter()
     classes, links, exact = device_classes(prob, model)
@@ -337,7 +332,7 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
 def certify(prob, model, lower: float, upper: float, time_limit_s: float, seeds: list | None = None) -> tuple[float, str]:
     """The tightest certified bound within ``time_limit_s``: the configuration LP first (seeded with
     the placements in ``seeds``, atom -> device), then, with the time left and where the gap to
-    ``upper`` is still over 1%, the MILP's dual bound (``orchestrator.placement.milp``).
+    ``upper`` is still over 1%, the MILP's dual bound (``orchestrator.placement.solve.milp``).
     Returns (bound in seconds, its source: "config_lp", "milp" or "" when neither beat ``lower``)."""
     t0 = time.perf_counter()
     best, src = lower, ""
@@ -346,8 +341,6 @@ def certify(prob, model, lower: float, upper: float, time_limit_s: float, seeds:
         best, src = cb.bound, "config_lp"
     left = time_limit_s - (time.perf_counter() - t0)
     if left > 1.0 and upper > best * 1.01:
-        from orchestrator.placement.milp import solve_milp
-
         m = solve_milp(prob, model, left)
         if m.bound > best:
             best, src = m.bound, "milp"

@@ -19,7 +19,7 @@ h <- h + relu(h Ws + mean_in(w h) Wi + mean_out(w h) Wo + b) (``tf.math.unsorted
 device embedding e = relu(F Wd + bd); per pair z = relu(h Wa + e Wb + P Wp + mean(h) Wg + bz),
 static logit s = z v + table[a, d] (the per-atom table is zero in pre-training; a fine-tune trains
 it too, so the policy can express any placement of this graph). Decisions are sequential
-(``orchestrator.placement.policy_decode``): atom by atom, the logit adds
+(``orchestrator.placement.learn.policy_decode``): atom by atom, the logit adds
 relu(f Wq + z Wr + bq) vq of the dynamic features f of the partial placement (earliest finish time,
 pipeline bottleneck, transfers, memory fill per device). Disallowed devices get -1e9. The heads are
 shared over devices, so the same weights apply to any device count. Trained by REINFORCE on the
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement.policy_decode import K_DYN, DecodeInputs, Rollouts, decode_inputs, head_logits, rollout
-from orchestrator.placement.search import PlacementProblem
+from orchestrator.placement.learn.policy_decode import K_DYN, DecodeInputs, Rollouts, decode_inputs, head_logits, rollout
+from orchestrator.placement.solve.problem import PlacementProblem
 
 FORMAT = "orchestrator.graph_policy/2"
 N_ATOM, N_DEV, N_PAIR = 13, 10, 7

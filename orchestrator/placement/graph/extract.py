@@ -4,7 +4,7 @@ Nodes: a forward node per layer (named as the layer), ``loss``, a backward node 
 (``<layer>.grad``) and an update node per layer with trainable weights (``<layer>.update``); all
 three share ``group = layer`` (gradients and updates stay where the weights are). Edges carry
 tensor bytes: activations forward, gradients backward, each layer's saved inputs to its backward
-twin, weight gradients to the update. FLOPs are analytic (``orchestrator.placement.flops``; backward = 2x
+twin, weight gradients to the update. FLOPs are analytic (``orchestrator.placement.graph.flops``; backward = 2x
 forward, SGD update = 2 per weight). ``profile_layers`` adds measured seconds per node under a
 device profile name, which ``OpGraph.node_cost_s`` prefers for a device with that profile.
 """
@@ -16,8 +16,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from orchestrator.placement.flops import layer_flops, numel
-from orchestrator.placement.graph import Edge, Node, OpGraph
+from orchestrator.placement.graph.flops import layer_flops, numel
+from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 
 LOSS = "loss"
 

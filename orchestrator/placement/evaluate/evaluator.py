@@ -1,7 +1,7 @@
 """The shared judge of placements: every placer's ``placement.step_time_s`` is this verdict on its
 final placement, never the placer's own estimate. ``measured`` runs the placed training step on
 real TensorFlow devices; ``simulated`` asks the cost-model simulator. The evaluators of the
-measured and mixed search rewards (``placer.reward``) are in ``orchestrator.placement.measured``."""
+measured and mixed search rewards (``placer.reward``) are in ``orchestrator.placement.evaluate.measured``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement import Placement
+from orchestrator.placement.graph.placement import Placement
+from orchestrator.placement.simulate.load import LoadModel
+from orchestrator.placement.simulate.simulator import Simulator, lower_bound
+from orchestrator.placement.solve.bounds import load_lower_bound
 
 
 @dataclass
@@ -80,17 +83,15 @@ OBJECTIVES = ("step", "pipeline")
 
 
 class SimulatedEvaluator:
-    """The cost-model simulator as judge. ``step_time(assign)`` is the fast path placers use for
+    """The cost-model simulator as judge. ``objective_value(assign)`` is the fast path placers use for
     many candidates (an int array: device index per node, in ``graph.nodes`` order, devices in
     ``worker.devices`` order): the value of the trial's ``objective`` (``step``: one step's latency;
-    ``pipeline``: time per sample, ``orchestrator.placement.pipeline``); infeasible placements
+    ``pipeline``: time per sample, ``orchestrator.placement.simulate.load``); infeasible placements
     return ``inf``. ``memory_headroom`` is the share of memory search placers keep free."""
 
     kind = "simulated"
 
     def __init__(self, graph: Any, worker: Any, objective: str = "step", memory_headroom: float = 0.0):
-        from orchestrator.placement.simulator import Simulator
-
         if objective not in OBJECTIVES:
             raise ConfigError(f"placement.objective={objective!r} (accepted: auto, {', '.join(OBJECTIVES)})")
         if not 0.0 <= float(memory_headroom) < 1.0:
@@ -98,18 +99,18 @@ class SimulatedEvaluator:
         self.graph, self.worker = graph, worker
         self.objective, self.memory_headroom = objective, float(memory_headroom)
         self.simulator = Simulator(graph, worker)
-        self.pipeline = None
+        self.load_model = None
         if objective == "pipeline":
-            from orchestrator.placement.pipeline import PipelineModel
-            self.pipeline = PipelineModel(graph, worker, self.simulator)
+            self.load_model = LoadModel(graph, worker, self.simulator)
         self.evaluations = 0
         self._bound: tuple[float, dict] | None = None
 
-    def step_time(self, assign) -> float:
-        """The objective's value of an assignment (kept under this name for the placers)."""
+    def objective_value(self, assign) -> float:
+        """The objective's value of an assignment: one step's latency (``step``) or the time per
+        sample (``pipeline``, the load model); the fast path placers use."""
         self.evaluations += 1
-        if self.pipeline is not None:
-            return self.pipeline.time_per_sample(assign)
+        if self.load_model is not None:
+            return self.load_model.time_per_sample(assign)
         return self.simulator.step_time(assign)
 
     def assignment(self, placement: Placement):
@@ -119,10 +120,10 @@ class SimulatedEvaluator:
         self.evaluations += 1
         r = self.simulator.evaluate(self.simulator.assignment(placement), schedule=schedule)
         v = Verdict(r.step_time_s, r.feasible, self.kind, dict(r.peak_memory_bytes), dict(r.busy_s), list(r.oom))
-        if self.pipeline is not None:
+        if self.load_model is not None:
             a = self.simulator.assignment(placement)
-            v.time_per_sample_s = self.pipeline.time_per_sample(a)
-            v.loads_s = self.pipeline.device_loads(a)
+            v.time_per_sample_s = self.load_model.time_per_sample(a)
+            v.loads_s = self.load_model.device_loads(a)
         v.result = r  # the full simulation (schedule for the Gantt chart)
         return v
 
@@ -132,11 +133,9 @@ class SimulatedEvaluator:
 
     def bound_parts(self) -> tuple[float, dict[str, float]]:
         if self._bound is None:
-            if self.pipeline is not None:
-                from orchestrator.placement.pipeline import lower_bound as pipeline_bound
-                self._bound = pipeline_bound(self.graph, self.worker, self.simulator)
+            if self.load_model is not None:
+                self._bound = load_lower_bound(self.graph, self.worker, self.simulator)
             else:
-                from orchestrator.placement.simulator import lower_bound
                 lb = lower_bound(self.graph, self.worker)
                 self._bound = lb, {"simulator": lb}
         return self._bound

@@ -1,6 +1,6 @@
 """Gantt charts (PNG, matplotlib Agg): one row per device and per link channel used. ``gantt`` draws a
 simulated step; ``gantt_events`` any list of events, e.g. a micro-batched pipeline schedule
-(``orchestrator.placement.schedule``), whose tasks are labelled F3 / B3 (forward / backward of
+(``orchestrator.placement.simulate.microbatch``), whose tasks are labelled F3 / B3 (forward / backward of
 micro-batch 3) and U (the update), each micro-batch in its own colour."""
 
 from __future__ import annotations

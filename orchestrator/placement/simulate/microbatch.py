@@ -45,9 +45,11 @@ import numpy as np
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.contention import SharedCores
+from orchestrator.placement.graph.opgraph import original_edges
+from orchestrator.placement.simulate.inflight import B, F, U, flow_position, phase_of, stage_order
+from orchestrator.placement.simulate.simulator import Simulator
 
 SCHEDULES = ("gpipe", "1f1b")
-F, B, U = 0, 1, 2
 _NAMES = "FBU"
 
 
@@ -62,13 +64,6 @@ def settings(cfg: Any) -> tuple[int, str]:
     return m, kind
 
 
-def in_flight(kind: str, micro_batches: int, n_stages: int, stage: int) -> int:
-    """Micro-batches whose activations stage ``stage`` (0-based) holds at once, at most."""
-    if kind == "gpipe":
-        return micro_batches
-    return max(1, min(micro_batches, n_stages - stage))
-
-
 def task_order(kind: str, m: int, n_stages: int, stage: int) -> list[tuple[int, int]]:
     """The (phase, micro-batch) tasks of one stage in the order it runs them (micro-batches 0-based)."""
     if kind == "gpipe":
@@ -78,37 +73,6 @@ def task_order(kind: str, m: int, n_stages: int, stage: int) -> list[tuple[int, 
     for j in range(m - w):
         out += [(F, w + j), (B, j)]
     return out + [(B, j) for j in range(m - w, m)]
-
-
-def phase_of(graph) -> np.ndarray:
-    return np.array([B if n.role == "backward" else U if n.role == "update" else F for n in graph.nodes], dtype=np.int64)
-
-
-def flow_position(graph) -> np.ndarray:
-    """Position of each node in the forward flow: forward nodes in topological order; a backward or
-    update node at its group's forward node (else after every forward node)."""
-    phase = phase_of(graph)
-    topo = graph.topological_order()
-    pos = np.zeros(len(graph.nodes))
-    fwd = [i for i in topo if phase[i] == F]
-    at_group: dict[str, float] = {}
-    for k, i in enumerate(fwd):
-        pos[i] = k
-        g = graph.nodes[i].group
-        if g is not None:
-            at_group.setdefault(g, float(k))
-    for k, i in enumerate(i for i in topo if phase[i] != F):
-        g = graph.nodes[i].group
-        pos[i] = at_group.get(g, len(fwd) + k) if g is not None else len(fwd) + k
-    return pos
-
-
-def stage_order(pos: np.ndarray, assign: np.ndarray, n_devices: int) -> list[int]:
-    """Devices used by ``assign``, in flow order (mean flow position of their nodes)."""
-    cnt = np.bincount(assign, minlength=n_devices)
-    tot = np.bincount(assign, weights=pos, minlength=n_devices)
-    used = np.flatnonzero(cnt)
-    return sorted(used.tolist(), key=lambda d: (tot[d] / cnt[d], d))
 
 
 @dataclass
@@ -132,14 +96,11 @@ class ScheduleResult:
         return not self.oom
 
 
-class PipelineSchedule:
+class MicrobatchSchedule:
     """A graph on a worker, ready to schedule any assignment (device index per node) with
     ``micro_batches`` micro-batches; ``evaluate`` returns a ``ScheduleResult``."""
 
     def __init__(self, graph: Any, worker: Any, micro_batches: int, kind: str = "1f1b", sim: Any = None):
-        from orchestrator.placement.pipeline import original_edges
-        from orchestrator.placement.simulator import Simulator
-
         if kind not in SCHEDULES:
             raise ConfigError(f"placement.schedule={kind!r} (accepted: {', '.join(SCHEDULES)})")
         self.graph, self.worker, self.m, self.kind = graph, worker, int(micro_batches), kind
@@ -357,14 +318,3 @@ def _in_order(pu: int, pv: int, su: int, sv: int) -> bool:
     if pu == B and pv == B:
         return su > sv
     return not (pu == B and pv == F)
-
-
-def in_flight_counts(graph: Any, assign: np.ndarray, n_devices: int, micro_batches: int, kind: str,
-                     pos: np.ndarray | None = None) -> np.ndarray:
-    """Micro-batches in flight per device for ``assign`` (the counts ``Simulator.memory`` charges)."""
-    pos = flow_position(graph) if pos is None else pos
-    out = np.ones(n_devices)
-    stages = stage_order(pos, assign, n_devices)
-    for s, d in enumerate(stages):
-        out[d] = in_flight(kind, micro_batches, len(stages), s)
-    return out

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
-from orchestrator.placement.schedule import PipelineSchedule, settings
+from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings
 
 
 def attach_schedule(graph: Any, cfg: Any) -> None:
@@ -117,7 +117,7 @@ def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec,
         sim_graph = normalise_profile(trial.cfg.get("placement") or {}, sim_graph, worker, model_spec, x, y, metrics)
         worker = on_model(worker, model_spec, x, y)
     sim = getattr(evaluator, "simulator", None) if sim_graph is graph else None
-    r = PipelineSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
+    r = MicrobatchSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
         .evaluate(assign, record=True)
     if not r.feasible:
         over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in r.oom)
@@ -134,7 +134,7 @@ def measure(trial: Any, model_spec, graph, placement, worker, r, sink) -> dict[s
     wall time per mini-batch / m is the measured time per micro-batch (bubble included), compared
     with the simulated mini-batch time / m: ``placement.pipeline_sim_error`` = simulated / measured - 1."""
     from orchestrator.execution.pipelined import PipelineOrderError, PipelinedRuntime
-    from orchestrator.placement.schedule import task_order
+    from orchestrator.placement.simulate.microbatch import task_order
 
     steps = pipeline_steps(trial.cfg.get("placement") or {})
     tf_dev = {d.name: d.tf_device for d in worker.devices}
@@ -162,7 +162,7 @@ def measure(trial: Any, model_spec, graph, placement, worker, r, sink) -> dict[s
 
 
 def _gantt(trial: Any, r, sink) -> None:
-    from orchestrator.placement.gantt import gantt_events
+    from orchestrator.placement.simulate.gantt import gantt_events
 
     path = trial.output_dir / "gantt_pipeline.png"
     gantt_events(r.schedule_events, path, f"{r.schedule}: {r.micro_batches} micro-batches over {len(r.stages)} stages, "

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
-from orchestrator.placement.base import Placement, PlacementContext
+from orchestrator.placement.graph.placement import Placement, PlacementContext
 
 
 def on_one_device(graph, worker, device: str) -> Placement:
@@ -31,7 +31,7 @@ def best_accelerator(evaluator, graph, worker):
     holds the model (nodes it cannot run go to their fastest allowed device), on the trial's
     objective; on a worker without accelerators, the best single device. (label, placement,
     verdict), or (reason, None, None) when no accelerator holds the model: no CPU straw man."""
-    from orchestrator.placement.search import PlacementProblem
+    from orchestrator.placement.solve.problem import PlacementProblem
     import numpy as np
 
     prob = PlacementProblem(graph, worker, evaluator, memory_headroom=0.0)
@@ -80,7 +80,7 @@ class PlacementPhase:
         profiled on this machine when a simulated evaluator judges local devices)."""
         if model_spec.graph is not None:
             return model_spec.graph
-        from orchestrator.placement.extract import extract
+        from orchestrator.placement.graph.extract import extract
 
         # searching placers use the costs (the simulated reward, mixed's screening, the start of a
         # measured search); a placer that only evaluates its answer (manual) does not
@@ -98,7 +98,7 @@ class PlacementPhase:
         return self.trial.cfg.get("placement") or {}
 
     def evaluator(self, kind: str, graph, worker, model_spec):
-        from orchestrator.placement.evaluator import MeasuredEvaluator, SimulatedEvaluator
+        from orchestrator.placement.evaluate.evaluator import MeasuredEvaluator, SimulatedEvaluator
 
         objective = resolve_objective(self.settings(), graph)
         headroom = memory_headroom(self.settings(), objective)
@@ -112,7 +112,7 @@ class PlacementPhase:
         seed = self.trial.settings.seed
         if kind == "final":      # measures the answer of a simulated-reward search, and its baseline
             return MeasuredEvaluator(model_spec, worker, x, y, seed=seed)
-        from orchestrator.placement.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure
+        from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure
 
         settings = RewardSettings.from_cfg(self.trial.cfg.get("placer"), kind)
         measure = TFMeasure(model_spec, worker, x, y, seed=seed, warmup=settings.warmup, graph=graph)
@@ -130,7 +130,7 @@ class PlacementPhase:
         worker = cluster.workers[0]
         reward = getattr(self.trial, "reward", None) or evaluator_kind   # placer.reward (trial._evaluator_kind)
         graph = self.graph(model_spec, reward)
-        from orchestrator.placement.schedule_phase import attach_schedule  # micro-batches (placement.micro_batches)
+        from orchestrator.phases.schedule import attach_schedule  # micro-batches (placement.micro_batches)
         attach_schedule(graph, self.settings())
         evaluator = self.evaluator(reward, graph, worker, model_spec)
         context = PlacementContext(seed=self.trial.settings.seed, sink=sink, output_dir=self.trial.output_dir,
@@ -180,12 +180,12 @@ class PlacementPhase:
             limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
             cert_src = str(placement.meta.get("certified_bound_src") or "milp")
             if objective == "pipeline" and not certified and limit > 0 and math.isfinite(verdict.value):
-                from orchestrator.placement.config_bound import certify   # certify the gap of any placer
-                from orchestrator.placement.search import PlacementProblem
+                from orchestrator.placement.solve.config_bound import certify   # certify the gap of any placer
+                from orchestrator.placement.solve.problem import PlacementProblem
 
                 prob = PlacementProblem(graph, worker, evaluator)
                 mine = prob.atoms_of(prob.sim.assignment(placement))
-                certified, cert_src = certify(prob, evaluator.pipeline, lb, verdict.value, limit, seeds=[mine])
+                certified, cert_src = certify(prob, evaluator.load_model, lb, verdict.value, limit, seeds=[mine])
             bound_src = cert_src if certified > lb else max(parts, key=parts.get)
             lb = max(lb, certified)
             m["placement.lower_bound_s"] = lb
@@ -200,7 +200,7 @@ class PlacementPhase:
                   "graph": graph, "worker": worker}
         if not cluster.simulated and model_spec.build is not None:
             placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
-        from orchestrator.placement.schedule_phase import report_schedule  # the micro-batched
+        from orchestrator.phases.schedule import report_schedule  # the micro-batched
         report_schedule(self.trial, placement, evaluator, graph, worker, model_spec, cluster, sink, m)  # pipeline
         sink.log_metrics(m)
         tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward}
@@ -214,7 +214,7 @@ class PlacementPhase:
         and its answer is measured like this search's (fresh, by the same evaluator), so the run
         says whether measuring paid: ``placement.vs_simulated_reward`` = that placement's measured
         step time / this one's (>= 1: this one is no slower)."""
-        from orchestrator.placement.evaluator import SimulatedEvaluator
+        from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 
         sim = SimulatedEvaluator(graph, worker, "step", evaluator.memory_headroom)
         context = PlacementContext(seed=self.trial.settings.seed, output_dir=self.trial.output_dir, cfg=self.trial.cfg)
@@ -228,7 +228,7 @@ class PlacementPhase:
         step times are logged beside the simulated ones, and training uses the measured runtime."""
         if evaluator.kind == "measured":
             return {"measured": evaluator, "measured_baseline": base, "measured_step_s": m["placement.step_time_s"]}
-        from orchestrator.placement.measured_fit import median_rel_error
+        from orchestrator.placement.evaluate.measured_fit import median_rel_error
 
         measured = self.evaluator("final", graph, worker, model_spec)
         mv = measured.evaluate(placement)
@@ -267,7 +267,7 @@ class PlacementPhase:
         result = getattr(verdict, "result", None)
         if result is None or not result.schedule:
             return
-        from orchestrator.placement.gantt import gantt
+        from orchestrator.placement.simulate.gantt import gantt
 
         path = self.trial.output_dir / "gantt.png"
         gantt(result, path)

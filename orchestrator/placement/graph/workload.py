@@ -1,7 +1,7 @@
 """Import the msr-dnn-partitioning workload format (Tarnawski et al., NeurIPS 2020) into an
 ``OpGraph`` plus the file's own hardware, and its human-expert split files into a ``Placement``.
 
-Semantics (kept exact so the authors' evaluator numbers are reproduced by ``orchestrator.placement.simulator``):
+Semantics (kept exact so the authors' evaluator numbers are reproduced by ``orchestrator.placement.simulate.simulator``):
 - hardware: ``maxFPGAs`` accelerators ``acc:i`` (kind "accelerator", ``maxSizePerFPGA`` bytes each) and
   ``maxCPUs`` CPU cores ``cpu:j`` (kind "cpu") sharing host memory (unbounded unless given);
 - node costs ``fpgaLatency`` / ``cpuLatency`` go to ``Node.cost`` under "accelerator" / "cpu";
@@ -25,10 +25,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.errors import WorkloadError
-from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement import Placement
+from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.placement.graph.placement import Placement
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 NODE_FIELDS = ("id", "supportedOnFpga", "cpuLatency", "fpgaLatency")

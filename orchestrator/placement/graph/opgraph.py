@@ -189,3 +189,11 @@ class OpGraph:
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
         return cls.from_dict(data, str(path))
+
+
+def original_edges(graph: OpGraph) -> list[Edge]:
+    """The graph's edges without the ones the workload loader added to join the two passes
+    (``graph.meta["added_training_edges"]``, the last edges): the load model and the micro-batch
+    schedules count only a file's own tensors."""
+    added = int(graph.meta.get("added_training_edges", 0) or 0)
+    return graph.edges[:len(graph.edges) - added] if added else list(graph.edges)

@@ -1,0 +1,65 @@
+"""Micro-batches in flight: which stage of a micro-batched pipeline (GPipe, 1F1B) holds how many
+micro-batches' forward activations at once, and the order of the stages. The step simulator charges
+this memory (``Simulator.memory``) and the micro-batch scheduler (``microbatch``) reports it, so it
+lives below both.
+
+A placement's **stages** are the devices it uses, ordered by the graph's topological flow (mean
+position of their nodes, a backward or update node counting at its forward twin's). A node's phase
+is ``F`` (forward and loss), ``B`` (backward) or ``U`` (update)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+F, B, U = 0, 1, 2
+
+
+def in_flight(kind: str, micro_batches: int, n_stages: int, stage: int) -> int:
+    """Micro-batches whose activations stage ``stage`` (0-based) holds at once, at most."""
+    if kind == "gpipe":
+        return micro_batches
+    return max(1, min(micro_batches, n_stages - stage))
+
+
+def phase_of(graph) -> np.ndarray:
+    return np.array([B if n.role == "backward" else U if n.role == "update" else F for n in graph.nodes], dtype=np.int64)
+
+
+def flow_position(graph) -> np.ndarray:
+    """Position of each node in the forward flow: forward nodes in topological order; a backward or
+    update node at its group's forward node (else after every forward node)."""
+    phase = phase_of(graph)
+    topo = graph.topological_order()
+    pos = np.zeros(len(graph.nodes))
+    fwd = [i for i in topo if phase[i] == F]
+    at_group: dict[str, float] = {}
+    for k, i in enumerate(fwd):
+        pos[i] = k
+        g = graph.nodes[i].group
+        if g is not None:
+            at_group.setdefault(g, float(k))
+    for k, i in enumerate(i for i in topo if phase[i] != F):
+        g = graph.nodes[i].group
+        pos[i] = at_group.get(g, len(fwd) + k) if g is not None else len(fwd) + k
+    return pos
+
+
+def stage_order(pos: np.ndarray, assign: np.ndarray, n_devices: int) -> list[int]:
+    """Devices used by ``assign``, in flow order (mean flow position of their nodes)."""
+    cnt = np.bincount(assign, minlength=n_devices)
+    tot = np.bincount(assign, weights=pos, minlength=n_devices)
+    used = np.flatnonzero(cnt)
+    return sorted(used.tolist(), key=lambda d: (tot[d] / cnt[d], d))
+
+
+def in_flight_counts(graph: Any, assign: np.ndarray, n_devices: int, micro_batches: int, kind: str,
+                     pos: np.ndarray | None = None) -> np.ndarray:
+    """Micro-batches in flight per device for ``assign`` (the counts ``Simulator.memory`` charges)."""
+    pos = flow_position(graph) if pos is None else pos
+    out = np.ones(n_devices)
+    stages = stage_order(pos, assign, n_devices)
+    for s, d in enumerate(stages):
+        out[d] = in_flight(kind, micro_batches, len(stages), s)
+    return out
