@@ -30,7 +30,8 @@ from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
 from orchestrator.models import ModelSpec
 from orchestrator.placement import Placement, PlacementContext
 from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.sync.core import ParameterServer, StalenessGate, SyncOptions
+from orchestrator.sync.core import SyncOptions
+from orchestrator.sync.server import ParameterServer, StalenessGate
 from orchestrator.sync.strategy import CollectiveStrategy, Round, ServerStrategy, SyncStrategy
 
 __all__ = [

@@ -15,6 +15,7 @@ from orchestrator.config import from_node, validate
 from orchestrator.config.model import MNISTDatasetConfig
 from orchestrator.config.root import ObjectiveConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt, PluginError, number
+from orchestrator.sync.run import train as train_sync
 from orchestrator.sync.strategy import SyncStrategy
 from orchestrator.progress import enabled as progress_enabled
 from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
@@ -252,7 +253,7 @@ class Trial:
         reference: float | None
         if self.sync is not None:
             ctx.worker_step_time_s = self._worker_step_times(cluster, model_spec, placed, sink)
-            result: TrainResult = self.sync.train(ctx)
+            result: TrainResult = train_sync(self.sync, ctx)
             reference = result.reference_time_to_target_s
             sink.set_tags({"train.reference": "one worker of speed 1.0, same settings and clock"})
         else:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.sync.core import DelayCompensatedServer, ParameterServer
+from orchestrator.sync.server import DelayCompensatedServer, ParameterServer
 from orchestrator.sync.optim import Optimizer, OptimizerSettings
 from tests.fakes import strategy, sync_options
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from orchestrator.sync.core import ParameterServer, StalenessGate, SyncOptions, batch_shares, push_weights
+from orchestrator.sync.core import SyncOptions, batch_shares, push_weights
+from orchestrator.sync.server import ParameterServer, StalenessGate
 from orchestrator.sync.virtual import VirtualRun
 from orchestrator.execution.training import TrainSettings
 from tests.fakes import FakeRuntime, fake_data, strategy, sync_options
@@ -172,7 +173,9 @@ def test_plugin_writes_metrics_and_artifacts(mnist, tmp_path):
            "sync": {"name": "delay", "staleness": 1, "base_time_s": 0.01},
            "train": {"budget_updates": 12, "eval_every": 2, "eval_samples": 100, "target_accuracy": 0.3}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
-    result = DelaySync(cfg["sync"]).train(ctx)
+    from orchestrator.sync.run import train
+
+    result = train(DelaySync(cfg["sync"]), ctx)
     m = result.extra_metrics
     assert m["sync.staleness_max"] <= 1 and m["sync.pushes_applied"] == m["sync.pushes_made"]
     assert m["sync.worker0.iterations"] + m["sync.worker1.iterations"] == result.updates

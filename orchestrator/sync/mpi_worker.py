@@ -281,7 +281,7 @@ def run_server(job: Job, comm) -> None:
     elapsed = time.perf_counter() - t_start - eval_s[0]
     if tracker.history[-1].step != server.version:
         evaluate()
-    from orchestrator.sync.core import histogram_dict
+    from orchestrator.sync.server import histogram_dict
 
     job.write("rank0.json", {"iterations": 0, "wait_s": 0.0, "pushes_by_worker": server.pushes_by_worker,
                              "gate_completed": gate.completed, "gate_wait_s": wait_s,

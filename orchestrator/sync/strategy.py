@@ -21,13 +21,12 @@ Gradient averaging (allreduce) is ``m_i = grad(theta)``, ``w_i = lr(G) b_i / G``
 local SGD is ``m_i`` = the parameters after H local steps, ``w_i = b_i / G``, ``theta <- M``.
 
 Nothing here imports TensorFlow or MPI; the runtimes live in ``orchestrator.sync.virtual`` and
-``orchestrator.sync.mpi``. Strategies are built as ``Class(cfg_sync)`` from the trial's ``sync`` node
+``orchestrator.sync.mpi``, and ``orchestrator.sync.run.train(strategy, ctx)`` runs a strategy on one. Strategies are built as ``Class(cfg_sync)`` from the trial's ``sync`` node
 and, under MPI, again in every rank from ``ref()`` and the plain ``cfg_sync``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 from abc import ABC, abstractmethod
@@ -38,8 +37,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from orchestrator.errors import ConfigError, number
-from orchestrator.sync.core import (DelayCompensatedServer, ParameterServer, StalenessGate, SyncOptions, _get,
-                                    _plain, push_weights, scaled_lr)
+from orchestrator.sync.core import SyncOptions, _get, _plain, push_weights, scaled_lr
+from orchestrator.sync.server import DelayCompensatedServer, ParameterServer, StalenessGate
 
 Gradient = Callable[[np.ndarray], np.ndarray]   # parameters -> gradient of the next batch of this worker
 
@@ -110,7 +109,7 @@ class SyncStrategy(ABC):
         """``module:qualname``: how an MPI rank finds this class again."""
         return f"{cls.__module__}:{cls.__qualname__}"
 
-    # -- the trial's entry points -------------------------------------------------------------
+    # -- before the run ------------------------------------------------------------------------
     def check_config(self, cfg: Any) -> SyncOptions:
         """Called before the trial's run starts: a bad value (or too many MPI ranks) costs no MLflow run."""
         opts = self.options(cfg)
@@ -119,33 +118,6 @@ class SyncStrategy(ABC):
 
             check_mpi_ranks(self, opts, self.cfg_sync)
         return opts
-
-    def train(self, ctx: Any) -> Any:
-        """Train ``ctx.model`` on ``ctx.dataset`` with this strategy on ``sync.runtime``; returns a TrainResult."""
-        from orchestrator.sync.report import write_artifacts
-
-        opts = self.options(ctx.cfg)
-        if ctx.cluster is not None:
-            # The hardware adapter is the authority on how many workers there are and how fast each is
-            # (it may derive speeds from the workers' devices and placed step times).
-            opts = dataclasses.replace(opts, workers=len(ctx.cluster.workers),
-                                       speeds=[float(w.speed) for w in ctx.cluster.workers])
-        if opts.runtime == "mpi":
-            from orchestrator.sync.mpi import train_mpi
-
-            result, stats = train_mpi(self, opts, ctx)
-        else:
-            from orchestrator.sync.virtual import train_virtual
-
-            result, stats, _ = train_virtual(self, opts, ctx)
-        result.extra_metrics.update(self.metrics(result, stats))
-        m = result.extra_metrics
-        if "sync.speedup" in m:
-            print(f"{self.label(opts)[:-1]}, {result.clock} clock): speedup {m['sync.speedup']:.2f} over one speed-1.0 "
-                  f"worker, capacity {stats.capacity:.2f}, scaling efficiency {m['sync.scaling_efficiency']:.2f}",
-                  flush=True)
-        write_artifacts(result, stats, ctx.output_dir, self.label(opts), ctx.sink)
-        return result
 
 
 class CollectiveStrategy(SyncStrategy):
