@@ -29,11 +29,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-from inprocess import run_inprocess  # noqa: E402,F401  (re-exported: tests import it from conftest)
-
 # Small, fast training settings for tests that only need a trial to run end to end (the same budget
 # the fixture exported to plugin authors uses).
 from orchestrator.testing import QUICK  # noqa: E402,F401
+
+from inprocess import run_inprocess  # noqa: E402,F401  (re-exported: tests import it from conftest)
 
 TF_LOGICAL_CPUS = 2   # in-process placement tests place on two logical CPU devices
 TF_THREADS = 2

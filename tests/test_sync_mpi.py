@@ -10,7 +10,7 @@ from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.mpi import _job_processes, train_mpi
 from orchestrator.sync.virtual import make_context
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 
 
 @pytest.fixture(scope="module")

@@ -62,6 +62,7 @@ def test_sync_strategies_run_virtually(workdir, strategy):
 
 
 @pytest.mark.slow
+@pytest.mark.mpi
 @pytest.mark.parametrize("strategy", ["allreduce", "delay"])
 def test_sync_strategies_run_on_mpi(workdir, strategy):
     out = run_cli(workdir, f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2", *QUICK, timeout=900)
