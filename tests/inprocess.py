@@ -73,6 +73,10 @@ def _isolated(cwd: Path, argv: list[str], env: dict[str, str]):
     loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
                                       if isinstance(lg, logging.Logger))]
     saved_logging = [(lg, lg.level, lg.handlers[:], lg.propagate, lg.disabled) for lg in loggers]
+    # Hydra's dictConfig closes every handler logging knows of; absl's (TensorFlow's) then closes its
+    # stream, pytest's capture file. Hidden from it, the handlers that exist now survive the call.
+    saved_handlers = logging._handlerList[:], dict(logging._handlers)
+    logging._handlerList[:] = []
     _reset_caches()
     os.chdir(cwd)
     sys.argv = argv
@@ -95,6 +99,8 @@ def _isolated(cwd: Path, argv: list[str], env: dict[str, str]):
             lg.setLevel(level)
             lg.handlers[:] = handlers
             lg.propagate, lg.disabled = propagate, disabled
+        logging._handlerList[:] = saved_handlers[0] + logging._handlerList
+        logging._handlers.update(saved_handlers[1])
 
 
 def run_inprocess(cwd: Path, *args: str, module: str = "orchestrator", env: dict | None = None,
@@ -102,11 +108,11 @@ def run_inprocess(cwd: Path, *args: str, module: str = "orchestrator", env: dict
     """``python -m MODULE ARGS`` run in ``cwd``, in this process. ``module`` is ``orchestrator`` (the
     Hydra entry point, which reads ``sys.argv``) or a module with ``main(argv) -> int``. ``timeout``
     is accepted for the signature of ``run_cli`` and not enforced. Without ``MLFLOW_TRACKING_URI``
-    (in ``env`` or the environment) the default store is named absolutely as ``cwd/mlflow.db``: the
+    (in ``env`` or the environment, or set empty) the default store is named absolutely as ``cwd/mlflow.db``: the
     same file a child process in ``cwd`` would use, but a key MLflow's per-process caches cannot
     confuse with another directory's."""
     env = {k: str(v) for k, v in (env or {}).items()}
-    if "MLFLOW_TRACKING_URI" not in env and not os.environ.get("MLFLOW_TRACKING_URI"):
+    if not env.get("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI")):
         env["MLFLOW_TRACKING_URI"] = f"sqlite:///{Path(cwd).resolve() / 'mlflow.db'}"
     out, err = io.StringIO(), io.StringIO()
     argv = [module, *args]

@@ -44,7 +44,7 @@ def test_help_imports_no_tensorflow(workdir):
 
 
 def test_failure_inside_a_trial_marks_its_run_failed(workdir):
-    out = run_cli(workdir, "+placer=manual", "placer.rules=[{pattern:'*',device:'gpu:9'}]", *QUICK, timeout=300)
+    out = run_inprocess(workdir, "+placer=manual", "placer.rules=[{pattern:'*',device:'gpu:9'}]", *QUICK)
     assert out.returncode == 2 and "names device 'gpu:9'" in out.stderr, out.stderr
     runs = store_runs(workdir)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"

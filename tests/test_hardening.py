@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli, store_runs
+from conftest import run_cli, run_inprocess, store_runs
 
 
 def _one_line_error(out, expected: str) -> None:
@@ -48,14 +48,14 @@ WORKLOAD = ["+placer=greedy", "model=workload", "hardware=auto"]
 ])
 def test_bad_files_and_stores_are_one_line(workdir, args, expected):
     _bad_files(workdir)
-    out = run_cli(workdir, *args, timeout=300)
+    out = run_inprocess(workdir, *args)
     _one_line_error(out, expected)
     _no_running_run(workdir)
 
 
 def test_a_virtual_run_that_cannot_fit_never_starts(workdir):
     """The memory bound is checked before the MLflow run starts: no run, not even a FAILED one."""
-    out = run_cli(workdir, "+sync=delay", "hardware.workers=100000", timeout=300)
+    out = run_inprocess(workdir, "+sync=delay", "hardware.workers=100000")
     _one_line_error(out, "hardware.workers=100000 needs about ")
     assert "at most about" in out.stderr and not store_runs(workdir)
 
@@ -65,7 +65,7 @@ def test_a_virtual_run_that_cannot_fit_never_starts(workdir):
 ])
 def test_report_on_a_corrupt_store_is_one_line(workdir, uri, expected):
     _bad_files(workdir)
-    _one_line_error(run_cli(workdir, "--tracking-uri", uri, module="orchestrator.report", timeout=120), expected)
+    _one_line_error(run_inprocess(workdir, "--tracking-uri", uri, module="orchestrator.report"), expected)
 
 
 def test_virtual_runtime_refuses_what_would_not_fit():

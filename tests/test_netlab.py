@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator.testing import QUICK
 
+from conftest import run_inprocess
 from services import mlflow_server, netlab, postgres, require_netlab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,8 +74,8 @@ def test_lab_up_is_idempotent_and_down_removes_everything(tmp_path):
 
 
 def test_bad_lab_requests_are_one_line_errors(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "orchestrator.netlab", "--dir", str(tmp_path), "up", "--hosts", "3",
-                          "--bandwidth", "1gbit,fast,1gbit"], capture_output=True, text=True)
+    out = run_inprocess(tmp_path, "--dir", str(tmp_path), "up", "--hosts", "3", "--bandwidth", "1gbit,fast,1gbit",
+                        module="orchestrator.netlab")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "'fast'" in out.stderr
 
 

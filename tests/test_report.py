@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_cli, run_inprocess, store_runs
 
 MLFLOW_ENV = {"MLFLOW_TRACKING_URI": ""}  # the tests choose the store; an inherited one must not leak in
 
@@ -58,7 +58,7 @@ def store(tmp_path):
 
 
 def report(cwd, *args):
-    return run_cli(cwd, *args, module="orchestrator.tracking.report", timeout=120, env=MLFLOW_ENV)
+    return run_inprocess(cwd, *args, module="orchestrator.tracking.report", env=MLFLOW_ENV)
 
 
 def test_table_lists_trials_not_sweeps(store):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_cli, run_inprocess, store_runs
 
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
@@ -34,7 +34,7 @@ def test_memory_infeasible_graph_fails_before_search(workdir):
     wl["maxFPGAs"], wl["maxCPUs"] = 2, 0
     path = workdir / "tiny.json"
     path.write_text(json.dumps(wl))
-    out = run_cli(workdir, "+placer=rl", "model=workload", "hardware=auto", f"model.path={path}", timeout=300)
+    out = run_inprocess(workdir, "+placer=rl", "model=workload", "hardware=auto", f"model.path={path}")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert len([ln for ln in out.stderr.splitlines() if ln.startswith("error:")]) == 1, out.stderr
     run = _only_run(workdir)
