@@ -40,15 +40,10 @@ TF_THREADS = 2
 
 # Hypothesis: CI (.ci/run sets CI=true) runs the full budget, a contributor's run a short one.
 # HYPOTHESIS_PROFILE picks one explicitly. Tests whose examples are expensive cap their count with
-# ``examples(n)``, which never exceeds the profile's.
+# ``max_examples=min(n, settings.default.max_examples)``: n in CI, never more than the profile's.
 settings.register_profile("ci", max_examples=1000, deadline=None)
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
-
-
-def examples(n: int) -> int:
-    """``n`` examples under the ci profile, at most the profile's count otherwise."""
-    return min(n, settings.default.max_examples)
 
 
 def _configure_tensorflow(tf) -> None:

@@ -41,7 +41,7 @@ class CheckingGate(StalenessGate):
         assert max(self.completed) - min(self.completed) <= self.staleness + 1
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workers=st.integers(1, 6), s=st.integers(0, 4), p=st.floats(0.0, 0.9), k=st.floats(1.0, 20.0),
        speeds_seed=st.integers(0, 1000), proportional=st.booleans())
 def test_staleness_bound_holds_under_random_delays(monkeypatch, workers, s, p, k, speeds_seed, proportional):
