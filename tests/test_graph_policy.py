@@ -120,8 +120,8 @@ def test_modes_and_their_record():
 
 
 def test_zero_shot_trial_uses_the_shipped_checkpoint(workdir):
-    out = run_cli(workdir, "+placer=rl", "model=inception_v3", "hardware=sim_1cpu_4gpu", "placer.mode=zero_shot",
-                  "placer.refine=none", "tracking.uri=sqlite:///mlflow.db", timeout=600)
+    out = run_inprocess(workdir, "+placer=rl", "model=inception_v3", "hardware=sim_1cpu_4gpu", "placer.mode=zero_shot",
+                        "placer.refine=none", "tracking.uri=sqlite:///mlflow.db")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placer.mode=zero_shot" in out.stdout and "shipped checkpoint" in out.stdout
     (run,) = store_runs(workdir)

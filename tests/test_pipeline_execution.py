@@ -70,8 +70,8 @@ def _metrics(workdir):
 
 
 def test_simulated_trial_reports_the_schedule(workdir):
-    out = run_cli(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=4",
-                  "placement.schedule=gpipe", "train.budget_updates=20", "train.eval_every=10", "train.eval_samples=200")
+    out = run_inprocess(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=4",
+                        "placement.schedule=gpipe", "train.budget_updates=20", "train.eval_every=10", "train.eval_samples=200")
     assert out.returncode == 0, out.stderr[-3000:]
     run = _metrics(workdir)
     m, tags = run.data.metrics, run.data.tags

@@ -16,6 +16,7 @@ def _only_run(workdir):
     return run
 
 
+@pytest.mark.slow  # bert24 with its bound: ~25 s
 def test_workload_with_expert_split_is_simulated(workdir):
     bert = DATA / "throughput-inputs/LayerGraphs/bert24_training.json"
     out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={bert}",
@@ -41,6 +42,7 @@ def test_memory_infeasible_graph_fails_before_search(workdir):
     assert run.info.status == "FAILED" and "placement.evaluations" not in run.data.metrics
 
 
+@pytest.mark.slow  # placement, then training on a virtual heterogeneous cluster
 def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
     out = run_cli(workdir, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -52,7 +54,9 @@ def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
     assert {"train.speedup", "placement.speedup", "sync.staleness_max", "sync.pushes_applied"} <= set(m)
 
 
-@pytest.mark.parametrize("strategy", ["allreduce", "async", "delay"])
+# one strategy in the fast tier, the other two (each a whole trial that trains) with the slow tests
+@pytest.mark.parametrize("strategy", [pytest.param("allreduce", marks=pytest.mark.slow),
+                                      pytest.param("async", marks=pytest.mark.slow), "delay"])
 def test_sync_strategies_run_virtually(workdir, strategy):
     out = run_cli(workdir, f"+sync={strategy}", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -108,8 +112,8 @@ def test_rl_on_tf_cluster_is_simulated_then_measured(workdir):
 def test_an_expert_split_that_breaks_memory_is_no_baseline(workdir):
     """The inceptionv3 expert split overflows its accelerators: the trial says so instead of a speedup of inf."""
     split = DATA / "human-experts" / "inceptionv3_inference_expert.json"
-    out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={INCEPTION}",
-                  f"model.split={split}", timeout=300)
+    out = run_inprocess(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={INCEPTION}",
+                        f"model.split={split}")
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     assert "placement.speedup" not in run.data.metrics and "speedup" not in run.data.metrics
