@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +32,13 @@ def _trial(client, exp_id, name, tags, metrics, histories=(), params=None, paren
     return run.info.run_id
 
 
-@pytest.fixture
-def store(tmp_path):
-    """Two experiments; a sweep of two 4-worker sync trials, a placement trial with an RL curve, a baseline."""
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory):
+    """Two experiments; a sweep of two 4-worker sync trials, a placement trial with an RL curve, a baseline.
+    Built once (creating an MLflow store costs seconds); each test gets a copy."""
     from mlflow.tracking import MlflowClient
 
+    tmp_path = tmp_path_factory.mktemp("report-store")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.create_experiment("orchestrator")
     other = client.create_experiment("placement")
@@ -54,6 +57,14 @@ def store(tmp_path):
             "rl.best_step_time_s": 0.25},
            [("rl.best_step_time_s", [(0, 0.4), (1, 0.3), (2, 0.25)]),
             ("rl.mean_step_time_s", [(0, 0.6), (1, 0.45), (2, 0.35)])])
+    return tmp_path, sweep
+
+
+@pytest.fixture
+def store(store_template, tmp_path):
+    """A copy of the template store in this test's directory: (directory, sweep run id)."""
+    src, sweep = store_template
+    shutil.copyfile(src / "mlflow.db", tmp_path / "mlflow.db")
     return tmp_path, sweep
 
 

@@ -24,7 +24,7 @@ def test_default_trial_reaches_97_percent(workdir):
     assert (workdir / "mlflow.db").exists()
 
 
-@pytest.mark.slow  # a whole trial that trains (fast tier: test_sync_strategies_run_virtually[delay])
+@pytest.mark.slow  # a whole trial that trains (the fast tier has test_the_mission_command_runs_on_the_defaults)
 def test_manual_placement_trial_logs_placement_and_training(workdir):
     out = run_cli(workdir, "+placer=manual", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -54,9 +54,8 @@ def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
     assert {"train.speedup", "placement.speedup", "sync.staleness_max", "sync.pushes_applied"} <= set(m)
 
 
-# one strategy in the fast tier, the other two (each a whole trial that trains) with the slow tests
-@pytest.mark.parametrize("strategy", [pytest.param("allreduce", marks=pytest.mark.slow),
-                                      pytest.param("async", marks=pytest.mark.slow), "delay"])
+@pytest.mark.slow  # whole trials that train; the fast tier trains delay-sync in the mission command's test
+@pytest.mark.parametrize("strategy", ["allreduce", "async", "delay"])
 def test_sync_strategies_run_virtually(workdir, strategy):
     out = run_cli(workdir, f"+sync={strategy}", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
