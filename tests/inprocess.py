@@ -85,13 +85,17 @@ def _isolated(cwd: Path, argv: list[str], env: dict[str, str]):
         with warnings.catch_warnings():
             yield
     finally:
+        for ref in logging._handlerList:  # the call's own log files (Hydra's job log): closed, as at exit
+            handler = ref()
+            if isinstance(handler, logging.FileHandler):
+                handler.close()
         _reset_caches()
         os.chdir(saved_cwd)
         sys.argv = saved_argv
         os.environ.clear()
         os.environ.update(saved_env)
-        for sig, handler in saved_signals.items():
-            signal.signal(sig, handler)
+        for sig, action in saved_signals.items():
+            signal.signal(sig, action)
         for lg in logging.Logger.manager.loggerDict.values():  # loggers the call created: detach their handlers
             if isinstance(lg, logging.Logger) and lg not in loggers:
                 lg.handlers.clear()
