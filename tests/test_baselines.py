@@ -52,6 +52,7 @@ def test_top_level_seed_reaches_placer_and_training(tmp_path):
     assert runs[1][0] == runs[1][1] and runs[1][0] != runs[2][0]
 
 
+@pytest.mark.slow  # the MILP bound runs to its 20 s limit
 def test_baseline_is_the_expert_split_on_the_trial_objective(tmp_path):
     placed, sink = _place(_trial(tmp_path, "+placer=greedy", "model=workload", f"model.path={BERT}", f"model.split={SPLIT}"))
     m = dict((k, v) for k, v, _ in sink.metrics)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_cli, run_inprocess, store_runs
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -30,7 +30,7 @@ from conftest import QUICK, run_cli, store_runs
     (["+sync=delay", "hardware.speed_changes=[{worker:7,at_s:1,speed:0.5}]"], "hardware.speed_changes[0].worker=7"),
 ])
 def test_user_errors_are_one_line_and_leave_no_run(workdir, args, expected):
-    out = run_cli(workdir, *args, timeout=120)
+    out = run_inprocess(workdir, *args)
     assert out.returncode == 2, out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], out.stderr
@@ -48,7 +48,7 @@ def test_help_imports_no_tensorflow(workdir):
 
 
 def test_failure_inside_a_trial_marks_its_run_failed(workdir):
-    out = run_cli(workdir, "+placer=manual", "placer.rules=[{pattern:'*',device:'gpu:9'}]", *QUICK, timeout=300)
+    out = run_inprocess(workdir, "+placer=manual", "placer.rules=[{pattern:'*',device:'gpu:9'}]", *QUICK)
     assert out.returncode == 2 and "names device 'gpu:9'" in out.stderr, out.stderr
     runs = store_runs(workdir)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"

@@ -1,7 +1,8 @@
 """Property-based fuzzing of everything that reads user input: the workload importer, the split-file
-reader, the IDX reader and the config validation. Each gets >= 1,000 generated malformed (or valid)
-inputs, called in-process; the only acceptable outcomes are a result or a one-line ``UserError``
-naming the file or key. Any other exception is a traceback a user would see, and fails the test."""
+reader, the IDX reader and the config validation. Each gets the Hypothesis profile's number of
+generated malformed (or valid) inputs (CI's: 1,000; a contributor's: 50; see tests/conftest.py),
+called in-process; the only acceptable outcomes are a result or a one-line ``UserError`` naming the
+file or key. Any other exception is a traceback a user would see, and fails the test."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from orchestrator.hardware.workers import worker_layout
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 from tests.fakes import strategy
 
-FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), database=None)  # max_examples: the profile's
 TMP = Path(tempfile.mkdtemp(prefix="orchestrator-fuzz-"))
 
 # any JSON value, and values of the kinds config keys take (plus wrong ones)

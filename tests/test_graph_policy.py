@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli, store_runs
+from conftest import run_cli, run_inprocess, store_runs
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.presets import make_host, sim_1cpu_4gpu
@@ -120,8 +120,8 @@ def test_modes_and_their_record():
 
 
 def test_zero_shot_trial_uses_the_shipped_checkpoint(workdir):
-    out = run_cli(workdir, "+placer=rl", "model=inception_v3", "hardware=sim_1cpu_4gpu", "placer.mode=zero_shot",
-                  "placer.refine=none", "tracking.uri=sqlite:///mlflow.db", timeout=600)
+    out = run_inprocess(workdir, "+placer=rl", "model=inception_v3", "hardware=sim_1cpu_4gpu", "placer.mode=zero_shot",
+                        "placer.refine=none", "tracking.uri=sqlite:///mlflow.db")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placer.mode=zero_shot" in out.stdout and "shipped checkpoint" in out.stdout
     (run,) = store_runs(workdir)
@@ -135,7 +135,7 @@ def test_pretrain_bad_input_is_one_line(workdir):
                       (["--models", "inception_v3"], "held out"), (["--out", "x.txt"], "--out"),
                       (["--lr", "fast"], "--lr"), (["--rl-lr", "0"], "--rl-lr"), (["--synthetic", "-1"], "--synthetic"),
                       (["--bogus"], "--bogus")):
-        out = run_cli(workdir, *args, module="orchestrator.pretrain", timeout=120)
+        out = run_inprocess(workdir, *args, module="orchestrator.pretrain")
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
         (line,) = [ln for ln in out.stderr.splitlines() if ln.strip()]
         assert line.startswith("error:") and key in line

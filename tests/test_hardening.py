@@ -10,7 +10,7 @@ import pytest
 
 from tests.fakes import strategy, sync_options
 
-from conftest import run_cli, store_runs
+from conftest import run_cli, run_inprocess, store_runs
 
 
 def _one_line_error(out, expected: str) -> None:
@@ -50,14 +50,14 @@ WORKLOAD = ["+placer=greedy", "model=workload", "hardware=auto"]
 ])
 def test_bad_files_and_stores_are_one_line(workdir, args, expected):
     _bad_files(workdir)
-    out = run_cli(workdir, *args, timeout=300)
+    out = run_inprocess(workdir, *args)
     _one_line_error(out, expected)
     _no_running_run(workdir)
 
 
 def test_a_virtual_run_that_cannot_fit_never_starts(workdir):
     """The memory bound is checked before the MLflow run starts: no run, not even a FAILED one."""
-    out = run_cli(workdir, "+sync=delay", "hardware.workers=100000", timeout=300)
+    out = run_inprocess(workdir, "+sync=delay", "hardware.workers=100000")
     _one_line_error(out, "hardware.workers=100000 needs about ")
     assert "at most about" in out.stderr and not store_runs(workdir)
 
@@ -67,7 +67,7 @@ def test_a_virtual_run_that_cannot_fit_never_starts(workdir):
 ])
 def test_report_on_a_corrupt_store_is_one_line(workdir, uri, expected):
     _bad_files(workdir)
-    _one_line_error(run_cli(workdir, "--tracking-uri", uri, module="orchestrator.report", timeout=120), expected)
+    _one_line_error(run_inprocess(workdir, "--tracking-uri", uri, module="orchestrator.report"), expected)
 
 
 def test_virtual_runtime_refuses_what_would_not_fit():
@@ -146,6 +146,7 @@ def test_a_sweep_on_a_corrupt_store_stops_at_once(workdir):
 def test_a_trial_ends_with_a_summary_that_says_the_target_was_missed(workdir):
     """A diverged run (it said only `speedup = nan` before) and the report's workers column for a
     sync trial with the default worker count (it showed `-`)."""
+    # a child process: the summary names the default store as a user sees it (sqlite:///mlflow.db)
     out = run_cli(workdir, "+sync=delay", "train.lr=1000", "train.eval_every=10", "train.budget_updates=40",
                   "train.eval_samples=200", "progress=false", timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -157,7 +158,7 @@ def test_a_trial_ends_with_a_summary_that_says_the_target_was_missed(workdir):
     assert f"run:      {run.info.run_id} in sqlite:///mlflow.db (experiment orchestrator)" in text, text
     assert "python -m orchestrator.report" in text and "/runs?workflowType=machine_learning&viewStateShareKey=orchestrator-runs" in text, text
     assert run.data.tags["train.missed_target"].startswith("diverged")
-    report = run_cli(workdir, "--format", "json", module="orchestrator.report", timeout=120)
+    report = run_inprocess(workdir, "--format", "json", module="orchestrator.report")
     assert json.loads(report.stdout)[0]["workers"] == 4, report.stdout
 
 

@@ -21,6 +21,8 @@ ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 RUN_NAMES = ("ui-baseline", "ui-manual-placement")
 
+pytestmark = pytest.mark.browser
+
 
 def _chromium() -> str:
     path = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")

@@ -5,9 +5,7 @@ Skipped where namespaces are not allowed, except under CI=true."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.testing import QUICK
+
+from conftest import run_inprocess
 from services import mlflow_server, netlab, postgres, require_netlab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +47,7 @@ def _no_process_on(lab):
     return {h.name: pids(h.name) for h in lab.hosts if pids(h.name)}
 
 
+@pytest.mark.netns
 def test_lab_up_is_idempotent_and_down_removes_everything(tmp_path):
     from orchestrator.hardware import netlab as nl
 
@@ -73,11 +74,12 @@ def test_lab_up_is_idempotent_and_down_removes_everything(tmp_path):
 
 
 def test_bad_lab_requests_are_one_line_errors(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "orchestrator.netlab", "--dir", str(tmp_path), "up", "--hosts", "3",
-                          "--bandwidth", "1gbit,fast,1gbit"], capture_output=True, text=True)
+    out = run_inprocess(tmp_path, "--dir", str(tmp_path), "up", "--hosts", "3", "--bandwidth", "1gbit,fast,1gbit",
+                        module="orchestrator.netlab")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "'fast'" in out.stderr
 
 
+@pytest.mark.netns
 def test_bandwidth_is_shaped(tmp_path):
     """100 Mbit/s host link: bulk TCP between two hosts does not exceed it (unshaped, veth carries GB/s)."""
     with lab_of(tmp_path, 2, "1gbit,100mbit") as lab:
@@ -101,6 +103,8 @@ def test_bandwidth_is_shaped(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.mpi
 @pytest.mark.parametrize("strategy,where", [("allreduce", "sync.hostfile"), ("delay", "hardware.netlab")])
 def test_mpi_ranks_run_one_per_host(tmp_path, strategy, where):
     with lab_of(tmp_path, 3, "1gbit") as lab:
@@ -117,6 +121,8 @@ def test_mpi_ranks_run_one_per_host(tmp_path, strategy, where):
 
 
 @pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.mpi
 def test_a_dead_host_fails_the_trial_and_leaves_nothing_behind(tmp_path):
     from orchestrator.hardware.netlab import kill_host
 
@@ -151,6 +157,7 @@ def test_a_dead_host_fails_the_trial_and_leaves_nothing_behind(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.netns
 def test_a_placed_model_trains_across_two_hosts_tf_servers(tmp_path):
     with lab_of(tmp_path, 2, "1gbit") as lab:
         addresses = [f"{h.address}:{2222}" for h in lab.hosts]
@@ -176,6 +183,8 @@ def test_a_placed_model_trains_across_two_hosts_tf_servers(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.postgres
 def test_two_hosts_sweep_one_postgres_study(tmp_path):
     """Two sweep processes on two emulated hosts work on one Optuna study in PostgreSQL and log into
     one MLflow server on the same database server: 8 distinct trials, 8 child runs, 2 parents."""
@@ -202,7 +211,7 @@ def test_two_hosts_sweep_one_postgres_study(tmp_path):
                                                                  f"hydra.sweeper.sampler.seed={i}"],
                                           cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=900) for p in procs]
-        for p, (o, e) in zip(procs, outs):
+        for p, (_, e) in zip(procs, outs):
             assert p.returncode == 0, e[-3000:]
         study = optuna.load_study(study_name="shared", storage=storage)
         assert len(study.trials) == 8 and len({t.number for t in study.trials}) == 8

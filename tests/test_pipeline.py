@@ -145,7 +145,7 @@ def test_dp_equals_brute_force_on_random_small_dags(tmp_path, seed):
         assert ev.load_model.time_per_sample(m.assign) == pytest.approx(best_any, rel=2e-4)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=min(40, settings.default.max_examples), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), picks=st.lists(st.integers(0, 3), min_size=16, max_size=16),
        training=st.booleans(), mem=st.sampled_from([3.0, 6.0, 1e9]))
 def test_bound_is_never_above_a_feasible_placement(tmp_path, seed, picks, training, mem):
@@ -160,7 +160,7 @@ def test_bound_is_never_above_a_feasible_placement(tmp_path, seed, picks, traini
         assert ev.lower_bound() <= t * (1 + 1e-9)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), picks=st.lists(st.integers(0, 3), min_size=16, max_size=16), training=st.booleans())
 def test_config_lp_set_load_is_the_evaluators_device_load(tmp_path, seed, picks, training):
     """The configuration bound prices a device's set with load_c(S); it must be the evaluator's load."""

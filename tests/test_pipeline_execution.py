@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import LOGICAL_CPUS, run_cli, store_runs
+from conftest import LOGICAL_CPUS, run_cli, run_inprocess, store_runs
 from orchestrator.errors import ConfigError
 from orchestrator.execution.functional import layer_calls
 from orchestrator.execution.pipelined import PipelineOrderError, PipelinedRuntime
@@ -70,8 +70,8 @@ def _metrics(workdir):
 
 
 def test_simulated_trial_reports_the_schedule(workdir):
-    out = run_cli(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=4",
-                  "placement.schedule=gpipe", "train.budget_updates=20", "train.eval_every=10", "train.eval_samples=200")
+    out = run_inprocess(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=4",
+                        "placement.schedule=gpipe", "train.budget_updates=20", "train.eval_every=10", "train.eval_samples=200")
     assert out.returncode == 0, out.stderr[-3000:]
     run = _metrics(workdir)
     m, tags = run.data.metrics, run.data.tags
@@ -85,9 +85,10 @@ def test_simulated_trial_reports_the_schedule(workdir):
 
 
 def test_bad_schedule_is_a_one_line_error(workdir):
-    out = run_cli(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=2", "placement.schedule=zb")
+    out = run_inprocess(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=2", "placement.schedule=zb")
     assert out.returncode == 2 and "placement.schedule='zb'" in out.stderr
-    out = run_cli(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=2", "placement.profile_scale=fit")
+    out = run_inprocess(workdir, "+placer=greedy", "hardware=sim_1cpu_4gpu", "placement.micro_batches=2",
+                        "placement.profile_scale=fit")
     assert out.returncode == 2 and "placement.profile_scale='fit' (accepted: step, none)" in out.stderr
 
 

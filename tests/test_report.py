@@ -3,13 +3,14 @@
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_cli, run_inprocess, store_runs
 
 MLFLOW_ENV = {"MLFLOW_TRACKING_URI": ""}  # the tests choose the store; an inherited one must not leak in
 
@@ -31,11 +32,13 @@ def _trial(client, exp_id, name, tags, metrics, histories=(), params=None, paren
     return run.info.run_id
 
 
-@pytest.fixture
-def store(tmp_path):
-    """Two experiments; a sweep of two 4-worker sync trials, a placement trial with an RL curve, a baseline."""
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory):
+    """Two experiments; a sweep of two 4-worker sync trials, a placement trial with an RL curve, a baseline.
+    Built once (creating an MLflow store costs seconds); each test gets a copy."""
     from mlflow.tracking import MlflowClient
 
+    tmp_path = tmp_path_factory.mktemp("report-store")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.create_experiment("orchestrator")
     other = client.create_experiment("placement")
@@ -57,8 +60,16 @@ def store(tmp_path):
     return tmp_path, sweep
 
 
+@pytest.fixture
+def store(store_template, tmp_path):
+    """A copy of the template store in this test's directory: (directory, sweep run id)."""
+    src, sweep = store_template
+    shutil.copyfile(src / "mlflow.db", tmp_path / "mlflow.db")
+    return tmp_path, sweep
+
+
 def report(cwd, *args):
-    return run_cli(cwd, *args, module="orchestrator.tracking.report", timeout=120, env=MLFLOW_ENV)
+    return run_inprocess(cwd, *args, module="orchestrator.tracking.report", env=MLFLOW_ENV)
 
 
 def test_table_lists_trials_not_sweeps(store):

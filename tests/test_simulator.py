@@ -99,7 +99,7 @@ def random_case(draw):
     return costs, edges, cpu_only, where
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=min(150, settings.default.max_examples), deadline=None)
 @given(random_case())
 def test_lower_bound_never_exceeds_a_simulated_step(case):
     costs, edges, cpu_only, where = case

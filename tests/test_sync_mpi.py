@@ -12,7 +12,7 @@ from orchestrator.errors import WorkerFailedError
 from orchestrator.sync.mpi import _job_processes, train_mpi
 from orchestrator.sync.virtual import make_context
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ class CheckingGate(StalenessGate):
         assert max(self.completed) - min(self.completed) <= self.staleness + 1
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=min(25, settings.default.max_examples), deadline=None)
 @given(workers=st.integers(1, 6), s=st.integers(0, 4), p=st.floats(0.0, 0.9), k=st.floats(1.0, 20.0),
        speeds_seed=st.integers(0, 1000), proportional=st.booleans())
 def test_staleness_bound_holds_under_random_delays(workers, s, p, k, speeds_seed, proportional):

@@ -24,6 +24,7 @@ def test_default_trial_reaches_97_percent(workdir):
     assert (workdir / "mlflow.db").exists()
 
 
+@pytest.mark.slow  # a whole trial that trains (the fast tier has test_the_mission_command_runs_on_the_defaults)
 def test_manual_placement_trial_logs_placement_and_training(workdir):
     out = run_cli(workdir, "+placer=manual", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -41,6 +42,7 @@ def test_manual_placement_trial_logs_placement_and_training(workdir):
     assert {"config.yaml", "placement.json"} <= arts
 
 
+@pytest.mark.slow  # a whole trial that trains
 def test_tracking_uri_from_environment(workdir):
     other = workdir / "elsewhere.db"
     out = run_cli(workdir, *QUICK, env={"MLFLOW_TRACKING_URI": f"sqlite:///{other}"}, timeout=600)

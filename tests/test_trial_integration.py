@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_cli, run_inprocess, store_runs
 
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
@@ -16,6 +16,7 @@ def _only_run(workdir):
     return run
 
 
+@pytest.mark.slow  # bert24 with its bound: ~25 s
 def test_workload_with_expert_split_is_simulated(workdir):
     bert = DATA / "throughput-inputs/LayerGraphs/bert24_training.json"
     out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={bert}",
@@ -34,13 +35,14 @@ def test_memory_infeasible_graph_fails_before_search(workdir):
     wl["maxFPGAs"], wl["maxCPUs"] = 2, 0
     path = workdir / "tiny.json"
     path.write_text(json.dumps(wl))
-    out = run_cli(workdir, "+placer=rl", "model=workload", "hardware=auto", f"model.path={path}", timeout=300)
+    out = run_inprocess(workdir, "+placer=rl", "model=workload", "hardware=auto", f"model.path={path}")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert len([ln for ln in out.stderr.splitlines() if ln.startswith("error:")]) == 1, out.stderr
     run = _only_run(workdir)
     assert run.info.status == "FAILED" and "placement.evaluations" not in run.data.metrics
 
 
+@pytest.mark.slow  # placement, then training on a virtual heterogeneous cluster
 def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
     out = run_cli(workdir, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -52,6 +54,7 @@ def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
     assert {"train.speedup", "placement.speedup", "sync.staleness_max", "sync.pushes_applied"} <= set(m)
 
 
+@pytest.mark.slow  # whole trials that train; the fast tier trains delay-sync in the mission command's test
 @pytest.mark.parametrize("strategy", ["allreduce", "async", "delay"])
 def test_sync_strategies_run_virtually(workdir, strategy):
     out = run_cli(workdir, f"+sync={strategy}", *QUICK, timeout=600)
@@ -62,6 +65,7 @@ def test_sync_strategies_run_virtually(workdir, strategy):
 
 
 @pytest.mark.slow
+@pytest.mark.mpi
 @pytest.mark.parametrize("strategy", ["allreduce", "delay"])
 def test_sync_strategies_run_on_mpi(workdir, strategy):
     out = run_cli(workdir, f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2", *QUICK, timeout=900)
@@ -107,8 +111,8 @@ def test_rl_on_tf_cluster_is_simulated_then_measured(workdir):
 def test_an_expert_split_that_breaks_memory_is_no_baseline(workdir):
     """The inceptionv3 expert split overflows its accelerators: the trial says so instead of a speedup of inf."""
     split = DATA / "human-experts" / "inceptionv3_inference_expert.json"
-    out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={INCEPTION}",
-                  f"model.split={split}", timeout=300)
+    out = run_inprocess(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={INCEPTION}",
+                        f"model.split={split}")
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     assert "placement.speedup" not in run.data.metrics and "speedup" not in run.data.metrics
