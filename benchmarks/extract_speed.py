@@ -10,10 +10,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from orchestrator.execution.runtime import configure_threads  # noqa: E402
+from orchestrator.models import builtin  # noqa: E402
 from orchestrator.placement.graph.extract import extract  # noqa: E402
 from orchestrator.placement.graph.extract_ops import extract_op_graph  # noqa: E402
-from orchestrator.models import builtin  # noqa: E402
-from orchestrator.execution.runtime import configure_threads  # noqa: E402
 
 
 def main(argv=None) -> int:

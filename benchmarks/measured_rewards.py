@@ -47,8 +47,8 @@ import numpy as np  # noqa: E402
 from orchestrator.models import ModelSpec, builtin  # noqa: E402
 from orchestrator.placement import Placement, PlacementContext  # noqa: E402
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator  # noqa: E402
-from orchestrator.placement.graph.extract import extract  # noqa: E402
 from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure  # noqa: E402
+from orchestrator.placement.graph.extract import extract  # noqa: E402
 from orchestrator_plugins.hardware.local import LocalHardware  # noqa: E402
 from orchestrator_plugins.placers.rl import RLPlacer  # noqa: E402
 

@@ -46,14 +46,13 @@ CPUS = split_cpu(2)
 import numpy as np  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from orchestrator.hardware.cluster import CorePool, Device, Worker  # noqa: E402
 from orchestrator.hardware.calibration import Calibration, calibrate_graph  # noqa: E402
-from orchestrator.hardware.contention import (  # noqa: E402
-    measure_efficiency, measure_model_efficiency, measure_model_step, pool_name)
+from orchestrator.hardware.cluster import CorePool, Device, Worker  # noqa: E402
+from orchestrator.hardware.contention import measure_efficiency, measure_model_efficiency, measure_model_step, pool_name  # noqa: E402
 from orchestrator.models import builtin  # noqa: E402
+from orchestrator.phases.schedule import layer_profile_s  # noqa: E402
 from orchestrator.placement.graph.extract import extract  # noqa: E402
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, task_order  # noqa: E402
-from orchestrator.phases.schedule import layer_profile_s  # noqa: E402
 
 
 def uptime() -> str:

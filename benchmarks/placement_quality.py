@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -30,8 +29,8 @@ import numpy as np
 
 from orchestrator.hardware.presets import sim_1cpu_4gpu
 from orchestrator.paths import msr_workloads
-from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement import PlacementContext
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,8 +114,8 @@ def synthetic_cases(full: bool, notes: list[str]):
 
 def extracted_cases(notes: list[str]):
     """The trial's graphs: ``extract(spec, 64, profile=None)`` (simulated cluster: analytic costs)."""
-    from orchestrator.placement.graph.extract import extract
     from orchestrator.models import builtin
+    from orchestrator.placement.graph.extract import extract
 
     workers = (("sim_1cpu_4gpu", sim_1cpu_4gpu().workers[0]), ("mixed V100/K80", mixed_gpu_host()))
     for label, name, cfg in EXTRACTED:

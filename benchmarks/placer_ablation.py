@@ -73,9 +73,9 @@ def run(g, w, objective, cfg, seed=0):
 
 def local_only(g, w, objective, budget):
     from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-    from orchestrator.placement.solve.problem import PlacementProblem
     from orchestrator.placement.solve.greedy import best_greedy
     from orchestrator.placement.solve.local_search import local_search
+    from orchestrator.placement.solve.problem import PlacementProblem
 
     ev = SimulatedEvaluator(g, w, objective)
     prob = PlacementProblem(g, w, ev)

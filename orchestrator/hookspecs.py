@@ -12,7 +12,8 @@ which the plugin manager verifies when it loads the plugin.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pluggy
 

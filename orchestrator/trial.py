@@ -15,11 +15,11 @@ from orchestrator.config import from_node, validate
 from orchestrator.config.model import MNISTDatasetConfig
 from orchestrator.config.root import ObjectiveConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt, PluginError, number
-from orchestrator.sync.run import train as train_sync
-from orchestrator.sync.strategy import SyncStrategy
-from orchestrator.progress import enabled as progress_enabled
 from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
 from orchestrator.phases.placement import PlacementPhase, single_device
+from orchestrator.progress import enabled as progress_enabled
+from orchestrator.sync.run import train as train_sync
+from orchestrator.sync.strategy import SyncStrategy
 
 
 def _choices() -> dict[str, str]:
@@ -270,8 +270,8 @@ class Trial:
         device) and the workers' speeds follow from their step times, relative to the first."""
         if not cluster.simulated:
             return {w.name: placed["measured_step_s"] for w in cluster.workers} if placed else {}
-        from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
         from orchestrator.placement import PlacementContext
+        from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 
         graph = placed["graph"] if placed else self.placing.graph(model_spec, "simulated")
         by_devices: dict[tuple, float] = {}

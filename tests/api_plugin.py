@@ -3,8 +3,19 @@ tests/test_api_plugins.py, which registers this module as a plugin)."""
 
 from __future__ import annotations
 
-from orchestrator.api import (Cluster, Device, Evaluator, InfeasiblePlacementError, Link, OpGraph, Placement,
-                              PlacementContext, TrialContext, Worker, hookimpl)
+from orchestrator.api import (
+    Cluster,
+    Device,
+    Evaluator,
+    InfeasiblePlacementError,
+    Link,
+    OpGraph,
+    Placement,
+    PlacementContext,
+    TrialContext,
+    Worker,
+    hookimpl,
+)
 
 ORCHESTRATOR_HOOKSPEC = "1"
 

@@ -22,7 +22,8 @@ def api_plugin():
 
 
 def compose(tmp_path: Path, *overrides: str):
-    from hydra import compose as hydra_compose, initialize_config_module
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
     from omegaconf import open_dict
 
     with initialize_config_module(config_module="orchestrator_conf", version_base=None):

@@ -4,13 +4,19 @@ import math
 
 import pytest
 
-from orchestrator.hardware.calibration import (Calibration, apply, calibrate_graph, calibrate_worker, fit_scale,
-                                      median_abs_rel_error)
-from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.calibration import (
+    Calibration,
+    apply,
+    calibrate_graph,
+    calibrate_worker,
+    fit_scale,
+    median_abs_rel_error,
+)
+from orchestrator.hardware.cluster import Device, Link, Worker
+from orchestrator.placement import Placement
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement import Placement
 from plugins.hardware.local import calibration_of
 
 

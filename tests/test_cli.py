@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import QUICK, run_cli, run_inprocess, store_runs
+from conftest import QUICK, run_inprocess, store_runs
 
 
 @pytest.mark.parametrize("args, expected", [

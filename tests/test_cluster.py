@@ -2,8 +2,8 @@
 
 import pytest
 
-from orchestrator.hardware.presets import load_cluster_file, multi_host_worker, sim_1cpu_4gpu, sim_hetero_cluster
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.presets import load_cluster_file, multi_host_worker, sim_1cpu_4gpu, sim_hetero_cluster
 from orchestrator.hardware.profiles import PROFILES
 
 

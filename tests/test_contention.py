@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from test_pipeline_schedule import _assign, _chain, _worker
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import CorePool, Device, Link, Worker
 from orchestrator.hardware.contention import SharedCores, core_pool
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule
-from test_pipeline_schedule import _assign, _chain, _worker
 
 
 def _pooled(n, eff, shared=None):

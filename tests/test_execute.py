@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.execution.execute import compare_with_unplaced, layer_devices, measure_step
-from orchestrator.placement.graph.extract import extract_layer_graph
 from orchestrator.models import builtin
 from orchestrator.placement import Placement
+from orchestrator.placement.graph.extract import extract_layer_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 

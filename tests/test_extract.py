@@ -4,10 +4,10 @@ import time
 import pytest
 
 from orchestrator.hardware.cluster import Device
+from orchestrator.models import builtin
+from orchestrator.placement.graph import OpGraph
 from orchestrator.placement.graph.extract import extract, extract_layer_graph
 from orchestrator.placement.graph.extract_ops import extract_op_graph
-from orchestrator.placement.graph import OpGraph
-from orchestrator.models import builtin
 
 
 def _cnn_forward_flops_per_sample() -> int:

@@ -22,6 +22,7 @@ from orchestrator.errors import UserError
 from orchestrator.execution.training import TrainSettings
 from orchestrator.hardware.workers import worker_layout
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
+
 from tests.fakes import strategy
 
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), database=None)  # max_examples: the profile's

@@ -10,17 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli, run_inprocess, store_runs
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.presets import make_host, sim_1cpu_4gpu
 from orchestrator.placement import PlacementContext
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph import OpGraph
+from orchestrator.placement.graph.workload import load_msr_workload
 from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy, graph_inputs
 from orchestrator.placement.solve.problem import PlacementProblem
-from orchestrator.placement.graph.workload import load_msr_workload
 from orchestrator_plugins.placers.rl import RLPlacer
+
+from conftest import run_cli, run_inprocess, store_runs
 
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 BERT = DATA / "throughput-inputs" / "LayerGraphs" / "bert24_training.json"

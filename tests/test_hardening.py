@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from tests.fakes import strategy, sync_options
-
 from conftest import run_cli, run_inprocess, store_runs
+from tests.fakes import strategy, sync_options
 
 
 def _one_line_error(out, expected: str) -> None:

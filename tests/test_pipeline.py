@@ -9,15 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from orchestrator.placement import Placement
+from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
+from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 from orchestrator.placement.solve.config_bound import _Pricing, config_bound
 from orchestrator.placement.solve.contiguous import best_contiguous, device_classes, solve
-from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.solve.milp import group_feeds, solve_milp
 from orchestrator.placement.solve.problem import PlacementProblem
-from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"
 

@@ -7,15 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import LOGICAL_CPUS, run_cli, run_inprocess, store_runs
 from orchestrator.errors import ConfigError
 from orchestrator.execution.functional import layer_calls
-from orchestrator.execution.pipelined import PipelineOrderError, PipelinedRuntime
+from orchestrator.execution.pipelined import PipelinedRuntime, PipelineOrderError
 from orchestrator.execution.runtime import ModelRuntime
 from orchestrator.models import builtin
-from orchestrator.placement.simulate.microbatch import task_order
 from orchestrator.phases.schedule import attach_schedule
 from orchestrator.placement.graph.workload import load_msr_workload
+from orchestrator.placement.simulate.microbatch import task_order
+
+from conftest import LOGICAL_CPUS, run_cli, run_inprocess, store_runs
 
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"
 

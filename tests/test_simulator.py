@@ -4,12 +4,13 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.hardware.cluster import Device, Link, Worker
-from orchestrator.placement.simulate.gantt import gantt
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement import Placement
+from orchestrator.placement.graph import Edge, Node, OpGraph
+from orchestrator.placement.simulate.gantt import gantt
 from orchestrator.placement.simulate.simulator import Simulator, lower_bound, simulate
 
 

@@ -7,12 +7,20 @@ import dataclasses
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.execution.training import TrainSettings
 from orchestrator.sync.balance import Balancer
 from orchestrator.sync.core import SyncOptions, lr_multiplier, push_weights, scaled_lr
-from orchestrator.sync.costmodel import (GBIT, ComputeModel, FifoLink, Network, ServerLinks, allreduce_s,
-                                         balanced_batches, ring_allreduce_s)
+from orchestrator.sync.costmodel import (
+    ComputeModel,
+    FifoLink,
+    Network,
+    ServerLinks,
+    allreduce_s,
+    balanced_batches,
+    ring_allreduce_s,
+)
 from orchestrator.sync.virtual import VirtualRun
-from orchestrator.execution.training import TrainSettings
+
 from tests.fakes import FakeRuntime, fake_data, strategy, sync_options
 
 

@@ -5,12 +5,11 @@ import time
 import numpy as np
 import pytest
 
-from tests.fakes import strategy, sync_options
-
 from orchestrator.errors import WorkerFailedError
-
 from orchestrator.sync.mpi import _job_processes, train_mpi
 from orchestrator.sync.virtual import make_context
+
+from tests.fakes import strategy, sync_options
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi]
 

@@ -14,6 +14,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.execution.training import TrainSettings
 from orchestrator.sync.strategy import SingleWorkerSGD
 from orchestrator.sync.virtual import VirtualRun
+
 from tests.fakes import FakeRuntime, fake_data, strategy
 
 ROOT = Path(__file__).resolve().parents[1]

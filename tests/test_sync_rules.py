@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.sync.server import DelayCompensatedServer, ParameterServer
 from orchestrator.sync.optim import Optimizer, OptimizerSettings
+from orchestrator.sync.server import DelayCompensatedServer, ParameterServer
+
 from tests.fakes import strategy, sync_options
 
 G1, G2 = np.array([1.0, -2.0], np.float32), np.array([0.5, 0.5], np.float32)
@@ -94,6 +95,7 @@ def test_the_virtual_runtime_runs_a_delay_compensated_server():
 
     from orchestrator.execution.training import TrainSettings
     from orchestrator.sync.virtual import VirtualRun
+
     from tests.fakes import FakeRuntime, fake_data
 
     s = TrainSettings(batch_size=4, lr=0.1, target_accuracy=2.0, stop="budget", eval_every=5, budget_updates=40)

@@ -4,14 +4,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from orchestrator.execution.training import TrainSettings
 from orchestrator.sync.core import SyncOptions, batch_shares, push_weights
 from orchestrator.sync.server import ParameterServer, StalenessGate
 from orchestrator.sync.virtual import VirtualRun
-from orchestrator.execution.training import TrainSettings
-from tests.fakes import FakeRuntime, fake_data, strategy, sync_options
 
+from tests.fakes import FakeRuntime, fake_data, strategy, sync_options
 
 FREE_NETWORK = {"bandwidth_Gbps": 1e12, "latency_us": 0.0}  # communication ~0 s: compute-only clocks
 
@@ -142,8 +143,8 @@ def mnist():
 
 
 def cnn_run(opts, s, data):
-    from orchestrator.models import cnn
     from orchestrator.execution.runtime import ModelRuntime
+    from orchestrator.models import cnn
 
     rt = ModelRuntime(cnn.spec({}), seed=s.seed, lr=s.lr)
     v = VirtualRun(strategy(opts.name), opts, s, rt, data, 0.01)

@@ -9,8 +9,8 @@ import pytest
 from orchestrator.errors import WorkloadError
 from orchestrator.paths import msr_workloads
 from orchestrator.placement.graph import OpGraph
-from orchestrator.placement.simulate.simulator import lower_bound, simulate
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
+from orchestrator.placement.simulate.simulator import lower_bound, simulate
 
 SHARED = msr_workloads()   # ../shared beside the repository, or $ORCHESTRATOR_SHARED
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"

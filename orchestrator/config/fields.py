@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 

@@ -5,7 +5,7 @@ the sync runtimes read those keys, and check the shapes of the nested ones thems
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from orchestrator.config import Schema
 from orchestrator.config.fields import option
@@ -26,7 +26,7 @@ class HardwareConfig(Schema):
     group = "hardware"
 
     name: str = option("", "the hardware adapter that builds the cluster (hardware.name)")
-    workers: Optional[int] = option(None, "data-parallel workers W (null: 1, or 4 when a sync strategy is given; "
+    workers: int | None = option(None, "data-parallel workers W (null: 1, or 4 when a sync strategy is given; "
                                     "multi-host presets: one per host)", min=1)
     worker_speeds: Any = option(None, "relative speed per worker (null: all 1.0); slower workers are emulated")
     speed_pattern: Any = option(None, "with worker_speeds null: speeds cycled over the W workers, e.g. [1, 0.5, 0.25]")
@@ -43,17 +43,17 @@ class LocalHardwareConfig(HardwareConfig):
     name: str = option("local", "this machine's real TensorFlow devices (measured, never simulated)")
     logical_cpus: int = option(2, "split the CPU into N logical TF devices (cpu:0 ... cpu:N-1) for placements", min=1)
     gpus: bool = option(True, "include the GPUs TensorFlow sees (gpu:0 ...)")
-    cost_scale: Optional[float] = option(None, "simulator calibration (fit with benchmarks/calibration.py): multiply "
+    cost_scale: float | None = option(None, "simulator calibration (fit with benchmarks/calibration.py): multiply "
                                          "this machine's profiled layer costs by this factor (null: 1)", gt=0)
-    link_latency_us: Optional[float] = option(None, "per tensor sent between two logical CPU devices (null and "
+    link_latency_us: float | None = option(None, "per tensor sent between two logical CPU devices (null and "
                                               "bandwidth null: free)", min=0)
-    link_bandwidth_GBps: Optional[float] = option(None, "bandwidth between two logical CPU devices (null: infinite "
+    link_bandwidth_GBps: float | None = option(None, "bandwidth between two logical CPU devices (null: infinite "
                                                   "once a latency is set)", gt=0)
     core_sharing: Any = option("auto", "the logical CPUs share this machine's cores: auto (measure their parallel "
                                "efficiency eff(k) here, on a fixed probe workload), model (on the trial's own model's "
                                "training step), none (independent devices) or a number c (eff(k) = min(k, c))",
                                choices=("auto", "model", "none"), number=True, gt=0, finite=True, fold=True)
-    netlab: Optional[str] = option(None, "an emulated cluster's directory (python -m orchestrator.netlab): MPI ranks "
+    netlab: str | None = option(None, "an emulated cluster's directory (python -m orchestrator.netlab): MPI ranks "
                                    "run on its hosts, its links feed the cost model")
 
 
@@ -65,16 +65,16 @@ class TFClusterHardwareConfig(HardwareConfig):
     threads: int = option(1, "TensorFlow threads per local server process", min=1)
     link_bandwidth_GBps: float = option(1.0, "what the simulator assumes between two tasks (gRPC; loopback here) ...", gt=0)
     link_latency_us: float = option(200.0, "... and per transfer: calibration knobs for searching placers", min=0)
-    netlab: Optional[str] = option(None, "an emulated cluster's directory (python -m orchestrator.netlab): its hosts' "
+    netlab: str | None = option(None, "an emulated cluster's directory (python -m orchestrator.netlab): its hosts' "
                                    "bandwidths are the links'")
 
 
 @dataclass
 class SimulatedHardwareConfig(HardwareConfig):
     name: str = option("simulated", "the cost model: nothing runs for real, every figure is labelled simulated")
-    preset: Optional[str] = option(None, "a built-in cluster", choices=PRESETS)
-    path: Optional[str] = option(None, "a user's own cluster file (YAML; see docs: cluster files), instead of a preset")
-    gpu: Optional[str] = option(None, "preset sim_1cpu_4gpu: the GPU profile (null: \"K80 (datasheet)\"); see "
+    preset: str | None = option(None, "a built-in cluster", choices=PRESETS)
+    path: str | None = option(None, "a user's own cluster file (YAML; see docs: cluster files), instead of a preset")
+    gpu: str | None = option(None, "preset sim_1cpu_4gpu: the GPU profile (null: \"K80 (datasheet)\"); see "
                                 "orchestrator.hardware.profiles")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from orchestrator.config import Schema
 from orchestrator.config.fields import option
@@ -68,16 +68,16 @@ class TransformerModelConfig(ModelConfig):
 class KerasModelConfig(ModelConfig):
     extra_keys = True   # the user's factory reads its own keys (+model.classes=5): they are not refused
     name: str = option("keras", "your own model: model.factory=package.module:function")
-    factory: Optional[str] = option(None, "function(cfg) or function() returning (keras_model, input_spec); see docs")
+    factory: str | None = option(None, "function(cfg) or function() returning (keras_model, input_spec); see docs")
 
 
 @dataclass
 class WorkloadModelConfig(ModelConfig):
     name: str = option("workload", "a profiled cost graph in the msr-dnn-partitioning format (placement only)")
-    path: Optional[str] = option(None, "the workload file (required)")
-    split: Optional[str] = option(None, "its human-expert split file: the manual baseline placement")
+    path: str | None = option(None, "the workload file (required)")
+    split: str | None = option(None, "its human-expert split file: the manual baseline placement")
     time_unit: str = option("ms", "the unit of the file's latencies and costs: s | ms | us", choices=("s", "ms", "us"))
-    host_memory_bytes: Optional[float] = option(None, "host memory shared by the CPU cores (null: unbounded)", gt=0)
+    host_memory_bytes: float | None = option(None, "host memory shared by the CPU cores (null: unbounded)", gt=0)
 
 
 @dataclass
@@ -90,6 +90,6 @@ class DatasetConfig(Schema):
 @dataclass
 class MNISTDatasetConfig(DatasetConfig):
     name: str = option("mnist", "MNIST (IDX files)")
-    path: Optional[str] = option(None, "a directory with MNIST IDX files (null: the copy packaged with the tool)")
+    path: str | None = option(None, "a directory with MNIST IDX files (null: the copy packaged with the tool)")
     test_fraction: float = option(0.2, "used when only one split is present: a seeded train/test split of it", min=0, max=1)
-    limit: Optional[int] = option(None, "use only the first N training images", min=1)
+    limit: int | None = option(None, "use only the first N training images", min=1)

@@ -5,7 +5,7 @@ budget of the searching placers (``placer.reward=measured|mixed``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any
 
 from orchestrator.config import Schema
 from orchestrator.config.fields import option
@@ -21,7 +21,7 @@ class PlacerConfig(Schema):
     reward: str = option("auto", "auto (simulated on real hardware too: the answer is then also measured) | simulated "
                          "| measured (each candidate run for real) | mixed (the simulator screens, the promising are "
                          "measured)", choices=REWARDS)
-    evaluator: Optional[str] = option(None, "deprecated alias of reward (placer.evaluator=measured -> placer.reward=measured)",
+    evaluator: str | None = option(None, "deprecated alias of reward (placer.evaluator=measured -> placer.reward=measured)",
                                       choices=("auto", "measured", "simulated"))
     baseline: Any = option(None, "the human-expert baseline other placers are measured against: a manual-placer config "
                            "such as {strategy: chain} (null: the manual placer's defaults, conf/placer/manual.yaml)")
@@ -29,7 +29,7 @@ class PlacerConfig(Schema):
 
 @dataclass
 class SearchPlacerConfig(PlacerConfig):
-    budget_s: Optional[float] = option(None, "reward=measured|mixed: seconds of measuring (null: no limit); then "
+    budget_s: float | None = option(None, "reward=measured|mixed: seconds of measuring (null: no limit); then "
                                        "candidates needing a new measurement score inf", gt=0)
     measure_steps: int = option(5, "reward=measured|mixed: timed training steps per candidate (median, after 2 "
                                 "warm-up steps)", min=1)
@@ -45,19 +45,19 @@ class ManualPlacerConfig(PlacerConfig):
     rules: Any = option(None, "node (layer) name pattern -> device, fnmatch globs, first match wins, e.g. "
                         "[{pattern:'conv*',device:'cpu:0'},{pattern:'*',device:'cpu:1'}] (null: the model's own "
                         "model.expert_rules when this worker has their devices)")
-    strategy: Optional[str] = option("auto", "auto: split if given, else rules, else model.expert_rules if the worker "
+    strategy: str | None = option("auto", "auto: split if given, else rules, else model.expert_rules if the worker "
                                      "has their devices, else rnn for recurrent models and fastest otherwise | split | "
                                      "rules | fastest (whole graph on the fastest device that fits) | rnn (one "
                                      "recurrent layer per accelerator, attention and softmax on the last) | chain "
                                      "(balanced contiguous pieces)",
                                      choices=("auto", "split", "rules", "fastest", "rnn", "chain"))
-    split: Optional[str] = option(None, "or a human-expert split file (msr-dnn-partitioning format)")
+    split: str | None = option(None, "or a human-expert split file (msr-dnn-partitioning format)")
 
 
 @dataclass
 class GreedyPlacerConfig(SearchPlacerConfig):
     name: str = option("greedy", "memory-aware list scheduling (HEFT-style earliest finish time), deterministic")
-    variants: List[str] = option(factory=lambda: ["heft", "topo", "single"],
+    variants: list[str] = option(factory=lambda: ["heft", "topo", "single"],
                                  help="candidates judged by the evaluator, the best wins: heft (upward-rank order), "
                                  "topo (topological order), single (the fastest single device that holds the whole graph)",
                                  choices=("heft", "topo", "single"))
@@ -99,7 +99,7 @@ class RLPlacerConfig(SearchPlacerConfig):
                        "scratch (from random weights)", choices=("zero_shot", "finetune", "scratch"))
     refine: str = option("local", "local (iterated local search on the best placement after the policy) | none "
                          "(the policy alone)", choices=("none", "local"))
-    policy: Optional[str] = option(None, "pre-trained checkpoint (.npz from python -m orchestrator.pretrain); null = "
+    policy: str | None = option(None, "pre-trained checkpoint (.npz from python -m orchestrator.pretrain); null = "
                                    "the one shipped in the package")
     zero_shot_samples: int = option(32, "zero_shot: placements drawn besides the greedy decode (the best is kept)", min=0)
     policy_lr: float = option(0.001, "Adam learning rate of the network when fine-tuning (scratch: 3x)", min=0)
@@ -114,7 +114,7 @@ class RLPlacerConfig(SearchPlacerConfig):
     hidden: int = option(32, "scratch: width of the network (a checkpoint carries its own)", min=1)
     local_fraction: float = option(0.3, "refine=local: share of the budget for the local search on the best placement "
                                    "(it also gets what the policy phase leaves; 0 = pure RL)", min=0, max=1)
-    checkpoint: Optional[str] = option(None, ".npz of this trial's policy (weights + table): restored if present "
+    checkpoint: str | None = option(None, ".npz of this trial's policy (weights + table): restored if present "
                                        "(resume), saved at the end")
     seed_contiguous: bool = option(True, "placement.objective=pipeline: start from the exact contiguous optimum "
                                    "(placer=optimal's DP) when better than greedy")

@@ -6,7 +6,7 @@ schemas; here they are slots that any option (typed or not) fills."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from orchestrator.config import Schema
 from orchestrator.config.fields import option
@@ -27,10 +27,10 @@ class TrainConfig(Schema):
     stop: str = option("target", "target: stop when reached (or at the budget); budget: run the whole budget",
                        choices=("target", "budget"))
     eval_every: int = option(25, "global updates between evaluations on the test split", min=1)
-    budget_updates: Optional[int] = option(3000, "upper bound on global updates", min=1)
-    budget_s: Optional[float] = option(None, "upper bound on (wall or virtual) training seconds", min=0)
-    eval_samples: Optional[int] = option(None, "evaluate on the first N test samples (null: all)", min=1)
-    seed: Optional[int] = option(None, "the training's seed (null: the top-level seed)")
+    budget_updates: int | None = option(3000, "upper bound on global updates", min=1)
+    budget_s: float | None = option(None, "upper bound on (wall or virtual) training seconds", min=0)
+    eval_samples: int | None = option(None, "evaluate on the first N test samples (null: all)", min=1)
+    seed: int | None = option(None, "the training's seed (null: the top-level seed)")
 
 
 @dataclass
@@ -64,9 +64,9 @@ class ObjectiveConfig:
 
 @dataclass
 class TrackingConfig:
-    uri: Optional[str] = option(None, "null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory")
+    uri: str | None = option(None, "null: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory")
     experiment: str = option("orchestrator", "the MLflow experiment")
-    run_name: Optional[str] = option(None, "null: placer/sync/hardware/model")
+    run_name: str | None = option(None, "null: placer/sync/hardware/model")
 
 
 @dataclass

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 
-from orchestrator.placement.graph import OpGraph
 from orchestrator.placement import Placement
+from orchestrator.placement.graph import OpGraph
 
 
 def layer_devices(graph: OpGraph, placement: Placement, worker=None) -> dict[str, str]:
@@ -63,8 +63,8 @@ def compare_with_unplaced(spec, device_of, batch: int = 8, *, seed: int = 0,
 def _check_cluster(n: int, model: str, batch: int) -> int:
     """``python -m orchestrator.execution.execute N MODEL BATCH``: place MODEL's layers round-robin on N local
     tf_cluster processes, compare with the unplaced step, time it; prints one JSON line."""
-    from orchestrator.models import builtin
     from orchestrator.hardware.tf_cluster import LocalTFCluster
+    from orchestrator.models import builtin
 
     spec = builtin(model)
     with LocalTFCluster(n) as cluster:
@@ -92,7 +92,7 @@ def tf_device_name(device: str, device_map: Mapping[str, str] | None = None) -> 
     return f"/device:{kind.upper()}:{index or 0}"
 
 
-def apply_placement(model, placement: "Placement | str", device_map: Mapping[str, str] | None = None):
+def apply_placement(model, placement: Placement | str, device_map: Mapping[str, str] | None = None):
     """The one call to use a trial's ``placement.json`` in your own code: a copy of ``model`` (same
     weights) whose layers' variables live on the devices the placement gave those layers. Layers
     the placement does not name stay where TensorFlow puts them.

@@ -5,10 +5,10 @@ inputs); nested sub-models are treated as one layer. Imports TensorFlow."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-import tensorflow as tf
 import keras
+import tensorflow as tf
 
 
 def graph_of(model):

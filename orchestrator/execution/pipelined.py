@@ -16,11 +16,11 @@ is part of the forward task of the stage that produces the model's output.
 from __future__ import annotations
 
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 F, B = 0, 1   # the phases of a task (as in orchestrator.placement.simulate.microbatch)
 

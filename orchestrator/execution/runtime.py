@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
 
 from orchestrator.models import ModelSpec  # noqa: E402
 

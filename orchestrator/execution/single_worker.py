@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.progress import Bar
 from orchestrator.execution.training import BatchSampler, ConvergenceTracker, TrainContext, TrainResult
+from orchestrator.progress import Bar
 
 
 def train_single_worker(ctx: TrainContext, runtime, *, virtual_step_time_s: float | None = None) -> TrainResult:

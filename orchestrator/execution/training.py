@@ -8,9 +8,10 @@ Metrics (with step = global update count): ``train.loss``, ``train.test_accuracy
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class TrainSettings:
     eval_samples: int | None = None  # evaluate on the first N test samples (None: all)
 
     @classmethod
-    def from_cfg(cls, cfg: Any, seed: Any = None) -> "TrainSettings":
+    def from_cfg(cls, cfg: Any, seed: Any = None) -> TrainSettings:
         """``seed``: the trial's top-level ``seed`` (``train.seed``, when set, wins). The defaults are
         the schema's (``orchestrator.config.root.TrainConfig``), for a config built by hand too."""
         from orchestrator.config.root import TrainConfig

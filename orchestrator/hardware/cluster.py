@@ -7,8 +7,8 @@ Units: FLOP/s, bytes, bytes/s, seconds.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass

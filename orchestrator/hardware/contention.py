@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from orchestrator.hardware.cluster import CorePool
 
@@ -87,7 +87,7 @@ def _timed(run):
     return once
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _measure(devices: tuple[str, ...], repeats: int, reps: int) -> tuple[float, ...]:
     import statistics
 

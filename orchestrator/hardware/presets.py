@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.hardware.profiles import HardwareProfile, profile
 
 PCIE_LATENCY_S = 10e-6

@@ -10,7 +10,7 @@ machine, one run each; keep the label.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import ConfigError

@@ -68,7 +68,7 @@ class LocalTFCluster:
     def devices(self) -> list[str]:
         return [f"/job:{self.job}/replica:0/task:{i}/device:CPU:0" for i in range(self.n)]
 
-    def start(self) -> "LocalTFCluster":
+    def start(self) -> LocalTFCluster:
         import portpicker
 
         self.addresses = [f"localhost:{portpicker.pick_unused_port()}" for _ in range(self.n)]
@@ -106,7 +106,7 @@ class LocalTFCluster:
                 p.stdout.close()
         atexit.unregister(self.close)
 
-    def __enter__(self) -> "LocalTFCluster":
+    def __enter__(self) -> LocalTFCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

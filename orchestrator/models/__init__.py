@@ -4,8 +4,9 @@ hooks like third-party ones; builders import TensorFlow only when called."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.hookspecs import hookimpl
 

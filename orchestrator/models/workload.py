@@ -10,10 +10,9 @@ from orchestrator.models import ModelSpec
 
 
 def spec(cfg) -> ModelSpec:
-    from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
-
     from orchestrator.config import from_node
     from orchestrator.config.model import WorkloadModelConfig
+    from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 
     c = from_node(WorkloadModelConfig, cfg, "model")
     path = c.path

@@ -31,8 +31,9 @@ def best_accelerator(evaluator, graph, worker):
     holds the model (nodes it cannot run go to their fastest allowed device), on the trial's
     objective; on a worker without accelerators, the best single device. (label, placement,
     verdict), or (reason, None, None) when no accelerator holds the model: no CPU straw man."""
-    from orchestrator.placement.solve.problem import PlacementProblem
     import numpy as np
+
+    from orchestrator.placement.solve.problem import PlacementProblem
 
     prob = PlacementProblem(graph, worker, evaluator, memory_headroom=0.0)
     acc = [i for i, d in enumerate(worker.devices) if d.kind != "cpu"] or list(range(len(worker.devices)))
@@ -180,7 +181,7 @@ class PlacementPhase:
             limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
             cert_src = str(placement.meta.get("certified_bound_src") or "milp")
             if objective == "pipeline" and not certified and limit > 0 and math.isfinite(verdict.value):
-                from orchestrator.placement.solve.config_bound import certify   # certify the gap of any placer
+                from orchestrator.placement.solve.config_bound import certify  # certify the gap of any placer
                 from orchestrator.placement.solve.problem import PlacementProblem
 
                 prob = PlacementProblem(graph, worker, evaluator)

@@ -133,7 +133,7 @@ def measure(trial: Any, model_spec, graph, placement, worker, r, sink) -> dict[s
     """Train ``placement.pipeline_steps`` mini-batches pipelined on the real devices; the median
     wall time per mini-batch / m is the measured time per micro-batch (bubble included), compared
     with the simulated mini-batch time / m: ``placement.pipeline_sim_error`` = simulated / measured - 1."""
-    from orchestrator.execution.pipelined import PipelineOrderError, PipelinedRuntime
+    from orchestrator.execution.pipelined import PipelinedRuntime, PipelineOrderError
     from orchestrator.placement.simulate.microbatch import task_order
 
     steps = pipeline_steps(trial.cfg.get("placement") or {})

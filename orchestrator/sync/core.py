@@ -15,10 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from orchestrator.errors import ConfigError, number
 from orchestrator.hardware.workers import worker_layout
-
 
 
 def _get(cfg: Any, key: str, default: Any = None) -> Any:
@@ -102,7 +100,7 @@ class SyncOptions:
         return self.workers * batch_size
 
     @classmethod
-    def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> "SyncOptions":
+    def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> SyncOptions:
         """Read ``sync.*`` from ``cfg_sync`` and ``hardware.*`` / ``train.*`` from the trial config ``cfg``
         for ``strategy`` (a ``orchestrator.sync.strategy.SyncStrategy``: it gives the staleness bound, the
         default batch split and whether a server takes part)."""
@@ -173,7 +171,7 @@ class SyncOptions:
                    hostfile=hostfile, delay_compensation=dc, delay_compensation_mode=dc_mode)
 
 
-def tracked_settings(strategy: Any, opts: "SyncOptions", settings):
+def tracked_settings(strategy: Any, opts: SyncOptions, settings):
     """``train.eval_every`` / ``train.budget_updates`` count sample-equivalent updates (``batch_size``
     samples each): an update of ``k x batch_size`` samples (an allreduce step over W batches, k = W)
     evaluates every ``eval_every / k`` updates, so every W (and every strategy) is evaluated at the
@@ -212,7 +210,7 @@ def lr_multiplier(rule: str, ratio: float) -> float:
     return 1.0
 
 
-def scaled_lr(opts: "SyncOptions", lr: float, batch: int, batch_size: int, samples_seen: float) -> float:
+def scaled_lr(opts: SyncOptions, lr: float, batch: int, batch_size: int, samples_seen: float) -> float:
     """The learning rate of an update over ``batch`` samples: ``lr x rule(batch / batch_size)``, reached
     linearly over the first ``warmup_samples`` samples from ``lr`` (gradual warm-up, Goyal et al. 2017)."""
     target = lr * lr_multiplier(opts.lr_rule, batch / batch_size)

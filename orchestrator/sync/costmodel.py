@@ -62,7 +62,7 @@ class Network:
     server: LinkSpec
 
     @classmethod
-    def from_cfg(cls, node: Any, workers: int) -> "Network":
+    def from_cfg(cls, node: Any, workers: int) -> Network:
         """``hardware.network: {bandwidth_Gbps, latency_us, server: {...}, workers: {i: {...}}}``."""
         base = _link(node, "hardware.network", LinkSpec(DEFAULT_BANDWIDTH_GBPS * GBIT, DEFAULT_LATENCY_US * 1e-6))
         per = (node.get("workers", None) if node is not None and hasattr(node, "get") else None) or {}
@@ -82,7 +82,7 @@ class Network:
 
     @classmethod
     def uniform(cls, workers: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS * GBIT,
-                latency_s: float = DEFAULT_LATENCY_US * 1e-6) -> "Network":
+                latency_s: float = DEFAULT_LATENCY_US * 1e-6) -> Network:
         link = LinkSpec(bandwidth, latency_s)
         return cls((link,) * workers, link)
 
@@ -163,12 +163,12 @@ class ComputeModel:
         return (self.t0 + batch * self.t1) / speed
 
     @classmethod
-    def linear(cls, step_s: float, batch: int) -> "ComputeModel":
+    def linear(cls, step_s: float, batch: int) -> ComputeModel:
         """No fixed overhead: a step of ``batch`` samples lasts ``step_s`` at speed 1."""
         return cls(0.0, step_s / batch)
 
     @classmethod
-    def fit(cls, batches: list[int], times: list[float]) -> "ComputeModel":
+    def fit(cls, batches: list[int], times: list[float]) -> ComputeModel:
         """Least squares ``t = t0 + b t1`` with t0 >= 0, t1 > 0 (t0 clipped to 0 refits t1 through the origin)."""
         b, t = np.asarray(batches, float), np.asarray(times, float)
         t1, t0 = np.polyfit(b, t, 1)

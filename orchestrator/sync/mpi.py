@@ -21,10 +21,10 @@ import numpy as np
 
 import orchestrator
 from orchestrator.errors import ConfigError, Interrupt, WorkerFailedError
+from orchestrator.execution.training import EvalPoint, TrainResult
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.strategy import SyncStrategy, plain_cfg
 from orchestrator.sync.virtual import SyncStats
-from orchestrator.execution.training import EvalPoint, TrainResult
 
 
 def mpiexec_path() -> str:

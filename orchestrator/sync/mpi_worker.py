@@ -29,11 +29,11 @@ REQ, GO, PARAMS, HDR, GRAD = 1, 2, 3, 4, 5
 
 class Job:
     def __init__(self, path: str):
+        from orchestrator.execution.training import TrainSettings
         from orchestrator.sync.balance import Balancer
         from orchestrator.sync.core import SyncOptions
         from orchestrator.sync.costmodel import ComputeModel
         from orchestrator.sync.strategy import load_ref
-        from orchestrator.execution.training import TrainSettings
 
         spec = json.loads(Path(path).read_text())
         self.raw = spec
@@ -305,7 +305,7 @@ def run_worker(job: Job, comm, rank: int) -> None:
     stretch.t_start = time.perf_counter()  # speed changes count from the common start
     n = rt.num_parameters
     params, go = np.empty(n, np.float32), np.zeros(3, np.int64)
-    pushed = np.zeros(n, np.float64)
+    pushed, last = np.zeros(n, np.float64), np.zeros(n, np.float64)   # last: this rank's latest push (audit)
     iterations, t_last = 0, time.perf_counter()
     while True:
         comm.Send(np.ones(1, np.int64), dest=0, tag=REQ)

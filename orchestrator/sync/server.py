@@ -68,7 +68,7 @@ class StalenessGate:
         self.max_bound_used = max(self.max_bound_used, self.staleness)
 
     # blocking form for threaded servers
-    def wait_and_grant(self, worker: int, stop: "threading.Event", timeout: float = 0.5) -> int | None:
+    def wait_and_grant(self, worker: int, stop: threading.Event, timeout: float = 0.5) -> int | None:
         """Block until ``worker`` may proceed (or ``stop`` is set: returns None)."""
         with self.cond:
             while not self.may_proceed(worker):

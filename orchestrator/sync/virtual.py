@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestrator.sync.limits import check_virtual_memory
+from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 from orchestrator.sync.balance import Balancer
 from orchestrator.sync.core import SyncOptions, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, ServerLinks, allreduce_s
+from orchestrator.sync.limits import check_virtual_memory
 from orchestrator.sync.strategy import Round, SingleWorkerSGD, SyncStrategy
-from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 
 
 @dataclass
@@ -98,6 +98,14 @@ class VirtualRun:
         self.rt.set_flat(params)
         return self.rt.gradient(self.data.x_train[idx], self.data.y_train[idx])[1]
 
+    def _timed_grad(self, i: int, batch: int, t: float, durs: list[float]):
+        """Worker i's gradient for this round: each call also adds one compute duration to ``durs[i]``."""
+        def grad(params: np.ndarray) -> np.ndarray:
+            durs[i] += self.clock.duration(i, batch, t + durs[i])
+            return self._grad(i, params, batch)
+
+        return grad
+
     def _evaluate(self, step: int, t: float, params: np.ndarray) -> None:
         self.rt.set_flat(params)
         loss, acc = self.rt.evaluate(self.x_test, self.y_test)
@@ -128,11 +136,7 @@ class VirtualRun:
             durs = [0.0] * w
             update = np.zeros_like(theta)
             for i in range(w):
-                def grad(params: np.ndarray, i: int = i) -> np.ndarray:
-                    durs[i] += self.clock.duration(i, batches[i], t + durs[i])
-                    return self._grad(i, params, batches[i])
-
-                update += np.float32(weights[i]) * strat.local(i, theta, grad, rnd)
+                update += np.float32(weights[i]) * strat.local(i, theta, self._timed_grad(i, batches[i], t, durs), rnd)
             slowest = max(durs)
             step_s = max(slowest, comm) if self.o.overlap else slowest + comm
             for i in range(w):
@@ -295,8 +299,8 @@ def make_context(cfg: dict, output_dir, *, dataset=None, sink=None):
     from pathlib import Path
 
     from orchestrator.data import load_mnist
-    from orchestrator.models import cnn
     from orchestrator.execution.training import TrainContext
+    from orchestrator.models import cnn
 
     settings = TrainSettings.from_cfg(cfg.get("train", {}), seed=cfg.get("seed"))
     return TrainContext(settings=settings, dataset=dataset or load_mnist(seed=cfg.get("seed", 0)),

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from orchestrator.tracking.runs import RunRecord
 

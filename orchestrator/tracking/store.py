@@ -12,10 +12,10 @@ import re
 import subprocess
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
-
+from typing import Any
 
 PARENT_ENV = "ORCHESTRATOR_PARENT_RUN_ID"
 DEFAULT_URI = "sqlite:///mlflow.db"

@@ -11,7 +11,6 @@ from hydra.experimental.callback import Callback
 
 from orchestrator.tracking.store import PARENT_ENV, _experiment_id, _mlflow, process_tags, tracking_uri
 
-
 # What the last sweep of this process came to; the entry point exits 1 when a trial failed.
 OUTCOME: dict[str, Any] = {}
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.api import TrialContext
 from orchestrator.config.hardware import LocalHardwareConfig
+from orchestrator.errors import ConfigError
 from orchestrator.hardware.calibration import Calibration, calibrate_worker
 from orchestrator.hardware.cluster import Cluster, Device, Worker
 from orchestrator.hardware.contention import core_pool, pool_name
-from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
-from orchestrator.api import TrialContext
 
 
 class LocalHardware:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from orchestrator.config.hardware import PRESETS, AutoHardwareConfig, SimulatedHardwareConfig
-from orchestrator.hardware.cluster import Cluster, Worker
-from orchestrator.errors import ConfigError
-from orchestrator.hardware.workers import worker_layout
 from orchestrator.api import TrialContext
+from orchestrator.config.hardware import PRESETS, AutoHardwareConfig, SimulatedHardwareConfig
+from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import Cluster, Worker
+from orchestrator.hardware.workers import worker_layout
 
 __all__ = ["PRESETS", "SimulatedHardware", "WorkloadHardware"]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.config.hardware import TFClusterHardwareConfig
-from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
-from orchestrator.errors import ConfigError
-from orchestrator.hardware.workers import worker_layout
 from orchestrator.api import TrialContext
+from orchestrator.config.hardware import TFClusterHardwareConfig
+from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.workers import worker_layout
 
 
 class TFClusterHardware:

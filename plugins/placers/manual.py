@@ -11,7 +11,6 @@ from orchestrator.config.placer import ManualPlacerConfig
 from orchestrator.errors import ConfigError
 from orchestrator.placement import Placement
 
-
 EXPERT = ("fastest", "rnn", "chain")
 
 

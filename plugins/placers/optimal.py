@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.config.placer import OptimalPlacerConfig
+from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.placement import Placement
 from orchestrator.placement.solve.problem import PlacementProblem
 

@@ -33,8 +33,9 @@ import math
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ class RewardSettings:
     warmup: int = 2
 
     @classmethod
-    def from_cfg(cls, cfg: Any, reward: str) -> "RewardSettings":
+    def from_cfg(cls, cfg: Any, reward: str) -> RewardSettings:
         get = (lambda k, d: d if cfg is None or cfg.get(k) is None else cfg.get(k))
         budget = cfg.get("budget_s") if cfg is not None else None
         if budget is not None:

@@ -82,7 +82,7 @@ class OpGraph:
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def validate(self, source: str = "graph") -> "OpGraph":
+    def validate(self, source: str = "graph") -> OpGraph:
         if len(self._index) != len(self.nodes):
             seen: set[str] = set()
             for n in self.nodes:
@@ -166,7 +166,7 @@ class OpGraph:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "graph") -> "OpGraph":
+    def from_dict(cls, data: dict[str, Any], source: str = "graph") -> OpGraph:
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise WorkloadError(f"{source}: not an op graph (schema {data.get('schema') if isinstance(data, dict) else None!r}, expected {SCHEMA!r})")
         try:
@@ -181,7 +181,7 @@ class OpGraph:
         return g.validate(source)
 
     @classmethod
-    def load(cls, path: str | Path) -> "OpGraph":
+    def load(cls, path: str | Path) -> OpGraph:
         try:
             data = json.loads(Path(path).read_text())
         except FileNotFoundError as exc:

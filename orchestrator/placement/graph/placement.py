@@ -17,7 +17,7 @@ class Placement:
     assignment: dict[str, str]
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def check(self, graph) -> "Placement":
+    def check(self, graph) -> Placement:
         """Reject unknown devices and unplaced nodes, naming the node."""
         known = set(self.devices)
         for name, dev in self.assignment.items():
@@ -35,7 +35,7 @@ class Placement:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Placement":
+    def load(cls, path: str | Path) -> Placement:
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as exc:

@@ -35,7 +35,14 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement.learn.policy_decode import K_DYN, DecodeInputs, Rollouts, decode_inputs, head_logits, rollout
+from orchestrator.placement.learn.policy_decode import (
+    K_DYN,
+    DecodeInputs,
+    Rollouts,
+    decode_inputs,
+    head_logits,
+    rollout,
+)
 from orchestrator.placement.solve.problem import PlacementProblem
 
 FORMAT = "orchestrator.graph_policy/2"
@@ -350,7 +357,7 @@ class GraphPolicy:
 
     @classmethod
     def load(cls, path: str | Path, seed: int = 0, lr: float = 0.003, table_lr: float = 0.05,
-             key: str = "placer.policy") -> "GraphPolicy":
+             key: str = "placer.policy") -> GraphPolicy:
         """A policy from a checkpoint; ``ConfigError`` (one line naming the file) when it is not one."""
         try:
             data = np.load(path, allow_pickle=False)

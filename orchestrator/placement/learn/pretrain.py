@@ -131,8 +131,8 @@ class Case:
     def __init__(self, label, graph, worker, objective: str = "step"):
         from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
         from orchestrator.placement.learn.graph_policy import graph_inputs
-        from orchestrator.placement.solve.problem import PlacementProblem
         from orchestrator.placement.solve.greedy import best_greedy
+        from orchestrator.placement.solve.problem import PlacementProblem
 
         self.label, self.objective = label, objective
         self.prob = PlacementProblem(graph, worker, SimulatedEvaluator(graph, worker, objective))

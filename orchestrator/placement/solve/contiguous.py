@@ -34,7 +34,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
 
 import numpy as np
 

@@ -10,7 +10,7 @@ descent from there; the best is kept. ``placer=rl`` refines its best placement w
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
