@@ -27,7 +27,7 @@ def _trial(tmp_path, *overrides):
 
 def _place(trial):
     spec = trial.model_spec = trial.model_fn(trial.cfg.model)
-    cluster = trial.hardware.cluster(trial)
+    cluster = trial.hardware.cluster(trial.context(spec))
     trial.cluster_simulated = cluster.simulated
     sink = NullSink()
     placed = trial.placing.place(spec, cluster, trial._evaluator_kind(cluster), sink)
