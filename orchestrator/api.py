@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from orchestrator.config import Schema
+from orchestrator.config.fields import option
+from orchestrator.config.sync import ServerSyncConfig, SyncConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError, UserError, WorkloadError
 from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker
@@ -38,6 +41,7 @@ __all__ = [
     "HOOKSPEC_VERSION", "hookimpl",
     "Placer", "Evaluator", "Verdict", "HardwareAdapter", "TrialContext", "MetricsSink", "NullSink",
     "SyncStrategy", "CollectiveStrategy", "ServerStrategy", "Round", "SyncOptions", "StalenessGate", "ParameterServer",
+    "Schema", "option", "SyncConfig", "ServerSyncConfig",
     "TrainContext", "TrainResult", "TrainSettings", "ModelSpec",
     "OpGraph", "Node", "Edge", "Placement", "PlacementContext",
     "Cluster", "Worker", "Device", "Link",

@@ -12,7 +12,7 @@ from conftest import QUICK, run_inprocess, store_runs
     (["+placer=nope"], "unknown placer 'nope' (available: "),
     (["model=resnet9000"], "unknown model 'resnet9000'"),
     (["train.lr=abc"], "train.lr='abc' is not a number"),
-    (["+sync=delay", "sync.staleness=abc"], "sync.staleness='abc' is not a number"),
+    (["+sync=delay", "sync.staleness=abc"], "sync.staleness='abc' (accepted: inf or a number)"),
     (["+placer=rl", "placer.lr=abc"], "placer.lr='abc' is not a number"),
     (["+placer=rl", "placer.budget_evaluations=-5"], "placer.budget_evaluations=-5 must be an integer >= 1"),
     (["+placer=rl", "+placer.typo=1"], "unknown key placer.typo (placer accepts: "),

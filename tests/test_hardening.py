@@ -124,15 +124,25 @@ def test_runs_of_a_dead_process_are_marked_failed(tmp_path):
 
 
 def test_a_sweep_whose_trials_all_fail_exits_1_with_a_summary(workdir):
-    out = run_cli(workdir, "-m", "+sync=delay", "sync.staleness=-1,-2", timeout=300)
+    # a failure only the trial can see (the worker's devices), not the config check before the sweep
+    rules = "placer.rules=[{pattern:'*',device:'gpu:9'}]"
+    out = run_cli(workdir, "-m", "+placer=manual", rules, "seed=1,2", timeout=300)
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stderr.strip().splitlines()[-1] == (
-        "sweep: 2 trials, 0 finished, 2 failed; first error: ConfigError: sync.staleness=-1 must be >= 0")
+        "sweep: 2 trials, 0 finished, 2 failed; first error: ConfigError: placer.rules names device 'gpu:9'; "
+        "this worker has cpu:0, cpu:1")
     runs = store_runs(workdir)
     parent = next(r for r in runs if r.data.tags.get("orchestrator.kind") == "sweep")
     assert parent.info.status == "FAILED"
-    names = sorted(r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id)
-    assert names == ["none/delay/local/cnn #0 [sync.staleness=-1]", "none/delay/local/cnn #1 [sync.staleness=-2]"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in children) == [f"manual/none/local/cnn #{i} [{rules} seed={i + 1}]" for i in (0, 1)]
+    assert {r.info.status for r in children} == {"FAILED"}
+
+
+def test_a_bad_swept_value_is_refused_before_the_sweep(workdir):
+    out = run_cli(workdir, "-m", "+sync=delay", "sync.staleness=1,-2", timeout=300)
+    assert out.returncode == 2 and out.stderr.strip() == "error: sync.staleness=-2 must be a number >= 0 (or inf)"
+    assert not store_runs(workdir)
 
 
 def test_a_sweep_on_a_corrupt_store_stops_at_once(workdir):

@@ -149,7 +149,7 @@ def test_parameter_server_saturates_and_shards_lift_it():
     ({"emulated_step_s": 0}, {}, "hardware.emulated_step_s=0 must be > 0"),
     ({}, {"push_lr": "lr*2"}, "sync.push_lr='lr*2'"),
     ({}, {"balance": "magic"}, "sync.balance='magic'"),
-    ({}, {"shards": 0}, "sync.shards=0 must be >= 1"),
+    ({}, {"shards": 0}, "sync.shards=0 must be an integer >= 1"),
 ])
 def test_bad_values_name_their_key(cfg, sync, expected):
     with pytest.raises(ConfigError) as err:

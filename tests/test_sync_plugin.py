@@ -70,9 +70,13 @@ def test_a_round_costs_h_computes_and_one_average(local_sgd):
 
 
 def test_local_steps_are_checked(local_sgd):
-    for bad in (0, -2, "abc", 1.5, True):
-        with pytest.raises(ConfigError, match=r"^sync\.local_steps=.* must be an integer >= 1$"):
+    """The plugin's own schema holds its key to its declaration: one line naming it."""
+    for bad, why in ((0, "must be an integer >= 1"), (-2, "must be an integer >= 1"), ("abc", "is not an integer"),
+                     (1.5, "is not an integer")):
+        with pytest.raises(ConfigError, match=r"^sync\.local_steps=.* " + why):
             local_sgd({"name": "local_sgd", "local_steps": bad})
+    with pytest.raises(ConfigError, match=r"^unknown key sync\.local_step \(sync accepts: .*local_steps"):
+        local_sgd({"name": "local_sgd", "local_step": 2})
 
 
 def test_no_strategy_name_is_compared_under_orchestrator():

@@ -11,6 +11,7 @@ Nothing here imports TensorFlow or MPI.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +30,6 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
-LR_RULES = ("linear", "sqrt", "none")
-PUSH_LR = ("scaled", "lr", "lr/staleness")
-BATCH_POLICIES = ("per_worker", "global")
-DC_MODES = ("constant", "adaptive")
 
 
 def _plain(node: Any) -> Any:
@@ -101,16 +98,19 @@ class SyncOptions:
 
     @classmethod
     def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> SyncOptions:
-        """Read ``sync.*`` from ``cfg_sync`` and ``hardware.*`` / ``train.*`` from the trial config ``cfg``
-        for ``strategy`` (a ``orchestrator.sync.strategy.SyncStrategy``: it gives the staleness bound, the
-        default batch split and whether a server takes part)."""
-        from orchestrator.sync.balance import BALANCE_MODES, parse_speed_changes
+        """The settings ``strategy`` (a ``orchestrator.sync.strategy.SyncStrategy``) runs with: its typed
+        ``sync`` config (``strategy.config``, defaults and ranges in its schema), ``train.*`` (the
+        ``TrainConfig`` schema) and ``hardware.*`` of the trial config ``cfg``. A setting the strategy's
+        schema lacks (a collective has no server shards) keeps this dataclass's default."""
+        from orchestrator.config.root import TrainConfig
+        from orchestrator.sync.balance import parse_speed_changes
         from orchestrator.sync.costmodel import Network
 
+        c = strategy.config
+        here = {f.name: f.default for f in dataclasses.fields(cls)}
+        opt = lambda key: getattr(c, key, here[key])  # noqa: E731
         name = str(getattr(strategy, "name", "") or type(strategy).__name__)
-        runtime = str(_get(cfg_sync, "runtime", "virtual"))
-        if runtime not in ("virtual", "mpi"):
-            raise ConfigError(f"sync.runtime={runtime!r} (accepted: virtual, mpi)")
+        train = TrainConfig.from_node(_get(cfg, "train", None), "train")
         speeds = worker_layout(_get(cfg, "hardware", None) or {}, has_sync=True)  # one parser for W and speeds
         workers = len(speeds)
         strag = _get(cfg, "hardware.stragglers", None)
@@ -120,25 +120,11 @@ class SyncOptions:
         k = number(_get(strag, "slowdown", 1.0), "hardware.stragglers.slowdown") if strag is not None else 1.0
         if not 0.0 <= p <= 1.0 or k < 1.0:
             raise ConfigError(f"hardware.stragglers needs probability in [0,1], slowdown >= 1 (got {p}, {k})")
-        s = float(strategy.staleness_bound())
-        push = _get(cfg_sync, "push_lr", "scaled")
-        if not (push in PUSH_LR or (isinstance(push, (int, float)) and not isinstance(push, bool) and push > 0)):
-            raise ConfigError(f"sync.push_lr={push!r} (accepted: {', '.join(PUSH_LR)}, or a number > 0)")
-        balance = _get(cfg_sync, "balance", None) or strategy.default_balance
-        if balance not in BALANCE_MODES:
-            raise ConfigError(f"sync.balance={balance!r} (accepted: {', '.join(BALANCE_MODES)})")
-        rule = str(_get(cfg, "train.lr_scaling", "sqrt"))
-        if rule not in LR_RULES:
-            raise ConfigError(f"train.lr_scaling={rule!r} (accepted: {', '.join(LR_RULES)})")
-        policy = str(_get(cfg, "train.batch_policy", "per_worker"))
-        if policy not in BATCH_POLICIES:
-            raise ConfigError(f"train.batch_policy={policy!r} (accepted: {', '.join(BATCH_POLICIES)})")
-        warm = _num(cfg, "train.warmup_updates", 0, int, 0) * int(_get(cfg, "train.batch_size", 64))
         emulated = _num(cfg, "hardware.emulated_step_s", None, float)
         if emulated is not None and not emulated > 0:
             raise ConfigError(f"hardware.emulated_step_s={emulated:g} must be > 0")
         network = _plain(_get(cfg, "hardware.network", None))
-        hostfile = _get(cfg_sync, "hostfile", None)
+        hostfile = c.hostfile
         if _get(cfg, "hardware.netlab", None):  # an emulated cluster: its hostfile and its links
             from orchestrator.hardware import netlab
 
@@ -147,28 +133,20 @@ class SyncOptions:
             network = {**(network or {}), **netlab.network_config(lab, workers, server=strategy.uses_server)}
         Network.from_cfg(network, workers)  # validate now: one-line errors before any run starts
         changes = parse_speed_changes(_plain(_get(cfg, "hardware.speed_changes", None)), workers)
-        base = _num(cfg_sync, "base_time_s", None, float, 0.0)
-        t0, t1 = _num(cfg_sync, "step_overhead_s", None, float, 0.0), _num(cfg_sync, "per_sample_s", None, float, 0.0)
-        if (t0 is None) != (t1 is None) or (t1 is not None and t1 <= 0):
-            raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both, per_sample_s > 0")
-        dc = number(_get(cfg_sync, "delay_compensation", 0.0), "sync.delay_compensation", minimum=0)
-        dc_mode = str(_get(cfg_sync, "delay_compensation_mode", "constant"))
-        if dc_mode not in DC_MODES:
-            raise ConfigError(f"sync.delay_compensation_mode={dc_mode!r} (accepted: {', '.join(DC_MODES)})")
-        if dc and not strategy.uses_server:
-            raise ConfigError(f"sync.delay_compensation={dc:g} needs a parameter-server strategy ({name} has none)")
-        return cls(name=name, runtime=runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
-                   staleness=s, push_lr=push, balance=balance,
-                   balance_every=_num(cfg_sync, "balance_every", 10, int, 1),
-                   dynamic_staleness=bool(_get(cfg_sync, "dynamic_staleness", False)),
-                   max_staleness=number(_get(cfg_sync, "max_staleness", 8.0), "sync.max_staleness", minimum=0),
-                   lr_rule=rule, warmup_samples=warm,
-                   batch_policy=policy, base_time_s=base, step_overhead_s=t0, per_sample_s=t1,
-                   shards=_num(cfg_sync, "shards", 1, int, 1), overlap=bool(_get(cfg_sync, "overlap", False)),
-                   fp16=bool(_get(cfg_sync, "fp16", False)), network=network,
-                   speed_changes=[(c.worker, c.at_s, c.speed) for c in changes], emulated_step_s=emulated,
-                   timeout_s=number(_get(cfg_sync, "timeout_s", 600.0), "sync.timeout_s", minimum=0),
-                   hostfile=hostfile, delay_compensation=dc, delay_compensation_mode=dc_mode)
+        t0, t1 = c.step_overhead_s, c.per_sample_s
+        if (t0 is None) != (t1 is None):
+            raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both (or neither)")
+        dc = float(opt("delay_compensation"))
+        return cls(name=name, runtime=c.runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
+                   staleness=float(strategy.staleness_bound()), push_lr=opt("push_lr"), balance=c.balance,
+                   balance_every=c.balance_every, dynamic_staleness=bool(opt("dynamic_staleness")),
+                   max_staleness=float(opt("max_staleness")), lr_rule=train.lr_scaling,
+                   warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
+                   base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=int(opt("shards")),
+                   overlap=bool(c.overlap), fp16=bool(c.fp16), network=network,
+                   speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in changes], emulated_step_s=emulated,
+                   timeout_s=float(c.timeout_s), hostfile=hostfile, delay_compensation=dc,
+                   delay_compensation_mode=str(opt("delay_compensation_mode")))
 
 
 def tracked_settings(strategy: Any, opts: SyncOptions, settings):

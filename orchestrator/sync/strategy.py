@@ -36,8 +36,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from orchestrator.errors import ConfigError, number
-from orchestrator.sync.core import SyncOptions, _get, _plain, push_weights, scaled_lr
+from orchestrator.config.sync import ServerSyncConfig, SyncConfig
+from orchestrator.errors import ConfigError
+from orchestrator.sync.core import SyncOptions, _plain, push_weights, scaled_lr
 from orchestrator.sync.server import DelayCompensatedServer, ParameterServer, StalenessGate
 
 Gradient = Callable[[np.ndarray], np.ndarray]   # parameters -> gradient of the next batch of this worker
@@ -71,10 +72,11 @@ class SyncStrategy(ABC):
 
     name: ClassVar[str] = ""
     uses_server: ClassVar[bool] = False     # True: one extra MPI rank (rank 0) serves the parameters
-    default_balance: ClassVar[str] = "none"  # the batch split when ``sync.balance`` is not set
+    Config: ClassVar[type[SyncConfig]] = SyncConfig   # the schema of this strategy's sync.* keys
 
     def __init__(self, cfg_sync: Any = None):
         self.cfg_sync = cfg_sync if cfg_sync is not None else {}
+        self.config = type(self).Config.from_node(self.cfg_sync, "sync")   # typed; a bad value is one line
 
     # -- what the runtimes ask ----------------------------------------------------------------
     @abstractmethod
@@ -126,6 +128,7 @@ class CollectiveStrategy(SyncStrategy):
     synchronous SGD over the global batch, what Horovod's allreduce computes."""
 
     uses_server = False
+    Config = SyncConfig
 
     def staleness_bound(self) -> float:
         return 0.0
@@ -158,6 +161,7 @@ class ServerStrategy(SyncStrategy):
     the worker may pull again (``c_i - min_j c_j <= staleness_bound()``)."""
 
     uses_server = True
+    Config: ClassVar[type[SyncConfig]] = ServerSyncConfig
 
     def samples_per_update(self, opts: SyncOptions, batch_size: int) -> float:
         return opts.total_batch(batch_size) / opts.workers
@@ -180,12 +184,9 @@ class ServerStrategy(SyncStrategy):
                              max_staleness=opts.max_staleness)
 
 
-def parse_staleness(cfg_sync: Any, default: float) -> float:
-    """``sync.staleness``: a number >= 0 or ``inf``."""
-    value = _get(cfg_sync, "staleness", default)
-    if str(value).lower() == "inf":
-        return math.inf
-    return float(number(value, "sync.staleness", minimum=0))
+def parse_staleness(value: Any) -> float:
+    """``sync.staleness``: a number >= 0 or ``inf`` (the schema checked it)."""
+    return math.inf if str(value).lower() == "inf" else float(value)
 
 
 def load_ref(ref: str) -> type[SyncStrategy]:

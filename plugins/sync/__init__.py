@@ -10,3 +10,9 @@ def orchestrator_sync_strategies():
         "async": "orchestrator_plugins.sync.strategies:AsyncParameterServer",
         "delay": "orchestrator_plugins.sync.strategies:DelaySync",
     }
+
+
+@hookimpl
+def orchestrator_config_schemas():
+    return {f"sync/{name}": f"orchestrator_plugins.sync.config:{cls}" for name, cls in (
+        ("allreduce", "AllReduceConfig"), ("async", "AsyncConfig"), ("delay", "DelaySyncConfig"))}

@@ -7,8 +7,7 @@ from __future__ import annotations
 import math
 
 from orchestrator.sync.strategy import CollectiveStrategy, ServerStrategy, parse_staleness
-
-DEFAULT_STALENESS = 2.0            # delay-sync's bound s when sync.staleness is not set
+from orchestrator_plugins.sync.config import AllReduceConfig, AsyncConfig, DelaySyncConfig
 
 
 class AllReduce(CollectiveStrategy):
@@ -16,12 +15,14 @@ class AllReduce(CollectiveStrategy):
     MPI); one step of the global batch at ``train.lr_scaling``'s learning rate."""
 
     name = "allreduce"
+    Config = AllReduceConfig
 
 
 class AsyncParameterServer(ServerStrategy):
     """Parameter server applying each push at once; nobody waits (Dean et al. 2012, Downpour SGD)."""
 
     name = "async"
+    Config = AsyncConfig
 
     def staleness_bound(self) -> float:
         return math.inf
@@ -30,10 +31,10 @@ class AsyncParameterServer(ServerStrategy):
 class DelaySync(ServerStrategy):
     """Stale-synchronous parameter server: worker i starts an iteration only while
     ``c_i - min_j c_j <= s`` (``sync.staleness``; Ho et al. 2013, SSP); its batch split follows the
-    measured speeds by default."""
+    measured speeds by default (its schema's ``balance``)."""
 
     name = "delay"
-    default_balance = "online"
+    Config = DelaySyncConfig
 
     def staleness_bound(self) -> float:
-        return parse_staleness(self.cfg_sync, DEFAULT_STALENESS)
+        return parse_staleness(self.config.staleness)

@@ -11,6 +11,12 @@ def orchestrator_sync_strategies():
 
 
 @hookimpl
+def orchestrator_config_schemas():
+    # the typed schema of sync.* for +sync=local_sgd (defaults, ranges, help: written once)
+    return {"sync/local_sgd": "orch_local_sgd.strategy:LocalSGDConfig"}
+
+
+@hookimpl
 def orchestrator_config_searchpath():
     # conf/sync/local_sgd.yaml inside this package makes `+sync=local_sgd` work.
     return ["pkg://orch_local_sgd.conf"]

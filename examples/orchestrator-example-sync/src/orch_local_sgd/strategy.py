@@ -17,20 +17,29 @@ built-in allreduce, as a ``CollectiveStrategy`` whose three rules are overridden
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from orchestrator.api import CollectiveStrategy, ConfigError, Round
+from orchestrator.api import CollectiveStrategy, Round, SyncConfig, option
+
+
+@dataclass
+class LocalSGDConfig(SyncConfig):
+    """``sync.*`` of ``+sync=local_sgd``: every key of a collective, plus ``local_steps``."""
+
+    name: str = option("local_sgd", "local SGD: H local steps on each worker, then the models are averaged")
+    local_steps: int = option(4, "H: local SGD steps between two averages (1 = mini-batch SGD at the single-batch "
+                              "lr)", min=1)
 
 
 class LocalSGD(CollectiveStrategy):
     name = "local_sgd"
+    Config = LocalSGDConfig
 
     def __init__(self, cfg_sync=None):
-        super().__init__(cfg_sync)
-        h = self.cfg_sync.get("local_steps", 4)
-        if isinstance(h, bool) or not isinstance(h, int) or h < 1:
-            raise ConfigError(f"sync.local_steps={h!r} must be an integer >= 1")
-        self.h = h
+        super().__init__(cfg_sync)          # reads and checks self.config (a LocalSGDConfig)
+        self.h = self.config.local_steps
 
     def local_steps(self) -> int:
         return self.h

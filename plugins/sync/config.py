@@ -1,0 +1,32 @@
+"""Schemas of the built-in sync strategies (``+sync=allreduce|async|delay``), extending the engine's
+``SyncConfig`` / ``ServerSyncConfig``; registered by ``orchestrator_config_schemas`` in ``__init__``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.config.fields import option
+from orchestrator.config.sync import BALANCE, ServerSyncConfig, SyncConfig
+
+
+@dataclass
+class AllReduceConfig(SyncConfig):
+    name: str = option("allreduce", "bulk synchronous: every step averages all workers' gradients (Horovod under MPI)")
+
+
+@dataclass
+class AsyncConfig(ServerSyncConfig):
+    name: str = option("async", "asynchronous parameter server: each push applied at once, nobody waits")
+
+
+@dataclass
+class DelaySyncConfig(ServerSyncConfig):
+    name: str = option("delay", "delay-sync (stale-synchronous parameter server)")
+    staleness: Any = option(2.0, "s: worker i starts an iteration only while c_i - min_j c_j <= s; 0 = lockstep "
+                            "(equals allreduce), inf = async", choices=("inf",), number=True, min=0)
+    balance: str = option("online", "batch split: none (equal) | static (by nominal speed) | online (re-derived from "
+                          "measured speeds)", choices=BALANCE)
+    dynamic_staleness: bool = option(False, "adapt s to the observed speed spread (ceil(slowest/fastest) - 1), "
+                                     "DSSP-like")
+    max_staleness: float = option(8.0, "upper end of the dynamic bound", min=0)
