@@ -12,3 +12,5 @@ FloatArray = npt.NDArray[np.float64]   # costs, times, bytes, probabilities
 IntArray = npt.NDArray[np.int64]       # node/device indices, assignments, CSR pointers
 BoolArray = npt.NDArray[np.bool_]      # masks
 AnyArray = npt.NDArray[Any]            # arrays whose dtype follows the caller's input
+F32Array = npt.NDArray[np.float32]     # network inputs and recorded features (TensorFlow's float)
+I32Array = npt.NDArray[np.int32]       # edge endpoints fed to TensorFlow

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +41,7 @@ class PlacementProblem:
         finite = np.isfinite(self.sim.cost)
         self.allowed = np.ones((self.n_atoms, nd), dtype=bool)
         np.logical_and.at(self.allowed, self.atom_of, finite)
-        self.atom_resident = np.bincount(self.atom_of, weights=self.sim.resident, minlength=self.n_atoms)
+        self.atom_resident = cast(FloatArray, np.bincount(self.atom_of, weights=self.sim.resident, minlength=self.n_atoms))  # weighted: float
         self.atom_temp = np.zeros(self.n_atoms)
         np.maximum.at(self.atom_temp, self.atom_of, self.sim.temp)
         cost = np.where(finite, self.sim.cost, 0.0)
