@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.arrays import IntArray
+from orchestrator.placement.graph.arrays import IntArray
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.load import LoadModel

@@ -42,9 +42,9 @@ import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.arrays import IntArray
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator, Verdict, placed_runtime
 from orchestrator.placement.evaluate.measured_fit import SimulatorFit
+from orchestrator.placement.graph.arrays import IntArray
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 

@@ -36,14 +36,13 @@ in TensorFlow (``Rollouts``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from orchestrator.placement.arrays import BoolArray, F32Array, FloatArray, IntArray
+from orchestrator.placement.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
 
 if TYPE_CHECKING:
-    from orchestrator.placement.learn.graph_policy import GraphInputs
     from orchestrator.placement.solve.problem import PlacementProblem
 
 K_DYN = 12
@@ -64,6 +63,19 @@ class DecodeInputs:
     cbar: float
     share: float
     pipeline: float
+
+
+class DecodeGraph(Protocol):
+    """What ``rollout`` reads of a graph's inputs (``graph_policy.GraphInputs``, which imports this
+    module: a protocol, not an import, so the two modules stay out of an import circle)."""
+
+    mask: BoolArray                  # [A, D] allowed
+    name_rank: IntArray              # [A]
+    res: FloatArray | None           # [A] resident bytes
+    temp: FloatArray | None          # [A] temporary bytes
+    pool_of: IntArray | None         # [D] memory pool of each device
+    pool_cap: FloatArray | None      # [P] capacity of each pool
+    dec: DecodeInputs | None
 
 
 @dataclass
@@ -105,7 +117,7 @@ def decode_inputs(prob: PlacementProblem, depth: FloatArray, rank: FloatArray, n
                         cmean, float(cmin.sum() / D) or 1.0, pipe)
 
 
-def rollout(gi: GraphInputs, s: FloatArray, zr: FloatArray, head: dict[str, FloatArray], n: int, *, greedy: bool = False,
+def rollout(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str, FloatArray], n: int, *, greedy: bool = False,
             draws: FloatArray | None = None, forced: IntArray | None = None) -> Rollouts:
     """``n`` trajectories: greedy (largest logit), sampled (``draws`` [n, A] uniforms, column by name
     rank) or ``forced`` ([n, A] given actions, for imitation). ``s`` [A, D] static logits (table

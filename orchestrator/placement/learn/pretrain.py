@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from orchestrator.paths import msr_workloads, repo_root
-from orchestrator.placement.arrays import IntArray
+from orchestrator.placement.graph.arrays import IntArray
 
 if TYPE_CHECKING:
     from orchestrator.execution.training import MetricsSink

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orchestrator.placement.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
 
 if TYPE_CHECKING:
     from orchestrator.placement.graph.opgraph import OpGraph

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.arrays import FloatArray
+from orchestrator.placement.graph.arrays import FloatArray
 from orchestrator.placement.graph.opgraph import OpGraph, original_edges
 from orchestrator.placement.simulate.simulator import Simulator
 

@@ -47,7 +47,7 @@ import numpy.typing as npt
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.contention import SharedCores
-from orchestrator.placement.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.opgraph import OpGraph, original_edges
 from orchestrator.placement.simulate.inflight import B, F, U, flow_position, phase_of, stage_order
 from orchestrator.placement.simulate.simulator import Simulator

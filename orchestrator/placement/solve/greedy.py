@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.solve.contiguous import solve
 from orchestrator.placement.solve.problem import PlacementProblem
 

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from orchestrator.errors import InfeasiblePlacementError
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.simulator import Simulator
