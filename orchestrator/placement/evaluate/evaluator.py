@@ -6,13 +6,22 @@ measured and mixed search rewards (``placer.reward``) are in ``orchestrator.plac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import Worker
+from orchestrator.placement.graph.arrays import IntArray
+from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.load import LoadModel
-from orchestrator.placement.simulate.simulator import Simulator, lower_bound
+from orchestrator.placement.simulate.simulator import SimResult, Simulator, lower_bound
 from orchestrator.placement.solve.bounds import load_lower_bound
+
+if TYPE_CHECKING:
+    from orchestrator.execution.runtime import ModelRuntime
+    from orchestrator.models import ModelSpec
 
 
 @dataclass
@@ -25,6 +34,8 @@ class Verdict:
     oom: list[tuple[str, float]] = field(default_factory=list)
     time_per_sample_s: float | None = None      # the pipeline objective (``placement.objective=pipeline``)
     loads_s: dict[str, float] = field(default_factory=dict)   # pipeline load per device
+    # the full simulation (schedule for the Gantt chart); simulated verdicts only, out of repr and ==
+    result: SimResult | None = field(default=None, repr=False, compare=False)
 
     @property
     def value(self) -> float:
@@ -32,13 +43,16 @@ class Verdict:
         return self.step_time_s if self.time_per_sample_s is None else self.time_per_sample_s
 
 
-def placed_runtime(spec: Any, worker: Any, placement: Placement | None, *, seed: int = 0, lr: float = 0.1):
+def placed_runtime(spec: ModelSpec, worker: Worker, placement: Placement | None, *, seed: int = 0,
+                   lr: float = 0.1) -> ModelRuntime:
     """The model built with each layer on its placed device of ``worker`` (None: all on the first device)."""
     from orchestrator.execution.runtime import ModelRuntime
 
-    tf_dev = {d.name: d.tf_device for d in worker.devices}
+    # real devices only (MeasuredEvaluator checks ``is_real``), so every ``tf_device`` is a string
+    tf_dev = {d.name: cast(str, d.tf_device) for d in worker.devices}
     mapping = {node: tf_dev[dev] for node, dev in placement.assignment.items()} if placement else None
-    return ModelRuntime(spec, seed=seed, lr=lr, device_of=mapping, default_device=worker.devices[0].tf_device)
+    return ModelRuntime(spec, seed=seed, lr=lr, device_of=mapping,
+                        default_device=cast(str, worker.devices[0].tf_device))
 
 
 class MeasuredEvaluator:
@@ -46,8 +60,8 @@ class MeasuredEvaluator:
 
     kind = "measured"
 
-    def __init__(self, model_spec: Any, worker: Any, x: Any, y: Any, seed: int = 0,
-                 warmup: int = 3, repeats: int = 10):
+    def __init__(self, model_spec: ModelSpec, worker: Worker, x: Any, y: Any, seed: int = 0,
+                 warmup: int = 3, repeats: int = 10) -> None:
         missing = [d.name for d in worker.devices if not d.is_real]
         if missing:
             raise ConfigError(f"placer.reward=measured needs real devices; {', '.join(missing)} exist only in the simulator")
@@ -56,7 +70,7 @@ class MeasuredEvaluator:
         self.warmup, self.repeats = warmup, repeats
         self.evaluations = 0
 
-    def runtime(self, placement: Placement | None, lr: float = 0.1):
+    def runtime(self, placement: Placement | None, lr: float = 0.1) -> ModelRuntime:
         return placed_runtime(self.spec, self.worker, placement, seed=self.seed, lr=lr)
 
     def evaluate(self, placement: Placement | None) -> Verdict:
@@ -74,7 +88,7 @@ class MeasuredEvaluator:
     def _on(self, device: str) -> Verdict:
         from orchestrator.execution.runtime import ModelRuntime
 
-        rt = ModelRuntime(self.spec, seed=self.seed, default_device=self.worker.device(device).tf_device)
+        rt = ModelRuntime(self.spec, seed=self.seed, default_device=cast(str, self.worker.device(device).tf_device))
         self.evaluations += 1
         return Verdict(rt.measure_step_time(self.x, self.y, warmup=self.warmup, repeats=self.repeats), True, self.kind)
 
@@ -91,7 +105,7 @@ class SimulatedEvaluator:
 
     kind = "simulated"
 
-    def __init__(self, graph: Any, worker: Any, objective: str = "step", memory_headroom: float = 0.0):
+    def __init__(self, graph: OpGraph, worker: Worker, objective: str = "step", memory_headroom: float = 0.0) -> None:
         if objective not in OBJECTIVES:
             raise ConfigError(f"placement.objective={objective!r} (accepted: auto, {', '.join(OBJECTIVES)})")
         if not 0.0 <= float(memory_headroom) < 1.0:
@@ -99,13 +113,13 @@ class SimulatedEvaluator:
         self.graph, self.worker = graph, worker
         self.objective, self.memory_headroom = objective, float(memory_headroom)
         self.simulator = Simulator(graph, worker)
-        self.load_model = None
+        self.load_model: LoadModel | None = None
         if objective == "pipeline":
             self.load_model = LoadModel(graph, worker, self.simulator)
         self.evaluations = 0
-        self._bound: tuple[float, dict] | None = None
+        self._bound: tuple[float, dict[str, float]] | None = None
 
-    def objective_value(self, assign) -> float:
+    def objective_value(self, assign: npt.ArrayLike) -> float:
         """The objective's value of an assignment: one step's latency (``step``) or the time per
         sample (``pipeline``, the load model); the fast path placers use."""
         self.evaluations += 1
@@ -113,18 +127,19 @@ class SimulatedEvaluator:
             return self.load_model.time_per_sample(assign)
         return self.simulator.step_time(assign)
 
-    def assignment(self, placement: Placement):
+    def assignment(self, placement: Placement) -> IntArray:
         return self.simulator.assignment(placement)
 
     def evaluate(self, placement: Placement | None, *, schedule: bool = False) -> Verdict:
         self.evaluations += 1
-        r = self.simulator.evaluate(self.simulator.assignment(placement), schedule=schedule)
+        # ``Evaluator.evaluate`` allows None (all on the first device); the simulator does not support it
+        r = self.simulator.evaluate(self.simulator.assignment(placement), schedule=schedule)  # type: ignore[arg-type]
         v = Verdict(r.step_time_s, r.feasible, self.kind, dict(r.peak_memory_bytes), dict(r.busy_s), list(r.oom))
         if self.load_model is not None:
-            a = self.simulator.assignment(placement)
+            a = self.simulator.assignment(placement)  # type: ignore[arg-type]
             v.time_per_sample_s = self.load_model.time_per_sample(a)
             v.loads_s = self.load_model.device_loads(a)
-        v.result = r  # the full simulation (schedule for the Gantt chart)
+        v.result = r
         return v
 
     def lower_bound(self) -> float:

@@ -33,16 +33,27 @@ import math
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import Worker
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator, Verdict, placed_runtime
 from orchestrator.placement.evaluate.measured_fit import SimulatorFit
+from orchestrator.placement.graph.arrays import IntArray
+from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
+
+if TYPE_CHECKING:
+    from orchestrator.execution.runtime import ModelRuntime
+    from orchestrator.models import ModelSpec
+
+_N = TypeVar("_N", int, float)
+_RuntimeKey = tuple[tuple[str, str], ...]   # the (node, device) pairs a runtime depends on
 
 REWARDS = ("simulated", "measured", "mixed")
 
@@ -57,7 +68,9 @@ class RewardSettings:
 
     @classmethod
     def from_cfg(cls, cfg: Any, reward: str) -> RewardSettings:
-        get = (lambda k, d: d if cfg is None or cfg.get(k) is None else cfg.get(k))
+        def get(k: str, d: Any) -> Any:
+            return d if cfg is None or cfg.get(k) is None else cfg.get(k)
+
         budget = cfg.get("budget_s") if cfg is not None else None
         if budget is not None:
             budget = _number("placer.budget_s", budget, float, 0.0, strict=True)
@@ -66,7 +79,7 @@ class RewardSettings:
         return cls(reward, budget, steps, within)
 
 
-def _number(key: str, v: Any, kind, minimum: float, strict: bool = False):
+def _number(key: str, v: Any, kind: type[_N], minimum: float, strict: bool = False) -> _N:
     try:
         if isinstance(v, bool) or (kind is int and float(v) != int(v)):
             raise ValueError
@@ -108,6 +121,14 @@ def resolve_reward(placer_cfg: Any, cluster_simulated: bool, placer_cls: Any, ha
     return reward
 
 
+class Measure(Protocol):
+    """What ``MeasuredRewardEvaluator`` runs a placement with: seconds of one step over ``steps``
+    timed steps (``TFMeasure``; tests pass a fake)."""
+
+    def __call__(self, placement: Placement, steps: int) -> float:
+        ...
+
+
 class TFMeasure:
     """The median wall time of ``steps`` training steps (after ``warmup`` untimed ones, parameters
     restored) of a placement on the worker's real TF devices. Built runtimes (a placed clone and its
@@ -119,27 +140,27 @@ class TFMeasure:
     ``median(candidate) * median(all reference steps so far) / median(reference steps this time)``:
     the candidate's time at the reference's typical load. Warm-up and tracing are not paired."""
 
-    def __init__(self, spec: Any, worker: Any, x: Any, y: Any, seed: int = 0, warmup: int = 2, keep: int = 4,
-                 graph: Any = None, paired: bool = True):
+    def __init__(self, spec: ModelSpec, worker: Worker, x: Any, y: Any, seed: int = 0, warmup: int = 2, keep: int = 4,
+                 graph: OpGraph | None = None, paired: bool = True) -> None:
         missing = [d.name for d in worker.devices if not d.is_real]
         if missing:
             raise ConfigError(f"placer.reward=measured needs real devices; {', '.join(missing)} exist only in the simulator")
         self.spec, self.worker, self.x, self.y = spec, worker, x, y
         self.seed, self.warmup, self.keep = seed, warmup, keep
-        self._runtimes: OrderedDict[tuple, Any] = OrderedDict()
+        self._runtimes: OrderedDict[_RuntimeKey, ModelRuntime] = OrderedDict()
         self.built = 0
         self.paired = paired
-        self._ref: tuple[tuple, Any] | None = None       # (key, runtime) of the reference placement
+        self._ref: tuple[_RuntimeKey, ModelRuntime] | None = None       # (key, runtime) of the reference placement
         self._ref_times: list[float] = []
         _quiet_retracing()
         # the nodes whose device the runtime uses: a layer's forward node (its backward and update
         # follow it, the loss runs on the default device); None: every node
         self.nodes = None if graph is None else {n.name for n in graph.nodes if n.role == "forward" and n.layer} or None
 
-    def key(self, placement: Placement) -> tuple:
+    def key(self, placement: Placement) -> _RuntimeKey:
         return tuple(sorted((k, v) for k, v in placement.assignment.items() if self.nodes is None or k in self.nodes))
 
-    def runtime(self, placement: Placement):
+    def runtime(self, placement: Placement) -> ModelRuntime:
         key = self.key(placement)
         if self._ref is not None and key == self._ref[0]:
             return self._ref[1]
@@ -168,7 +189,8 @@ class TFMeasure:
         for _ in range(self.warmup):
             rt.train_step(self.x, self.y)
         ref.train_step(self.x, self.y)
-        cand, base = [], []
+        cand: list[float] = []
+        base: list[float] = []
         for _ in range(steps):
             t0 = time.perf_counter()
             rt.train_step(self.x, self.y)
@@ -190,8 +212,8 @@ def _quiet_retracing() -> None:
     log = logging.getLogger("tensorflow")
     if not any(getattr(f, "_orchestrator_retracing", False) for f in log.filters):
         f = logging.Filter()
-        f.filter = lambda record: "triggered tf.function retracing" not in record.getMessage()
-        f._orchestrator_retracing = True
+        f.filter = lambda record: "triggered tf.function retracing" not in record.getMessage()  # type: ignore[method-assign]
+        f._orchestrator_retracing = True  # type: ignore[attr-defined]  # a marker: added once per process
         log.addFilter(f)
 
 
@@ -205,8 +227,9 @@ class MeasuredRewardEvaluator:
     objective = "step"
     load_model = None
 
-    def __init__(self, graph: Any, worker: Any, settings: RewardSettings, measure: Callable[[Placement, int], float],
-                 *, clock: Callable[[], float] = time.perf_counter, memory_headroom: float = 0.0, log=None):
+    def __init__(self, graph: OpGraph, worker: Worker, settings: RewardSettings, measure: Measure,
+                 *, clock: Callable[[], float] = time.perf_counter, memory_headroom: float = 0.0,
+                 log: Callable[[str], None] | None = None) -> None:
         if settings.reward not in ("measured", "mixed"):
             raise ConfigError(f"placer.reward={settings.reward!r}: this evaluator measures (measured, mixed)")
         self.graph, self.worker, self.settings = graph, worker, settings
@@ -229,7 +252,7 @@ class MeasuredRewardEvaluator:
         self._budget_note = False
 
     # -- what the search asks ---------------------------------------------------------------------
-    def objective_value(self, assign) -> float:
+    def objective_value(self, assign: npt.ArrayLike) -> float:
         """The reward's value of an assignment (device index per node, ``graph.nodes`` order)."""
         self.evaluations += 1
         a = np.asarray(assign, dtype=np.int64)
@@ -263,7 +286,7 @@ class MeasuredRewardEvaluator:
             self.best_measured = min(self.best_measured, t)
         return t
 
-    def evaluate(self, placement: Placement | None, **_: Any):
+    def evaluate(self, placement: Placement | None, **_: Any) -> Verdict:
         """A verdict on ``placement``: during the search through ``objective_value`` (cached, on the
         budget); after ``end_search`` a fresh measurement (a failure then raises)."""
         a = self.assignment(placement)
@@ -275,12 +298,12 @@ class MeasuredRewardEvaluator:
         t = float(self.measure(placement, max(self.settings.measure_steps, 10)))
         return Verdict(t, True, self.kind)
 
-    def assignment(self, placement: Placement | None):
+    def assignment(self, placement: Placement | None) -> IntArray:
         if placement is None:
             return np.zeros(len(self.graph.nodes), dtype=np.int64)
         return self.simulator.assignment(placement)
 
-    def placement_of(self, assign) -> Placement:
+    def placement_of(self, assign: Sequence[int] | IntArray) -> Placement:
         names = self.worker.device_names
         return Placement(list(names), {n.name: names[int(d)] for n, d in zip(self.graph.nodes, assign)},
                          {"reward": self.reward})
@@ -310,18 +333,19 @@ class MeasuredRewardEvaluator:
             m.update({f"placement.fit.{k}": v for k, v in self.fit.coefficients().items()})
         return m
 
-    def single_device_baseline(self):
+    def single_device_baseline(self) -> tuple[str, Verdict]:
         """The fastest single device of the worker for the whole model (fresh measurements)."""
-        verdicts = {}
+        verdicts: dict[str, Verdict] = {}
         for d in self.worker.devices:
             p = Placement(self.worker.device_names, {n.name: d.name for n in self.graph.nodes}, {})
             verdicts[d.name] = self.evaluate(p)
         best = min(verdicts, key=lambda name: verdicts[name].step_time_s)
         return best, verdicts[best]
 
-    def runtime(self, placement: Placement | None, lr: float = 0.1):
+    def runtime(self, placement: Placement | None, lr: float = 0.1) -> ModelRuntime:
         """The built runtime of ``placement`` (for training after the search), at learning rate ``lr``."""
-        rt = self.measure.runtime(self.placement_of(self.assignment(placement)))
+        # only a TFMeasure builds runtimes (trial training after a measured search uses one)
+        rt = cast(TFMeasure, self.measure).runtime(self.placement_of(self.assignment(placement)))
         rt.set_lr(lr)
         return rt
 

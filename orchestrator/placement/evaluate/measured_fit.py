@@ -34,18 +34,21 @@ of sample).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+from orchestrator.placement.graph.arrays import FloatArray
+from orchestrator.placement.simulate.simulator import Simulator
 
 
-def median_rel_error(estimated, measured) -> float:
+def median_rel_error(estimated: npt.ArrayLike, measured: npt.ArrayLike) -> float:
     e, m = np.asarray(estimated, float), np.asarray(measured, float)
     ok = np.isfinite(e) & np.isfinite(m) & (m > 0)
     return float(np.median(np.abs(e[ok] - m[ok]) / m[ok])) if ok.any() else math.nan
 
 
-def fit_with_prior(F: np.ndarray, m: np.ndarray, prior: np.ndarray, prior_weight: float) -> np.ndarray:
+def fit_with_prior(F: npt.ArrayLike, m: npt.ArrayLike, prior: npt.ArrayLike, prior_weight: float) -> FloatArray:
     """The non-negative ``theta`` of the module docstring for features ``F`` (rows: placements) and
     measured times ``m``."""
     from scipy.optimize import nnls
@@ -72,7 +75,7 @@ def fit_with_prior(F: np.ndarray, m: np.ndarray, prior: np.ndarray, prior_weight
 class SimulatorFit:
     """Features of a placement's simulation, the fitted model and its error record."""
 
-    def __init__(self, simulator: Any, prior_weight: float = 0.1):
+    def __init__(self, simulator: Simulator, prior_weight: float = 0.1) -> None:
         self.sim = simulator
         self.prior_weight = float(prior_weight)
         names = [d.name for d in simulator.worker.devices]
@@ -81,12 +84,12 @@ class SimulatorFit:
         self.prior[0] = 1.0
         self.theta = self.prior.copy()
         self._src = np.repeat(np.arange(len(simulator.graph.nodes)), np.diff(simulator.succ_ptr))
-        self.F: list[np.ndarray] = []
+        self.F: list[FloatArray] = []
         self.m: list[float] = []
         self.raw: list[float] = []          # S_i
         self.before: list[float] = []       # the model's estimate just before measuring i
 
-    def features(self, assign, simulated: float) -> np.ndarray:
+    def features(self, assign: npt.ArrayLike, simulated: float) -> FloatArray:
         a = np.asarray(assign, dtype=np.int64)
         nd = len(self.sim.worker.devices)
         cost = self.sim.cost[np.arange(len(a)), a]
@@ -94,12 +97,12 @@ class SimulatorFit:
         cut = a[self._src] != a[self.sim.succ_idx]
         return np.concatenate([[simulated], busy, [float(cut.sum()), float(self.sim.succ_bytes[cut].sum()), 1.0]])
 
-    def predict(self, f: np.ndarray) -> float:
+    def predict(self, f: FloatArray) -> float:
         if not math.isfinite(float(f[0])):
             return math.inf
         return float(f @ self.theta)
 
-    def add(self, f: np.ndarray, measured: float) -> None:
+    def add(self, f: FloatArray, measured: float) -> None:
         """Record a measurement (finite ones only) and re-fit."""
         if not (math.isfinite(measured) and measured > 0 and math.isfinite(float(f[0]))):
             return

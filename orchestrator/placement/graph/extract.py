@@ -13,28 +13,34 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from orchestrator.placement.graph.flops import layer_flops, numel
 from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 
+if TYPE_CHECKING:
+    from orchestrator.models import ModelSpec
+
 LOSS = "loss"
 
 
-def _dsize(dtype) -> int:
+def _dsize(dtype: Any) -> int:  # a TF/Keras dtype or its name
     return int(np.dtype(str(getattr(dtype, "name", dtype)).replace("string", "object")).itemsize)
 
 
-def _shape(kt, batch: int) -> tuple[int, ...]:
+def _shape(kt: Any, batch: int) -> tuple[int, ...]:
     return tuple(batch if i == 0 else (1 if d is None else int(d)) for i, d in enumerate(kt.shape))
 
 
-def _nbytes(kt, batch: int) -> float:
+def _nbytes(kt: Any, batch: int) -> float:
     return float(numel(_shape(kt, batch)) * _dsize(kt.dtype))
 
 
-def extract_layer_graph(model, batch: int, name: str | None = None) -> OpGraph:
+def extract_layer_graph(model: Any, batch: int, name: str | None = None) -> OpGraph:
     """The layer-level training-step graph of a built Keras (Sequential or functional) model."""
     import keras
 
@@ -96,11 +102,11 @@ def _sync() -> None:
         tf.test.experimental.sync_devices()
 
 
-def _median_s(fn, args, warmup: int, repeats: int) -> float:
+def _median_s(fn: Callable[..., object], args: Sequence[Any], warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn(*args)
     _sync()
-    times = []
+    times: list[float] = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn(*args)
@@ -109,7 +115,7 @@ def _median_s(fn, args, warmup: int, repeats: int) -> float:
     return float(np.median(times))
 
 
-def profile_layers(graph: OpGraph, model, x, y, *, profile: str = "local-cpu", warmup: int = 2,
+def profile_layers(graph: OpGraph, model: Any, x: Any, y: Any, *, profile: str = "local-cpu", warmup: int = 2,
                    repeats: int = 5, device: str | None = None) -> OpGraph:
     """Time each layer's forward, backward (forward+backward minus forward), update and the loss on
     this machine (``device``: a TF device, default TF's choice) and store the medians (seconds),
@@ -118,7 +124,7 @@ def profile_layers(graph: OpGraph, model, x, y, *, profile: str = "local-cpu", w
 
     from orchestrator.execution.functional import run_placed
 
-    calls: list = []
+    calls: list[tuple[Any, Any, dict[str, Any]]] = []
     with tf.device(device) if device else _Null():
         logits = run_placed(model, x, lambda _n: None, training=True, record=calls)
         over = _dispatch_overhead(logits, warmup, repeats)
@@ -140,7 +146,7 @@ def profile_layers(graph: OpGraph, model, x, y, *, profile: str = "local-cpu", w
     return graph
 
 
-def _dispatch_overhead(t, warmup: int, repeats: int) -> float:
+def _dispatch_overhead(t: Any, warmup: int, repeats: int) -> float:
     """Seconds to call a tf.function that returns its input (subtracted from every measurement)."""
     import tensorflow as tf
 
@@ -148,14 +154,14 @@ def _dispatch_overhead(t, warmup: int, repeats: int) -> float:
     return _median_s(ident, (t,), warmup + 2, max(repeats, 10))
 
 
-def _time_layer(layer, args, kwargs, warmup: int, repeats: int) -> tuple[float, float]:
+def _time_layer(layer: Any, args: Any, kwargs: dict[str, Any], warmup: int, repeats: int) -> tuple[float, float]:
     import tensorflow as tf
 
     flat = tf.nest.flatten(args)
     is_t = [tf.is_tensor(a) for a in flat]
     tensors = [a for a, t in zip(flat, is_t) if t]
 
-    def call(ts):
+    def call(ts: Sequence[Any]) -> Any:
         it = iter(ts)
         return layer(*tf.nest.pack_sequence_as(args, [next(it) if t else a for a, t in zip(flat, is_t)]), **kwargs)
 
@@ -164,11 +170,11 @@ def _time_layer(layer, args, kwargs, warmup: int, repeats: int) -> tuple[float, 
     diff = [t for t in tensors if t.dtype.is_floating]
 
     @tf.function
-    def fwd(*ts):
+    def fwd(*ts: Any) -> Any:
         return call(ts)
 
     @tf.function
-    def fwd_bwd(*ts):
+    def fwd_bwd(*ts: Any) -> Any:
         with tf.GradientTape() as tape:
             tape.watch([t for t in ts if t.dtype.is_floating])
             o = tf.nest.flatten(call(ts))
@@ -180,13 +186,13 @@ def _time_layer(layer, args, kwargs, warmup: int, repeats: int) -> tuple[float, 
     return f_t, max(fb_t - f_t, 0.0)
 
 
-def _time_update(layer, warmup: int, repeats: int) -> float:
+def _time_update(layer: Any, warmup: int, repeats: int) -> float:
     import tensorflow as tf
 
     grads = [tf.zeros(v.shape, v.dtype) for v in layer.trainable_variables]
 
     @tf.function
-    def update(*gs):
+    def update(*gs: Any) -> Any:
         for v, g in zip(layer.trainable_variables, gs):
             v.assign_sub(0.0 * g)
         return tf.constant(0)
@@ -194,14 +200,14 @@ def _time_update(layer, warmup: int, repeats: int) -> float:
     return _median_s(update, grads, warmup, repeats)
 
 
-def _time_loss(logits, y, warmup: int, repeats: int) -> float:
+def _time_loss(logits: Any, y: Any, warmup: int, repeats: int) -> float:
     import keras
     import tensorflow as tf
 
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function
-    def loss_grad(z, yy):
+    def loss_grad(z: Any, yy: Any) -> Any:
         with tf.GradientTape() as tape:
             tape.watch(z)
             loss = loss_fn(yy, z)
@@ -211,14 +217,15 @@ def _time_loss(logits, y, warmup: int, repeats: int) -> float:
 
 
 class _Null:
-    def __enter__(self):
+    def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         return False
 
 
-def extract(spec, batch: int = 32, *, profile: str | None = "local-cpu", seed: int = 0,
+def extract(spec: ModelSpec, batch: int = 32, *, profile: str | None = "local-cpu", seed: int = 0,
             warmup: int = 2, repeats: int = 5) -> OpGraph:
     """Build ``spec``'s model, extract its layer graph for ``batch`` and (unless ``profile`` is
     None) profile it here; ``meta`` records ``extract_s`` and ``profile_s``."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 
@@ -24,7 +25,7 @@ _VAR_OPS = {"ReadVariableOp", "AssignSubVariableOp", "AssignVariableOp", "Assign
             "ResourceGather", "ResourceScatterAdd"}
 
 
-def _numel(shape) -> int:
+def _numel(shape: Any) -> int:  # a tf.TensorShape (TensorFlow has no type information)
     try:
         dims = shape.as_list()
     except ValueError:  # unknown rank
@@ -32,7 +33,7 @@ def _numel(shape) -> int:
     return int(math.prod(1 if d is None else d for d in dims))
 
 
-def _bytes(t) -> float:
+def _bytes(t: Any) -> float:  # a tf.Tensor
     try:
         size = t.dtype.size
     except Exception:  # resource / variant handles
@@ -40,25 +41,25 @@ def _bytes(t) -> float:
     return float(_numel(t.shape) * size)
 
 
-def _op_flops(op) -> float:
+def _op_flops(op: Any) -> float:  # a tf.Operation
     t = op.type
     out = sum(_numel(o.shape) for o in op.outputs)
     if t in ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"):
         a = op.inputs[0].shape.as_list() if op.inputs[0].shape.rank else [1]
         k = a[-2] if (t == "MatMul" and op.get_attr("transpose_a")) else a[-1]
-        return 2.0 * out * (k or 1)
+        return float(2.0 * out * (k or 1))
     if t == "Conv2D":
         kh, kw, cin, _ = op.inputs[1].shape.as_list()
-        return 2.0 * out * kh * kw * cin
+        return float(2.0 * out * kh * kw * cin)
     if t == "Conv2DBackpropFilter":  # output = filter shape; work ~ output-gradient size x kh*kw*cin
         kh, kw, cin, _ = op.outputs[0].shape.as_list()
-        return 2.0 * _numel(op.inputs[2].shape) * kh * kw * cin
+        return float(2.0 * _numel(op.inputs[2].shape) * kh * kw * cin)
     if t == "Conv2DBackpropInput":
         kh, kw, _, cout = op.inputs[1].shape.as_list()
-        return 2.0 * out * kh * kw * cout
+        return float(2.0 * out * kh * kw * cout)
     if t == "DepthwiseConv2dNative":
         kh, kw = op.inputs[1].shape.as_list()[:2]
-        return 2.0 * out * kh * kw
+        return float(2.0 * out * kh * kw)
     if t in _MOVE or t.endswith("VariableOp"):
         return 0.0
     return float(out)
@@ -86,7 +87,8 @@ def _role(name: str, op_type: str) -> str:
     return "forward"
 
 
-def extract_op_graph(model, batch: int, input_specs, label_shape=(), name: str | None = None) -> OpGraph:
+def extract_op_graph(model: Any, batch: int, input_specs: list[tuple[tuple[int, ...], Any]],
+                     label_shape: tuple[int, ...] = (), name: str | None = None) -> OpGraph:
     """The op-level graph of one SGD training step of ``model`` for ``batch``-sized inputs
     (``input_specs``: [(shape, dtype)] without batch)."""
     import keras
@@ -96,7 +98,7 @@ def extract_op_graph(model, batch: int, input_specs, label_shape=(), name: str |
     variables = list(model.trainable_variables)
     owner = {id(v): layer.name for layer in model.layers for v in layer.trainable_variables}
 
-    def step(x, y):
+    def step(x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
             with tf.name_scope("loss"):

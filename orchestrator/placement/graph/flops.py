@@ -5,6 +5,8 @@ layers count 1 per output element (``KNOWN`` lists the layers counted exactly)."
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 KNOWN = ("Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D", "SeparableConv2D", "Dense", "EinsumDense",
          "LSTM", "GRU", "SimpleRNN", "MultiHeadAttention", "Attention", "BatchNormalization",
@@ -16,17 +18,17 @@ NO_FLOPS = {"Embedding", "Flatten", "Reshape", "Dropout", "Concatenate", "ZeroPa
 ACT_FLOPS = {"linear": 0, None: 0, "relu": 1, "tanh": 4, "sigmoid": 4, "softmax": 5, "gelu": 8, "swish": 5}
 
 
-def numel(shape) -> int:
+def numel(shape: Iterable[Any]) -> int:
     return int(math.prod(int(d) for d in shape))
 
 
-def _act(cfg: dict, out: int) -> float:
+def _act(cfg: dict[str, Any], out: int) -> float:
     act = cfg.get("activation")
     act = act if isinstance(act, str) or act is None else str(act)
     return ACT_FLOPS.get(act, 4) * out
 
 
-def layer_flops(layer, in_shapes: list[tuple], out_shapes: list[tuple]) -> tuple[float, bool]:
+def layer_flops(layer: Any, in_shapes: list[tuple[int, ...]], out_shapes: list[tuple[int, ...]]) -> tuple[float, bool]:
     """(forward FLOPs, counted exactly) of one call of ``layer``."""
     kind, cfg = type(layer).__name__, layer.get_config()
     out = sum(numel(s) for s in out_shapes)

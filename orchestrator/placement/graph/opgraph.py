@@ -23,9 +23,12 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import WorkloadError
+
+if TYPE_CHECKING:
+    from orchestrator.hardware.cluster import Device
 
 SCHEMA = "orchestrator.opgraph/1"
 ROLES = ("forward", "loss", "backward", "update", "other")
@@ -143,13 +146,13 @@ class OpGraph:
         return sum(n.flops for n in self.nodes)
 
     # -- costs --------------------------------------------------------------------------------
-    def node_cost_s(self, node: Node, device) -> float:
+    def node_cost_s(self, node: Node, device: Device) -> float:
         """Seconds for ``node`` on ``device`` (an ``orchestrator.hardware.cluster.Device``)."""
         if node.cpu_only and device.kind != "cpu":
             return math.inf
         for key in (device.profile, device.kind):
             if key in node.cost:
-                return node.cost[key] * self.time_unit_s
+                return float(node.cost[key] * self.time_unit_s)
         if node.flops == 0 and node.bytes_accessed == 0:
             return 0.0
         return max(node.flops / device.peak_flops, node.bytes_accessed / device.mem_bandwidth)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchestrator.placement.graph.opgraph import OpGraph
 
 
 @dataclass
@@ -17,7 +20,7 @@ class Placement:
     assignment: dict[str, str]
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def check(self, graph) -> Placement:
+    def check(self, graph: OpGraph) -> Placement:
         """Reject unknown devices and unplaced nodes, naming the node."""
         known = set(self.devices)
         for name, dev in self.assignment.items():

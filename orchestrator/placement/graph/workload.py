@@ -22,13 +22,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from orchestrator.errors import WorkloadError
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.placement.graph.placement import Placement
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 NODE_FIELDS = ("id", "supportedOnFpga", "cpuLatency", "fpgaLatency")
@@ -68,10 +73,10 @@ def _read_json(path: Path) -> object:
         raise WorkloadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
-def _malformed(path: Path, what: str):
+def _malformed(path: Path, what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Turn a wrong-typed field deep in a file into one line naming the file (a decorator)."""
-    def wrap(fn):
-        def inner(*args, **kwargs):
+    def wrap(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        def inner(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             try:
                 return fn(*args, **kwargs)
             except WorkloadError:
@@ -82,7 +87,7 @@ def _malformed(path: Path, what: str):
     return wrap
 
 
-def _count(data: dict, key: str, path: Path) -> int:
+def _count(data: dict[str, Any], key: str, path: Path) -> int:
     v = data[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 0:
         raise WorkloadError(f"{path}: {key}={v!r} must be a whole number >= 0")
@@ -91,8 +96,8 @@ def _count(data: dict, key: str, path: Path) -> int:
     return int(v)
 
 
-def _cost(rec: dict, key: str, where: str, path: Path, default: float | None = None) -> float:
-    v = rec.get(key, default)
+def _cost(rec: dict[str, Any], key: str, where: str, path: Path, default: float | None = None) -> float:
+    v: Any = rec.get(key, default)  # float(None) is the TypeError reported below
     try:
         out = float(v)
     except (TypeError, ValueError):
@@ -102,7 +107,7 @@ def _cost(rec: dict, key: str, where: str, path: Path, default: float | None = N
     return out
 
 
-def _need(rec: dict, fields: tuple[str, ...], where: str, path: Path) -> None:
+def _need(rec: object, fields: tuple[str, ...], where: str, path: Path) -> None:
     if not isinstance(rec, dict):
         raise WorkloadError(f"{path}: {where} is not an object")
     for f in fields:
@@ -130,7 +135,7 @@ def load_msr_workload(path: str | Path, *, time_unit: str = "ms", host_memory_by
     return _malformed(path, "workload")(_parse_workload)(path, data, time_unit, host_memory_bytes)
 
 
-def _parse_workload(path: Path, data, time_unit: str, host_memory_bytes: float) -> Workload:
+def _parse_workload(path: Path, data: Any, time_unit: str, host_memory_bytes: float) -> Workload:
     _need(data, ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"), "the top level", path)
     for key in ("nodes", "edges"):
         if not isinstance(data[key], list):
@@ -220,7 +225,7 @@ def load_msr_split(path: str | Path, workload: Workload) -> Placement:
     return _malformed(path, "split file")(_parse_split)(path, data, workload)
 
 
-def _parse_split(path: Path, data, workload: Workload) -> Placement:
+def _parse_split(path: Path, data: Any, workload: Workload) -> Placement:
     _need(data, ("cpus", "fpgas"), "the top level", path)
     for key in ("cpus", "fpgas"):
         if not isinstance(data[key], list):

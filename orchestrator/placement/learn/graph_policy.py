@@ -29,12 +29,16 @@ recorded trajectories (and by imitation of a teacher, teacher-forced).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.placement.graph.arrays import BoolArray, F32Array, FloatArray, I32Array, IntArray
 from orchestrator.placement.learn.policy_decode import (
     K_DYN,
     DecodeInputs,
@@ -54,22 +58,22 @@ SHIPPED = Path(__file__).with_name("checkpoints") / "graph_policy.npz"
 
 @dataclass
 class GraphInputs:
-    x: np.ndarray          # [A, N_ATOM]
-    e: np.ndarray          # [D, N_DEV]
-    p: np.ndarray          # [A, D, N_PAIR]
-    src: np.ndarray        # [M] atom edges
-    dst: np.ndarray
-    w: np.ndarray          # [M]
-    mask: np.ndarray       # [A, D] allowed
-    name_rank: np.ndarray  # [A] rank of each atom's name: order-free random draws
-    res: np.ndarray = None       # [A] resident bytes, temp bytes (memory-aware decoding)
-    temp: np.ndarray = None
-    pool_of: np.ndarray = None   # [D] memory pool of each device, and each pool's capacity (less headroom)
-    pool_cap: np.ndarray = None
-    dec: DecodeInputs = None     # what the sequential decode needs
+    x: F32Array            # [A, N_ATOM]
+    e: F32Array            # [D, N_DEV]
+    p: F32Array            # [A, D, N_PAIR]
+    src: I32Array          # [M] atom edges
+    dst: I32Array
+    w: F32Array            # [M]
+    mask: BoolArray        # [A, D] allowed
+    name_rank: IntArray    # [A] rank of each atom's name: order-free random draws
+    res: FloatArray | None = None       # [A] resident bytes, temp bytes (memory-aware decoding)
+    temp: FloatArray | None = None
+    pool_of: IntArray | None = None     # [D] memory pool of each device, and each pool's capacity (less headroom)
+    pool_cap: FloatArray | None = None
+    dec: DecodeInputs | None = None     # what the sequential decode needs (``graph_inputs`` fills all five)
 
 
-def _depth(prob: PlacementProblem) -> np.ndarray:
+def _depth(prob: PlacementProblem) -> FloatArray:
     s, d = prob.sim, np.zeros(prob.n)
     for u in prob.graph.topological_order():
         nxt = s.succ_idx[s.succ_ptr[u]:s.succ_ptr[u + 1]]
@@ -131,13 +135,16 @@ def graph_inputs(prob: PlacementProblem) -> GraphInputs:
     key = [prob.graph.nodes[m[0]].group or prob.graph.nodes[m[0]].name for m in prob.members]
     name_rank = np.empty(A, np.int64)
     name_rank[np.argsort(np.array(key, dtype=object), kind="stable")] = np.arange(A)
-    f = lambda a: np.nan_to_num(a, nan=0.0, posinf=5.0, neginf=-5.0).astype(np.float32)
+    def f(a: FloatArray) -> F32Array:
+        return np.nan_to_num(a, nan=0.0, posinf=5.0, neginf=-5.0).astype(np.float32)
+
     return GraphInputs(f(x), f(e), f(p), sa[cross].astype(np.int32), da[cross].astype(np.int32), f(w), mask, name_rank,
                        res, prob.atom_temp, prob.pool_of, prob.pool_cap,
                        decode_inputs(prob, depth, rank, name_rank, np.nan_to_num(cmin)))
 
 
-def _slots(cmin, depth, mask, rel_speed, acc, cap) -> np.ndarray:
+def _slots(cmin: FloatArray, depth: FloatArray, mask: BoolArray, rel_speed: FloatArray, acc: BoolArray,
+           cap: FloatArray) -> F32Array:
     """Pair features of two contiguous splits along depth (both order-free): each atom's position =
     the work of shallower atoms plus half of its own depth level, as a fraction of all work; split
     ``speed`` gives the accelerators (or all devices when none) consecutive slices of that range in
@@ -168,10 +175,13 @@ def _slots(cmin, depth, mask, rel_speed, acc, cap) -> np.ndarray:
 
 
 class GraphPolicy:
-    """The weights (shared by every graph and worker) and their Adam optimiser."""
+    """The weights (shared by every graph and worker) and their Adam optimiser. TensorFlow values
+    (variables, tensors, traced functions) are typed ``Any``: TensorFlow has no type information."""
+
+    meta: dict[str, Any]       # set by ``load``: the checkpoint's own record (e.g. its pre-training cases)
 
     def __init__(self, hidden: int = 32, rounds: int = 3, seed: int = 0, lr: float = 0.003, table_lr: float = 0.05,
-                 prior: float = None):
+                 prior: float | None = None) -> None:
         import tensorflow as tf
 
         self.tf, self.hidden, self.rounds, self.lr, self.table_lr = tf, hidden, rounds, lr, table_lr
@@ -201,20 +211,21 @@ class GraphPolicy:
                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]),
                 tf.TensorSpec([None, None], tf.bool), tf.TensorSpec([None, None])]
         self._static_fn = tf.function(self._static, input_signature=spec)
-        self._table, self._train_fn = None, None
+        self._table: Any = None                              # the tf.Variable the traced step trains
+        self._train_fn: Callable[..., Any] | None = None
 
     @staticmethod
-    def _init(rng, k, s):
+    def _init(rng: np.random.Generator, k: str, s: tuple[int, ...]) -> F32Array:
         if len(s) == 1:
             return np.zeros(s, np.float32)
         scale = 0.01 if k in ("v", "vq") else np.sqrt(1.0 / s[0]) * (0.5 if k[:2] in ("Ws", "Wi", "Wo") else 1.0)
         return (rng.standard_normal(s) * scale).astype(np.float32)
 
     @property
-    def variables(self):
+    def variables(self) -> list[Any]:
         return [self.vars[k] for k in self.names]
 
-    def _static(self, x, e, p, src, dst, w, mask, table):
+    def _static(self, x: Any, e: Any, p: Any, src: Any, dst: Any, w: Any, mask: Any, table: Any) -> tuple[Any, Any]:
         """(static logits [A, D] with the table, disallowed -1e9; pair embedding z Wr [A, D, HQ])."""
         tf, V = self.tf, self.vars
         A = tf.shape(x)[0]
@@ -233,13 +244,14 @@ class GraphPolicy:
         logits = tf.squeeze(z @ V["v"], -1) + table
         return tf.where(mask, logits, -1e9), tf.einsum("adh,hq->adq", z, V["Wr"])
 
-    def _dynamic(self, s, zr, feats, feas):
+    def _dynamic(self, s: Any, zr: Any, feats: Any, feas: Any) -> Any:
         """Logits [B, A, D] of recorded decisions: s + relu(f Wq + z Wr + bq) vq, infeasible -1e9."""
         tf, V = self.tf, self.vars
         dyn = tf.squeeze(tf.nn.relu(tf.einsum("badk,kq->badq", feats, V["Wq"]) + zr[None] + V["bq"]) @ V["vq"], -1)
         return tf.where(feas, s[None] + dyn, -1e9)
 
-    def _grads(self, x, e, p, src, dst, w, mask, table, feats, feas, actions, adv, ent_coef):
+    def _grads(self, x: Any, e: Any, p: Any, src: Any, dst: Any, w: Any, mask: Any, table: Any, feats: Any, feas: Any,
+               actions: Any, adv: Any, ent_coef: Any) -> tuple[Any, Any, Any]:
         tf = self.tf
         with tf.GradientTape() as tape:
             tape.watch(table)
@@ -253,55 +265,61 @@ class GraphPolicy:
         return grads[:-1], grads[-1], entropy / tf.cast(tf.shape(logp)[1], tf.float32)
 
     # -- numpy API ----------------------------------------------------------------------------
-    def _args(self, gi: GraphInputs, table):
+    def _args(self, gi: GraphInputs, table: npt.ArrayLike | None) -> tuple[Any, ...]:
         tf = self.tf
         t = np.zeros(gi.mask.shape, np.float32) if table is None else np.asarray(table, np.float32)
         return (tf.constant(gi.x), tf.constant(gi.e), tf.constant(gi.p), tf.constant(gi.src), tf.constant(gi.dst),
                 tf.constant(gi.w), tf.constant(gi.mask), tf.constant(t))
 
-    def static(self, gi: GraphInputs, table=None, traced: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def static(self, gi: GraphInputs, table: npt.ArrayLike | None = None, traced: bool = False,
+               ) -> tuple[FloatArray, FloatArray]:
         """Eager by default (tracing costs more than one zero-shot decode); ``traced`` for the many
         calls of a search (traced once per policy)."""
         fn = self._static_fn if traced else self._static
         s, zr = fn(*self._args(gi, table))
         return s.numpy().astype(np.float64), zr.numpy().astype(np.float64)
 
-    def logits(self, gi: GraphInputs, table=None, traced: bool = False) -> np.ndarray:
+    def logits(self, gi: GraphInputs, table: npt.ArrayLike | None = None, traced: bool = False) -> FloatArray:
         """The static logits [A, D] (before the sequential head)."""
         return self.static(gi, table, traced)[0]
 
-    def _head(self) -> dict:
+    def _head(self) -> dict[str, FloatArray]:
         return {k: self.vars[k].numpy().astype(np.float64) for k in ("Wq", "bq", "vq")}
 
-    def rollouts(self, gi: GraphInputs, n: int = 1, rng: np.random.Generator | None = None, table=None,
-                 traced: bool = False, greedy: bool = False, forced: np.ndarray | None = None) -> Rollouts:
+    def rollouts(self, gi: GraphInputs, n: int = 1, rng: np.random.Generator | None = None,
+                 table: npt.ArrayLike | None = None, traced: bool = False, greedy: bool = False,
+                 forced: IntArray | None = None) -> Rollouts:
         """``n`` sequential decodes (``policy_decode.rollout``): greedy, ``forced`` ([n, A]) or sampled
         (atom a uses the ``name_rank[a]``-th uniform of its row, so samples do not depend on the
         order of the nodes in the graph file)."""
         s, zr = self.static(gi, table, traced)
-        draws = None if (greedy or forced is not None) else rng.random((n, len(gi.mask)))
+        # sampling needs ``rng`` (every sampling caller passes one; None there fails here)
+        draws = None if (greedy or forced is not None) else rng.random((n, len(gi.mask)))  # type: ignore[union-attr]
         return rollout(gi, s, zr, self._head(), n, greedy=greedy, draws=draws, forced=forced)
 
-    def decode(self, gi: GraphInputs, table=None) -> np.ndarray:
+    def decode(self, gi: GraphInputs, table: npt.ArrayLike | None = None) -> IntArray:
         """The greedy sequential decode: per atom in priority order the largest logit (rounded to
         1e-4, so float summation order cannot flip a near tie) among the devices whose memory pool
         still holds it."""
-        return self.rollouts(gi, 1, table=table, greedy=True).actions[0]
+        best: IntArray = self.rollouts(gi, 1, table=table, greedy=True).actions[0]   # (a row: Any to numpy)
+        return best
 
-    def probs(self, gi: GraphInputs, table=None) -> np.ndarray:
+    def probs(self, gi: GraphInputs, table: npt.ArrayLike | None = None) -> FloatArray:
         """The policy's distribution [A, D] at each decision of the greedy decode."""
         s, zr = self.static(gi, table)
         head = self._head()
         ro = rollout(gi, s, zr, head, 1, greedy=True)
         z = head_logits(s, zr, head, ro.feats[0], ro.feasible[0])
         z = np.exp(z - z.max(axis=1, keepdims=True)) * ro.feasible[0]
-        return z / z.sum(axis=1, keepdims=True)
+        out: FloatArray = z / z.sum(axis=1, keepdims=True)
+        return out
 
-    def sample(self, gi: GraphInputs, n: int, rng: np.random.Generator, table=None, traced: bool = False) -> Rollouts:
+    def sample(self, gi: GraphInputs, n: int, rng: np.random.Generator, table: npt.ArrayLike | None = None,
+               traced: bool = False) -> Rollouts:
         """``n`` sampled placements (``.actions`` [n, A]) with their recorded decisions."""
         return self.rollouts(gi, n, rng, table, traced)
 
-    def update(self, gi: GraphInputs, ro: Rollouts, adv: np.ndarray, ent_coef: float, table=None) -> float:
+    def update(self, gi: GraphInputs, ro: Rollouts, adv: FloatArray, ent_coef: float, table: Any = None) -> float:
         """One REINFORCE step on the recorded trajectories ``ro`` (with ``adv`` = 1 and teacher-forced
         rollouts: one imitation step); ``table`` (a tf.Variable [A, D] or None) is trained alongside.
         Gradient and both Adam steps run as one traced function (traced once per policy and table)."""
@@ -318,7 +336,8 @@ class GraphPolicy:
         self.updates += 1
         return float(ent)
 
-    def _train(self, x, e, p, src, dst, w, mask, feats, feas, actions, adv, ent_coef):
+    def _train(self, x: Any, e: Any, p: Any, src: Any, dst: Any, w: Any, mask: Any, feats: Any, feas: Any,
+               actions: Any, adv: Any, ent_coef: Any) -> Any:
         tf = self.tf
         t = tf.zeros(tf.shape(mask)) if self._table is None else tf.convert_to_tensor(self._table)
         g_net, g_table, ent = self._grads(x, e, p, src, dst, w, mask, t, feats, feas, actions, adv, ent_coef)
@@ -328,7 +347,7 @@ class GraphPolicy:
         return ent
 
     # -- checkpoints --------------------------------------------------------------------------
-    def save(self, path: str | Path, meta: dict | None = None, table: np.ndarray | None = None) -> None:
+    def save(self, path: str | Path, meta: dict[str, Any] | None = None, table: npt.ArrayLike | None = None) -> None:
         """The weights and their config (and a trial's per-atom table, to resume it) in one .npz."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -338,7 +357,7 @@ class GraphPolicy:
             np.savez_compressed(f, __config__=np.array(json.dumps(cfg)), **{k: v.numpy() for k, v in self.vars.items()},
                                 **({} if table is None else {"__table__": np.asarray(table, np.float32)}))
 
-    def restore(self, path: str | Path, table=None) -> str:
+    def restore(self, path: str | Path, table: Any = None) -> str:
         """Resume from a trial's checkpoint: the weights when their shapes match, the table (a
         tf.Variable) too when it has this graph's shape. Returns "all", "net" or "none"."""
         try:

@@ -36,43 +36,63 @@ in TensorFlow (``Rollouts``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+from orchestrator.placement.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
+
+if TYPE_CHECKING:
+    from orchestrator.placement.solve.problem import PlacementProblem
 
 K_DYN = 12
 
 
 @dataclass
 class DecodeInputs:
-    order: np.ndarray      # [A] decode order (upward rank, then depth, then name)
-    cost: np.ndarray       # [A, D] atom cost in s (0 where not allowed; see mask)
-    in_ptr: np.ndarray     # [A + 1] atom in-edges, CSR
-    in_src: np.ndarray
-    in_n: np.ndarray       # tensors (latency count), bytes, fixed costs per atom edge
-    in_bytes: np.ndarray
-    in_fixed: np.ndarray
-    lat: np.ndarray        # [D, D]
-    inv_bw: np.ndarray
-    hops: np.ndarray
+    order: IntArray        # [A] decode order (upward rank, then depth, then name)
+    cost: FloatArray       # [A, D] atom cost in s (0 where not allowed; see mask)
+    in_ptr: IntArray       # [A + 1] atom in-edges, CSR
+    in_src: IntArray
+    in_n: FloatArray       # tensors (latency count), bytes, fixed costs per atom edge
+    in_bytes: FloatArray
+    in_fixed: FloatArray
+    lat: FloatArray        # [D, D]
+    inv_bw: FloatArray
+    hops: FloatArray
     cbar: float
     share: float
     pipeline: float
 
 
+class DecodeGraph(Protocol):
+    """What ``rollout`` reads of a graph's inputs (``graph_policy.GraphInputs``, which imports this
+    module: a protocol, not an import, so the two modules stay out of an import circle)."""
+
+    mask: BoolArray                  # [A, D] allowed
+    name_rank: IntArray              # [A]
+    res: FloatArray | None           # [A] resident bytes
+    temp: FloatArray | None          # [A] temporary bytes
+    pool_of: IntArray | None         # [D] memory pool of each device
+    pool_cap: FloatArray | None      # [P] capacity of each pool
+    dec: DecodeInputs | None
+
+
 @dataclass
 class Rollouts:
-    actions: np.ndarray    # [B, A] device per atom
-    feats: np.ndarray      # [B, A, D, K_DYN] float32, the dynamic features at each decision
-    feasible: np.ndarray   # [B, A, D] the devices the decision could choose
+    actions: IntArray      # [B, A] device per atom
+    feats: F32Array        # [B, A, D, K_DYN] float32, the dynamic features at each decision
+    feasible: BoolArray    # [B, A, D] the devices the decision could choose
 
 
-def head_logits(s, zr, head: dict, f, ok) -> np.ndarray:
+def head_logits(s: FloatArray, zr: FloatArray, head: dict[str, FloatArray], f: F32Array, ok: BoolArray) -> FloatArray:
     """The logits of decisions (numpy): s + relu(f Wq + z Wr + bq) vq, -1e9 where not ``ok``; ``s``
     [..., D], ``zr`` [..., D, Hq], ``f`` [..., D, K_DYN] (``GraphPolicy._dynamic`` in TensorFlow)."""
     return np.where(ok, s + np.maximum(f @ head["Wq"] + zr + head["bq"], 0.0) @ head["vq"][:, 0], -1e9)
 
 
-def decode_inputs(prob, depth: np.ndarray, rank: np.ndarray, name_rank: np.ndarray, cmin: np.ndarray) -> DecodeInputs:
+def decode_inputs(prob: PlacementProblem, depth: FloatArray, rank: FloatArray, name_rank: IntArray, cmin: FloatArray,
+                  ) -> DecodeInputs:
     """The arrays the sequential decode needs, from a ``PlacementProblem``."""
     s, A, D = prob.sim, prob.n_atoms, prob.nd
     src_n = np.repeat(np.arange(prob.n), np.diff(s.succ_ptr))
@@ -97,12 +117,15 @@ def decode_inputs(prob, depth: np.ndarray, rank: np.ndarray, name_rank: np.ndarr
                         cmean, float(cmin.sum() / D) or 1.0, pipe)
 
 
-def rollout(gi, s: np.ndarray, zr: np.ndarray, head: dict, n: int, *, greedy: bool = False,
-            draws: np.ndarray | None = None, forced: np.ndarray | None = None) -> Rollouts:
+def rollout(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str, FloatArray], n: int, *, greedy: bool = False,
+            draws: FloatArray | None = None, forced: IntArray | None = None) -> Rollouts:
     """``n`` trajectories: greedy (largest logit), sampled (``draws`` [n, A] uniforms, column by name
     rank) or ``forced`` ([n, A] given actions, for imitation). ``s`` [A, D] static logits (table
     included), ``zr`` [A, D, Hq] the pair embedding after Wr; ``head`` the numpy Wq, bq, vq."""
     di, mask = gi.dec, gi.mask
+    # ``graph_inputs`` fills the memory and decode fields (they default to None only in the dataclass)
+    assert di is not None and gi.res is not None and gi.temp is not None and gi.pool_of is not None \
+        and gi.pool_cap is not None
     A, D = mask.shape
     B = n
     ar = np.arange(B)
@@ -174,6 +197,7 @@ def rollout(gi, s: np.ndarray, zr: np.ndarray, head: dict, n: int, *, greedy: bo
         else:
             z = np.exp(logit - logit.max(axis=1, keepdims=True)) * ok
             cum = np.cumsum(z / z.sum(axis=1, keepdims=True), axis=1)
+            assert draws is not None            # sampling: the caller passes the uniforms
             ch = np.minimum((draws[:, gi.name_rank[a]][:, None] > cum).sum(axis=1), D - 1)
             bad = ~ok[ar, ch]                                   # rounding at the top end
             if bad.any():

@@ -20,11 +20,20 @@ the latter for monitoring only) and the checkpoint as an artifact.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from orchestrator.paths import msr_workloads, repo_root
+from orchestrator.placement.graph.arrays import IntArray
+
+if TYPE_CHECKING:
+    from orchestrator.execution.training import MetricsSink
+    from orchestrator.hardware.cluster import Worker
+    from orchestrator.placement.graph.opgraph import OpGraph
+    from orchestrator.placement.learn.graph_policy import GraphPolicy
 
 DEFAULT_WORKLOADS = msr_workloads()
 EXTRACTED = {"resnet50": ("resnet50", {"input_size": 224}), "nmt-2": ("nmt", {"layers": 2}),
@@ -42,8 +51,11 @@ HELD_OUT_MSR = ("throughput-inputs/LayerGraphs/bert24_training.json", "throughpu
 HELD_OUT = HELD_OUT_MODELS + HELD_OUT_MSR
 BATCH = 64
 
+# (label, graph, worker[, objective]): the arguments of ``Case``
+CaseSpec = tuple[str, "OpGraph", "Worker"] | tuple[str, "OpGraph", "Worker", str]
 
-def workers():
+
+def workers() -> dict[str, Worker]:
     """Four simulated single-host workers: the reference study's 1 CPU + 4 K80 (two per switch),
     1 CPU + 2 V100 (NVLink), 1 CPU + 2 A100 (NVLink), 1 CPU + 2 K80."""
     from orchestrator.hardware.cluster import Worker
@@ -56,7 +68,7 @@ def workers():
     return out
 
 
-def extracted_graph(key: str):
+def extracted_graph(key: str) -> OpGraph:
     from orchestrator.models import builtin
     from orchestrator.placement.graph.extract import extract
 
@@ -71,8 +83,9 @@ def msr_file(workloads: Path, rel: str) -> Path | None:
     return None
 
 
-def training_cases(workloads: Path, models=TRAIN_MODELS, msr=TRAIN_MSR, notes: list | None = None,
-                   pipeline=TRAIN_PIPELINE, synthetic: int = SYNTHETIC):
+def training_cases(workloads: Path, models: Iterable[str] = TRAIN_MODELS, msr: Iterable[str] = TRAIN_MSR,
+                   notes: list[str] | None = None, pipeline: Iterable[str] = TRAIN_PIPELINE,
+                   synthetic: int = SYNTHETIC) -> Iterator[CaseSpec]:
     """(label, graph, worker[, objective]) of the pre-training set: one-step objective, and the
     throughput workloads in ``pipeline`` also with the pipeline objective; missing workload files
     are skipped (noted)."""
@@ -101,7 +114,7 @@ def training_cases(workloads: Path, models=TRAIN_MODELS, msr=TRAIN_MSR, notes: l
             yield "msr " + rel.split("-inputs/")[0] + " " + Path(rel).stem + " (pipeline)", wl.graph, wl.worker, "pipeline"
 
 
-def synthetic_graph(seed: int):
+def synthetic_graph(seed: int) -> OpGraph:
     """A random layered DAG (Placeto and GDP also pre-train on synthetic graphs): 12-40 levels of
     1-6 nodes, each fed by 1-2 nodes of the level before (all of them, for a level of one node),
     forward flops log-uniform in [1e9, 3e11], activations log-uniform in [1e5, 1e8] bytes, weights
@@ -110,8 +123,11 @@ def synthetic_graph(seed: int):
 
     rng = np.random.default_rng(1000 + seed)
     levels = [[f"n{lv}_{i}" for i in range(int(rng.integers(1, 7)))] for lv in range(int(rng.integers(12, 41)))]
-    lu = lambda lo, hi: float(10 ** rng.uniform(np.log10(lo), np.log10(hi)))
-    nodes, edges = [], []
+    def lu(lo: float, hi: float) -> float:       # log-uniform in [lo, hi]
+        return float(10 ** rng.uniform(np.log10(lo), np.log10(hi)))
+
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
     for lv, names in enumerate(levels):
         for n in names:
             out = lu(1e5, 1e8)
@@ -128,7 +144,9 @@ class Case:
     """A graph on a worker and an objective, ready for policy steps: inputs, greedy reference (for
     ``pipeline`` the better of greedy and the contiguous DP, rl's incumbent), per-case baseline."""
 
-    def __init__(self, label, graph, worker, objective: str = "step"):
+    teacher_t: float       # the teacher's value, set by ``teacher``
+
+    def __init__(self, label: str, graph: OpGraph, worker: Worker, objective: str = "step") -> None:
         from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
         from orchestrator.placement.learn.graph_policy import graph_inputs
         from orchestrator.placement.solve.greedy import best_greedy
@@ -147,9 +165,9 @@ class Case:
             if dp.assign is not None and self.prob.objective_value(dp.assign) < self.greedy:
                 self.start, self.greedy = dp.assign.copy(), self.prob.objective_value(dp.assign)
         self.cap = float(self.prob.pool_cap[np.isfinite(self.prob.pool_cap)].sum() or 1.0)
-        self.baseline = None
+        self.baseline: float | None = None
 
-    def teacher(self, budget: int, seed: int = 0) -> np.ndarray:
+    def teacher(self, budget: int, seed: int = 0) -> IntArray:
         """The imitation target: greedy improved by ``budget`` evaluations of rl's local search, per
         atom, with identical devices renumbered in order of the depth position of their atoms."""
         from orchestrator.placement.solve.local_search import local_search
@@ -158,7 +176,7 @@ class Case:
         atoms = self.prob.atoms_of(assign)
         pos = self.gi.x[:, 6]                                  # depth fraction
         devs = self.prob.worker.devices
-        same: dict = {}
+        same: dict[tuple[str, str, float, float], list[int]] = {}
         for d, dev in enumerate(devs):
             same.setdefault((dev.kind, dev.profile, float(dev.peak_flops), float(dev.memory_bytes)), []).append(d)
         perm = np.arange(len(devs))
@@ -169,7 +187,7 @@ class Case:
         t2 = self.score(out)[0]
         return out if t2 <= self.teacher_t * (1 + 1e-6) else atoms   # renumbering must not hurt (links)
 
-    def score(self, atom_assign: np.ndarray) -> tuple[float, float]:
+    def score(self, atom_assign: IntArray) -> tuple[float, float]:
         a = self.prob.expand(atom_assign)
         over = self.prob.overflow(a)
         if over:
@@ -178,19 +196,21 @@ class Case:
         return t, -math.sqrt(t / self.greedy)
 
 
-def decode_ratio(policy, cases) -> float:
+def decode_ratio(policy: GraphPolicy, cases: Sequence[Case]) -> float:
     r = [c.score(policy.decode(c.gi))[0] / c.greedy for c in cases]
     return float(np.exp(np.mean(np.log(np.minimum(r, 10.0)))))
 
 
-def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, seed: int, eval_every: int,
-             hidden: int, sink=None, log=print, imitate: int = 0, teacher_budget: int = 2000, rl_lr: float | None = None):
+def pretrain(cases: Sequence[Case], held: Sequence[Case], updates: int, batch: int, lr: float, entropy: float, seed: int,
+             eval_every: int, hidden: int, sink: MetricsSink | None = None, log: Callable[[str], object] = print,
+             imitate: int = 0, teacher_budget: int = 2000, rl_lr: float | None = None,
+             ) -> tuple[GraphPolicy, tuple[float, str, dict[str, Any]], list[tuple[int, float, float]]]:
     from orchestrator.placement.learn.graph_policy import GraphPolicy
 
     rng = np.random.default_rng(seed)
     policy = GraphPolicy(hidden, seed=seed, lr=lr)
-    curve = []
-    best = (decode_ratio(policy, cases), "the list-scheduling prior (no training)", {k: v.numpy() for k, v in policy.vars.items()})
+    curve: list[tuple[int, float, float]] = []
+    best: tuple[float, str, dict[str, Any]] = (decode_ratio(policy, cases), "the list-scheduling prior (no training)", {k: v.numpy() for k, v in policy.vars.items()})
     log(f"untrained (list-scheduling prior): decode / greedy training {best[0]:.3f}")
     if imitate:                                   # behaviour cloning of the search teacher first
         targets = [c.teacher(teacher_budget, seed) for c in cases]
@@ -214,8 +234,8 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
     for upd in range(updates):
         c = cases[upd % len(cases)]
         ro = policy.sample(c.gi, batch, rng, traced=True)
-        times, rewards = zip(*(c.score(a) for a in ro.actions))
-        rewards = np.array(rewards)
+        times, rewards_t = zip(*(c.score(a) for a in ro.actions))
+        rewards = np.array(rewards_t)
         c.baseline = rewards.mean() if c.baseline is None else 0.9 * c.baseline + 0.1 * rewards.mean()
         adv = (rewards - c.baseline) / (rewards.std() + 1e-8)
         policy.update(c.gi, ro, adv, entropy * (1 - upd / updates))
@@ -237,7 +257,7 @@ def pretrain(cases, held, updates: int, batch: int, lr: float, entropy: float, s
     return policy, best, curve
 
 
-def held_out_cases(workloads: Path):
+def held_out_cases(workloads: Path) -> Iterator[CaseSpec]:
     from orchestrator.placement.graph.workload import load_msr_workload
 
     ws = workers()

@@ -5,10 +5,15 @@ micro-batch 3) and U (the update), each micro-batch in its own colour."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.placement.simulate.simulator import SimResult
 
 
-def gantt(result, path: str | Path, title: str = "") -> Path:
+def gantt(result: SimResult, path: str | Path, title: str = "") -> Path:
     """Draw ``result.schedule`` (``simulate(..., schedule=True)``) into ``path``."""
     if result.schedule is None:
         raise ValueError("the result has no schedule: simulate with schedule=True")
@@ -16,7 +21,7 @@ def gantt(result, path: str | Path, title: str = "") -> Path:
                         title or f"step {result.makespan_s:.6g} s" + ("" if result.feasible else " (infeasible: memory)"))
 
 
-def _colour(ev: dict, cmap) -> str:
+def _colour(ev: dict[str, Any], cmap: Callable[[int], tuple[float, ...]]) -> str | tuple[float, ...]:
     label = ev.get("label")
     if label and label[1:].isdigit():            # F3 / B3: the micro-batch's colour, backward lighter
         c = cmap((int(label[1:]) - 1) % 10)
@@ -26,7 +31,7 @@ def _colour(ev: dict, cmap) -> str:
     return "tab:blue" if ev["kind"] == "node" else "tab:orange"
 
 
-def gantt_events(events: list[dict], path: str | Path, title: str = "") -> Path:
+def gantt_events(events: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """``events``: {"kind": "node"|"transfer", "row", "start", "end"[, "label"]} (seconds)."""
     import matplotlib
     matplotlib.use("Agg")

@@ -9,9 +9,14 @@ is ``F`` (forward and loss), ``B`` (backward) or ``U`` (update)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
+
+if TYPE_CHECKING:
+    from orchestrator.placement.graph.opgraph import OpGraph
 
 F, B, U = 0, 1, 2
 
@@ -23,11 +28,11 @@ def in_flight(kind: str, micro_batches: int, n_stages: int, stage: int) -> int:
     return max(1, min(micro_batches, n_stages - stage))
 
 
-def phase_of(graph) -> np.ndarray:
+def phase_of(graph: OpGraph) -> IntArray:
     return np.array([B if n.role == "backward" else U if n.role == "update" else F for n in graph.nodes], dtype=np.int64)
 
 
-def flow_position(graph) -> np.ndarray:
+def flow_position(graph: OpGraph) -> FloatArray:
     """Position of each node in the forward flow: forward nodes in topological order; a backward or
     update node at its group's forward node (else after every forward node)."""
     phase = phase_of(graph)
@@ -46,7 +51,7 @@ def flow_position(graph) -> np.ndarray:
     return pos
 
 
-def stage_order(pos: np.ndarray, assign: np.ndarray, n_devices: int) -> list[int]:
+def stage_order(pos: FloatArray, assign: IntArray, n_devices: int) -> list[int]:
     """Devices used by ``assign``, in flow order (mean flow position of their nodes)."""
     cnt = np.bincount(assign, minlength=n_devices)
     tot = np.bincount(assign, weights=pos, minlength=n_devices)
@@ -54,8 +59,8 @@ def stage_order(pos: np.ndarray, assign: np.ndarray, n_devices: int) -> list[int
     return sorted(used.tolist(), key=lambda d: (tot[d] / cnt[d], d))
 
 
-def in_flight_counts(graph: Any, assign: np.ndarray, n_devices: int, micro_batches: int, kind: str,
-                     pos: np.ndarray | None = None) -> np.ndarray:
+def in_flight_counts(graph: OpGraph, assign: IntArray, n_devices: int, micro_batches: int, kind: str,
+                     pos: FloatArray | None = None) -> FloatArray:
     """Micro-batches in flight per device for ``assign`` (the counts ``Simulator.memory`` charges)."""
     pos = flow_position(graph) if pos is None else pos
     out = np.ones(n_devices)

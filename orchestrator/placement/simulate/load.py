@@ -23,24 +23,27 @@ memory, ``cpu_only`` or colocation are ``inf``, as in the simulator.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
-from orchestrator.placement.graph.opgraph import original_edges
+from orchestrator.hardware.cluster import Worker
+from orchestrator.placement.graph.arrays import FloatArray
+from orchestrator.placement.graph.opgraph import OpGraph, original_edges
 from orchestrator.placement.simulate.simulator import Simulator
 
 
 class LoadModel:
     """Arrays for the fast evaluation of ``time_per_sample(assign)`` (device index per node)."""
 
-    def __init__(self, graph: Any, worker: Any, sim: Any = None):
+    def __init__(self, graph: OpGraph, worker: Worker, sim: Simulator | None = None):
         self.graph, self.worker = graph, worker
         self.sim = sim if sim is not None else Simulator(graph, worker)
         n, nd = len(graph.nodes), len(worker.devices)
         self.n, self.nd = n, nd
         self.cost = self.sim.cost
-        pairs = {}
+        pairs: dict[tuple[int, int], None] = {}   # an ordered set of (src, dst) node pairs
         self.fixed = np.full(n, -1.0)
         self.nbytes = np.zeros(n)
         for e in original_edges(graph):
@@ -69,12 +72,12 @@ class LoadModel:
                 ls = self.sim.route_link[self.sim.route_ptr[r]:self.sim.route_ptr[r + 1]]
                 self.routes[a, b, :len(ls)] = ls
 
-    def loads(self, assign) -> tuple[np.ndarray, np.ndarray]:
+    def loads(self, assign: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
         """(load per device, busy time per link channel), in seconds per sample."""
         a = np.asarray(assign, dtype=np.int64)
         comp = self.cost[np.arange(self.n), a]
-        load = np.bincount(a, weights=np.where(np.isfinite(comp), comp, np.inf), minlength=self.nd)
-        chan = np.zeros(self.sim.n_chan)
+        load = cast(FloatArray, np.bincount(a, weights=np.where(np.isfinite(comp), comp, np.inf), minlength=self.nd))  # weighted: float
+        chan: FloatArray = np.zeros(self.sim.n_chan)
         if len(self.src):
             du, dv = a[self.src], a[self.dst]
             x = du != dv
@@ -90,16 +93,16 @@ class LoadModel:
                 for ends in (self.link_src[ll], self.link_dst[ll]):
                     ok = ends >= 0
                     load += np.bincount(ends[ok], weights=hop[ok], minlength=self.nd)
-                chan = np.bincount(self.link_chan[ll], weights=hop, minlength=self.sim.n_chan)
+                chan = cast(FloatArray, np.bincount(self.link_chan[ll], weights=hop, minlength=self.sim.n_chan))
         return load, chan
 
-    def time_per_sample(self, assign) -> float:
+    def time_per_sample(self, assign: npt.ArrayLike) -> float:
         a = np.asarray(assign, dtype=np.int64)
         if self.sim.memory(a)[1] or self.sim.violations(a):
             return math.inf
         load, chan = self.loads(a)
         return float(max(load.max(initial=0.0), chan.max(initial=0.0)))
 
-    def device_loads(self, assign) -> dict[str, float]:
+    def device_loads(self, assign: npt.ArrayLike) -> dict[str, float]:
         load, _ = self.loads(assign)
         return {d.name: float(x) for d, x in zip(self.worker.devices, load)}

@@ -42,14 +42,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.contention import SharedCores
-from orchestrator.placement.graph.opgraph import original_edges
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.opgraph import OpGraph, original_edges
 from orchestrator.placement.simulate.inflight import B, F, U, flow_position, phase_of, stage_order
 from orchestrator.placement.simulate.simulator import Simulator
 
 SCHEDULES = ("gpipe", "1f1b")
+
+Task = tuple[int, int, int]                                  # (phase, device, micro-batch)
+# (src phase, src device, dst device) -> [{link channel: seconds}, consumer phases]
+Transfers = dict[tuple[int, int, int], list[Any]]
 _NAMES = "FBU"
 
 
@@ -89,7 +96,7 @@ class ScheduleResult:
     oom: list[tuple[str, float]] = field(default_factory=list)
     stage_time_s: dict[str, float] = field(default_factory=dict)   # F + B of one micro-batch per stage
     against_order: int = 0
-    schedule_events: list[dict] | None = None
+    schedule_events: list[dict[str, Any]] | None = None
 
     @property
     def feasible(self) -> bool:
@@ -100,7 +107,8 @@ class MicrobatchSchedule:
     """A graph on a worker, ready to schedule any assignment (device index per node) with
     ``micro_batches`` micro-batches; ``evaluate`` returns a ``ScheduleResult``."""
 
-    def __init__(self, graph: Any, worker: Any, micro_batches: int, kind: str = "1f1b", sim: Any = None):
+    def __init__(self, graph: OpGraph, worker: Worker, micro_batches: int, kind: str = "1f1b",
+                 sim: Simulator | None = None):
         if kind not in SCHEDULES:
             raise ConfigError(f"placement.schedule={kind!r} (accepted: {', '.join(SCHEDULES)})")
         self.graph, self.worker, self.m, self.kind = graph, worker, int(micro_batches), kind
@@ -123,35 +131,35 @@ class MicrobatchSchedule:
         self.act = np.array([n.activation_bytes if self.phase[i] == F else 0.0 for i, n in enumerate(graph.nodes)])
         # shared cores (cluster.CorePool): the pool of each device and its group (pool name, or itself)
         self.pool = [worker.core_pool_of(d) for d in worker.devices]
-        self.group = [d.core_pool if p is not None else ("device", i)
+        self.group: list[str | tuple[str, int] | None] = [d.core_pool if p is not None else ("device", i)
                       for i, (d, p) in enumerate(zip(worker.devices, self.pool))]
 
     # -- the plan of one assignment -------------------------------------------------------------
-    def _plan(self, assign: np.ndarray):
+    def _plan(self, assign: IntArray) -> tuple[list[int], FloatArray, Transfers, int]:
         nd = self.nd
         stages = stage_order(self.pos, assign, nd)
         si = {d: k for k, d in enumerate(stages)}
         dur = np.zeros((3, nd))
         np.add.at(dur, (self.phase, assign), self.cost[np.arange(len(assign)), assign])
         # one tensor per (source node, destination device): bytes and fixed cost are the max over its edges
-        items: dict[tuple[int, int], list] = {}   # (src node, dst device) -> [bytes, fixed, consumer phases]
+        items: dict[tuple[int, int], list[Any]] = {}   # (src node, dst device) -> [bytes, fixed, consumer phases]
         du, dv = assign[self.e_src], assign[self.e_dst]
         for k in np.flatnonzero(du != dv):
             key = (int(self.e_src[k]), int(dv[k]))
             it = items.setdefault(key, [0.0, -1.0, set()])
             it[0], it[1] = max(it[0], self.e_bytes[k]), max(it[1], self.e_fixed[k])
             it[2].add(int(self.phase[self.e_dst[k]]))
-        transfers: dict[tuple[int, int, int], list] = {}   # (src phase, src dev, dst dev) -> [hops, consumers]
+        transfers: Transfers = {}   # (src phase, src dev, dst dev) -> [hops, consumers]
         against = 0
         for (u, b), (nbytes, fixed, consumers) in items.items():
             a, pu = int(assign[u]), int(self.phase[u])
             r = a * nd + b
-            hops = []
+            hops: list[tuple[int, float]] = []
             for h in range(self.sim.route_ptr[r], self.sim.route_ptr[r + 1]):
                 link = self.sim.route_link[h]
                 t = fixed if fixed >= 0 else self.sim.link_lat[link] + nbytes / self.sim.link_bw[link]
                 hops.append((int(self.sim.link_chan[link]), float(t)))
-            ok = set()
+            ok: set[int] = set()
             for pv in consumers:
                 if _in_order(pu, pv, si[a], si[b]):
                     ok.add(pv)
@@ -166,14 +174,15 @@ class MicrobatchSchedule:
         return stages, dur, transfers, against
 
     # -- scheduling -----------------------------------------------------------------------------
-    def _run(self, m: int, stages, dur, transfers, record: bool, update: bool = True):
+    def _run(self, m: int, stages: list[int], dur: FloatArray, transfers: Transfers, record: bool, update: bool = True,
+             ) -> tuple[float, dict[Task, float], dict[Task, float], list[dict[str, Any]]]:
         """Times of every task of an ``m``-micro-batch mini-batch: (makespan, starts, ends, events)."""
         S = len(stages)
         order = {d: [(p, j) for p, j in task_order(self.kind, m, S, s)] + ([(U, 0)] if update else [])
                  for s, d in enumerate(stages)}
-        out_of: dict[tuple[int, int], list] = {}
-        pending: dict[tuple[int, int, int], int] = {}
-        ready: dict[tuple[int, int, int], float] = {}
+        out_of: dict[tuple[int, int], list[tuple[int, list[tuple[int, float]], set[int]]]] = {}
+        pending: dict[Task, int] = {}
+        ready: dict[Task, float] = {}
         for (pu, a, b), (hops, consumers) in transfers.items():
             out_of.setdefault((pu, a), []).append((b, list(hops.items()), consumers))
             for pv in consumers:
@@ -186,11 +195,14 @@ class MicrobatchSchedule:
         ptr = {d: 0 for d in stages}
         busy = {d: False for d in stages}
         free_at = {d: 0.0 for d in stages}
-        start, end, events, heap = {}, {}, [], []
+        start: dict[Task, float] = {}
+        end: dict[Task, float] = {}
+        events: list[dict[str, Any]] = []
+        heap: list[tuple[float, int, int, Task, int]] = []   # (time, 0 end | 1 start, seq, task, version)
         seq = 0
         shared = self._sharing(stages)
 
-        def try_start(d, t):
+        def try_start(d: int, t: float) -> None:
             nonlocal seq
             if busy[d] or ptr[d] >= len(order[d]):
                 return
@@ -207,7 +219,7 @@ class MicrobatchSchedule:
             else:                # a start event: its pool's rates change at s
                 heapq.heappush(heap, (s, 1, seq, key, 0))
 
-        def push_ends(items):
+        def push_ends(items: list[tuple[float, Task, int]]) -> None:
             nonlocal seq
             for at, k, version in items:
                 seq += 1
@@ -256,11 +268,12 @@ class MicrobatchSchedule:
                                "start": s, "end": end[p, d, j]})
         return max(end.values(), default=0.0), start, end, events
 
-    def _sharing(self, stages):
+    def _sharing(self, stages: list[int]) -> SharedCores | None:
         """A processor-sharing clock when two stages share a core pool, else None (each task lasts
         its duration: the schedule of devices with cores of their own)."""
         pooled = [self.group[d] for d in stages if self.pool[d] is not None]
-        return SharedCores() if len(pooled) > len(set(pooled)) else None
+        # SharedCores.__init__ (orchestrator.hardware, outside the strict set) is not annotated
+        return SharedCores() if len(pooled) > len(set(pooled)) else None  # type: ignore[no-untyped-call]
 
     def _chan_name(self, ch: int) -> str:
         for link, c in zip(self.worker.links, self.sim.link_chan):
@@ -268,7 +281,7 @@ class MicrobatchSchedule:
                 return link.shared or f"{link.src}->{link.dst}"
         return f"channel {ch}"
 
-    def minibatch_time(self, assign) -> float:
+    def minibatch_time(self, assign: npt.ArrayLike) -> float:
         """The mini-batch time only (the fast path for placers); inf where memory breaks."""
         a = np.asarray(assign, dtype=np.int64)
         if self.sim.memory(a)[1] or self.sim.violations(a):
@@ -278,7 +291,7 @@ class MicrobatchSchedule:
             return math.inf
         return float(self._run(self.m, stages, dur, transfers, False)[0])
 
-    def evaluate(self, assign, *, record: bool = False) -> ScheduleResult:
+    def evaluate(self, assign: npt.ArrayLike, *, record: bool = False) -> ScheduleResult:
         a = np.asarray(assign, dtype=np.int64)
         stages, dur, transfers, against = self._plan(a)
         names = [self.worker.devices[d].name for d in stages]
@@ -288,7 +301,7 @@ class MicrobatchSchedule:
         t1 = self._run(m1, stages, dur, transfers, False, update=False)[0]
         t2 = self._run(m1 + S, stages, dur, transfers, False, update=False)[0]
         steady = (t2 - t1) / S
-        peak = {}
+        peak: dict[int, int] = {}
         for d in stages:
             spans = sorted([(start[F, d, j], 1) for j in range(m)] + [(end[B, d, j], -1) for j in range(m)],
                            key=lambda x: (x[0], x[1]))

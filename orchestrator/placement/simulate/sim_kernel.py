@@ -11,8 +11,14 @@ tensor at a time (FIFO in request order), hops are store-and-forward.
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 import numpy as np
+
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
+
+# run_step's result: (makespan, start, finish, busy, tx, n_tx)
+StepArrays = tuple[float, FloatArray, FloatArray, FloatArray, FloatArray, int]
 
 try:  # optional accelerator for the loop
     from numba import njit
@@ -20,12 +26,12 @@ try:  # optional accelerator for the loop
 except ImportError:  # pragma: no cover - depends on the environment
     HAVE_NUMBA = False
 
-    def njit(*args, **kwargs):
+    def njit(*args: Any, **kwargs: Any) -> Any:
         return (lambda f: f) if not args or not callable(args[0]) else args[0]
 
 
 @njit(cache=True)
-def _push(heap, size, d, node, prio):
+def _push(heap: IntArray, size: IntArray, d: int, node: int, prio: FloatArray) -> None:
     i = size[d]
     size[d] = i + 1
     heap[d, i] = node
@@ -38,7 +44,7 @@ def _push(heap, size, d, node, prio):
 
 
 @njit(cache=True)
-def _pop(heap, size, d, prio):
+def _pop(heap: IntArray, size: IntArray, d: int, prio: FloatArray) -> int:
     top = heap[d, 0]
     size[d] -= 1
     n = size[d]
@@ -58,8 +64,10 @@ def _pop(heap, size, d, prio):
 
 
 @njit(cache=True)
-def run_step(dev, cost, succ_ptr, succ_idx, succ_bytes, succ_fixed, npred, prio,
-             route_ptr, route_link, link_chan, link_lat, link_bw, n_chan, record):
+def run_step(dev: IntArray, cost: FloatArray, succ_ptr: IntArray, succ_idx: IntArray, succ_bytes: FloatArray,
+             succ_fixed: FloatArray, npred: IntArray, prio: FloatArray, route_ptr: IntArray, route_link: IntArray,
+             link_chan: IntArray, link_lat: FloatArray, link_bw: FloatArray, n_chan: int, record: bool,
+             ) -> StepArrays:
     """Returns (makespan, start, finish, busy, tx, n_tx); tx rows: node, dst device, link, start, end."""
     n = dev.shape[0]
     n_dev = cost.shape[1]

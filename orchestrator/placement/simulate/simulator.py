@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.inflight import F, flow_position, in_flight_counts, phase_of
-from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA, run_step
+from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA, StepArrays, run_step
 
 
 @dataclass
@@ -39,7 +42,7 @@ class SimResult:
     oom: list[tuple[str, float]]                 # (device or memory pool, bytes over)
     peak_memory_bytes: dict[str, float]
     busy_s: dict[str, float]
-    schedule: list[dict] | None = None           # {"kind": "node"|"transfer", "row", "name", "start", "end"}
+    schedule: list[dict[str, Any]] | None = None           # {"kind": "node"|"transfer", "row", "name", "start", "end"}
     makespan_s: float = 0.0
     violations: list[str] = field(default_factory=list)   # cpu_only / colocation broken
 
@@ -54,7 +57,7 @@ class Simulator:
         n, nd = len(graph.nodes), len(devs)
         self.cost = np.array([[graph.node_cost_s(nd_, d) for d in devs] for nd_ in graph.nodes], dtype=float).reshape(n, nd)
         succ = graph.successors()
-        by_pair = {}
+        by_pair: dict[tuple[int, int], tuple[float, float]] = {}
         for e in graph.edges:
             key = (graph.index(e.src), graph.index(e.dst))
             b, f = by_pair.get(key, (0.0, -1.0))
@@ -125,16 +128,16 @@ class Simulator:
             self.act_fwd = np.array([n.activation_bytes for n in graph.nodes]) * (phase_of(graph) == F)
 
     # -- evaluation ---------------------------------------------------------------------------
-    def assignment(self, placement: Placement) -> np.ndarray:
+    def assignment(self, placement: Placement) -> IntArray:
         placement.check(self.graph)
         try:
             return np.array([self.device_index[placement.assignment[n.name]] for n in self.graph.nodes], dtype=np.int64)
         except KeyError as exc:
             raise ConfigError(f"placement uses device {exc.args[0]!r}, not on worker {self.worker.name!r}") from None
 
-    def memory(self, assign: np.ndarray) -> tuple[np.ndarray, list[tuple[str, float]]]:
+    def memory(self, assign: IntArray) -> tuple[FloatArray, list[tuple[str, float]]]:
         nd = len(self.worker.devices)
-        res = np.bincount(assign, weights=self.resident, minlength=nd)
+        res = cast(FloatArray, np.bincount(assign, weights=self.resident, minlength=nd))  # weighted: float (numpy's stubs say int)
         if self.pipeline_schedule is not None:
             k = in_flight_counts(self.graph, assign, nd, *self.pipeline_schedule, pos=self.flow_pos)
             res += (k - 1) * np.bincount(assign, weights=self.act_fwd, minlength=nd)
@@ -148,7 +151,7 @@ class Simulator:
                 oom.append((name, float(used - cap)))
         return peak, oom
 
-    def violations(self, assign: np.ndarray) -> list[str]:
+    def violations(self, assign: IntArray) -> list[str]:
         out = []
         bad = np.flatnonzero(~np.isfinite(self.cost[np.arange(len(assign)), assign]))
         out += [f"node {self.graph.nodes[i].name!r} cannot run on {self.worker.devices[assign[i]].name}" for i in bad[:3]]
@@ -161,19 +164,19 @@ class Simulator:
             out.append("an edge joins devices with no route between them")
         return out
 
-    def _run(self, assign: np.ndarray, record: bool):
-        return run_step(assign, self.cost, self.succ_ptr, self.succ_idx, self.succ_bytes, self.succ_fixed, self.npred,
+    def _run(self, assign: IntArray, record: bool) -> StepArrays:
+        return cast(StepArrays, run_step(assign, self.cost, self.succ_ptr, self.succ_idx, self.succ_bytes, self.succ_fixed, self.npred,
                         self.prio, self.route_ptr, self.route_link, self.link_chan, self.link_lat, self.link_bw,
-                        self.n_chan, record)
+                        self.n_chan, record))  # numba's @njit is untyped
 
-    def step_time(self, assign) -> float:
+    def step_time(self, assign: npt.ArrayLike) -> float:
         """Seconds for one step; inf when the placement breaks memory or placement constraints."""
         assign = np.asarray(assign, dtype=np.int64)
         if self.memory(assign)[1] or self.violations(assign):
             return math.inf
         return float(self._run(assign, False)[0])
 
-    def evaluate(self, assign, *, schedule: bool = False) -> SimResult:
+    def evaluate(self, assign: npt.ArrayLike, *, schedule: bool = False) -> SimResult:
         assign = np.asarray(assign, dtype=np.int64)
         peak, oom = self.memory(assign)
         viol = self.violations(assign)

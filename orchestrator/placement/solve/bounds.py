@@ -7,14 +7,16 @@ the costliest atom. They sit with the solvers because they are stated on the pro
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
+from orchestrator.hardware.cluster import Worker
+from orchestrator.placement.graph.opgraph import OpGraph
+from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator.placement.solve.problem import PlacementProblem
 
 
-def load_lower_bound(graph: Any, worker: Any, sim: Any = None, time_limit_s: float = 10.0) -> tuple[float, dict[str, float]]:
+def load_lower_bound(graph: OpGraph, worker: Worker, sim: Simulator | None = None, time_limit_s: float = 10.0) -> tuple[float, dict[str, float]]:
     """A certified lower bound on the time per sample of every placement that fits in memory
     (contiguous or not), and its parts. Communication only adds load, so it is left out:
 
@@ -31,11 +33,13 @@ def load_lower_bound(graph: Any, worker: Any, sim: Any = None, time_limit_s: flo
 
 
 class _SimOnly:
-    def __init__(self, sim):
+    """An evaluator stand-in that only lends its simulator to ``PlacementProblem``."""
+
+    def __init__(self, sim: Simulator) -> None:
         self.simulator = sim
 
 
-def _lp_bound(prob: Any, time_limit_s: float) -> float:
+def _lp_bound(prob: PlacementProblem, time_limit_s: float) -> float:
     try:
         from scipy.optimize import linprog
         from scipy.sparse import coo_matrix
@@ -44,13 +48,20 @@ def _lp_bound(prob: Any, time_limit_s: float) -> float:
     na, nd = prob.n_atoms, prob.nd
     ix = [(a, d) for a in range(na) for d in range(nd) if prob.allowed[a, d]]
     nv = len(ix) + 1                                  # x[a,d] ..., T
-    rows, cols, vals, b_ub = [], [], [], []
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    b_ub: list[float] = []
     r = 0
     for d in range(nd):                               # load_d - T <= 0
         for j, (a, dd) in enumerate(ix):
             if dd == d and prob.atom_cost[a, d] > 0:
-                rows.append(r), cols.append(j), vals.append(float(prob.atom_cost[a, d]))
-        rows.append(r), cols.append(nv - 1), vals.append(-1.0)
+                rows.append(r)
+                cols.append(j)
+                vals.append(float(prob.atom_cost[a, d]))
+        rows.append(r)
+        cols.append(nv - 1)
+        vals.append(-1.0)
         b_ub.append(0.0)
         r += 1
     need = prob.atom_resident                         # (temp is a max per pool, not a sum: left out)
@@ -59,7 +70,9 @@ def _lp_bound(prob: Any, time_limit_s: float) -> float:
             continue
         for j, (a, d) in enumerate(ix):
             if prob.pool_of[d] == p and need[a] > 0:
-                rows.append(r), cols.append(j), vals.append(float(need[a]))
+                rows.append(r)
+                cols.append(j)
+                vals.append(float(need[a]))
         b_ub.append(float(cap))
         r += 1
     a_eq = coo_matrix(([1.0] * len(ix), ([a for a, _ in ix], list(range(len(ix))))), shape=(na, nv))

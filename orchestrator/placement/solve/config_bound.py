@@ -34,11 +34,15 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from orchestrator.placement.graph.arrays import BoolArray, FloatArray, IntArray
+from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.contiguous import device_classes, ideals, supers
 from orchestrator.placement.solve.milp import _quiet_stdout, group_feeds, hop_s, solve_milp
+from orchestrator.placement.solve.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,8 @@ class ConfigBound:
 class _Pricing:
     """max π(S) s.t. load_c(S) <= T, memory, allowed: one MILP per (class, π, T)."""
 
-    def __init__(self, prob, model, dev: int, up: int, down: int, feeds: dict[int, set[int]]):
+    def __init__(self, prob: PlacementProblem, model: LoadModel, dev: int, up: int, down: int,
+                 feeds: dict[int, set[int]]) -> None:
         from scipy.sparse import coo_matrix
 
         na = prob.n_atoms
@@ -104,7 +109,7 @@ class _Pricing:
         self.cost, self.hu, self.hd = cost, hu, hd
         self.senders, self.feeds, self.atom_of = senders, feeds, prob.atom_of
 
-    def loads(self, sets: np.ndarray) -> np.ndarray:
+    def loads(self, sets: BoolArray) -> FloatArray:
         """load_c of many sets at once (boolean matrix, one row per set)."""
         from scipy.sparse import csr_matrix
 
@@ -124,11 +129,11 @@ class _Pricing:
                                + (~own & (cnt > 0.5)) @ self.hd)
         return out
 
-    def load(self, members: np.ndarray) -> float:
+    def load(self, members: BoolArray) -> float:
         """load_c of the set (boolean per atom)."""
         return float(self.loads(np.asarray(members, dtype=bool)[None, :])[0])
 
-    def solve(self, pi: np.ndarray, T: float, time_limit_s: float) -> tuple[float, np.ndarray | None]:
+    def solve(self, pi: FloatArray, T: float, time_limit_s: float) -> tuple[float, BoolArray | None]:
         """(an upper bound on max π(S), the best set found or None)."""
         from scipy.optimize import Bounds, LinearConstraint, milp
 
@@ -155,8 +160,8 @@ class _Pricing:
         return ub * (1 + 1e-6) + 1e-9, members
 
 
-def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1500,
-                     max_sets: int = 40_000) -> np.ndarray:
+def _contiguous_sets(prob: PlacementProblem, work: FloatArray, upper: float, limit_ideals: int = 1500,
+                     max_sets: int = 40_000) -> BoolArray:
     """Candidate stages: every I \\ J for ideals J ⊂ I of the DAG (the contiguous sets of the DP,
     ``contiguous.supers``/``ideals``) where there are at most ``limit_ideals`` ideals, else the runs
     of consecutive atoms in topological order; only sets whose compute ``work`` (per atom, the
@@ -165,7 +170,7 @@ def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1
     na = prob.n_atoms
     comp, n_sup, preds = supers(prob)
     found = ideals(n_sup, preds, limit_ideals)
-    cand: list[tuple[float, object]] = []
+    cand: list[tuple[float, Any]] = []   # (work, (first, last) run in topological order | ideal bitmask)
     order = np.argsort(prob.atom_pos, kind="stable")
     if found is None:
         for s in range(na):
@@ -180,7 +185,7 @@ def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1
         np.add.at(wu, comp, work)
         masks = found[0]
         wi = [float(sum(wu[x] for x in range(n_sup) if (m >> x) & 1)) for m in masks]
-        seen = set()
+        seen: set[int] = set()
         for i, mi in enumerate(masks):
             for j, mj in enumerate(masks):
                 if mj != mi and mj & ~mi == 0 and wi[i] - wi[j] <= upper * (1 + 1e-9):
@@ -200,8 +205,9 @@ def _contiguous_sets(prob, work: np.ndarray, upper: float, limit_ideals: int = 1
     return out
 
 
-def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 30.0,
-                 pricing_limit_s: float = 5.0, rel_tol: float = 0.005, seeds: list | None = None) -> ConfigBound:
+def config_bound(prob: PlacementProblem, model: LoadModel, lower: float, upper: float, time_limit_s: float = 30.0,
+                 pricing_limit_s: float = 5.0, rel_tol: float = 0.005, seeds: list[IntArray] | None = None,
+                 ) -> ConfigBound:
     """The largest T in [lower, upper] certified unreachable (see the module doc), to ``rel_tol``.
     ``seeds``: placements (atom -> device arrays) whose device sets start the column pool, with
     every contiguous run of atoms whose load is at most ``upper``."""
@@ -218,11 +224,11 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
     feeds = group_feeds(prob, model)
     pricers = [_Pricing(prob, model, cls[0], up, down, feeds) for cls, (up, down) in zip(classes, links)]
     counts = np.array([len(c) for c in classes], dtype=float)
-    cols: list[tuple[int, np.ndarray, float]] = []     # (class, members, load)
+    cols: list[tuple[int, BoolArray, float]] = []     # (class, members, load)
     mem = prob.atom_resident
     caps = [float(prob.full_cap[prob.pool_of[c[0]]]) for c in classes]
 
-    def add(k: int, members: np.ndarray):
+    def add(k: int, members: BoolArray) -> None:
         if members.any() and pricers[k].allowed[members].all() and mem[members].sum() <= caps[k]:
             cols.append((k, members.copy(), pricers[k].load(members)))
 
@@ -281,7 +287,7 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
                 pi_lp = np.maximum(0.0, -res.ineqlin.marginals[:na])
                 sigma = np.maximum(0.0, -res.ineqlin.marginals[na:])
             smooth = best_pi is not None and alpha > 0 and math.isfinite(lam)
-            pi = alpha * best_pi + (1 - alpha) * pi_lp if smooth else pi_lp
+            pi = alpha * best_pi + (1 - alpha) * pi_lp if smooth and best_pi is not None else pi_lp  # smooth implies best_pi
             ubs, new = [], 0
             for k, pr in enumerate(pricers):
                 left = until - time.perf_counter()
@@ -329,7 +335,8 @@ def config_bound(prob, model, lower: float, upper: float, time_limit_s: float = 
     return ConfigBound(bound, tested, len(cols), status, time.perf_counter() - t_start)
 
 
-def certify(prob, model, lower: float, upper: float, time_limit_s: float, seeds: list | None = None) -> tuple[float, str]:
+def certify(prob: PlacementProblem, model: LoadModel, lower: float, upper: float, time_limit_s: float,
+            seeds: list[IntArray] | None = None) -> tuple[float, str]:
     """The tightest certified bound within ``time_limit_s``: the configuration LP first (seeded with
     the placements in ``seeds``, atom -> device), then, with the time left and where the gap to
     ``upper`` is still over 1%, the MILP's dual bound (``orchestrator.placement.solve.milp``).

@@ -37,6 +37,7 @@ from itertools import product
 
 import numpy as np
 
+from orchestrator.placement.graph.arrays import IntArray
 from orchestrator.placement.graph.opgraph import original_edges
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.problem import PlacementProblem
@@ -46,7 +47,7 @@ IDEALS_LIMIT = 200_000
 
 @dataclass
 class DPResult:
-    assign: np.ndarray | None     # device index per node, None when no contiguous split fits
+    assign: IntArray | None       # device index per node, None when no contiguous split fits
     value: float                  # the DP's time per sample (seconds)
     ideals: int
     pairs: int                    # (J, I) pairs whose load was computed
@@ -54,7 +55,7 @@ class DPResult:
     order: str                    # "ideals" (all contiguous splits) or "linear" (prefixes of one order)
 
 
-def supers(prob: PlacementProblem) -> tuple[np.ndarray, int, list[set[int]]]:
+def supers(prob: PlacementProblem) -> tuple[IntArray, int, list[set[int]]]:
     """Atoms fused into the units of the order (``super`` per atom), and each unit's order-predecessors.
     Order edges: forward -> forward edges between atoms; where forward and backward nodes share
     atoms (training), backward -> backward edges into or out of a backward-only atom, mirrored;
@@ -87,7 +88,7 @@ def supers(prob: PlacementProblem) -> tuple[np.ndarray, int, list[set[int]]]:
     return comp, n_sup, preds
 
 
-def _scc(adj: list[set[int]]) -> np.ndarray:
+def _scc(adj: list[set[int]]) -> IntArray:
     """Tarjan's strongly connected components, iterative; component ids in topological order."""
     n = len(adj)
     index, low, on, comp = [-1] * n, [0] * n, [False] * n, [-1] * n
@@ -159,7 +160,7 @@ def ideals(n_sup: int, preds: list[set[int]], limit: int = IDEALS_LIMIT) -> tupl
     return masks, steps
 
 
-def device_classes(prob: PlacementProblem, model: LoadModel) -> tuple[list[list[int]], list[tuple], bool]:
+def device_classes(prob: PlacementProblem, model: LoadModel) -> tuple[list[list[int]], list[tuple[int, int]], bool]:
     """Identical devices grouped (same costs, memory, links), each class's (up link, down link)
     (link indices or -1), and whether the hub rule holds (the DP's loads are then exact)."""
     nd, exact = prob.nd, True
@@ -181,7 +182,7 @@ def device_classes(prob: PlacementProblem, model: LoadModel) -> tuple[list[list[
                         exact = False
                     lst[t] = link[0] if lst[t] == -1 else lst[t]
     pools = np.bincount(prob.pool_of, minlength=len(prob.pool_cap))
-    keys: dict[tuple, list[int]] = {}
+    keys: dict[tuple[object, ...], list[int]] = {}
     for d in range(nd):
         shared = pools[prob.pool_of[d]] > 1 and math.isfinite(prob.pool_cap[prob.pool_of[d]])
         exact &= not shared
@@ -204,6 +205,7 @@ def solve(prob: PlacementProblem, model: LoadModel | None = None, upper: float =
     if found is None:                                       # too many (or asked): prefixes of one order
         order = "linear"
         found = ideals(n_sup, [set() if x == 0 else {x - 1} for x in range(n_sup)], n_sup + 2)
+    assert found is not None   # a chain of n_sup units has n_sup + 1 ideals, under the limit
     masks, steps = found
     classes, links, exact = device_classes(prob, model)
     nc = len(classes)

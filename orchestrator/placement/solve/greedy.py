@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
 from orchestrator.errors import ConfigError
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.solve.contiguous import solve
 from orchestrator.placement.solve.problem import PlacementProblem
 
 
-def best_greedy(prob: PlacementProblem, variants=("heft", "topo", "single")) -> tuple[np.ndarray, str, dict[str, float]]:
+def best_greedy(prob: PlacementProblem, variants: Iterable[str] = ("heft", "topo", "single"),
+                ) -> tuple[IntArray, str, dict[str, float]]:
     """Every variant's placement judged by the evaluator; (best assignment, its variant, all times)."""
-    cands: dict[str, np.ndarray] = {}
+    cands: dict[str, IntArray] = {}
     for v in variants:
         if v == "heft":
             cands[v] = list_schedule(prob, heft_rank(prob))
@@ -41,7 +44,7 @@ def best_greedy(prob: PlacementProblem, variants=("heft", "topo", "single")) -> 
     return cands[best], best, times
 
 
-def heft_rank(prob: PlacementProblem) -> np.ndarray:
+def heft_rank(prob: PlacementProblem) -> FloatArray:
     """Upward rank: mean cost over allowed devices plus the largest (mean transfer + rank) of a successor."""
     s = prob.sim
     cost = np.where(np.isfinite(s.cost), s.cost, np.nan)
@@ -54,7 +57,7 @@ def heft_rank(prob: PlacementProblem) -> np.ndarray:
     return rank
 
 
-def list_schedule(prob: PlacementProblem, priority: np.ndarray) -> np.ndarray:
+def list_schedule(prob: PlacementProblem, priority: FloatArray) -> IntArray:
     """Earliest-finish-time list scheduling, highest ``priority`` first among ready nodes."""
     s = prob.sim
     n, nd = prob.n, prob.nd
@@ -104,7 +107,7 @@ def list_schedule(prob: PlacementProblem, priority: np.ndarray) -> np.ndarray:
     return dev
 
 
-def _arrival(prob: PlacementProblem, u: int, d: int, dev: np.ndarray, finish: np.ndarray,
+def _arrival(prob: PlacementProblem, u: int, d: int, dev: IntArray, finish: FloatArray,
              chan_free: dict[int, float], sent: dict[tuple[int, int], float], commit: bool) -> float:
     """When all of ``u``'s inputs are on ``d``: each missing input crosses its route hop by hop, a
     link channel carrying one tensor at a time (as in the simulator); ``commit`` books the channels."""
@@ -127,7 +130,7 @@ def _arrival(prob: PlacementProblem, u: int, d: int, dev: np.ndarray, finish: np
     return arrive
 
 
-def single_device(prob: PlacementProblem) -> np.ndarray | None:
+def single_device(prob: PlacementProblem) -> IntArray | None:
     """Every atom on the fastest device (by total cost) that holds the whole graph; atoms that cannot
     run there go to their fastest allowed device. None when no single device fits."""
     fastest = prob.atom_cost.min(axis=1, keepdims=True)

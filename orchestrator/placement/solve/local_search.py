@@ -13,7 +13,9 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
+from orchestrator.placement.graph.arrays import IntArray
 from orchestrator.placement.solve.problem import PlacementProblem
 
 
@@ -22,17 +24,17 @@ class LocalSearch:
     ``budget``). ``on_best(assign, value)`` is called at each new best, so a caller interrupted
     (Ctrl-C) still holds the best placement found so far."""
 
-    def __init__(self, prob: PlacementProblem, budget: int, best: np.ndarray, best_t: float, used: int = 0,
-                 on_best: Callable[[np.ndarray, float], None] | None = None):
+    def __init__(self, prob: PlacementProblem, budget: int, best: npt.ArrayLike, best_t: float, used: int = 0,
+                 on_best: Callable[[IntArray, float], None] | None = None):
         self.prob, self.budget, self.used, self.on_best = prob, int(budget), int(used), on_best
         self.best, self.best_t = np.asarray(best, np.int64).copy(), best_t
 
-    def _new_best(self, assign: np.ndarray, t: float) -> None:
+    def _new_best(self, assign: IntArray, t: float) -> None:
         self.best, self.best_t = assign.copy(), t
         if self.on_best is not None:
             self.on_best(self.best, t)
 
-    def run(self, seed: int = 0) -> tuple[np.ndarray, float]:
+    def run(self, seed: int = 0) -> tuple[IntArray, float]:
         """Search until the budget is spent; returns (best assignment, its value)."""
         prob = self.prob
         rng = np.random.default_rng(seed + 1)
@@ -58,7 +60,7 @@ class LocalSearch:
                 self._new_best(cur, cur_t)
         return self.best, self.best_t
 
-    def _descent(self, moves: list, cur: np.ndarray, cur_t: float):
+    def _descent(self, moves: list[IntArray], cur: IntArray, cur_t: float) -> tuple[IntArray, float]:
         prob = self.prob
         improved = True
         while improved and self.used < self.budget:
@@ -83,7 +85,7 @@ class LocalSearch:
         return cur, cur_t
 
 
-def local_search(prob: PlacementProblem, assign: np.ndarray, budget: int, seed: int = 0) -> tuple[np.ndarray, float]:
+def local_search(prob: PlacementProblem, assign: npt.ArrayLike, budget: int, seed: int = 0) -> tuple[IntArray, float]:
     """The local search from ``assign`` for ``budget`` evaluations (the start's own value is not
     counted). Returns (assignment, value)."""
     start = np.asarray(assign, np.int64)

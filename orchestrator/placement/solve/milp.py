@@ -26,21 +26,25 @@ import contextlib
 import math
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.placement.graph.arrays import IntArray
+from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.contiguous import device_classes
+from orchestrator.placement.solve.problem import PlacementProblem
 
 
 @dataclass
 class MILPResult:
     bound: float                 # certified lower bound (seconds), 0 when none was proven
-    assign: np.ndarray | None    # the best placement found (device per node), if any
+    assign: IntArray | None      # the best placement found (device per node), if any
     status: str                  # "optimal", "time limit", or why it did not run
 
 
-def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
+def solve_milp(prob: PlacementProblem, model: LoadModel, time_limit_s: float = 30.0) -> MILPResult:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
@@ -48,7 +52,7 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     if not exact:
         return MILPResult(0.0, None, "not built: the worker is not a hub topology")
     na, nd = prob.n_atoms, prob.nd
-    link_of = {}
+    link_of: dict[int, tuple[int, int]] = {}
     for cls, (up, down) in zip(classes, links):
         for d in cls:
             link_of[d] = (up, down)
@@ -57,19 +61,33 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     ns = len(senders)
 
     nx = na * nd
-    X = lambda a, d: a * nd + d
-    S = lambda i, d: nx + i * nd + d
-    R = lambda i, d: nx + ns * nd + i * nd + d
+
+    def X(a: int, d: int) -> int:   # column of x[a,d]
+        return a * nd + d
+
+    def S(i: int, d: int) -> int:   # column of s[senders[i],d]
+        return nx + i * nd + d
+
+    def R(i: int, d: int) -> int:   # column of r[senders[i],d]
+        return nx + ns * nd + i * nd + d
+
     T = nx + 2 * ns * nd
     nv = T + 1
-    rows, cols, vals, lo, hi = [], [], [], [], []
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
     r = 0
 
-    def row(entries, low, high):
+    def row(entries: list[tuple[int, float]], low: float, high: float) -> None:
         nonlocal r
         for c, v in entries:
-            rows.append(r), cols.append(c), vals.append(v)
-        lo.append(low), hi.append(high)
+            rows.append(r)
+            cols.append(c)
+            vals.append(v)
+        lo.append(low)
+        hi.append(high)
         r += 1
 
     for a in range(na):
@@ -124,7 +142,7 @@ def solve_milp(prob, model, time_limit_s: float = 30.0) -> MILPResult:
     return MILPResult(bound, assign, "optimal" if res.status == 0 else "time limit" if res.status == 1 else res.message)
 
 
-def group_feeds(prob, model) -> dict[int, set[int]]:
+def group_feeds(prob: PlacementProblem, model: LoadModel) -> dict[int, set[int]]:
     """Node u -> the groups (atoms) other than u's own that consume its output."""
     feeds: dict[int, set[int]] = {}
     for u, v in zip(model.src, model.dst):
@@ -134,7 +152,7 @@ def group_feeds(prob, model) -> dict[int, set[int]]:
     return feeds
 
 
-def hop_s(model, u: int, l: int) -> float:
+def hop_s(model: LoadModel, u: int, l: int) -> float:
     """Seconds of node u's output over link l (0 for no link, -1): the edge's fixed cost, else
     latency + bytes / bandwidth (``load.LoadModel``'s hop)."""
     if l < 0:
@@ -144,7 +162,7 @@ def hop_s(model, u: int, l: int) -> float:
 
 
 @contextlib.contextmanager
-def _quiet_stdout():
+def _quiet_stdout() -> Iterator[None]:
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):   # no real stdout (captured): nothing to hide

@@ -6,11 +6,16 @@ up-front infeasibility check, transfer-time estimates, and scoring through the s
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from orchestrator.errors import InfeasiblePlacementError
+from orchestrator.hardware.cluster import Worker
+from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.simulator import Simulator
 
@@ -22,7 +27,7 @@ class PlacementProblem:
     ``memory_headroom``, ``placement.memory_headroom`` in a trial) free: ``overflow``, ``fits`` and
     ``objective_value`` use the reduced capacity ``pool_cap``; ``full_cap`` is the device's own."""
 
-    def __init__(self, graph: Any, worker: Any, evaluator: Any = None, memory_headroom: float | None = None):
+    def __init__(self, graph: OpGraph, worker: Worker, evaluator: Any = None, memory_headroom: float | None = None):
         self.graph, self.worker, self.evaluator = graph, worker, evaluator
         sim = getattr(evaluator, "simulator", None)
         self.sim = sim if sim is not None and sim.graph is graph else Simulator(graph, worker)
@@ -36,7 +41,7 @@ class PlacementProblem:
         finite = np.isfinite(self.sim.cost)
         self.allowed = np.ones((self.n_atoms, nd), dtype=bool)
         np.logical_and.at(self.allowed, self.atom_of, finite)
-        self.atom_resident = np.bincount(self.atom_of, weights=self.sim.resident, minlength=self.n_atoms)
+        self.atom_resident = cast(FloatArray, np.bincount(self.atom_of, weights=self.sim.resident, minlength=self.n_atoms))  # weighted: float
         self.atom_temp = np.zeros(self.n_atoms)
         np.maximum.at(self.atom_temp, self.atom_of, self.sim.temp)
         cost = np.where(finite, self.sim.cost, 0.0)
@@ -78,7 +83,7 @@ class PlacementProblem:
                 f"{g.name}: needs {total / 2**30:.2f} GiB, worker {self.worker.name!r} has "
                 f"{self.pool_cap.sum() / 2**30:.2f} GiB in all; no placement fits")
 
-    def overflow(self, assign: np.ndarray) -> float:
+    def overflow(self, assign: npt.ArrayLike) -> float:
         """Bytes over capacity less the headroom, summed over memory pools (0 when it fits)."""
         a = np.asarray(assign, dtype=np.int64)
         if self.headroom == 0.0:
@@ -93,24 +98,24 @@ class PlacementProblem:
                 over += float(used - self.pool_cap[p])
         return over
 
-    def fits(self, atom_assign: np.ndarray) -> bool:
+    def fits(self, atom_assign: npt.ArrayLike) -> bool:
         return self.overflow(self.expand(atom_assign)) == 0.0
 
     # -- conversions --------------------------------------------------------------------------
-    def expand(self, atom_assign: np.ndarray) -> np.ndarray:
+    def expand(self, atom_assign: npt.ArrayLike) -> IntArray:
         return np.asarray(atom_assign, dtype=np.int64)[self.atom_of]
 
-    def atoms_of(self, assign: np.ndarray) -> np.ndarray:
+    def atoms_of(self, assign: IntArray) -> IntArray:
         out = np.empty(self.n_atoms, dtype=np.int64)
         out[self.atom_of] = assign
         return out
 
-    def placement(self, assign: np.ndarray, **meta: Any) -> Placement:
+    def placement(self, assign: Sequence[int] | IntArray, **meta: Any) -> Placement:
         names = self.worker.device_names
         return Placement(list(names), {n.name: names[int(d)] for n, d in zip(self.graph.nodes, assign)}, meta)
 
     # -- scoring ------------------------------------------------------------------------------
-    def objective_value(self, assign: np.ndarray) -> float:
+    def objective_value(self, assign: IntArray) -> float:
         """The evaluator's verdict on the trial's objective (its fast path when it has one: one-step
         latency, or time per sample for ``pipeline``); inf when infeasible or over the headroom."""
         ev = self.evaluator
@@ -148,12 +153,15 @@ class PlacementProblem:
                 preds[int(s.succ_idx[k])].append((u, k))
         self.preds = preds
 
-    def comm_row(self, k: int, src_dev: int) -> np.ndarray:
+    def comm_row(self, k: int, src_dev: int) -> FloatArray:
         """Transfer time of edge ``k`` (simulator index) from ``src_dev`` to every device, contention free."""
-        f = self.sim.succ_fixed[k]
+        f: float = self.sim.succ_fixed[k]
+        row: FloatArray   # (numpy types a row of a 2-D array as Any)
         if f >= 0:
-            return self.hops[src_dev] * f
-        return self.lat[src_dev] + self.sim.succ_bytes[k] * self.inv_bw[src_dev]
+            row = self.hops[src_dev] * f
+            return row
+        row = self.lat[src_dev] + self.sim.succ_bytes[k] * self.inv_bw[src_dev]
+        return row
 
     def mean_comm(self, k: int) -> float:
         f = self.sim.succ_fixed[k]
@@ -161,7 +169,7 @@ class PlacementProblem:
         return float(m.sum() / max(1, self.nd * (self.nd - 1)))
 
 
-def _members(atom_of: np.ndarray, n_atoms: int) -> list[np.ndarray]:
+def _members(atom_of: IntArray, n_atoms: int) -> list[IntArray]:
     order = np.argsort(atom_of, kind="stable")
     cuts = np.searchsorted(atom_of[order], np.arange(1, n_atoms))
     return np.split(order, cuts)
@@ -175,7 +183,7 @@ def cfg_get(cfg: Any, key: str, default: Any) -> Any:
     return default if v is None else v
 
 
-def group_atoms(prob: PlacementProblem, max_groups: int, hint: np.ndarray | None = None) -> np.ndarray:
+def group_atoms(prob: PlacementProblem, max_groups: int, hint: IntArray | None = None) -> IntArray:
     """A group index per atom: atoms in topological order (of their first node) cut into at most
     ``max_groups`` contiguous runs (like the hierarchical placer's grouper). With ``hint`` (a device
     per atom, e.g. the greedy placement) runs start where the hint changes device, so the groups can
