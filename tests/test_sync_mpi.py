@@ -23,7 +23,8 @@ def mnist():
 
 def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=18, timeout=120, hw=None, sync=None):
     cfg = {"hardware": {"workers": len(speeds), "worker_speeds": speeds, **(hw or {})},
-           "sync": {"name": name, "runtime": "mpi", "staleness": staleness, "timeout_s": timeout, **(sync or {})},
+           "sync": {"name": name, "runtime": "mpi", "timeout_s": timeout, **(sync or {}),
+                    **({"staleness": staleness} if name == "delay" else {})},
            "train": {"budget_updates": budget, "eval_every": 3, "eval_samples": 200, "stop": "budget"}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
     return train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), ctx, inject=inject, reference=False)
