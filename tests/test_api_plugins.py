@@ -88,3 +88,17 @@ def test_a_sync_plugin_that_is_not_a_strategy_is_refused(tmp_path, api_plugin, m
         cfg.sync = OmegaConf.create({"name": "anything", "runtime": "virtual"})
     with pytest.raises(PluginError, match=r"^sync strategy 'anything' .* is not a subclass of orchestrator\.api\."):
         Trial(cfg, tmp_path)
+
+
+def test_the_simulated_evaluator_judges_none_as_the_first_device():
+    """``Evaluator.evaluate(None)`` (the protocol): the whole model on the worker's first device."""
+    from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
+    from orchestrator.placement.graph.workload import load_msr_workload
+
+    data = Path(__file__).parent / "data" / "msr-dnn-partitioning" / "latency-inputs" / "LayerGraphs"
+    workload = load_msr_workload(data / "inceptionv3_inference.json")
+    graph, worker = workload.graph, workload.worker
+    ev = SimulatedEvaluator(graph, worker)
+    first = api.Placement([d.name for d in worker.devices], {n.name: worker.devices[0].name for n in graph.nodes})
+    assert isinstance(ev, api.Evaluator)
+    assert ev.evaluate(None).step_time_s == ev.evaluate(first).step_time_s > 0

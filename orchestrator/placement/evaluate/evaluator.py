@@ -132,11 +132,13 @@ class SimulatedEvaluator:
 
     def evaluate(self, placement: Placement | None, *, schedule: bool = False) -> Verdict:
         self.evaluations += 1
-        # ``Evaluator.evaluate`` allows None (all on the first device); the simulator does not support it
-        r = self.simulator.evaluate(self.simulator.assignment(placement), schedule=schedule)  # type: ignore[arg-type]
+        if placement is None:  # ``Evaluator.evaluate(None)``: the whole model on the worker's first device
+            first = self.worker.devices[0].name
+            placement = Placement([d.name for d in self.worker.devices], {n.name: first for n in self.graph.nodes})
+        a = self.simulator.assignment(placement)
+        r = self.simulator.evaluate(a, schedule=schedule)
         v = Verdict(r.step_time_s, r.feasible, self.kind, dict(r.peak_memory_bytes), dict(r.busy_s), list(r.oom))
         if self.load_model is not None:
-            a = self.simulator.assignment(placement)  # type: ignore[arg-type]
             v.time_per_sample_s = self.load_model.time_per_sample(a)
             v.loads_s = self.load_model.device_loads(a)
         v.result = r
