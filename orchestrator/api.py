@@ -33,6 +33,7 @@ from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
 from orchestrator.models import ModelSpec
 from orchestrator.placement import Placement, PlacementContext
 from orchestrator.placement.graph import Edge, Node, OpGraph
+from orchestrator.placement.simulate.inflight import MicrobatchSpec
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.server import ParameterServer, StalenessGate
 from orchestrator.sync.strategy import CollectiveStrategy, Round, ServerStrategy, SyncStrategy
@@ -43,7 +44,7 @@ __all__ = [
     "SyncStrategy", "CollectiveStrategy", "ServerStrategy", "Round", "SyncOptions", "StalenessGate", "ParameterServer",
     "Schema", "option", "SyncConfig", "ServerSyncConfig",
     "TrainContext", "TrainResult", "TrainSettings", "ModelSpec",
-    "OpGraph", "Node", "Edge", "Placement", "PlacementContext",
+    "OpGraph", "Node", "Edge", "Placement", "PlacementContext", "PlacementOutcome", "MicrobatchSpec",
     "Cluster", "Worker", "Device", "Link",
     "UserError", "ConfigError", "InfeasiblePlacementError", "WorkloadError",
 ]
@@ -107,6 +108,24 @@ class TrialContext:
     def group(self, name: str) -> Any:
         """The config node of one group (``placer``, ``sync``, ``hardware``, ``model``, ``train``, ...)."""
         return self.cfg.get(name) if hasattr(self.cfg, "get") else None
+
+
+@dataclass
+class PlacementOutcome:
+    """What the placement phase of a trial hands on (to training, to the workers' speeds): the placer's
+    answer and the shared evaluator's verdicts on it and on the baseline, and what it logged."""
+
+    placement: Placement
+    graph: OpGraph
+    worker: Worker                              # the worker it was placed on (the cluster's first)
+    evaluator: Evaluator                        # the judge of the search and of the final verdict
+    verdict: Verdict                            # the final placement's
+    baseline: Verdict | None                    # the baseline placement's (None: no feasible baseline)
+    metrics: dict[str, float]                   # the placement.* metrics logged
+    microbatch: MicrobatchSpec | None = None    # the micro-batched pipeline it was judged under
+    measured: Any = None                        # real devices: the evaluator that measured (its runtime trains)
+    measured_baseline: Verdict | None = None    # real devices: the baseline's measured verdict
+    measured_step_s: float | None = None        # real devices: the placement's measured step time
 
 
 @runtime_checkable

@@ -115,7 +115,9 @@ class Trial:
         self.sync = _build("sync", self.sync_cls, cfg) if self.sync_cls else None
         if self.sync is not None:
             self.sync.check_config(cfg)
-        self.placing = PlacementPhase(self)
+        self.placing = PlacementPhase(cfg=cfg, names=self.names, settings=self.settings, placer=self.placer,
+                                      hardware=self.hardware, output_dir=output_dir, show_progress=self.show_progress,
+                                      dataset=self._dataset)
 
     @property
     def has_sync(self) -> bool:
@@ -155,7 +157,7 @@ class Trial:
 
         model_spec = self.model_spec = self.model_fn(self.cfg.model)
         cluster = self.hardware.cluster(self.context(model_spec))
-        self.cluster_simulated = cluster.simulated
+        self.placing.simulated_cluster = cluster.simulated
         evaluator_kind = self._evaluator_kind(cluster)
         self._check_resources(model_spec, cluster)
         tags = {
@@ -177,8 +179,8 @@ class Trial:
                 metrics: dict[str, float] = {}
                 placed = None
                 if self.placer is not None:
-                    placed = self.placing.place(model_spec, cluster, evaluator_kind, sink)
-                    metrics.update(placed["metrics"])
+                    placed = self.placing.place(model_spec, cluster, self.reward, sink)
+                    metrics.update(placed.metrics)
                     _stop_if_interrupted(sink, "placement")
                 if model_spec.trainable_on_mnist:
                     metrics.update(self._train(model_spec, cluster, sink, placed))
@@ -269,20 +271,20 @@ class Trial:
         whose workers have different devices, each distinct worker is placed (or put on its fastest
         device) and the workers' speeds follow from their step times, relative to the first."""
         if not cluster.simulated:
-            return {w.name: placed["measured_step_s"] for w in cluster.workers} if placed else {}
+            return {w.name: placed.measured_step_s for w in cluster.workers} if placed else {}
         from orchestrator.placement import PlacementContext
         from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 
-        graph = placed["graph"] if placed else self.placing.graph(model_spec, "simulated")
+        graph = placed.graph if placed else self.placing.graph(model_spec, "simulated")
         by_devices: dict[tuple, float] = {}
         steps: dict[str, float] = {}
         for w in cluster.workers:
             key = tuple((d.name, d.profile) for d in w.devices)
             if key not in by_devices:
-                if placed is not None and w is placed["worker"]:
-                    by_devices[key] = placed["verdict"].step_time_s
+                if placed is not None and w is placed.worker:
+                    by_devices[key] = placed.verdict.step_time_s
                 else:
-                    evaluator = SimulatedEvaluator(graph, w)
+                    evaluator = SimulatedEvaluator(graph, w, microbatch=placed.microbatch if placed else None)
                     if self.placer is not None:
                         ctx = PlacementContext(seed=self.settings.seed, output_dir=self.output_dir, cfg=self.cfg)
                         verdict = evaluator.evaluate(self.placer.place(graph, w, evaluator, ctx).check(graph))
@@ -320,20 +322,20 @@ class Trial:
             result = train_single_worker(ctx, rt)
             ctx.sink.set_tags({"train.reference": "this trial (single device of one worker)"})
             return result, result.time_to_target_s
-        rt = placed["measured"].runtime(placed["placement"], lr=lr)
+        rt = placed.measured.runtime(placed.placement, lr=lr)
         result = train_single_worker(ctx, rt)
         reference = None
-        if result.updates_to_target is not None and placed["measured_baseline"] is not None:
+        if result.updates_to_target is not None and placed.measured_baseline is not None:
             # Placement does not change the arithmetic, so the reference needs the same number of
             # updates; each takes the baseline placement's measured step time.
-            reference = result.updates_to_target * placed["measured_baseline"].step_time_s
+            reference = result.updates_to_target * placed.measured_baseline.step_time_s
             ctx.sink.set_tags({"train.reference": "updates to target x baseline placement's measured step time"})
         return result, reference
 
     def _simulated_step_times(self, ctx: TrainContext, placed) -> tuple[float, float, str]:
         """(this trial's step time, the reference step time, a label) on a simulated worker."""
-        if placed is not None and placed["baseline"] is not None:
-            return (placed["verdict"].step_time_s, placed["baseline"].step_time_s,
+        if placed is not None and placed.baseline is not None:
+            return (placed.verdict.step_time_s, placed.baseline.step_time_s,
                     "updates to target x baseline placement's simulated step time")
         from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 
@@ -342,6 +344,6 @@ class Trial:
         label, verdict = single_device(evaluator, evaluator.graph, worker)
         if verdict is None:
             raise InfeasiblePlacementError(f"model {ctx.model.name} fits on no single device of {worker.name}; add a placer")
-        step = placed["verdict"].step_time_s if placed is not None else verdict.step_time_s
+        step = placed.verdict.step_time_s if placed is not None else verdict.step_time_s
         ctx.sink.log_metrics({"train.simulated_step_time_s": step})
         return step, verdict.step_time_s, f"updates to target x simulated step time on {label}"

@@ -28,9 +28,9 @@ def _trial(tmp_path, *overrides):
 def _place(trial):
     spec = trial.model_spec = trial.model_fn(trial.cfg.model)
     cluster = trial.hardware.cluster(trial.context(spec))
-    trial.cluster_simulated = cluster.simulated
     sink = NullSink()
-    placed = trial.placing.place(spec, cluster, trial._evaluator_kind(cluster), sink)
+    trial._evaluator_kind(cluster)                    # resolves placer.reward for this cluster
+    placed = trial.placing.place(spec, cluster, trial.reward, sink)
     return placed, sink
 
 
@@ -48,7 +48,7 @@ def test_top_level_seed_reaches_placer_and_training(tmp_path):
         t = _trial(tmp_path, "+placer=random", "placer.samples=30", "model=workload", f"model.path={BERT}", f"seed={seed}")
         assert t.settings.seed == seed
         placed, _ = _place(t)
-        runs.setdefault(seed, []).append(placed["placement"].assignment)
+        runs.setdefault(seed, []).append(placed.placement.assignment)
     assert runs[1][0] == runs[1][1] and runs[1][0] != runs[2][0]
 
 
@@ -90,7 +90,7 @@ def test_optimal_placer_is_exact_and_certified_in_a_trial(tmp_path):
     placed, sink = _place(_trial(tmp_path, "+placer=optimal", "placer.milp_time_limit_s=5", "model=workload",
                                  f"model.path={BERT}", f"model.split={SPLIT}"))
     m = dict((k, v) for k, v, _ in sink.metrics)
-    meta = placed["placement"].meta
+    meta = placed.placement.meta
     assert meta["order"] == "ideals" and meta["exact"]
     assert m["placement.contiguous_optimum_s"] >= m["placement.time_per_sample_s"]
     assert m["placement.lower_bound_s"] <= m["placement.time_per_sample_s"] < m["placement.baseline_time_per_sample_s"]

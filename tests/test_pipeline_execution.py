@@ -12,7 +12,7 @@ from orchestrator.execution.functional import layer_calls
 from orchestrator.execution.pipelined import PipelinedRuntime, PipelineOrderError
 from orchestrator.execution.runtime import ModelRuntime
 from orchestrator.models import builtin
-from orchestrator.phases.schedule import attach_schedule
+from orchestrator.phases.schedule import microbatch_spec
 from orchestrator.placement.graph.workload import load_msr_workload
 from orchestrator.placement.simulate.microbatch import task_order
 
@@ -57,12 +57,11 @@ def test_placement_against_the_flow_cannot_run_as_a_pipeline():
 
 def test_micro_batches_are_for_extracted_models(tmp_path):
     w = load_msr_workload(DATA / "throughput-inputs/LayerGraphs/bert24_training.json")
-    attach_schedule(w.graph, {"micro_batches": 1})
-    assert "pipeline_schedule" not in w.graph.meta
+    assert microbatch_spec(w.graph, {"micro_batches": 1}) is None
     with pytest.raises(ConfigError, match="placement.micro_batches=4"):
-        attach_schedule(w.graph, {"micro_batches": 4, "schedule": "gpipe"})
+        microbatch_spec(w.graph, {"micro_batches": 4, "schedule": "gpipe"})
     with pytest.raises(ConfigError, match="placement.pipeline_steps=0"):
-        attach_schedule(w.graph, {"micro_batches": 1, "pipeline_steps": 0})
+        microbatch_spec(w.graph, {"micro_batches": 1, "pipeline_steps": 0})
 
 
 def _metrics(workdir):

@@ -9,7 +9,7 @@ import pytest
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.placement.graph import Edge, Node, OpGraph
-from orchestrator.placement.simulate.inflight import in_flight
+from orchestrator.placement.simulate.inflight import MicrobatchSpec, in_flight
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings, task_order
 from orchestrator.placement.simulate.simulator import Simulator
 
@@ -129,9 +129,8 @@ def test_in_flight_activations_count_against_memory():
     g = _chain([1.0, 1.0, 1.0], [2.0, 2.0, 2.0])
     a = _assign(g, [0, 0, 1])
     for kind, k0, fits in (("gpipe", 4, False), ("1f1b", 2, True)):
-        g.meta["pipeline_schedule"] = {"micro_batches": 4, "schedule": kind}
         w = _worker(2, mem=500.0)
-        sim = Simulator(g, w)
+        sim = Simulator(g, w, MicrobatchSpec(4, kind))
         peak, oom = sim.memory(a)
         assert peak[0] == pytest.approx(20 + k0 * 200)
         assert (not oom) == fits

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from orchestrator.api import PlacementOutcome
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.placement.graph.placement import Placement, PlacementContext
+from orchestrator.placement.simulate.inflight import MicrobatchSpec
 
 
 def on_one_device(graph, worker, device: str) -> Placement:
@@ -73,8 +77,15 @@ def resolve_objective(cfg, graph) -> str:
 
 
 class PlacementPhase:
-    def __init__(self, trial):
-        self.trial = trial
+    """Places the model of one trial and judges the answer. It gets what it uses (the config, the
+    placer, the training settings for the batch, where to write, how to load the data), never the
+    trial; ``place`` returns a ``PlacementOutcome``."""
+
+    def __init__(self, *, cfg: Any, names: dict[str, str | None], settings: Any, placer: Any, hardware: Any,
+                 output_dir: Path, show_progress: bool, dataset: Callable[[], Any]):
+        self.cfg, self.names, self.train, self.placer = cfg, names, settings, placer
+        self.hardware, self.output_dir, self.show_progress, self.dataset = hardware, output_dir, show_progress, dataset
+        self.simulated_cluster = True           # set by ``place`` (or the caller) once the cluster is known
 
     def graph(self, model_spec, evaluator_kind: str):
         """The op graph to place: a workload's own, else extracted from the Keras model (layer level;
@@ -85,70 +96,72 @@ class PlacementPhase:
 
         # searching placers use the costs (the simulated reward, mixed's screening, the start of a
         # measured search); a placer that only evaluates its answer (manual) does not
-        searching = getattr(getattr(self.trial, "placer_cls", None), "auto_evaluator", None) != "measured"
+        searching = getattr(type(self.placer), "auto_evaluator", None) != "measured"
         wants = evaluator_kind == "simulated" or (evaluator_kind in ("measured", "mixed") and searching)
-        profile = "local-cpu" if wants and not self.trial.cluster_simulated else None
-        graph = extract(model_spec, self.trial.settings.batch_size, profile=profile, seed=self.trial.settings.seed)
-        calib = getattr(self.trial.hardware, "calibration", None)   # hardware.cost_scale on the profiled costs
+        profile = "local-cpu" if wants and not self.simulated_cluster else None
+        graph = extract(model_spec, self.train.batch_size, profile=profile, seed=self.train.seed)
+        calib = getattr(self.hardware, "calibration", None)   # hardware.cost_scale on the profiled costs
         if profile and calib is not None:
             from orchestrator.hardware.calibration import calibrate_graph
             graph = calibrate_graph(graph, calib)
         return graph
 
     def settings(self) -> Any:
-        return self.trial.cfg.get("placement") or {}
+        return self.cfg.get("placement") or {}
 
-    def evaluator(self, kind: str, graph, worker, model_spec):
+    def evaluator(self, kind: str, graph, worker, model_spec, microbatch: MicrobatchSpec | None = None):
         from orchestrator.placement.evaluate.evaluator import MeasuredEvaluator, SimulatedEvaluator
 
         objective = resolve_objective(self.settings(), graph)
         headroom = memory_headroom(self.settings(), objective)
         if kind == "simulated":
-            return SimulatedEvaluator(graph, worker, objective, headroom)
+            return SimulatedEvaluator(graph, worker, objective, headroom, microbatch)
         if objective == "pipeline":
             raise ConfigError("placement.objective=pipeline is evaluated by the simulator: set placer.reward=simulated")
         if model_spec.build is None:
-            raise ConfigError(f"model={self.trial.names['model']} is a cost graph; it can only be simulated")
+            raise ConfigError(f"model={self.names['model']} is a cost graph; it can only be simulated")
         x, y = self.batch(model_spec)
-        seed = self.trial.settings.seed
+        seed = self.train.seed
         if kind == "final":      # measures the answer of a simulated-reward search, and its baseline
             return MeasuredEvaluator(model_spec, worker, x, y, seed=seed)
         from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure
 
-        settings = RewardSettings.from_cfg(self.trial.cfg.get("placer"), kind)
+        settings = RewardSettings.from_cfg(self.cfg.get("placer"), kind)
         measure = TFMeasure(model_spec, worker, x, y, seed=seed, warmup=settings.warmup, graph=graph)
-        return MeasuredRewardEvaluator(graph, worker, settings, measure, memory_headroom=headroom)
+        return MeasuredRewardEvaluator(graph, worker, settings, measure, memory_headroom=headroom, microbatch=microbatch)
 
     def batch(self, model_spec):
         """The batch measured steps run on: MNIST for models trained on it, else the model's sample."""
-        bs, seed = self.trial.settings.batch_size, self.trial.settings.seed
+        bs, seed = self.train.batch_size, self.train.seed
         if model_spec.trainable_on_mnist:
-            ds = self.trial._dataset()
+            ds = self.dataset()
             return ds.x_train[:bs], ds.y_train[:bs]
         return model_spec.sample(bs, seed)
 
-    def place(self, model_spec, cluster, evaluator_kind: str, sink) -> dict[str, Any]:
+    def place(self, model_spec, cluster, reward: str, sink) -> PlacementOutcome:
+        """Place on the cluster's first worker, searching with ``reward`` (``placer.reward`` resolved:
+        simulated | measured | mixed); judge, compare with the baseline, log."""
         worker = cluster.workers[0]
-        reward = getattr(self.trial, "reward", None) or evaluator_kind   # placer.reward (trial._evaluator_kind)
+        self.simulated_cluster = cluster.simulated
         graph = self.graph(model_spec, reward)
-        from orchestrator.phases.schedule import attach_schedule  # micro-batches (placement.micro_batches)
-        attach_schedule(graph, self.settings())
-        evaluator = self.evaluator(reward, graph, worker, model_spec)
-        context = PlacementContext(seed=self.trial.settings.seed, sink=sink, output_dir=self.trial.output_dir,
-                                   show_progress=self.trial.show_progress, cfg=self.trial.cfg)
+        from orchestrator.phases.schedule import microbatch_spec  # micro-batches (placement.micro_batches)
+        microbatch = microbatch_spec(graph, self.settings())
+        evaluator = self.evaluator(reward, graph, worker, model_spec, microbatch)
+        context = PlacementContext(seed=self.train.seed, sink=sink, output_dir=self.output_dir,
+                                   show_progress=self.show_progress, cfg=self.cfg)
         t0 = time.perf_counter()
-        placement = self.trial.placer.place(graph, worker, evaluator, context).check(graph)
+        placement = self.placer.place(graph, worker, evaluator, context).check(graph)
         search_time = time.perf_counter() - t0
         searched = evaluator.evaluations
         end_search = getattr(evaluator, "end_search", None)    # measured / mixed rewards: stop the budget
         search_m = end_search() if end_search is not None else {"placement.measured_placements": 0.0}
-        path = self.trial.output_dir / "placement.json"
+        path = self.output_dir / "placement.json"
         placement.save(path)
         sink.log_artifact(path)
         verdict = evaluator.evaluate(placement, **({"schedule": True} if evaluator.kind == "simulated" else {}))
         if not verdict.feasible:
             over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
-            raise InfeasiblePlacementError(f"placer {self.trial.names['placer']}'s placement does not fit in memory: {over}")
+            raise InfeasiblePlacementError(f"placer {self.names['placer']}'s placement does not fit in memory: {over}")
         base_label, base_placement, base = self.baseline(graph, worker, evaluator, model_spec)
         objective = getattr(evaluator, "objective", "step")
         m = {
@@ -162,7 +175,7 @@ class PlacementPhase:
             m["placement.time_per_sample_s"] = verdict.time_per_sample_s
             for dev, load in verdict.loads_s.items():
                 m[f"placement.load_s.{dev}"] = load
-        if reward != "simulated" and (self.trial.cfg.get("placer") or {}).get("compare_simulated"):
+        if reward != "simulated" and (self.cfg.get("placer") or {}).get("compare_simulated"):
             m.update(self.compare_simulated(graph, worker, evaluator, verdict))
         if "contiguous_optimum_s" in placement.meta:
             m["placement.contiguous_optimum_s"] = float(placement.meta["contiguous_optimum_s"])
@@ -197,12 +210,12 @@ class PlacementPhase:
             for dev, busy in verdict.busy_s.items():
                 m[f"placement.utilisation.{dev}"] = busy / verdict.step_time_s if verdict.step_time_s else 0.0
             self.gantt(verdict, sink)
-        placed = {"metrics": m, "placement": placement, "evaluator": evaluator, "verdict": verdict, "baseline": base,
-                  "graph": graph, "worker": worker}
+        placed = PlacementOutcome(placement=placement, graph=graph, worker=worker, evaluator=evaluator, verdict=verdict,
+                                  baseline=base, metrics=m, microbatch=microbatch)
         if not cluster.simulated and model_spec.build is not None:
-            placed.update(self.measure_too(placement, base_placement, base, evaluator, graph, worker, model_spec, m))
+            self.measure_too(placed, base_placement, model_spec)
         from orchestrator.phases.schedule import report_schedule  # the micro-batched
-        report_schedule(self.trial, placement, evaluator, graph, worker, model_spec, cluster, sink, m)  # pipeline
+        report_schedule(self, placed, model_spec, cluster, sink)  # pipeline
         sink.log_metrics(m)
         tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward}
         if evaluator.kind == "simulated":
@@ -217,21 +230,24 @@ class PlacementPhase:
         step time / this one's (>= 1: this one is no slower)."""
         from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 
-        sim = SimulatedEvaluator(graph, worker, "step", evaluator.memory_headroom)
-        context = PlacementContext(seed=self.trial.settings.seed, output_dir=self.trial.output_dir, cfg=self.trial.cfg)
-        other = self.trial.placer.place(graph, worker, sim, context).check(graph)
+        sim = SimulatedEvaluator(graph, worker, "step", evaluator.memory_headroom, getattr(evaluator, "microbatch", None))
+        context = PlacementContext(seed=self.train.seed, output_dir=self.output_dir, cfg=self.cfg)
+        other = self.placer.place(graph, worker, sim, context).check(graph)
         v = evaluator.evaluate(other)
         return {"placement.simulated_reward_step_time_s": v.step_time_s,
                 "placement.vs_simulated_reward": v.step_time_s / verdict.step_time_s}
 
-    def measure_too(self, placement, base_placement, base, evaluator, graph, worker, model_spec, m) -> dict:
+    def measure_too(self, placed: PlacementOutcome, base_placement, model_spec) -> None:
         """On real devices, the chosen and the baseline placement also run for real: their measured
         step times are logged beside the simulated ones, and training uses the measured runtime."""
+        placement, base, evaluator, m = placed.placement, placed.baseline, placed.evaluator, placed.metrics
         if evaluator.kind == "measured":
-            return {"measured": evaluator, "measured_baseline": base, "measured_step_s": m["placement.step_time_s"]}
+            placed.measured, placed.measured_baseline = evaluator, base
+            placed.measured_step_s = m["placement.step_time_s"]
+            return
         from orchestrator.placement.evaluate.measured_fit import median_rel_error
 
-        measured = self.evaluator("final", graph, worker, model_spec)
+        measured = self.evaluator("final", placed.graph, placed.worker, model_spec)
         mv = measured.evaluate(placement)
         mb = measured.evaluate(base_placement) if base_placement is not None else None
         m["placement.measured_step_time_s"] = mv.step_time_s
@@ -244,14 +260,14 @@ class PlacementPhase:
         err = median_rel_error(sim, real)          # the simulator on the two placements measured
         if math.isfinite(err):
             m["placement.sim_error"] = err
-        return {"measured": measured, "measured_baseline": mb, "measured_step_s": mv.step_time_s}
+        placed.measured, placed.measured_baseline, placed.measured_step_s = measured, mb, mv.step_time_s
 
     def baseline(self, graph, worker, evaluator, model_spec):
         """The reference placement: the human expert's where one exists (the workload's split file,
         else the manual placer's split, rules, the model's own rules or a literature rule such as
         rnn), else the best single accelerator that holds the model; none (no speedup) when no
         accelerator does. The manual placer itself is compared with the best single accelerator."""
-        if self.trial.names["placer"] != "manual":
+        if self.names["placer"] != "manual":
             if model_spec.expert_split is not None:
                 split = model_spec.expert_split.check(graph)
                 return "expert split (model.split)", split, evaluator.evaluate(split)
@@ -270,7 +286,7 @@ class PlacementPhase:
             return
         from orchestrator.placement.simulate.gantt import gantt
 
-        path = self.trial.output_dir / "gantt.png"
+        path = self.output_dir / "gantt.png"
         gantt(result, path)
         sink.log_artifact(path)
 
@@ -280,9 +296,9 @@ class PlacementPhase:
         manual-placer config; None when its strategy is no expert's (``fastest``: one device)."""
         from orchestrator import plugins
 
-        cfg = self.trial.cfg.placer.get("baseline")   # None: the manual placer's schema defaults (its YAML sets no more)
+        cfg = self.cfg.placer.get("baseline")   # None: the manual placer's schema defaults (its YAML sets no more)
         placer = plugins.load("placer", "manual")(cfg)
-        context = PlacementContext(seed=self.trial.settings.seed, cfg=self.trial.cfg)
+        context = PlacementContext(seed=self.train.seed, cfg=self.cfg)
         strategy_of = getattr(placer, "_strategy", None)
         strategy = strategy_of(graph, worker, context)[0] if strategy_of else "rules"
         if strategy == "fastest":

@@ -12,21 +12,22 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.placement.simulate.inflight import MicrobatchSpec
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings
 
 
-def attach_schedule(graph: Any, cfg: Any) -> None:
-    """Record ``placement.micro_batches`` and ``placement.schedule`` in ``graph.meta`` (and check
-    ``placement.pipeline_steps``)."""
+def microbatch_spec(graph: Any, cfg: Any) -> MicrobatchSpec | None:
+    """``placement.micro_batches`` and ``placement.schedule`` as the spec the placement is judged under
+    (None: no micro-batching), after checking ``placement.pipeline_steps`` and ``profile_scale``."""
     m, kind = settings(cfg)
     pipeline_steps(cfg)
     profile_scale_mode(cfg)
     if m <= 1:
-        return
+        return None
     if graph.meta.get("format") == "msr-dnn-partitioning":
         raise ConfigError(f"placement.micro_batches={m}: micro-batched schedules are for models extracted from "
                           "TensorFlow; a workload file's pipeline objective is its authors' load rule (placement.objective=pipeline)")
-    graph.meta["pipeline_schedule"] = {"micro_batches": m, "schedule": kind}
+    return MicrobatchSpec(m, kind)
 
 
 def pipeline_steps(cfg: Any) -> int:
@@ -92,19 +93,21 @@ def core_sharing(worker, stages, metrics: dict) -> dict[str, str]:
     return {"placement.core_sharing": f"{shared[0].source}: {len(shared)} of {len(stages)} stages share cores"}
 
 
-def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec, cluster, sink, metrics: dict) -> None:
-    """Schedule the chosen placement (metrics into ``metrics``, ``gantt_pipeline.png``); on real
-    devices also run it pipelined (``orchestrator.execution.pipelined``) and log the measured time."""
-    ps = graph.meta.get("pipeline_schedule")
-    if not ps:
+def report_schedule(phase: Any, placed: Any, model_spec, cluster, sink) -> None:
+    """Schedule the chosen placement (metrics into ``placed.metrics``, ``gantt_pipeline.png``); on real
+    devices also run it pipelined (``orchestrator.execution.pipelined``) and log the measured time.
+    ``phase`` is the trial's ``PlacementPhase``, ``placed`` its ``PlacementOutcome``."""
+    spec = placed.microbatch
+    if spec is None:
         return
-    m, kind = int(ps["micro_batches"]), str(ps["schedule"])
+    placement, evaluator, graph, worker, metrics = placed.placement, placed.evaluator, placed.graph, placed.worker, \
+        placed.metrics
+    m, kind = spec.micro_batches, spec.schedule
     real = not cluster.simulated and model_spec.build is not None
     sim_graph = graph
     if real and "local-cpu" not in graph.meta.get("profiles", []) and any(d.profile == "local-cpu" for d in worker.devices):
         # judged without this machine's profile (a measured evaluator): profile for the simulated figures
-        sim_graph = trial.placing.graph(model_spec, "simulated")
-        sim_graph.meta["pipeline_schedule"] = dict(ps)
+        sim_graph = phase.graph(model_spec, "simulated")
         if len(sim_graph.nodes) != len(graph.nodes):
             raise RuntimeError(f"model {model_spec.name}: the profiled graph differs from the placed one")
     index = {d.name: i for i, d in enumerate(worker.devices)}
@@ -112,9 +115,9 @@ def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec,
     if real:   # the profile normalised to the measured whole step; core_sharing=model: eff on the model
         from orchestrator.hardware.contention import on_model
 
-        batch = int(graph.meta.get("batch") or trial.settings.batch_size)
-        x, y = model_spec.sample(batch, trial.settings.seed)
-        sim_graph = normalise_profile(trial.cfg.get("placement") or {}, sim_graph, worker, model_spec, x, y, metrics)
+        batch = int(graph.meta.get("batch") or phase.train.batch_size)
+        x, y = model_spec.sample(batch, phase.train.seed)
+        sim_graph = normalise_profile(phase.settings(), sim_graph, worker, model_spec, x, y, metrics)
         worker = on_model(worker, model_spec, x, y)
     sim = getattr(evaluator, "simulator", None) if sim_graph is graph else None
     r = MicrobatchSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
@@ -123,30 +126,30 @@ def report_schedule(trial: Any, placement, evaluator, graph, worker, model_spec,
         over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in r.oom)
         raise InfeasiblePlacementError(f"the placement does not fit with {m} micro-batches in flight ({kind}): {over}")
     metrics.update(schedule_metrics(r))
-    _gantt(trial, r, sink)
+    _gantt(phase.output_dir, r, sink)
     sink.set_tags({"placement.schedule": kind, **core_sharing(worker, r.stages, metrics)})
     if real and graph.granularity == "layer" and all(worker.device(d).is_real for d in r.stages):
-        metrics.update(measure(trial, model_spec, graph, placement, worker, r, sink))
+        metrics.update(measure(phase, model_spec, graph, placement, worker, r, sink))
 
 
-def measure(trial: Any, model_spec, graph, placement, worker, r, sink) -> dict[str, float]:
+def measure(phase: Any, model_spec, graph, placement, worker, r, sink) -> dict[str, float]:
     """Train ``placement.pipeline_steps`` mini-batches pipelined on the real devices; the median
     wall time per mini-batch / m is the measured time per micro-batch (bubble included), compared
     with the simulated mini-batch time / m: ``placement.pipeline_sim_error`` = simulated / measured - 1."""
     from orchestrator.execution.pipelined import PipelinedRuntime, PipelineOrderError
     from orchestrator.placement.simulate.microbatch import task_order
 
-    steps = pipeline_steps(trial.cfg.get("placement") or {})
+    steps = pipeline_steps(phase.settings())
     tf_dev = {d.name: d.tf_device for d in worker.devices}
     layers = [n for n in graph.nodes if n.role == "forward"]
     device_of = {n.name: tf_dev[placement.assignment[n.name]] for n in layers}
-    batch = int(graph.meta.get("batch") or trial.settings.batch_size)
+    batch = int(graph.meta.get("batch") or phase.train.batch_size)
     try:
         S = len(r.stages)
         orders = [task_order(r.schedule, r.micro_batches, S, s) for s in range(S)]
-        rt = PipelinedRuntime(model_spec, device_of, [tf_dev[d] for d in r.stages], orders, seed=trial.settings.seed,
-                              lr=float(trial.settings.lr), default_device=worker.devices[0].tf_device, reference_names=[n.name for n in layers])
-        x, y = model_spec.sample(batch * r.micro_batches, trial.settings.seed)
+        rt = PipelinedRuntime(model_spec, device_of, [tf_dev[d] for d in r.stages], orders, seed=phase.train.seed,
+                              lr=float(phase.train.lr), default_device=worker.devices[0].tf_device, reference_names=[n.name for n in layers])
+        x, y = model_spec.sample(batch * r.micro_batches, phase.train.seed)
         times, losses = rt.time_steps(x, y, warmup=2, repeats=steps)
     except PipelineOrderError as exc:
         sink.set_tags({"placement.pipeline_measured": f"no: {exc}"})
@@ -161,10 +164,10 @@ def measure(trial: Any, model_spec, graph, placement, worker, r, sink) -> dict[s
             "placement.pipeline_loss_first": losses[0], "placement.pipeline_loss_last": losses[-1]}
 
 
-def _gantt(trial: Any, r, sink) -> None:
+def _gantt(output_dir: Any, r, sink) -> None:
     from orchestrator.placement.simulate.gantt import gantt_events
 
-    path = trial.output_dir / "gantt_pipeline.png"
+    path = output_dir / "gantt_pipeline.png"
     gantt_events(r.schedule_events, path, f"{r.schedule}: {r.micro_batches} micro-batches over {len(r.stages)} stages, "
                  f"mini-batch {r.minibatch_time_s:.4g} s (simulated), bubble {r.bubble_fraction:.0%}")
     sink.log_artifact(path)

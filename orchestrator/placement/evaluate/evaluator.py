@@ -15,6 +15,7 @@ from orchestrator.hardware.cluster import Worker
 from orchestrator.placement.graph.arrays import IntArray
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
+from orchestrator.placement.simulate.inflight import MicrobatchSpec
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.simulate.simulator import SimResult, Simulator, lower_bound
 from orchestrator.placement.solve.bounds import load_lower_bound
@@ -105,14 +106,16 @@ class SimulatedEvaluator:
 
     kind = "simulated"
 
-    def __init__(self, graph: OpGraph, worker: Worker, objective: str = "step", memory_headroom: float = 0.0) -> None:
+    def __init__(self, graph: OpGraph, worker: Worker, objective: str = "step", memory_headroom: float = 0.0,
+                 microbatch: MicrobatchSpec | None = None) -> None:
         if objective not in OBJECTIVES:
             raise ConfigError(f"placement.objective={objective!r} (accepted: auto, {', '.join(OBJECTIVES)})")
         if not 0.0 <= float(memory_headroom) < 1.0:
             raise ConfigError(f"placement.memory_headroom={memory_headroom!r} must be a fraction in [0, 1)")
         self.graph, self.worker = graph, worker
         self.objective, self.memory_headroom = objective, float(memory_headroom)
-        self.simulator = Simulator(graph, worker)
+        self.microbatch = microbatch              # a micro-batched pipeline's schedule (memory in flight)
+        self.simulator = Simulator(graph, worker, microbatch)
         self.load_model: LoadModel | None = None
         if objective == "pipeline":
             self.load_model = LoadModel(graph, worker, self.simulator)

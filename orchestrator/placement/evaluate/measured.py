@@ -47,6 +47,7 @@ from orchestrator.placement.evaluate.measured_fit import SimulatorFit
 from orchestrator.placement.graph.arrays import IntArray
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
+from orchestrator.placement.simulate.inflight import MicrobatchSpec
 
 if TYPE_CHECKING:
     from orchestrator.execution.runtime import ModelRuntime
@@ -229,13 +230,14 @@ class MeasuredRewardEvaluator:
 
     def __init__(self, graph: OpGraph, worker: Worker, settings: RewardSettings, measure: Measure,
                  *, clock: Callable[[], float] = time.perf_counter, memory_headroom: float = 0.0,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, microbatch: MicrobatchSpec | None = None) -> None:
         if settings.reward not in ("measured", "mixed"):
             raise ConfigError(f"placer.reward={settings.reward!r}: this evaluator measures (measured, mixed)")
         self.graph, self.worker, self.settings = graph, worker, settings
         self.reward = settings.reward
         self.memory_headroom = float(memory_headroom)
-        self.simulated = SimulatedEvaluator(graph, worker, "step", memory_headroom)
+        self.microbatch = microbatch
+        self.simulated = SimulatedEvaluator(graph, worker, "step", memory_headroom, microbatch)
         self.simulator = self.simulated.simulator
         self.measure, self.clock = measure, clock
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))

@@ -9,6 +9,7 @@ is ``F`` (forward and loss), ``B`` (backward) or ``U`` (update)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +20,20 @@ if TYPE_CHECKING:
     from orchestrator.placement.graph.opgraph import OpGraph
 
 F, B, U = 0, 1, 2
+SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class MicrobatchSpec:
+    """A micro-batched pipeline (``placement.micro_batches`` > 1, ``placement.schedule``): part of what
+    a placement is judged under, given to the simulator and the evaluator that judge it."""
+
+    micro_batches: int
+    schedule: str = "1f1b"
+
+    def __post_init__(self) -> None:
+        if self.micro_batches < 1 or self.schedule not in SCHEDULES:
+            raise ValueError(f"MicrobatchSpec({self.micro_batches}, {self.schedule!r})")
 
 
 def in_flight(kind: str, micro_batches: int, n_stages: int, stage: int) -> int:

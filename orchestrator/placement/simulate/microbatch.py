@@ -49,10 +49,17 @@ from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.contention import SharedCores
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.opgraph import OpGraph, original_edges
-from orchestrator.placement.simulate.inflight import B, F, U, flow_position, phase_of, stage_order
+from orchestrator.placement.simulate.inflight import (
+    SCHEDULES,
+    B,
+    F,
+    MicrobatchSpec,
+    U,
+    flow_position,
+    phase_of,
+    stage_order,
+)
 from orchestrator.placement.simulate.simulator import Simulator
-
-SCHEDULES = ("gpipe", "1f1b")
 
 Task = tuple[int, int, int]                                  # (phase, device, micro-batch)
 # (src phase, src device, dst device) -> [{link channel: seconds}, consumer phases]
@@ -112,7 +119,7 @@ class MicrobatchSchedule:
         if kind not in SCHEDULES:
             raise ConfigError(f"placement.schedule={kind!r} (accepted: {', '.join(SCHEDULES)})")
         self.graph, self.worker, self.m, self.kind = graph, worker, int(micro_batches), kind
-        self.sim = sim if sim is not None else Simulator(graph, worker)
+        self.sim = sim if sim is not None else Simulator(graph, worker, MicrobatchSpec(self.m, kind))
         self.phase = phase_of(graph)
         self.pos = flow_position(graph)
         self.nd = len(worker.devices)

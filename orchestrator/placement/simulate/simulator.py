@@ -10,8 +10,8 @@ Model:
   bandwidth per hop, or the edge's fixed ``cost`` per hop); a link carries one tensor at a time and
   links with one ``shared`` name are one channel (contention);
 - memory per device: params + activations of its nodes (all live for the step) + the largest temp;
-  devices with one ``memory_pool`` share it. In a micro-batched pipeline (``graph.meta
-  ["pipeline_schedule"]``) a stage holds the forward activations of every micro-batch in flight
+  devices with one ``memory_pool`` share it. In a micro-batched pipeline (``microbatch``, a
+  ``MicrobatchSpec``) a stage holds the forward activations of every micro-batch in flight
   (``orchestrator.placement.simulate.inflight.in_flight``: GPipe m, 1F1B min(m, S - stage)). Over capacity -> infeasible, never simulated as if fine:
   ``step_time_s`` is inf, ``oom`` says where and by how many bytes; ``makespan_s`` still holds the
   schedule length (what a memory-blind evaluator would report).
@@ -31,7 +31,7 @@ from orchestrator.hardware.cluster import Worker
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
-from orchestrator.placement.simulate.inflight import F, flow_position, in_flight_counts, phase_of
+from orchestrator.placement.simulate.inflight import F, MicrobatchSpec, flow_position, in_flight_counts, phase_of
 from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA, StepArrays, run_step
 
 
@@ -50,8 +50,9 @@ class SimResult:
 class Simulator:
     """Precomputes a graph and worker into arrays; then each placement costs one pass of the kernel."""
 
-    def __init__(self, graph: OpGraph, worker: Worker):
+    def __init__(self, graph: OpGraph, worker: Worker, microbatch: MicrobatchSpec | None = None):
         self.graph, self.worker = graph, worker
+        self.microbatch = microbatch
         devs = worker.devices
         self.device_index = {d.name: i for i, d in enumerate(devs)}
         n, nd = len(graph.nodes), len(devs)
@@ -118,12 +119,12 @@ class Simulator:
         for i, d in enumerate(worker.devices):
             pools.setdefault(d.memory_pool or d.name, []).append(i)
         self.pools = [(name, np.array(ix), min(worker.devices[i].memory_bytes for i in ix)) for name, ix in pools.items()]
-        # a micro-batched pipeline (``graph.meta["pipeline_schedule"]``, ``orchestrator.placement.simulate.inflight``):
+        # a micro-batched pipeline (``self.microbatch``, ``orchestrator.placement.simulate.inflight``):
         # each stage also holds the forward activations of the other micro-batches it has in flight
-        self.pipeline_schedule = None
-        ps = graph.meta.get("pipeline_schedule")
-        if ps and int(ps.get("micro_batches", 1)) > 1:
-            self.pipeline_schedule = (int(ps["micro_batches"]), str(ps.get("schedule", "1f1b")))
+        self.pipeline_schedule: tuple[int, str] | None = None
+        mb = self.microbatch
+        if mb is not None and mb.micro_batches > 1:
+            self.pipeline_schedule = (mb.micro_batches, mb.schedule)
             self.flow_pos = flow_position(graph)
             self.act_fwd = np.array([n.activation_bytes for n in graph.nodes]) * (phase_of(graph) == F)
 

@@ -30,7 +30,8 @@ class PlacementProblem:
     def __init__(self, graph: OpGraph, worker: Worker, evaluator: Any = None, memory_headroom: float | None = None):
         self.graph, self.worker, self.evaluator = graph, worker, evaluator
         sim = getattr(evaluator, "simulator", None)
-        self.sim = sim if sim is not None and sim.graph is graph else Simulator(graph, worker)
+        self.sim = sim if sim is not None and sim.graph is graph else \
+            Simulator(graph, worker, getattr(evaluator, "microbatch", None))
         n, nd = len(graph.nodes), len(worker.devices)
         self.n, self.nd = n, nd
         key = [nd_.group if nd_.group is not None else f"#{i}" for i, nd_ in enumerate(graph.nodes)]
