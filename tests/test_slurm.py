@@ -48,13 +48,27 @@ def server(tmp_path):
         yield uri
 
 
-def _no_trial_process_left(marker: str) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
-    return [ln for ln in out.splitlines() if "pgrep" not in ln]
+def _processes_of(cluster, job: str) -> list[int]:
+    """Processes on this node still running for Slurm job ``job`` (``ARRAY_TASK`` or plain id), found by
+    the variables Slurm gives every process of a job (this cluster's SLURM_CONF, the job id)."""
+    array, _, task = job.partition("_")
+    want = ({f"SLURM_ARRAY_JOB_ID={array}", f"SLURM_ARRAY_TASK_ID={task}"} if task else {f"SLURM_JOB_ID={job}"})
+    want.add(f"SLURM_CONF={cluster.env['SLURM_CONF']}")
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            names = set(env.read_bytes().decode(errors="replace").split("\0"))
+        except OSError:
+            continue
+        if want <= names:
+            found.append(int(env.parent.name))
+    return found
 
 
-def test_submitit_local_sweep_makes_one_parent_and_a_child_per_trial(tmp_path, server):
-    """hydra/launcher=submitit_local (no scheduler): each trial in its own process, as on Slurm."""
+def test_submitit_local_sweep_makes_one_parent_and_a_child_per_trial(tmp_path):
+    """hydra/launcher=submitit_local (no scheduler): each trial in its own process, as on Slurm (into
+    one SQLite store: two local writers; the Slurm tests use a server)."""
+    server = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = run_cli(tmp_path, "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", *PLACE,
                   "placer.samples=5,6", env={"MLFLOW_TRACKING_URI": server}, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -169,6 +183,7 @@ def test_a_cancelled_trial_ends_killed_with_the_slurm_reason(tmp_path, cluster, 
                 break
         assert long_run.info.status == "RUNNING"
         job = long_run.data.tags["orchestrator.slurm_job"]
+        assert _processes_of(cluster, job), "the job's processes are not found (the check below could not fail)"
         cluster.run("scancel", job)
         _, err = proc.communicate(timeout=300)
     finally:
@@ -185,7 +200,7 @@ def test_a_cancelled_trial_ends_killed_with_the_slurm_reason(tmp_path, cluster, 
     assert sorted(c.info.status for c in children) == ["FINISHED", "KILLED"]
     cluster.wait_idle(timeout=60)
     assert cluster.job_info(job).get("JobState") == "CANCELLED"
-    assert not _no_trial_process_left(str(tmp_path)), "a process of the cancelled job is still running"
+    assert not _processes_of(cluster, job), "a process of the cancelled job is still running"
 
 
 def test_mpi_inside_an_allocation_needs_no_hostfile():
@@ -206,6 +221,11 @@ def test_slurm_reason_outside_a_job_is_empty(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "12")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "10")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
-    monkeypatch.setattr(slurm, "job_fields", lambda jid: {"JobState": "CANCELLED", "Reason": "None", "TimeLimit": "00:05:00"})
-    assert slurm.interrupt_note(15) == "Slurm job 10_2 CANCELLED (reason None)"
+    fields = {"JobState": "COMPLETING", "Reason": "None", "RunTime": "00:01:10", "TimeLimit": "00:05:00"}
+    monkeypatch.setattr(slurm, "job_fields", lambda jid: fields)
+    assert slurm.interrupt_note(15) == "Slurm job 10_2 CANCELLED (run time 00:01:10 of 00:05:00)"
     assert slurm.interrupt_note(12).startswith("Slurm job 10_2 near its time limit 00:05:00")
+    fields["RunTime"] = "00:05:01"          # signalled at its limit: the time limit, not scancel
+    assert slurm.interrupt_note(15) == "Slurm job 10_2 TIMEOUT (run time 00:05:01 of 00:05:00)"
+    fields.update(JobState="PREEMPTED", RunTime="1-00:00:00", TimeLimit="UNLIMITED")
+    assert slurm.interrupt_note(15) == "Slurm job 10_2 PREEMPTED (run time 1-00:00:00 of UNLIMITED)"

@@ -64,15 +64,39 @@ def job_fields(jid: str, timeout: float = 5) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
 
 
+def _seconds(text: str) -> float | None:
+    """Slurm's ``[D-]HH:MM:SS`` (or ``MM:SS``) as seconds; None for ``UNLIMITED`` and the like."""
+    days, _, clock = text.rpartition("-")
+    try:
+        parts = [int(p) for p in clock.split(":")]
+        return (int(days) if days else 0) * 86400 + sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+    except ValueError:
+        return None
+
+
+def end_state(f: dict[str, str]) -> str:
+    """The state that ends the job: while its processes are being signalled Slurm shows COMPLETING
+    (the CANCELLED/TIMEOUT it will show after is a flag under it), so a job stopped before its time
+    limit was cancelled (``scancel``, or preempted), one at its limit ran out of time."""
+    state = f.get("JobState", "")
+    if state != "COMPLETING":
+        return state or "state unknown"
+    run, limit = _seconds(f.get("RunTime", "")), _seconds(f.get("TimeLimit", ""))
+    if run is not None and limit is not None and run >= limit:
+        return "TIMEOUT"
+    return "CANCELLED"
+
+
 def interrupt_note(signum: int | None) -> str:
-    """Why the scheduler interrupted this job, e.g. ``Slurm job 12 CANCELLED (reason None)`` or, for
-    submitit's warning, ``Slurm job 12 near its time limit 00:01:00``; '' outside a Slurm job."""
+    """Why the scheduler interrupted this job, e.g. ``Slurm job 12 CANCELLED (run time 00:00:21 of
+    00:10:00)`` or, for submitit's warning, ``Slurm job 12 near its time limit 00:01:00``; '' outside
+    a Slurm job."""
     jid = job_id()
     if jid is None:
         return ""
     f = job_fields(jid)
     if signum == signal.SIGUSR2:
         return f"Slurm job {jid} near its time limit {f.get('TimeLimit', '?')} (SIGUSR2 from --signal)"
-    state = f.get("JobState", "state unknown")
-    # scancel marks the job CANCELLED before it signals; a time limit marks it TIMEOUT
-    return f"Slurm job {jid} {state} (reason {f.get('Reason', '?')})"
+    reason = f" reason {f['Reason']}" if f.get("Reason") not in (None, "None") else ""
+    return (f"Slurm job {jid} {end_state(f)} (run time {f.get('RunTime', '?')} of {f.get('TimeLimit', '?')}"
+            f"{reason})")
