@@ -140,10 +140,11 @@ def test_optuna_sweep_from_two_array_tasks_shares_one_postgres_study(tmp_path, c
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_delay_sync_mpi_trial_inside_sbatch_takes_ranks_from_the_allocation(tmp_path, cluster):
-    """No hostfile: Open MPI reads the allocation (2 slots); the server rank oversubscribes a slot."""
+@pytest.mark.parametrize("strategy,ranks", [("delay", 3), ("allreduce", 2)])
+def test_mpi_trial_inside_sbatch_takes_ranks_from_the_allocation(tmp_path, cluster, strategy, ranks):
+    """No hostfile: Open MPI reads the allocation (2 slots); delay's server rank oversubscribes a slot."""
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "orchestrator", "+sync=delay", "sync.runtime=mpi", "hardware.workers=2",
+    cmd = [sys.executable, "-m", "orchestrator", f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2",
            "sync.oversubscribe=true", "sync.timeout_s=600", f"tracking.uri={store}", *QUICK]
     sub = cluster.run("sbatch", "--parsable", "-n2", "-D", str(tmp_path), "-o", str(tmp_path / "job.log"),
                       "--wrap", " ".join(f"'{a}'" for a in cmd))
@@ -154,9 +155,9 @@ def test_delay_sync_mpi_trial_inside_sbatch_takes_ranks_from_the_allocation(tmp_
     (run,) = [r for r in _runs(store) if r.data.tags.get("orchestrator.kind") != "sweep"]
     assert run.info.status == "FINISHED" and run.data.tags["orchestrator.slurm_job"] == job
     assert run.data.tags["train.reached_target"] == "true", run.data.tags.get("train.missed_target")
-    (run_dir,) = list(tmp_path.glob("outputs/*/*/mpi-delay-*"))
+    (run_dir,) = list(tmp_path.glob(f"outputs/*/*/mpi-{strategy}-*"))
     hosts = {p.read_text().split()[0] for p in run_dir.glob("rank*.host")}
-    assert hosts == {cluster.node} and len(list(run_dir.glob("rank*.host"))) == 3
+    assert hosts == {cluster.node} and len(list(run_dir.glob("rank*.host"))) == ranks
 
 
 @pytest.mark.slow
