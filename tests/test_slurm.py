@@ -162,9 +162,12 @@ def test_mpi_trial_inside_sbatch_takes_ranks_from_the_allocation(tmp_path, clust
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_a_cancelled_trial_ends_killed_with_the_slurm_reason(tmp_path, cluster, server):
-    """scancel of one trial's job: its run ends KILLED with the job's state in orchestrator.error, the
-    other trial finishes, the sweep names the killed one in its last line and exits 1."""
+@pytest.mark.parametrize("how", ["scancel", "time limit warning"])
+def test_a_cancelled_trial_ends_killed_with_the_slurm_reason(tmp_path, cluster, server, how):
+    """scancel of one trial's job (or the SIGUSR2 that submitit asks Slurm for before the time limit,
+    sent here with ``scancel --signal=USR2``): its run ends KILLED with the job's state in
+    orchestrator.error, the other trial finishes, the sweep names the killed one in its last line and
+    exits 1."""
     from mlflow.tracking import MlflowClient
 
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "-m", "hydra/launcher=submitit_slurm",
@@ -185,22 +188,24 @@ def test_a_cancelled_trial_ends_killed_with_the_slurm_reason(tmp_path, cluster, 
         assert long_run.info.status == "RUNNING"
         job = long_run.data.tags["orchestrator.slurm_job"]
         assert _processes_of(cluster, job), "the job's processes are not found (the check below could not fail)"
-        cluster.run("scancel", job)
+        cluster.run("scancel", *(["--signal=USR2"] if how != "scancel" else []), job)
         _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 1, err[-3000:]
+    reason = (f"SIGTERM: Slurm job {job} CANCELLED (run time" if how == "scancel"
+              else f"SIGUSR2: Slurm job {job} near its time limit 00:10:00")
     last = err.strip().splitlines()[-1]
-    assert last.startswith("sweep: 2 trials, 1 finished, 0 failed, 1 killed; first error: interrupted by SIGTERM: "
-                           f"Slurm job {job} CANCELLED"), last
+    assert last.startswith(f"sweep: 2 trials, 1 finished, 0 failed, 1 killed; first error: interrupted by {reason}"), last
     parent, children = _parent_and_children(server)
     killed = client.get_run(long_run.info.run_id)
-    assert killed.info.status == "KILLED" and f"Slurm job {job} CANCELLED" in killed.data.tags["orchestrator.error"]
+    assert killed.info.status == "KILLED" and reason in killed.data.tags["orchestrator.error"]
     assert sorted(c.info.status for c in children) == ["FINISHED", "KILLED"]
     cluster.wait_idle(timeout=60)
-    assert cluster.job_info(job).get("JobState") == "CANCELLED"
+    # the trial ended its job itself after the warning; scancel's job is CANCELLED
+    assert cluster.job_info(job).get("JobState") == ("CANCELLED" if how == "scancel" else "COMPLETED")
     assert not _processes_of(cluster, job), "a process of the cancelled job is still running"
 
 
