@@ -200,6 +200,7 @@ def test_a_cancelled_trial_ends_killed_with_the_slurm_reason(tmp_path, cluster, 
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"sweep: 2 trials, 1 finished, 0 failed, 1 killed; first error: interrupted by {reason}"), last
     parent, children = _parent_and_children(server)
+    assert parent.info.status == "FINISHED"     # a trial of it finished (README: a sweep FAILS when none did)
     killed = client.get_run(long_run.info.run_id)
     assert killed.info.status == "KILLED" and reason in killed.data.tags["orchestrator.error"]
     assert sorted(c.info.status for c in children) == ["FINISHED", "KILLED"]
@@ -235,3 +236,49 @@ def test_slurm_reason_outside_a_job_is_empty(monkeypatch):
     assert slurm.interrupt_note(15) == "Slurm job 10_2 TIMEOUT (run time 00:05:01 of 00:05:00)"
     fields.update(JobState="PREEMPTED", RunTime="1-00:00:00", TimeLimit="UNLIMITED")
     assert slurm.interrupt_note(15) == "Slurm job 10_2 PREEMPTED (run time 1-00:00:00 of UNLIMITED)"
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_cancelled_optuna_sweep_job_resumes_without_repeating_a_finished_trial(tmp_path, cluster):
+    """The sweep process is the job (the ``sbatch --array`` recipe): scancel stops it, its running trial
+    ends KILLED with the reason and is closed in the study; the job submitted again on the same study
+    and the same seed runs new points, none of the finished ones again."""
+    import optuna
+
+    with postgres(tmp_path, ["127.0.0.1"], ["optuna"]) as port, \
+            mlflow_server(tmp_path, f"sqlite:///{tmp_path / 'server.db'}", "127.0.0.1") as uri:
+        storage = f"postgresql://postgres@127.0.0.1:{port}/optuna"
+        optuna.create_study(study_name="resume", storage=storage, direction="minimize")
+        args = ["-m", "hydra/sweeper=optuna", f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=resume",
+                "hydra.sweeper.n_jobs=1", "hydra.sweeper.direction=minimize", "hydra.sweeper.sampler.seed=0",
+                f"tracking.uri={uri}", "objective.metric=placement.step_time_s", "objective.direction=minimize",
+                *PLACE, "placer.samples=range(5,400)"]
+
+        def submit(n_trials: int) -> str:
+            cmd = [sys.executable, "-m", "orchestrator", *args, f"hydra.sweeper.n_trials={n_trials}"]
+            return cluster.run("sbatch", "--parsable", "-n1", "-c1", "-D", str(tmp_path), "-o",
+                               str(tmp_path / "%j.log"), "--wrap", " ".join(f"'{a}'" for a in cmd)).stdout.strip()
+
+        def trials(state):
+            return optuna.load_study(study_name="resume", storage=storage).get_trials(states=(state,))
+
+        first = submit(20)
+        deadline = time.monotonic() + 600
+        while len(trials(optuna.trial.TrialState.COMPLETE)) < 2 or not trials(optuna.trial.TrialState.RUNNING):
+            assert time.monotonic() < deadline and cluster.job_info(first).get("JobState") in ("PENDING", "RUNNING")
+            time.sleep(0.5)
+        cluster.run("scancel", first)
+        cluster.wait_idle(timeout=120)
+        assert cluster.job_info(first).get("JobState") == "CANCELLED"
+        study = optuna.load_study(study_name="resume", storage=storage)
+        assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]   # closed, none left
+        done = {t.params["placer.samples"] for t in trials(optuna.trial.TrialState.COMPLETE)}
+        killed = [r for r in _runs(uri) if r.info.status == "KILLED" and "mlflow.parentRunId" in r.data.tags]
+        assert killed and f"Slurm job {first} CANCELLED" in killed[0].data.tags["orchestrator.error"]
+        second = submit(2)
+        cluster.wait_idle(timeout=600)
+        assert cluster.job_info(second).get("JobState") == "COMPLETED", (tmp_path / f"{second}.log").read_text()[-3000:]
+        again = [t.params["placer.samples"] for t in trials(optuna.trial.TrialState.COMPLETE)
+                 if t.params["placer.samples"] not in done]
+        assert len(trials(optuna.trial.TrialState.COMPLETE)) == len(done) + 2 and len(again) == 2, (done, again)

@@ -57,7 +57,7 @@ def _interrupt(signum, frame=None):
 def job_fields(jid: str, timeout: float = 5) -> dict[str, str]:
     """``scontrol show job`` as a dict, {} when it cannot be asked (no accounting database is needed)."""
     try:
-        out = subprocess.run(["scontrol", "-o", "show", "job", jid], capture_output=True, text=True,
+        out = subprocess.run(["scontrol", "-o", "show", "job", jid], check=False, capture_output=True, text=True,
                              timeout=timeout).stdout
     except (OSError, subprocess.SubprocessError):
         return {}

@@ -320,7 +320,6 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
     except KeyboardInterrupt:
         status = "KILLED"
         from orchestrator.errors import Interrupt
-
         from orchestrator.tracking.slurm import interrupt_note
 
         name = {2: "SIGINT (Ctrl-C)", 15: "SIGTERM", 12: "SIGUSR2"}.get(Interrupt.signal or 2, f"signal {Interrupt.signal}")
