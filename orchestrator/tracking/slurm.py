@@ -14,16 +14,12 @@ import os
 import signal
 import subprocess
 
-JOB_ENV = "SLURM_JOB_ID"
-
 
 def job_id() -> str | None:
     """This process's Slurm job (``JOBID`` or ``ARRAYJOB_TASK`` for an array task), or None."""
-    jid = os.environ.get(JOB_ENV)
-    if not jid:
-        return None
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    return f"{array}_{task}" if array and task else jid
+    from orchestrator.tracking.store import slurm_job_id
+
+    return slurm_job_id()
 
 
 def trial_is_job() -> bool:
@@ -51,6 +47,8 @@ def _interrupt(signum, frame=None):
 
     for sig in (signal.SIGTERM, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
+    # asked now, while the job is still known to the controller; the trial's run records it
+    Interrupt.note = interrupt_note(signum)
     Interrupt.handle(signum, frame)
 
 
