@@ -51,6 +51,7 @@ class Cluster:
     node: str
     cpus: int
     procs: list[subprocess.Popen] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
 
     def run(self, *cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
@@ -72,13 +73,14 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             active = self.run("squeue", "-h", "-t", "PD,R,CG,CF,S", "-o", "%i", check=False).stdout.split()
-            if not active and node_state(self) == "idle":
+            if not active and set(node_state(self).split()) == {"idle"}:
                 return
             time.sleep(0.5)
         raise RuntimeError(f"Slurm jobs still active after {timeout:.0f}s: {self.jobs()}")
 
 
 def node_state(cluster: Cluster) -> str:
+    """The nodes' states, one a line (``idle``, ``alloc``, ``unk*`` ...)."""
     return cluster.run("sinfo", "-h", "-N", "-o", "%t", check=False).stdout.strip()
 
 
@@ -88,12 +90,18 @@ def _free_port() -> int:
     return portpicker.pick_unused_port()
 
 
-def _config(root: Path, node: str, cpus: int, mem_mb: int) -> str:
+def _config(root: Path, controller: str, nodes: list[tuple[str, str | None, int]], mem_mb: int,
+            overrides: bool = False) -> str:
     """The smallest configuration that runs jobs here: no cgroups (linuxproc tracking, no task
-    plugin), no accounting database, root as the Slurm user, every path under ``root``."""
+    plugin), no accounting database, root as the Slurm user, every path under ``root``; ``nodes`` are
+    (name, address or None, CPUs). ``overrides``: nodes declare fewer CPUs than the machine has (the
+    emulated hosts share its cores), which slurmd accepts only with ``config_overrides``."""
+    lines = [f"NodeName={n}" + (f" NodeAddr={a}" if a else "") + f" CPUs={c} RealMemory={mem_mb} State=UNKNOWN"
+             for n, a, c in nodes]
+    names = ",".join(n for n, _, _ in nodes)
     return f"""\
 ClusterName=orchtest
-SlurmctldHost={node}
+SlurmctldHost={controller}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -104,9 +112,9 @@ SlurmdPort={_free_port()}
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/slurmctld.log
-SlurmdLogFile={root}/slurmd.log
+SlurmdLogFile={root}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -120,9 +128,22 @@ MinJobAge=600
 KillWait=10
 InactiveLimit=0
 SlurmdTimeout=60
-NodeName={node} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
-PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+{"SlurmdParameters=config_overrides" if overrides else ""}
+{chr(10).join(lines)}
+PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """
+
+
+def _cgroup_mounts() -> str:
+    """Shell commands that mount this machine's cgroup file systems again: ``ip netns exec`` gives
+    an emulated host a fresh /sys where /sys/fs/cgroup is empty, and slurmd 22.05 starts its cgroup
+    plugin even with linuxproc tracking, expecting the machine's own layout (v1, v2 or hybrid)."""
+    cmds = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        src, mnt, fstype, opts = line.split()[:4]
+        if mnt == "/sys/fs/cgroup" or mnt.startswith("/sys/fs/cgroup/"):
+            cmds.append(f"mkdir -p {mnt} && mount -t {fstype} -o {opts} {src} {mnt}")
+    return " && ".join(cmds) or "true"
 
 
 def _node_hardware() -> tuple[int, int]:
@@ -151,20 +172,30 @@ def _stop(proc: subprocess.Popen, timeout: float = 20) -> None:
 
 
 @contextlib.contextmanager
-def slurm_cluster(start_timeout: float = 60):
+def slurm_cluster(start_timeout: float = 60, lab=None):
     """Start munged, slurmctld and slurmd (all in the foreground, ``-D``/``-F``, as children of this
-    process) on a fresh configuration; yield a :class:`Cluster` once ``sinfo`` shows the node idle."""
+    process) on a fresh configuration; yield a :class:`Cluster` once ``sinfo`` shows every node idle.
+    With ``lab`` (a netlab ``Lab``), one node per emulated host: its slurmd runs in the host's
+    namespaces at its address with its slots as CPUs, the controller on the lab's head address."""
     require_slurm()
     root = Path(tempfile.mkdtemp(prefix="orch-slurm-"))   # 0700, root's: munged checks that
-    node = socket.gethostname().split(".")[0]
+    here = socket.gethostname().split(".")[0]
     cpus, mem = _node_hardware()
+    if lab is None:
+        nodes, controller = [(here, None, cpus)], here
+    else:
+        nodes, controller = [(h.name, h.address, h.slots) for h in lab.hosts], f"{here}({lab.head})"
+        mem = mem // len(lab.hosts)
     for d in ("munge", "state", "spool"):
         (root / d).mkdir(mode=0o700)
+    for n, _, _ in nodes:
+        (root / "spool" / n).mkdir()
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     conf = root / "slurm.conf"
-    conf.write_text(_config(root, node, cpus, mem))
+    conf.write_text(_config(root, controller, nodes, mem, overrides=lab is not None))
+    node = nodes[0][0]
     env = {**os.environ, "SLURM_CONF": str(conf)}
     for k in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) and k != "SLURM_CONF"]:
         env.pop(k)   # a test run inside a Slurm job must not hand that job's allocation on
@@ -180,13 +211,18 @@ def slurm_cluster(start_timeout: float = 60):
                 raise RuntimeError("munged did not start: " + _tail(root / "munged.out", root / "munge" / "munged.log"))
             time.sleep(0.1)
         cluster.procs.append(_start(["slurmctld", "-D", "-i", "-f", str(conf)], root / "slurmctld.out", env))
-        cluster.procs.append(_start(["slurmd", "-D", "-f", str(conf)], root / "slurmd.out", env))
-        while node_state(cluster) != "idle":
+        if lab is None:
+            cluster.procs.append(_start(["slurmd", "-D", "-f", str(conf)], root / "slurmd.out", env))
+        for h in lab.hosts if lab is not None else []:
+            cluster.procs.append(_start(lab.exec_prefix(h) + ["/bin/sh", "-c", f"{_cgroup_mounts()} && exec slurmd -D -N "
+                                                              f"{h.name} -f {conf}"], root / f"slurmd-{h.name}.out", env))
+        cluster.nodes = [n for n, _, _ in nodes]
+        while set(node_state(cluster).split()) != {"idle"}:
             dead = [p.args[0] for p in cluster.procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
                 raise RuntimeError(f"Slurm did not come up ({'exited: ' + ', '.join(dead) if dead else 'timeout'}; "
                                    f"node {node_state(cluster)!r}): "
-                                   + _tail(root / "slurmctld.log", root / "slurmd.log", root / "slurmctld.out"))
+                                   + _tail(root / "slurmctld.log", *root.glob("slurmd*"), root / "slurmctld.out"))
             time.sleep(0.3)
         yield cluster
     finally:
@@ -196,7 +232,7 @@ def slurm_cluster(start_timeout: float = 60):
 def _teardown(cluster: Cluster) -> None:
     """Cancel every job (its processes die with it), wait for the node to drain, then stop the
     daemons, slurmd first: it kills what is left of its jobs' steps."""
-    if len(cluster.procs) == 3 and all(p.poll() is None for p in cluster.procs):
+    if len(cluster.procs) >= 3 and all(p.poll() is None for p in cluster.procs):
         cluster.run("scancel", "--full", "-u", "root", check=False)
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             cluster.wait_idle(timeout=30)

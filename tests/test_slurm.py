@@ -282,3 +282,28 @@ def test_a_cancelled_optuna_sweep_job_resumes_without_repeating_a_finished_trial
         again = [t.params["placer.samples"] for t in trials(optuna.trial.TrialState.COMPLETE)
                  if t.params["placer.samples"] not in done]
         assert len(trials(optuna.trial.TrialState.COMPLETE)) == len(done) + 2 and len(again) == 2, (done, again)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+@pytest.mark.parametrize("strategy,ranks", [("allreduce", 2), ("delay", 3)])
+def test_mpi_trial_across_two_slurm_nodes_on_emulated_hosts(tmp_path, strategy, ranks):
+    """One slurmd per emulated host (netlab): ``sbatch -N 2`` gives the trial both hosts, and Open MPI
+    puts the ranks on both (its daemon on the second host started through Slurm), no hostfile."""
+    from services import netlab
+
+    with netlab(tmp_path, 2, "1gbit", subnet="10.82.0", prefix="orslurm") as lab, slurm_cluster(lab=lab) as cluster:
+        store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        cmd = [sys.executable, "-m", "orchestrator", f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2",
+               "sync.oversubscribe=true", "sync.timeout_s=600", f"tracking.uri={store}", *QUICK]
+        sub = cluster.run("sbatch", "--parsable", "-N2", "-n2", "-D", str(tmp_path), "-o", str(tmp_path / "job.log"),
+                          "--wrap", " ".join(f"'{a}'" for a in cmd))
+        job = sub.stdout.strip()
+        cluster.wait_idle(timeout=900)
+        info = cluster.job_info(job)
+        assert info.get("JobState") == "COMPLETED", (info, (tmp_path / "job.log").read_text()[-3000:])
+        (run,) = [r for r in _runs(store) if r.data.tags.get("orchestrator.kind") != "sweep"]
+        assert run.info.status == "FINISHED" and run.data.tags["train.reached_target"] == "true"
+        (run_dir,) = list(tmp_path.glob(f"outputs/*/*/mpi-{strategy}-*"))
+        hosts = {int(p.stem[4:]): p.read_text().split()[0] for p in run_dir.glob("rank*.host")}
+        assert len(hosts) == ranks and set(hosts.values()) == {h.name for h in lab.hosts}, hosts
