@@ -214,8 +214,8 @@ def slurm_cluster(start_timeout: float = 60, lab=None):
         if lab is None:
             cluster.procs.append(_start(["slurmd", "-D", "-f", str(conf)], root / "slurmd.out", env))
         for h in lab.hosts if lab is not None else []:
-            cluster.procs.append(_start(lab.exec_prefix(h) + ["/bin/sh", "-c", f"{_cgroup_mounts()} && exec slurmd -D -N "
-                                                              f"{h.name} -f {conf}"], root / f"slurmd-{h.name}.out", env))
+            script = f"{_cgroup_mounts()} && exec slurmd -D -N {h.name} -f {conf}"
+            cluster.procs.append(_start(lab.exec_prefix(h) + ["/bin/sh", "-c", script], root / f"slurmd-{h.name}.out", env))
         cluster.nodes = [n for n, _, _ in nodes]
         while set(node_state(cluster).split()) != {"idle"}:
             dead = [p.args[0] for p in cluster.procs if p.poll() is not None]
