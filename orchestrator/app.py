@@ -218,6 +218,10 @@ def _task(cfg) -> float:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("interrupted: a trial run that had started is marked KILLED", file=sys.stderr, flush=True)
+        from orchestrator.tracking.slurm import trial_is_job
+
+        if multirun and trial_is_job():  # a sweep's trial as a Slurm job: the sweep goes on, counts it killed
+            return math.nan
         raise
     except Exception as exc:
         if multirun:

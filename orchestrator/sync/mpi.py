@@ -86,7 +86,7 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     env = rank_env()
     # On several hosts, ranks fill each host's slots in turn (rank 0, the server, shares the first
     # host); plain --oversubscribe would put every rank on the first host.
-    mapping = ["--map-by", "slot:OVERSUBSCRIBE"] if hostfile else ["--oversubscribe"]
+    mapping = ["--map-by", "slot:OVERSUBSCRIBE"] if hostfile or in_allocation(env) else ["--oversubscribe"]
     cmd = [mpiexec_path(), *mapping, "-n", str(ranks)] + host_args(hostfile, env)
     cmd += [sys.executable, "-m", "orchestrator.sync.mpi_worker", str(job_file)]
     log = open(run_dir / "mpiexec.log", "w")
@@ -131,16 +131,25 @@ FORWARDED_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMPI_A
 RING_ALLREDUCE = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm", "4"]
 
 
+def in_allocation(env: dict[str, str]) -> bool:
+    """Whether the trial runs inside a Slurm allocation (``sbatch``, ``salloc``, a submitit job). Open
+    MPI then takes the nodes and their slots from the allocation itself (its ``ras/slurm`` component
+    reads ``SLURM_JOB_NODELIST`` and ``SLURM_TASKS_PER_NODE``) and starts its daemons on the other
+    nodes with ``srun`` (``plm/slurm``): no hostfile is needed, and none should override it."""
+    return bool(env.get("SLURM_JOB_ID") and env.get("SLURM_JOB_NODELIST"))
+
+
 def host_args(hostfile: str | None, env: dict[str, str]) -> list[str]:
     """mpiexec arguments for ranks on the hosts of a hostfile: the hostfile, the environment to forward,
-    and for a netlab's hostfile (``python -m orchestrator.netlab up``) its rsh agent and interfaces."""
+    and for a netlab's hostfile (``python -m orchestrator.netlab up``) its rsh agent and interfaces;
+    inside a Slurm allocation (no hostfile) the ring allreduce and the environment to forward only."""
+    forward = [a for v in FORWARDED_ENV if v in env for a in ("-x", v)]
     if not hostfile:
-        return []
+        return RING_ALLREDUCE + forward if in_allocation(env) else []
     from orchestrator.hardware.netlab import lab_of_hostfile
 
     if not Path(hostfile).is_file():
         raise ConfigError(f"sync.hostfile={hostfile!r}: no such file")
-    forward = [a for v in FORWARDED_ENV if v in env for a in ("-x", v)]
     lab = lab_of_hostfile(hostfile)
     if lab is not None:
         return lab.mpi_args() + RING_ALLREDUCE + forward

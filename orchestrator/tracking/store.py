@@ -84,6 +84,18 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+SLURM_JOB_TAG = "orchestrator.slurm_job"
+
+
+def slurm_job_id() -> str | None:
+    """This process's Slurm job (``JOBID``, or ``ARRAYJOB_TASK`` for an array task), or None."""
+    jid = os.environ.get("SLURM_JOB_ID")
+    if not jid:
+        return None
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else jid
+
+
 def process_tags() -> dict[str, str]:
     """Who writes this run: a later process can tell that a RUNNING run's writer is gone."""
     import socket
@@ -92,6 +104,8 @@ def process_tags() -> dict[str, str]:
     start = _process_start(os.getpid())
     if start is not None:
         tags[START_TAG] = start
+    if slurm_job_id() is not None:  # the Slurm job (or array task) that runs this process
+        tags[SLURM_JOB_TAG] = slurm_job_id()
     return tags
 
 
@@ -314,8 +328,10 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
         status = "KILLED"
         from orchestrator.errors import Interrupt
 
-        name = {2: "SIGINT (Ctrl-C)", 15: "SIGTERM"}.get(Interrupt.signal or 2, f"signal {Interrupt.signal}")
-        sink.set_tags({"orchestrator.error": f"interrupted by {name}", "orchestrator.partial": "true"})
+        name = {2: "SIGINT (Ctrl-C)", 15: "SIGTERM", 12: "SIGUSR2"}.get(Interrupt.signal or 2, f"signal {Interrupt.signal}")
+        note = getattr(Interrupt, "note", "")  # the scheduler's reason, in a Slurm job (tracking.slurm)
+        sink.set_tags({"orchestrator.error": f"interrupted by {name}" + (f": {note}" if note else ""),
+                       "orchestrator.partial": "true"})
         raise
     except BaseException as exc:
         try:

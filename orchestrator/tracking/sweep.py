@@ -54,6 +54,12 @@ class SweepCallback(Callback):
         self.parent_run_id = run.info.run_id
         os.environ[PARENT_ENV] = self.parent_run_id
 
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        """In a trial that runs as a Slurm job (submitit), the scheduler's SIGTERM/SIGUSR2 end it KILLED."""
+        from orchestrator.tracking.slurm import install_handlers
+
+        install_handlers()
+
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         if self.parent_run_id is None:
             return
