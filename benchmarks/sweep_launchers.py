@@ -61,8 +61,9 @@ def sweep(name: str, work: Path, env: dict[str, str], uri: str) -> dict[str, flo
 
 
 def main() -> None:
-    from services import mlflow_server
     from slurm import slurm_cluster, unavailable
+
+    from services import mlflow_server
 
     why = unavailable()
     if why:

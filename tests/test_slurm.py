@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from slurm import slurm_cluster
 
 from conftest import QUICK, run_cli
 from services import mlflow_server, postgres
-from slurm import slurm_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "tests/data/msr-dnn-partitioning/throughput-inputs/LayerGraphs/bert24_training.json"
