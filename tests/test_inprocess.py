@@ -28,7 +28,7 @@ def test_inprocess_answers_as_a_child_process(workdir):
     child = run_cli(workdir, "+sync=delay", "sync.staleness=abc", timeout=300)
     here = run_inprocess(workdir, "+sync=delay", "sync.staleness=abc")
     assert (here.returncode, here.stderr, here.stdout) == (child.returncode, child.stderr, child.stdout) == (
-        2, "error: sync.staleness='abc' is not a number\n", "")
+        2, "error: sync.staleness='abc' (accepted: inf or a number)\n", "")
 
 
 def test_inprocess_leaves_this_process_as_it_found_it(workdir):
