@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import __version__, plugins
 from orchestrator.api import TrialContext
-from orchestrator.config import from_node, validate
+from orchestrator.config import from_node, schema_of, validate
 from orchestrator.config.model import MNISTDatasetConfig
 from orchestrator.config.root import ObjectiveConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt, PluginError, number
@@ -72,8 +72,11 @@ def _build(group: str, cls, cfg: DictConfig):
 
 
 def dataset_config(cfg: DictConfig) -> MNISTDatasetConfig:
-    """The trial's ``dataset`` group, typed (MNIST is the one dataset the trainers read)."""
-    return from_node(MNISTDatasetConfig, cfg.get("dataset"), "dataset")
+    """The trial's ``dataset`` group, typed: MNIST-format IDX files (MNIST, Fashion-MNIST)."""
+    node = cfg.get("dataset")
+    typed = schema_of(node)
+    return from_node(typed if typed is not None and issubclass(typed, MNISTDatasetConfig) else MNISTDatasetConfig,
+                     node, "dataset")
 
 
 def _stop_if_interrupted(sink, phase: str) -> None:

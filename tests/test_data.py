@@ -1,5 +1,6 @@
 import gzip
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,3 +42,38 @@ def test_bad_inputs_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match="magic 2049, expected 2051"):
         load_mnist(tmp_path)
     assert (packaged_mnist_dir() / "t10k-images-idx3-ubyte.gz").exists()
+
+
+FASHION = Path("/usr/share/datasets/fashion-mnist")
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason="Fashion-MNIST absent (apt-get install dataset-fashion-mnist)")
+def test_fashion_mnist_loads_its_standard_splits():
+    from orchestrator.data import load_mnist
+
+    ds = load_mnist(FASHION)
+    assert (len(ds.y_train), len(ds.y_test)) == (60_000, 10_000) and ds.x_train.shape[1:] == (28, 28, 1)
+    assert sorted(set(ds.y_test.tolist())) == list(range(10)) and "standard train/test splits" in ds.source
+
+
+def test_a_missing_fashion_mnist_says_how_to_get_it(monkeypatch):
+    import orchestrator.data as data
+    from orchestrator.errors import ConfigError
+
+    monkeypatch.setattr(data, "FASHION_MNIST_DIR", "/nonexistent/fashion-mnist")
+    with pytest.raises(ConfigError, match=r"^dataset=fashion_mnist: /nonexistent/fashion-mnist is absent; install it "
+                                          r"with apt-get install dataset-fashion-mnist"):
+        data.load_mnist("/nonexistent/fashion-mnist")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FASHION.is_dir(), reason="Fashion-MNIST absent (apt-get install dataset-fashion-mnist)")
+def test_a_trial_trains_on_fashion_mnist(workdir):
+    from conftest import run_cli, store_runs
+
+    out = run_cli(workdir, "dataset=fashion_mnist", "train.target_accuracy=0.7", "train.eval_every=20",
+                  "train.eval_samples=1000", "train.budget_updates=400", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = store_runs(workdir)
+    assert run.info.status == "FINISHED" and run.data.params["dataset.name"] == "fashion_mnist"
+    assert run.data.tags["train.reached_target"] == "true"

@@ -13,7 +13,8 @@ from typing import Any
 from orchestrator.errors import PluginError
 
 ROOT_SCHEMA = "orchestrator_schema"
-BUILTIN = {"dataset/mnist": "orchestrator.config.model:MNISTDatasetConfig"}
+BUILTIN = {"dataset/mnist": "orchestrator.config.model:MNISTDatasetConfig",
+           "dataset/fashion_mnist": "orchestrator.config.model:FashionMNISTDatasetConfig"}
 
 
 def _resolve(key: str, ref: str) -> type:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.config.model import FASHION_MNIST_DIR
 from orchestrator.errors import ConfigError
 
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
@@ -107,6 +108,9 @@ def load_mnist(path: str | Path | None = None, *, seed: int = 0, test_fraction: 
     """
     directory = Path(path) if path else packaged_mnist_dir()
     if not directory.is_dir():
+        if str(directory) == FASHION_MNIST_DIR:
+            raise ConfigError(f"dataset=fashion_mnist: {FASHION_MNIST_DIR} is absent; install it with apt-get install "
+                              "dataset-fashion-mnist (Debian) or give dataset.path=DIR holding its four IDX files")
         raise ConfigError(f"dataset.path {str(directory)!r} is not a directory")
     train = _load_split(directory, "train")
     test = _load_split(directory, "test")
