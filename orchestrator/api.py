@@ -27,6 +27,7 @@ from orchestrator.config import Schema
 from orchestrator.config.fields import option
 from orchestrator.config.sync import ServerSyncConfig, SyncConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError, UserError, WorkloadError
+from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker
 from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
@@ -42,7 +43,7 @@ __all__ = [
     "HOOKSPEC_VERSION", "hookimpl",
     "Placer", "Evaluator", "Verdict", "HardwareAdapter", "TrialContext", "MetricsSink", "NullSink",
     "SyncStrategy", "CollectiveStrategy", "ServerStrategy", "Round", "SyncOptions", "StalenessGate", "ParameterServer",
-    "Schema", "option", "SyncConfig", "ServerSyncConfig",
+    "Schema", "option", "SyncConfig", "ServerSyncConfig", "Optimizer", "OptimizerSettings",
     "TrainContext", "TrainResult", "TrainSettings", "ModelSpec",
     "OpGraph", "Node", "Edge", "Placement", "PlacementContext", "PlacementOutcome", "MicrobatchSpec",
     "Cluster", "Worker", "Device", "Link",

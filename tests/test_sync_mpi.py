@@ -21,11 +21,11 @@ def mnist():
     return load_mnist()
 
 
-def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=18, timeout=120, hw=None, sync=None):
+def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=18, timeout=120, hw=None, sync=None, train=None):
     cfg = {"hardware": {"workers": len(speeds), "worker_speeds": speeds, **(hw or {})},
            "sync": {"name": name, "runtime": "mpi", "timeout_s": timeout, **(sync or {}),
                     **({"staleness": staleness} if name == "delay" else {})},
-           "train": {"budget_updates": budget, "eval_every": 3, "eval_samples": 200, "stop": "budget"}}
+           "train": {"budget_updates": budget, "eval_every": 3, "eval_samples": 200, "stop": "budget", **(train or {})}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
     return train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), ctx, inject=inject, reference=False)
 
@@ -59,6 +59,18 @@ def test_allreduce_replicas_identical_after_every_step(tmp_path, mnist):
     assert result.updates == 5 and stats.iterations == [5, 5]
     assert result.extra_metrics["sync.replica_max_diff"] == 0.0
     assert stats.wait_s[0] > stats.wait_s[1]   # the fast rank waits for the slow one
+
+
+def test_the_optimizer_runs_on_ranks_and_keeps_replicas_identical(tmp_path, mnist):
+    """train.optimizer under MPI: every allreduce rank applies the same rule to the same reduced
+    gradient (its state too), and the parameter server keeps the rule's state for all workers."""
+    result, stats = mpi_run(tmp_path / "ar", mnist, "allreduce", [1.0, 1.0], {"verify_every": 1}, budget=10,
+                            train={"optimizer": "momentum", "lr": 0.05})
+    assert result.updates == 5 and result.extra_metrics["sync.replica_max_diff"] == 0.0
+    assert result.history[-1].loss < result.history[0].loss
+    result, stats = mpi_run(tmp_path / "ps", mnist, "delay", [1.0, 0.5], {}, budget=12,
+                            train={"optimizer": "adam", "lr": 0.001})
+    assert stats.pushes_applied == 12 and result.history[-1].loss < result.history[0].loss
 
 
 def test_a_dying_rank_fails_the_trial_and_leaves_no_process(tmp_path, mnist):

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.execution.training import TrainSettings
-from orchestrator.sync.strategy import SingleWorkerSGD
+from orchestrator.sync.strategy import SingleWorker
 from orchestrator.sync.virtual import VirtualRun
 
 from tests.fakes import FakeRuntime, fake_data, strategy
@@ -53,7 +53,7 @@ def test_one_local_step_is_minibatch_sgd_at_the_single_batch_lr(local_sgd):
 def test_one_worker_with_h_local_steps_is_plain_sgd(local_sgd):
     """W = 1: H local steps per round for R rounds are H x R plain SGD steps on the same batches."""
     v, result, stats = run(local_sgd({"name": "local_sgd", "local_steps": 4}), 1)
-    ref = run(SingleWorkerSGD(), 1)[0]
+    ref = run(SingleWorker(), 1)[0]
     assert result.updates == 10 and stats.iterations == [40]      # 40 sample-equivalent updates = 10 rounds of 4
     np.testing.assert_array_equal(v.final_params, ref.final_params)
 

@@ -1,11 +1,11 @@
-"""Update rules of the sync engine, by hand: the optimizers (orchestrator.sync.optim) and the
+"""Update rules of the sync engine, by hand: the optimizers (orchestrator.execution.optim) and the
 delay-compensated parameter server (DC-ASGD), and their one-line config errors."""
 
 import numpy as np
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.sync.optim import Optimizer, OptimizerSettings
+from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.sync.server import DelayCompensatedServer, ParameterServer
 
 from tests.fakes import strategy, sync_options
@@ -109,3 +109,79 @@ def test_the_virtual_runtime_runs_a_delay_compensated_server():
         finals[lam] = v.final_params
     assert sorted(v.server.backup) == [0, 1, 2, 3]            # one pulled copy per worker
     assert not np.allclose(finals[0.0], finals[0.5])          # the correction changed the stale pushes
+
+
+# -- train.optimizer in the runtimes ---------------------------------------------------------------
+def _fake_run(strat_cfg, workers, speeds, **train):
+    import dataclasses
+
+    from orchestrator.execution.training import TrainSettings
+    from orchestrator.sync.strategy import SingleWorker
+    from orchestrator.sync.virtual import VirtualRun
+
+    from tests.fakes import FakeRuntime, fake_data
+
+    s = TrainSettings(**{**dict(batch_size=4, lr=0.05, target_accuracy=2.0, stop="budget", eval_every=5,
+                                budget_updates=30), **train})
+    strat = SingleWorker() if strat_cfg is None else strategy(strat_cfg)
+    opts = strat.options({"hardware": {"workers": workers, "worker_speeds": speeds}, "train": {"warmup_updates": 0}})
+    rt = FakeRuntime()
+    v = VirtualRun(strat, dataclasses.replace(opts, balance="none"), s, rt, fake_data(), 1.0)
+    v.run()
+    return v, rt, s
+
+
+@pytest.mark.parametrize("name", ["momentum", "nesterov", "adam"])
+def test_a_collective_applies_the_optimizer_to_the_averaged_gradient(name):
+    """One worker: every round's gradient goes through the rule once, in order (a replay agrees)."""
+    v, rt, s = _fake_run(None, 1, None, optimizer=name, momentum=0.8)
+    theta, rule = v.theta0.copy(), s.new_optimizer()
+    for g in rt.handed_out:
+        rule.step(theta, g, 0.05)
+    assert len(rt.handed_out) == 30
+    np.testing.assert_allclose(v.final_params, theta, rtol=1e-6, atol=1e-7)
+
+
+def test_a_parameter_server_keeps_the_optimizer_state_and_applies_every_push_through_it():
+    v, rt, s = _fake_run({"name": "async"}, 3, [1.0, 0.5, 0.25], optimizer="momentum", momentum=0.9)
+    w = v.server.weights[0]
+    assert len(set(v.server.weights)) == 1                   # equal batches: one push weight
+    theta, rule = v.theta0.copy(), s.new_optimizer()
+    for g in rt.handed_out:                                  # pushes are applied in the order computed
+        rule.step(theta, g, w)
+    np.testing.assert_allclose(v.server.params, theta, rtol=1e-6, atol=1e-7)
+    assert v.server.optimizer.s.name == "momentum" and v.server.optimizer.t == len(rt.handed_out)
+
+
+def test_plain_sgd_is_the_default_and_a_bad_rule_is_one_line():
+    from orchestrator.execution.training import TrainSettings
+
+    assert TrainSettings.from_cfg({}).optimizer_settings().is_plain_sgd
+    with pytest.raises(ConfigError, match=r"^train\.optimizer='lion' \(accepted: sgd, momentum, nesterov, adam\)$"):
+        TrainSettings.from_cfg({"optimizer": "lion"})
+    with pytest.raises(ConfigError, match=r"^train\.momentum=1\.5 must be in \[0, 1\)$"):
+        TrainSettings.from_cfg({"optimizer": "momentum", "momentum": 1.5})
+
+
+def test_the_single_worker_loop_applies_the_optimizer(tmp_path):
+    """No sync strategy: the training loop takes the same flat rule (a replay on a second runtime agrees)."""
+    from orchestrator.data import load_mnist
+    from orchestrator.execution.runtime import ModelRuntime
+    from orchestrator.execution.single_worker import train_single_worker
+    from orchestrator.execution.training import BatchSampler, NullSink, TrainContext, TrainSettings
+    from orchestrator.models import cnn
+
+    data = load_mnist(limit=400)
+    s = TrainSettings(batch_size=16, lr=0.01, stop="budget", budget_updates=6, eval_every=100, eval_samples=50,
+                      optimizer="adam")
+    spec = cnn.spec({})
+    rt = ModelRuntime(spec, seed=0, lr=s.lr)
+    ctx = TrainContext(settings=s, dataset=data, model=spec, cluster=None, sink=NullSink(), output_dir=tmp_path, cfg={})
+    train_single_worker(ctx, rt)
+    ref = ModelRuntime(spec, seed=0, lr=s.lr)
+    theta, rule, sampler = ref.get_flat(), s.new_optimizer(), BatchSampler(len(data.x_train), s.seed)
+    for _ in range(6):
+        idx = sampler.next(16)
+        ref.set_flat(theta)
+        theta = rule.step(theta, ref.gradient(data.x_train[idx], data.y_train[idx])[1], s.lr)
+    np.testing.assert_allclose(rt.get_flat(), theta, rtol=1e-4, atol=1e-6)

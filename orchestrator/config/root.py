@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.config import Schema
 from orchestrator.config.fields import option
+from orchestrator.execution.optim import OPTIMIZERS
 
 
 @dataclass
@@ -17,7 +18,14 @@ class TrainConfig(Schema):
     group = "train"
 
     batch_size: int = option(64, "per worker (delay-sync may re-split the global batch by worker speed)", min=1)
-    lr: float = option(0.1, "plain SGD", min=0, finite=True)
+    lr: float = option(0.1, "the learning rate of one batch of batch_size (for train.optimizer)", min=0, finite=True)
+    optimizer: str = option("sgd", "the update rule, the same in both runtimes (a parameter server keeps its state): "
+                            "sgd | momentum | nesterov | adam", choices=OPTIMIZERS)
+    momentum: float = option(0.9, "momentum, nesterov: mu", min=0, lt=1)
+    weight_decay: float = option(0.0, "L2 added to the gradient (g + wd * theta)", min=0, finite=True)
+    beta1: float = option(0.9, "adam: decay of the first moment", min=0, lt=1)
+    beta2: float = option(0.999, "adam: decay of the second moment", min=0, lt=1)
+    eps: float = option(1e-8, "adam: added to the root of the second moment", gt=0)
     lr_scaling: str = option("sqrt", "data parallel: train.lr is for one batch of batch_size; a batch k times larger "
                              "uses lr x rule(k): linear | sqrt | none", choices=("linear", "sqrt", "none"))
     warmup_updates: int = option(20, "linear warm-up to the scaled lr over this many batch_size-sample updates (0: none)", min=0)

@@ -22,13 +22,24 @@ def train_single_worker(ctx: TrainContext, runtime, *, virtual_step_time_s: floa
     runtime.set_lr(s.lr)
     warm = sampler.next(s.batch_size)
     runtime.warm_up(data.x_train[warm], data.y_train[warm])
+    step_fn = runtime.train_step
+    if not s.optimizer_settings().is_plain_sgd:   # train.optimizer: the flat update rule both sync runtimes use
+        runtime.gradient(data.x_train[warm], data.y_train[warm])     # traced before the clock starts
+        rule, theta = s.new_optimizer(), runtime.get_flat()
+
+        def step_fn(x, y):
+            nonlocal theta
+            loss, grad = runtime.gradient(x, y)
+            theta = rule.step(theta, grad, s.lr)
+            runtime.set_flat(theta)
+            return loss
     sampler = BatchSampler(len(data.x_train), s.seed)
     elapsed, step, losses = 0.0, 0, []
     try:
         while not tracker.should_stop(step, elapsed):
             idx = sampler.next(s.batch_size)
             t0 = time.perf_counter()
-            losses.append(runtime.train_step(data.x_train[idx], data.y_train[idx]))
+            losses.append(step_fn(data.x_train[idx], data.y_train[idx]))
             step += 1
             elapsed += virtual_step_time_s if virtual_step_time_s is not None else time.perf_counter() - t0
             bar.update(1)

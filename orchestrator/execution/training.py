@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from orchestrator.errors import ConfigError, number
+from orchestrator.execution.optim import Optimizer, OptimizerSettings
 
 
 @dataclass
@@ -29,6 +30,19 @@ class TrainSettings:
     budget_s: float | None = None
     seed: int = 0
     eval_samples: int | None = None  # evaluate on the first N test samples (None: all)
+    optimizer: str = "sgd"           # train.optimizer and its settings (orchestrator.execution.optim)
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def optimizer_settings(self) -> OptimizerSettings:
+        return OptimizerSettings(self.optimizer, self.momentum, self.weight_decay, self.beta1, self.beta2, self.eps)
+
+    def new_optimizer(self) -> Optimizer:
+        """A fresh update rule (its state empty) for one parameter vector."""
+        return Optimizer(self.optimizer_settings())
 
     @classmethod
     def from_cfg(cls, cfg: Any, seed: Any = None) -> TrainSettings:
@@ -57,7 +71,11 @@ class TrainSettings:
             batch_size=num("batch_size", int, d.batch_size, 1), lr=num("lr", float, d.lr, 0.0), target_accuracy=target,
             stop=stop, eval_every=num("eval_every", int, d.eval_every, 1), budget_updates=num("budget_updates", int, d.budget_updates, 1),
             budget_s=num("budget_s", float, d.budget_s, 0.0), seed=num("seed", int, _seed(seed)), eval_samples=num("eval_samples", int, d.eval_samples, 1),
+            optimizer=str(cfg.get("optimizer", d.optimizer) if cfg is not None else d.optimizer),
+            momentum=num("momentum", float, d.momentum), weight_decay=num("weight_decay", float, d.weight_decay),
+            beta1=num("beta1", float, d.beta1), beta2=num("beta2", float, d.beta2), eps=num("eps", float, d.eps),
         )
+        s.optimizer_settings()    # one-line errors for a bad rule or setting (the schema checks a composed config)
         if s.budget_updates is None and s.budget_s is None:
             raise ConfigError("train.budget_updates and train.budget_s are both null: a run needs a budget")
         return s

@@ -143,6 +143,7 @@ def run_collective(job: Job) -> None:
     for v in rt.variables:
         v.assign(hvd.broadcast(tf.convert_to_tensor(v), root_rank=0))
     theta, strat = rt.get_flat(), job.strategy
+    optimizer = job.settings.new_optimizer()   # every rank applies the same reduced gradients: the same state
     h, batch = int(strat.local_steps()), job.batches[rank]
     sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, rank), Stretch(job, rank)
     _warm_up(rt, data, batch)
@@ -173,7 +174,7 @@ def run_collective(job: Job) -> None:
     if rank == 0:
         evaluate()
     while True:
-        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples)
+        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples, optimizer)
         mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
         t0 = time.perf_counter()
         reduced = hvd.allreduce(tf.constant(mine), op=hvd.Sum).numpy()
@@ -213,7 +214,7 @@ def run_server(job: Job, comm) -> None:
     comm.Barrier()  # every rank has TensorFlow and the data loaded: the clock starts now
     w, o = job.opts.workers, job.opts
     theta0, strat = rt.get_flat(), job.strategy
-    server = strat.make_server(theta0, job.weights, o)
+    server = strat.make_server(theta0, job.weights, o, job.settings.new_optimizer())
     balancer, bal_lock = job.balancer, threading.Lock()
     gate = strat.make_gate(o)
     tracker, stop = job.tracker(), threading.Event()

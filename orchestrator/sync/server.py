@@ -82,13 +82,13 @@ class ParameterServer:
     """Server parameters and the push update, applied atomically; counts every applied push.
 
     A push of gradient ``g`` from worker i is applied through the server's update rule (``optimizer``,
-    an ``orchestrator.sync.optim.Optimizer``: plain SGD unless told otherwise; its state lives here) at
+    an ``orchestrator.execution.optim.Optimizer``: plain SGD unless told otherwise; its state lives here) at
     the learning rate ``weight_i``. With ``damped`` a push computed on parameters ``tau`` versions old is
     applied at ``weight_i / max(1, tau)`` (staleness-aware async SGD, Zhang et al. 2016). Subclasses change
     the gradient before it is applied (``correct``) and may keep per-worker state on ``pull``."""
 
     def __init__(self, params: np.ndarray, weights: list[float], damped: bool = False, optimizer: Any = None):
-        from orchestrator.sync.optim import Optimizer
+        from orchestrator.execution.optim import Optimizer
 
         self.params = np.array(params, dtype=np.float32, copy=True)
         self.weights = [np.float32(w) for w in weights]

@@ -17,8 +17,10 @@ A collective round, on either runtime (``r`` is the round, ``H = local_steps()``
     all-reduce: M   = sum_i float32(w_i) * m_i           # w = weights(round)
     everyone:   theta <- apply(theta, M, round)
 
-Gradient averaging (allreduce) is ``m_i = grad(theta)``, ``w_i = lr(G) b_i / G``, ``theta - M``;
-local SGD is ``m_i`` = the parameters after H local steps, ``w_i = b_i / G``, ``theta <- M``.
+Gradient averaging (allreduce) is ``m_i = grad(theta)``, ``w_i = b_i / G``, ``theta <- opt(theta, M,
+lr(G))`` (``round.optimizer``: the trial's update rule, ``orchestrator.execution.optim``; every rank
+keeps the same state); local SGD is ``m_i`` = the parameters after H local steps, ``w_i = b_i / G``,
+``theta <- M``.
 
 Nothing here imports TensorFlow or MPI; the runtimes live in ``orchestrator.sync.virtual`` and
 ``orchestrator.sync.mpi``, and ``orchestrator.sync.run.train(strategy, ctx)`` runs a strategy on one. Strategies are built as ``Class(cfg_sync)`` from the trial's ``sync`` node
@@ -38,6 +40,7 @@ import numpy as np
 
 from orchestrator.config.sync import ServerSyncConfig, SyncConfig
 from orchestrator.errors import ConfigError
+from orchestrator.execution.optim import Optimizer
 from orchestrator.sync.core import SyncOptions, _plain, push_weights, scaled_lr
 from orchestrator.sync.server import DelayCompensatedServer, ParameterServer, StalenessGate
 
@@ -53,6 +56,7 @@ class Round:
     base_lr: float                  # train.lr, for one batch of train.batch_size
     batch_size: int                 # train.batch_size
     samples_seen: float             # samples of every round before this one (drives the warm-up)
+    optimizer: Optimizer            # the run's update rule and its state (train.optimizer)
 
     @property
     def total(self) -> int:
@@ -146,13 +150,11 @@ class CollectiveStrategy(SyncStrategy):
 
     def weights(self, rnd: Round) -> list[float]:
         """The all-reduce's weight of each worker's vector."""
-        lr, total = rnd.lr(rnd.total), rnd.total
-        return [lr * b / total for b in rnd.batches]
+        return [b / rnd.total for b in rnd.batches]
 
     def apply(self, theta: np.ndarray, reduced: np.ndarray, rnd: Round) -> np.ndarray:
         """The new parameters from the reduced vector (may update ``theta`` in place and return it)."""
-        theta -= reduced
-        return theta
+        return rnd.optimizer.step(theta, reduced, rnd.lr(rnd.total))
 
 
 class ServerStrategy(SyncStrategy):
@@ -170,14 +172,16 @@ class ServerStrategy(SyncStrategy):
         """The learning rate each worker's push is applied with (``sync.push_lr``, ``core.push_weights``)."""
         return push_weights(lr, batches, opts.push_lr, batch_size=batch_size, rule=opts.lr_rule)
 
-    def make_server(self, theta0: np.ndarray, weights: list[float], opts: SyncOptions) -> ParameterServer:
-        """The server's state and update rule (subclass ``ParameterServer`` for another rule): plain, or
+    def make_server(self, theta0: np.ndarray, weights: list[float], opts: SyncOptions,
+                    optimizer: Optimizer | None = None) -> ParameterServer:
+        """The server's state and update rule (subclass ``ParameterServer`` for another rule): each push
+        goes through ``optimizer`` (the trial's ``train.optimizer``; its state on the server), plain or
         delay-compensated with ``sync.delay_compensation`` > 0 (DC-ASGD)."""
         damped = opts.push_lr == "lr/staleness"
         if opts.delay_compensation > 0:
-            return DelayCompensatedServer(theta0, weights, damped, lam=opts.delay_compensation,
+            return DelayCompensatedServer(theta0, weights, damped, optimizer, lam=opts.delay_compensation,
                                           adaptive=opts.delay_compensation_mode == "adaptive")
-        return ParameterServer(theta0, weights, damped=damped)
+        return ParameterServer(theta0, weights, damped, optimizer)
 
     def make_gate(self, opts: SyncOptions) -> StalenessGate:
         return StalenessGate(opts.workers, opts.staleness, dynamic=opts.dynamic_staleness,
@@ -206,8 +210,9 @@ def plain_cfg(cfg_sync: Any) -> dict:
     return dict(node) if isinstance(node, Mapping) else {}
 
 
-class SingleWorkerSGD(CollectiveStrategy):
-    """The reference every speedup is measured against: one worker, plain SGD (gradient averaging over
-    one worker). Core-owned, so that the reference does not depend on which plugins are installed."""
+class SingleWorker(CollectiveStrategy):
+    """The reference every speedup is measured against: one worker with the trial's update rule
+    (gradient averaging over one worker). Core-owned, so that the reference does not depend on which
+    plugins are installed."""
 
-    name = "single-worker SGD"
+    name = "single worker"

@@ -27,7 +27,7 @@ from orchestrator.sync.balance import Balancer
 from orchestrator.sync.core import SyncOptions, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, ServerLinks, allreduce_s
 from orchestrator.sync.limits import check_virtual_memory
-from orchestrator.sync.strategy import Round, SingleWorkerSGD, SyncStrategy
+from orchestrator.sync.strategy import Round, SingleWorker, SyncStrategy
 
 
 @dataclass
@@ -129,9 +129,10 @@ class VirtualRun:
         tr, every, st, strat = self.tracker, self.tracker.s.eval_every, self.stats, self.strategy
         comm = allreduce_s(self.nbytes, self.net)
         h = int(strat.local_steps())
+        optimizer = self.s.new_optimizer()          # train.optimizer: its state lives for the run
         while True:
             batches = list(self.batches)
-            rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples)
+            rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples, optimizer)
             weights = strat.weights(rnd)
             durs = [0.0] * w
             update = np.zeros_like(theta)
@@ -158,7 +159,7 @@ class VirtualRun:
     # -- parameter server (async, delay-sync, ...) ---------------------------------------------
     def _push_loop(self):
         o, w, st = self.o, self.o.workers, self.stats
-        server = self.strategy.make_server(self.theta0, self._weights(), o)
+        server = self.strategy.make_server(self.theta0, self._weights(), o, self.s.new_optimizer())
         gate = self.strategy.make_gate(o)
         links = ServerLinks(self.net, o.shards, self.nbytes)
         heap: list[tuple[float, int, int, int]] = []          # (time, seq, kind, worker)
@@ -226,7 +227,7 @@ class VirtualRun:
 
 def reference_options(opts: SyncOptions) -> SyncOptions:
     """One worker of speed 1.0, no stragglers: the single-worker baseline for speedups."""
-    return dataclasses.replace(opts, name=SingleWorkerSGD.name, workers=1, speeds=[1.0], straggler_p=0.0,
+    return dataclasses.replace(opts, name=SingleWorker.name, workers=1, speeds=[1.0], straggler_p=0.0,
                                straggler_slowdown=1.0, staleness=0.0, balance="none", batch_policy="per_worker",
                                dynamic_staleness=False, speed_changes=[], network=None)
 
@@ -289,7 +290,7 @@ def reference_time(opts: SyncOptions, ctx, runtime, theta0: np.ndarray, base) ->
     if key not in _REFERENCE:
         runtime.set_flat(theta0)
         ref_settings = dataclasses.replace(ctx.settings, stop="target")
-        _REFERENCE[key] = VirtualRun(SingleWorkerSGD(), reference_options(opts), ref_settings, runtime, ctx.dataset,
+        _REFERENCE[key] = VirtualRun(SingleWorker(), reference_options(opts), ref_settings, runtime, ctx.dataset,
                                      base).run()[0]
     return _REFERENCE[key].time_to_target_s
 

@@ -4,11 +4,12 @@ Each round, every worker k takes ``H = sync.local_steps`` SGD steps on its own c
 starting from the common ``theta``, then the copies are averaged, weighted by the samples each worker
 saw (``b_k`` per step, the same H for all)::
 
-    theta_k <- theta;   repeat H times:  theta_k <- theta_k - lr(b_k) * grad_k(theta_k)
+    theta_k <- theta;   repeat H times:  theta_k <- opt_k(theta_k, grad_k(theta_k), lr(b_k))
     theta   <- sum_k (b_k / G) * theta_k                                    (G = sum_k b_k)
 
 One all-reduce per H local steps instead of one per step: H times less communication for the same
-number of gradient evaluations. With H = 1 it is mini-batch SGD over the global batch at the
+number of gradient evaluations. ``opt_k`` is worker k's own copy of the trial's update rule
+(``train.optimizer``; plain SGD by default), its state kept across rounds (local momentum). With H = 1 it is mini-batch SGD over the global batch at the
 single-batch learning rate (``train.lr_scaling`` applied to ``b_k``, not to G).
 
 Written only against ``orchestrator.api``: the virtual and the MPI runtime run it as they run the
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.api import CollectiveStrategy, Round, SyncConfig, option
+from orchestrator.api import CollectiveStrategy, Optimizer, Round, SyncConfig, option
 
 
 @dataclass
@@ -40,15 +41,17 @@ class LocalSGD(CollectiveStrategy):
     def __init__(self, cfg_sync=None):
         super().__init__(cfg_sync)          # reads and checks self.config (a LocalSGDConfig)
         self.h = self.config.local_steps
+        self.local_rules: dict[int, Optimizer] = {}     # worker -> its update rule's state
 
     def local_steps(self) -> int:
         return self.h
 
     def local(self, worker: int, theta: np.ndarray, grad, rnd: Round) -> np.ndarray:
-        lr = np.float32(rnd.lr(rnd.batches[worker]))
+        lr = rnd.lr(rnd.batches[worker])
+        rule = self.local_rules.setdefault(worker, Optimizer(rnd.optimizer.s))
         params = theta.copy()
         for _ in range(self.h):
-            params -= lr * grad(params)
+            rule.step(params, grad(params), lr)
         return params                                   # this worker's parameters after H local steps
 
     def weights(self, rnd: Round) -> list[float]:
