@@ -170,8 +170,7 @@ def test_mixed_measures_only_the_promising():
     assert machine.true_time(ev.assignment(p)) == best               # rl keeps the best measured
 
 
-def test_reward_keys_and_the_deprecated_alias(capsys):
-    import orchestrator.placement.evaluate.measured as measured
+def test_reward_keys_and_their_checks():
 
     class Search:
         pass
@@ -183,14 +182,8 @@ def test_reward_keys_and_the_deprecated_alias(capsys):
     assert resolve_reward({"reward": "auto"}, False, Manual, "local") == "measured"
     assert resolve_reward({"reward": "auto"}, True, Manual, "sim") == "simulated"
     assert resolve_reward({"reward": "mixed", "budget_s": 5}, False, Search, "local") == "mixed"
-    measured._warned.clear()
-    assert resolve_reward({"reward": "auto", "evaluator": "measured"}, False, Search, "local") == "measured"
-    assert resolve_reward({"evaluator": "measured"}, False, Search, "local") == "measured"
-    err = capsys.readouterr().err
-    assert err.count("placer.evaluator is deprecated; use placer.reward=measured") == 1
     for cfg, hw_sim, text in [({"reward": "fast"}, False, "placer.reward='fast'"),
                               ({"reward": "measured"}, True, "needs real devices"),
-                              ({"reward": "measured", "evaluator": "simulated"}, False, "disagree"),
                               ({"reward": "measured", "budget_s": 0}, False, "placer.budget_s=0"),
                               ({"reward": "mixed", "measure_steps": 0}, False, "placer.measure_steps=0"),
                               ({"reward": "mixed", "measure_within": "x"}, False, "placer.measure_within='x'")]:

@@ -21,8 +21,6 @@ class PlacerConfig(Schema):
     reward: str = option("auto", "auto (simulated on real hardware too: the answer is then also measured) | simulated "
                          "| measured (each candidate run for real) | mixed (the simulator screens, the promising are "
                          "measured)", choices=REWARDS)
-    evaluator: str | None = option(None, "deprecated alias of reward (placer.evaluator=measured -> placer.reward=measured)",
-                                      choices=("auto", "measured", "simulated"))
     baseline: Any = option(None, "the human-expert baseline other placers are measured against: a manual-placer config "
                            "such as {strategy: chain} (null: the manual placer's defaults, conf/placer/manual.yaml)")
 

@@ -92,26 +92,15 @@ def _number(key: str, v: Any, kind: type[_N], minimum: float, strict: bool = Fal
     return x
 
 
-_warned: set[str] = set()
 
 
 def resolve_reward(placer_cfg: Any, cluster_simulated: bool, placer_cls: Any, hardware: str) -> str:
     """``placer.reward`` (``auto | simulated | measured | mixed``) resolved for this trial. ``auto``:
     simulated on simulated hardware; on real devices simulated for searching placers (their final
     placement is measured as well) and measured for placers that only evaluate their answer
-    (``auto_evaluator = "measured"``, e.g. manual). ``placer.evaluator`` is a deprecated alias."""
+    (``auto_evaluator = "measured"``, e.g. manual)."""
     cfg = placer_cfg if placer_cfg is not None else {}
     reward = str(cfg.get("reward") or "auto")
-    old = cfg.get("evaluator")
-    if old is not None and str(old) != "auto":
-        if "evaluator" not in _warned:
-            _warned.add("evaluator")
-            print(f"warning: placer.evaluator is deprecated; use placer.reward={old}", file=sys.stderr, flush=True)
-        if reward != "auto" and reward != str(old):
-            raise ConfigError(f"placer.evaluator={old!r} (deprecated) and placer.reward={reward!r} disagree; set placer.reward only")
-        if str(old) not in ("measured", "simulated"):
-            raise ConfigError(f"placer.evaluator={old!r} (deprecated; accepted: auto, measured, simulated)")
-        reward = str(old)
     if reward == "auto":
         return "simulated" if cluster_simulated else getattr(placer_cls, "auto_evaluator", "simulated")
     if reward not in REWARDS:
