@@ -127,6 +127,9 @@ def check(node: Any, prefix: str) -> None:
         except Exception as exc:  # an interpolation that does not resolve
             raise ConfigError(f"{prefix}{name}: {str(exc).splitlines()[0]}") from None
         if isinstance(value, DictConfig):
+            if f.metadata.get("choices") is not None:              # a word or number, not a mapping
+                raise ConfigError(f"{prefix}{name}={show(value)} (accepted: "
+                                  f"{_words(f.metadata['choices'], f.metadata.get('number', False))})")
             check(value, f"{prefix}{name}.")
         elif isinstance(value, ListConfig):
             if f.metadata.get("choices") is None:

@@ -137,6 +137,8 @@ class SyncOptions:
         if (t0 is None) != (t1 is None):
             raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both (or neither)")
         dc = float(opt("delay_compensation"))
+        if opt("push_lr") is None:
+            raise ConfigError("sync.push_lr=null is not accepted (scaled, lr, lr/staleness, or a number > 0)")
         return cls(name=name, runtime=c.runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
                    staleness=float(strategy.staleness_bound()), push_lr=opt("push_lr"), balance=c.balance,
                    balance_every=c.balance_every, dynamic_staleness=bool(opt("dynamic_staleness")),

@@ -189,7 +189,9 @@ class ServerStrategy(SyncStrategy):
 
 
 def parse_staleness(value: Any) -> float:
-    """``sync.staleness``: a number >= 0 or ``inf`` (the schema checked it)."""
+    """``sync.staleness``: a number >= 0 or ``inf`` (the schema checked both; null it lets through)."""
+    if value is None:
+        raise ConfigError("sync.staleness=null is not accepted (a number >= 0, or inf)")
     return math.inf if str(value).lower() == "inf" else float(value)
 
 
