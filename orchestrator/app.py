@@ -250,16 +250,28 @@ def _record_failure(cfg, exc: BaseException) -> None:
         print(f"error: could not record the failed trial: {store_exc}", file=sys.stderr)
 
 
-def _kill_parent_run() -> None:
+def _kill_parent_run(attempts: int = 10) -> None:
+    """Close an interrupted sweep's parent run KILLED. A trial's process may still hold the store (a
+    SQLite file is locked while it closes its own run), so a failed attempt is retried; if every attempt
+    fails, one line says so (the next trial or report on the store marks it FAILED, abandoned)."""
     parent = os.environ.get(PARENT_ENV)
     if not parent:
         return
-    try:
-        from mlflow.tracking import MlflowClient
+    import time
 
-        MlflowClient().set_terminated(parent, status="KILLED")
-    except Exception:
-        pass
+    from mlflow.tracking import MlflowClient
+
+    error: Exception | None = None
+    for attempt in range(attempts):
+        try:
+            client = MlflowClient()
+            client.set_terminated(parent, status="KILLED")
+            if client.get_run(parent).info.status == "KILLED":
+                return
+        except Exception as exc:  # a locked or busy store: try again shortly
+            error = exc
+        time.sleep(0.2 * (attempt + 1))
+    print(f"error: could not mark the sweep's parent run {parent} KILLED: {error}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
