@@ -250,7 +250,7 @@ def _record_failure(cfg, exc: BaseException) -> None:
         print(f"error: could not record the failed trial: {store_exc}", file=sys.stderr)
 
 
-def _kill_parent_run(attempts: int = 10) -> None:
+def _kill_parent_run(attempts: int = 5) -> None:
     """Close an interrupted sweep's parent run KILLED. A trial's process may still hold the store (a
     SQLite file is locked while it closes its own run), so a failed attempt is retried; if every attempt
     fails, one line says so (the next trial or report on the store marks it FAILED, abandoned)."""
@@ -270,7 +270,7 @@ def _kill_parent_run(attempts: int = 10) -> None:
                 return
         except Exception as exc:  # a locked or busy store: try again shortly
             error = exc
-        time.sleep(0.2 * (attempt + 1))
+        time.sleep(0.1 * (attempt + 1))        # 1.5 s at most: a scheduler's SIGKILL follows its SIGTERM
     print(f"error: could not mark the sweep's parent run {parent} KILLED: {error}", file=sys.stderr, flush=True)
 
 
@@ -301,14 +301,14 @@ def main() -> None:
     try:
         _hydra_main()
     except KeyboardInterrupt:
-        _kill_parent_run()
-        if _STUDY:
+        if _STUDY:  # first: what a resumed sweep depends on (a scheduler's SIGKILL may follow soon)
             try:
                 from orchestrator.tracking.sweep import resume_optuna
 
                 resume_optuna(_STUDY["storage"], _STUDY["name"], interrupted_here=True)  # FAIL, not RUNNING
             except Exception:
                 pass
+        _kill_parent_run()
         sys.exit(Interrupt.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
     if OUTCOME.get("failed"):
         sys.exit(1)  # a sweep with a failed trial (the summary line is printed)
