@@ -8,6 +8,7 @@ module, is configured on the spot (two logical CPU devices, two threads), before
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import os
@@ -105,6 +106,18 @@ def run_cli(cwd: Path, *args: str, module: str = "orchestrator", timeout: float 
     MPI, launchers, a whole trial that must not share this process's TensorFlow)."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@contextlib.contextmanager
+def pip_installed(package: Path, distribution: str):
+    """A plugin package installed into this environment (no deps, no build isolation) for the block, then
+    uninstalled: how a user adds a third-party plugin."""
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(package)], check=True, timeout=300)
+    try:
+        yield
+    finally:
+        subprocess.run([*pip, "uninstall", "-y", distribution], check=True, timeout=120)
 
 
 def store_runs(cwd: Path):

@@ -1,7 +1,5 @@
 """A third-party placer package, installed with pip, adds `+placer=round_robin` with no change here."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +11,10 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "orchestrator-examp
 
 @pytest.fixture
 def example_installed():
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(EXAMPLE)], check=True, timeout=300)
-    yield
-    subprocess.run([*pip, "uninstall", "-y", "orchestrator-example-placer"], check=True, timeout=120)
+    from conftest import pip_installed
+
+    with pip_installed(EXAMPLE, "orchestrator-example-placer"):
+        yield
 
 
 @pytest.mark.slow

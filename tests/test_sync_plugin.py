@@ -3,8 +3,6 @@ without any file under orchestrator/ knowing its name, on the virtual clock and 
 
 import dataclasses
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,10 +87,10 @@ def test_no_strategy_name_is_compared_under_orchestrator():
 # -- installed with pip, through the real CLI -----------------------------------------------------
 @pytest.fixture
 def example_installed():
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(EXAMPLE)], check=True, timeout=300)
-    yield
-    subprocess.run([*pip, "uninstall", "-y", "orchestrator-example-sync"], check=True, timeout=120)
+    from conftest import pip_installed
+
+    with pip_installed(EXAMPLE, "orchestrator-example-sync"):
+        yield
 
 
 def _trial(workdir, *args, timeout=900):

@@ -176,14 +176,6 @@ def _members(atom_of: IntArray, n_atoms: int) -> list[IntArray]:
     return np.split(order, cuts)
 
 
-def cfg_get(cfg: Any, key: str, default: Any) -> Any:
-    """``cfg.get`` for DictConfig, dict or None; a ``None`` value gives the default."""
-    if cfg is None:
-        return default
-    v = cfg.get(key, default)
-    return default if v is None else v
-
-
 def group_atoms(prob: PlacementProblem, max_groups: int, hint: IntArray | None = None) -> IntArray:
     """A group index per atom: atoms in topological order (of their first node) cut into at most
     ``max_groups`` contiguous runs (like the hierarchical placer's grouper). With ``hint`` (a device
