@@ -147,7 +147,7 @@ def test_mpi_trial_inside_sbatch_takes_ranks_from_the_allocation(tmp_path, clust
     cmd = [sys.executable, "-m", "orchestrator", f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2",
            "sync.oversubscribe=true", "sync.timeout_s=600", f"tracking.uri={store}", *QUICK]
     sub = cluster.run("sbatch", "--parsable", "-n2", "-D", str(tmp_path), "-o", str(tmp_path / "job.log"),
-                      "--wrap", " ".join(f"'{a}'" for a in cmd))
+                      "--wrap", "exec " + " ".join(f"'{a}'" for a in cmd))
     job = sub.stdout.strip()
     cluster.wait_idle(timeout=900)
     info = cluster.job_info(job)
@@ -253,29 +253,39 @@ def test_a_cancelled_optuna_sweep_job_resumes_without_repeating_a_finished_trial
         args = ["-m", "hydra/sweeper=optuna", f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=resume",
                 "hydra.sweeper.n_jobs=1", "hydra.sweeper.direction=minimize", "hydra.sweeper.sampler.seed=0",
                 f"tracking.uri={uri}", "objective.metric=placement.step_time_s", "objective.direction=minimize",
-                *PLACE, "placer.samples=range(5,400)"]
+                *PLACE, "placer.samples=range(1500,4000)"]   # a trial searches for seconds: scancel lands inside one
 
         def submit(n_trials: int) -> str:
             cmd = [sys.executable, "-m", "orchestrator", *args, f"hydra.sweeper.n_trials={n_trials}"]
             return cluster.run("sbatch", "--parsable", "-n1", "-c1", "-D", str(tmp_path), "-o",
-                               str(tmp_path / "%j.log"), "--wrap", " ".join(f"'{a}'" for a in cmd)).stdout.strip()
+                               str(tmp_path / "%j.log"), "--wrap", "exec " + " ".join(f"'{a}'" for a in cmd)).stdout.strip()
 
         def trials(state):
             return optuna.load_study(study_name="resume", storage=storage).get_trials(states=(state,))
 
         first = submit(20)
         deadline = time.monotonic() + 600
-        while len(trials(optuna.trial.TrialState.COMPLETE)) < 2 or not trials(optuna.trial.TrialState.RUNNING):
+
+        def running_child() -> bool:   # the trial's own MLflow run exists (not only its Optuna trial)
+            return any(r.info.status == "RUNNING" and "mlflow.parentRunId" in r.data.tags for r in _runs(uri))
+
+        while (len(trials(optuna.trial.TrialState.COMPLETE)) < 2 or not trials(optuna.trial.TrialState.RUNNING)
+               or not running_child()):
             assert time.monotonic() < deadline and cluster.job_info(first).get("JobState") in ("PENDING", "RUNNING")
-            time.sleep(0.5)
+            time.sleep(0.2)
         cluster.run("scancel", first)
         cluster.wait_idle(timeout=120)
         assert cluster.job_info(first).get("JobState") == "CANCELLED"
+        left = subprocess.run(["pgrep", "-af", "hydra.sweeper.study_name=resume"], capture_output=True, text=True)
+        assert not left.stdout.strip(), f"left behind by the cancelled job: {left.stdout}"
         study = optuna.load_study(study_name="resume", storage=storage)
         assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]   # closed, none left
         done = {t.params["placer.samples"] for t in trials(optuna.trial.TrialState.COMPLETE)}
-        killed = [r for r in _runs(uri) if r.info.status == "KILLED" and "mlflow.parentRunId" in r.data.tags]
-        assert killed and f"Slurm job {first} CANCELLED" in killed[0].data.tags["orchestrator.error"]
+        runs = _runs(uri)
+        assert not [r for r in runs if r.info.status == "RUNNING"], [(r.info.run_name, r.info.status) for r in runs]
+        killed = [r for r in runs if r.info.status == "KILLED" and "mlflow.parentRunId" in r.data.tags]
+        assert killed, [(r.info.run_name, r.info.status, r.data.tags.get("orchestrator.error")) for r in runs]
+        assert f"Slurm job {first} CANCELLED" in killed[0].data.tags["orchestrator.error"]
         second = submit(2)
         cluster.wait_idle(timeout=600)
         assert cluster.job_info(second).get("JobState") == "COMPLETED", (tmp_path / f"{second}.log").read_text()[-3000:]
@@ -297,7 +307,7 @@ def test_mpi_trial_across_two_slurm_nodes_on_emulated_hosts(tmp_path, strategy, 
         cmd = [sys.executable, "-m", "orchestrator", f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2",
                "sync.oversubscribe=true", "sync.timeout_s=600", f"tracking.uri={store}", *QUICK]
         sub = cluster.run("sbatch", "--parsable", "-N2", "-n2", "-D", str(tmp_path), "-o", str(tmp_path / "job.log"),
-                          "--wrap", " ".join(f"'{a}'" for a in cmd))
+                          "--wrap", "exec " + " ".join(f"'{a}'" for a in cmd))
         job = sub.stdout.strip()
         cluster.wait_idle(timeout=900)
         info = cluster.job_info(job)
