@@ -42,7 +42,7 @@ def run(name: str, lam: float, mode: str, seed: int, args, data) -> tuple[float 
     strategy = plugins.load("sync", name)(sync)
     with tempfile.TemporaryDirectory() as tmp:
         ctx = make_context(cfg, tmp, dataset=data)
-        result, _, _ = train_virtual(strategy, strategy.options(cfg), ctx, reference=False)
+        result, _, _ = train_virtual(strategy, strategy.options(cfg), ctx)
     return result.updates_to_target, result.time_to_target_s
 
 

@@ -55,7 +55,15 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
         else:
             key = "placement.baseline_time_per_sample_s" if pipeline else "placement.baseline_step_time_s"
             ref = f"{t.get('placement.baseline', 'the baseline placement')} ({key})"
-        lines.append(f"  speedup:  {_fmt(m['speedup'])}x relative to {ref}")
+        spread = (f" (seeds {_fmt(m['train.speedup_min'])}-{_fmt(m['train.speedup_max'])}x)"
+                  if "train.speedup_min" in m and "train.speedup_max" in m else "")
+        lines.append(f"  speedup:  {_fmt(m['speedup'])}x{spread} relative to {ref}")
+        if "train.reference_time_to_target_s" in m and "train.speedup" in m and "train.time_to_target_s" in m:
+            lines.append(f"  times:    {_fmt(m['train.time_to_target_s'], ' s')} to target, the reference "
+                         f"{_fmt(m['train.reference_time_to_target_s'], ' s')}")
+        if "train.speedup_same_settings" in m and t.get("train.reference_method") == "tuned":
+            lines.append(f"  untuned:  {_fmt(m['train.speedup_same_settings'])}x over one speed-1.0 worker with this "
+                         "trial's own optimizer and lr (train.speedup_same_settings)")
     if t.get("train.reached_target") == "false":
         lines.append(f"  target:   MISSED (test accuracy {_fmt(outcome.get('target'))} not reached): {t.get('train.missed_target', '?')}")
     lines.append(f"  figures:  {_figures(t, outcome['runtime'])}")

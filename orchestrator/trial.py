@@ -3,6 +3,7 @@ evaluator), sync strategy or single worker -> training, all recorded in one MLfl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -108,11 +109,17 @@ class Trial:
                               "orchestrator.api.CollectiveStrategy or ServerStrategy")
         validate(cfg)  # every typed key: type, range, choices, no unknown key (one line, before any run)
         self.settings = TrainSettings.from_cfg(cfg.get("train"), seed=cfg.get("seed"))
+        if self.sync_cls is not None:
+            from orchestrator.sync.reference import check_grid
+
+            check_grid((cfg.get("train") or {}).get("reference_grid"))
         objective = from_node(ObjectiveConfig, cfg.get("objective"), "objective")
         self.objective_metric, self.direction = objective.metric, objective.direction
         self.show_progress = progress_enabled(cfg.get("progress", "auto"))
         # Build the pieces whose config can be wrong before the run starts, too.
         self.dataset_cfg = dataset_config(cfg)
+        if (cfg.get("train") or {}).get("target_accuracy") is None:   # null: the dataset says what is a good model
+            self.settings = dataclasses.replace(self.settings, target_accuracy=float(self.dataset_cfg.target_accuracy))
         self.hardware = _build("hardware", self.hardware_cls, cfg)
         self.placer = _build("placer", self.placer_cls, cfg) if self.placer_cls else None
         self.sync = _build("sync", self.sync_cls, cfg) if self.sync_cls else None
@@ -259,8 +266,7 @@ class Trial:
         if self.sync is not None:
             ctx.worker_step_time_s = self._worker_step_times(cluster, model_spec, placed, sink)
             result: TrainResult = train_sync(self.sync, ctx)
-            reference = result.reference_time_to_target_s
-            sink.set_tags({"train.reference": "one worker of speed 1.0, same settings and clock"})
+            reference = result.reference_time_to_target_s     # its tags: orchestrator.sync.reference
         else:
             result, reference = self._train_one_worker(ctx, placed)
         speedup = None

@@ -27,7 +27,7 @@ def mpi_run(tmp_path, mnist, name, speeds, inject, staleness=1, budget=18, timeo
                     **({"staleness": staleness} if name == "delay" else {})},
            "train": {"budget_updates": budget, "eval_every": 3, "eval_samples": 200, "stop": "budget", **(train or {})}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
-    return train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), ctx, inject=inject, reference=False)
+    return train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), ctx, inject=inject)
 
 
 def test_delay_bound_and_no_lost_update_under_random_delays(tmp_path, mnist):

@@ -173,7 +173,8 @@ def test_plugin_writes_metrics_and_artifacts(mnist, tmp_path):
 
     cfg = {"hardware": {"workers": 2, "worker_speeds": [1.0, 0.5]},
            "sync": {"name": "delay", "staleness": 1, "base_time_s": 0.01},
-           "train": {"budget_updates": 12, "eval_every": 2, "eval_samples": 100, "target_accuracy": 0.3}}
+           "train": {"budget_updates": 40, "eval_every": 2, "eval_samples": 100, "target_accuracy": 0.3,
+                     "reference": "same"}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
     from orchestrator.sync.run import train
 
@@ -181,7 +182,8 @@ def test_plugin_writes_metrics_and_artifacts(mnist, tmp_path):
     m = result.extra_metrics
     assert m["sync.staleness_max"] <= 1 and m["sync.pushes_applied"] == m["sync.pushes_made"]
     assert m["sync.worker0.iterations"] + m["sync.worker1.iterations"] == result.updates
-    assert result.clock == "virtual" and result.reference_time_to_target_s is not None
+    assert result.clock == "virtual" and result.time_to_target_s is not None
+    assert result.reference_time_to_target_s is not None and ctx.sink.tags["train.reference_method"] == "same"
     assert sorted(p.rsplit("/", 1)[-1] for p in ctx.sink.artifacts) == ["sync_convergence.png", "sync_staleness.json"]
 
 

@@ -93,6 +93,8 @@ class MNISTDatasetConfig(DatasetConfig):
     path: str | None = option(None, "a directory with MNIST IDX files (null: the copy packaged with the tool)")
     test_fraction: float = option(0.2, "used when only one split is present: a seeded train/test split of it", min=0, max=1)
     limit: int | None = option(None, "use only the first N training images", min=1)
+    target_accuracy: float = option(0.97, "the test accuracy a training run aims at when train.target_accuracy is null",
+                                    min=0, max=1)
 
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"   # Debian's dataset-fashion-mnist package (MIT)
@@ -102,5 +104,7 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"   # Debian's dataset-fas
 class FashionMNISTDatasetConfig(MNISTDatasetConfig):
     name: str = option("fashion_mnist", "Fashion-MNIST (Xiao, Rasul, Vollgraf 2017; IDX files, 60,000 / 10,000; a "
                        "harder small workload: train.target_accuracy=0.9)")
+    target_accuracy: float = option(0.9, "the test accuracy a training run aims at when train.target_accuracy is null "
+                                    "(Shallue et al. 2019's target)", min=0, max=1)
     path: str | None = option(FASHION_MNIST_DIR, "a directory with the four Fashion-MNIST IDX files (default: where "
                               "Debian's dataset-fashion-mnist installs them)")

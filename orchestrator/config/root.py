@@ -14,6 +14,17 @@ from orchestrator.execution.optim import OPTIMIZERS
 
 
 @dataclass
+class ReferenceGrid:
+    """``train.reference_grid``: one list of learning rates per optimizer (a key per optimizer, so that an
+    override such as ``train.reference_grid.adam=[]`` changes one list and a misspelt optimizer is refused)."""
+
+    sgd: list[float] = option(factory=lambda: [0.05, 0.1, 0.2, 0.4], help="plain SGD")
+    momentum: list[float] = option(factory=list, help="heavy-ball momentum (train.momentum)")
+    nesterov: list[float] = option(factory=lambda: [0.02, 0.05, 0.1, 0.2], help="Nesterov momentum (train.momentum)")
+    adam: list[float] = option(factory=lambda: [0.0005, 0.001, 0.002], help="Adam (train.beta1, beta2, eps)")
+
+
+@dataclass
 class TrainConfig(Schema):
     group = "train"
 
@@ -29,12 +40,26 @@ class TrainConfig(Schema):
     lr_scaling: str = option("sqrt", "data parallel: train.lr is for one batch of batch_size; a batch k times larger "
                              "uses lr x rule(k): linear | sqrt | none", choices=("linear", "sqrt", "none"))
     warmup_updates: int = option(20, "linear warm-up to the scaled lr over this many batch_size-sample updates (0: none)", min=0)
-    batch_policy: str = option("per_worker", "per_worker: global batch = W x batch_size | global: batch_size split over "
-                               "the workers", choices=("per_worker", "global"))
-    target_accuracy: float = option(0.97, "a fraction; train.time_to_target_s is logged when reached", min=0, max=1)
+    batch_policy: str = option("per_worker", "per_worker: global batch G = W x batch_size (weak scaling) | global: "
+                               "G = batch_size split over the workers (strong) | hybrid: G = min(W x batch_size, "
+                               "train.global_batch_max)", choices=("per_worker", "global", "hybrid"))
+    global_batch_max: int = option(512, "batch_policy=hybrid: the largest global batch (near the critical batch); the "
+                                   "workers split it by speed (sync.balance)", min=1)
+    target_accuracy: float | None = option(None, "a fraction; train.time_to_target_s is logged when reached (null: the "
+                                           "dataset's, dataset.target_accuracy)", min=0, max=1)
+    seeds: int = option(1, "run the training with seeds seed .. seed+k-1; train.time_to_target_s and train.speedup are "
+                        "medians, _min/_max the spread (the reference uses the same seeds)", min=1)
+    reference: str = option("tuned", "what train.speedup is over: tuned (one speed-1.0 worker, the best of "
+                            "train.reference_grid) | same (one speed-1.0 worker with this trial's optimizer and lr)",
+                            choices=("tuned", "same"))
+    reference_grid: ReferenceGrid = option(
+        factory=lambda: ReferenceGrid(),
+        help="reference=tuned: the learning rates of each optimizer the single worker is tuned over (tune the "
+             "parallel configuration over the same grid; [] leaves an optimizer out); cached in the tracking store")
     stop: str = option("target", "target: stop when reached (or at the budget); budget: run the whole budget",
                        choices=("target", "budget"))
-    eval_every: int = option(25, "global updates between evaluations on the test split", min=1)
+    eval_every: int = option(16, "evaluate on the test split every this many batch_size-sample updates (a round of W "
+                             "batches counts W: every W that divides it is evaluated at the same sample counts)", min=1)
     budget_updates: int | None = option(3000, "upper bound on global updates", min=1)
     budget_s: float | None = option(None, "upper bound on (wall or virtual) training seconds", min=0)
     eval_samples: int | None = option(None, "evaluate on the first N test samples (null: all)", min=1)

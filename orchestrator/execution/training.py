@@ -36,6 +36,7 @@ class TrainSettings:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
+    seeds: int = 1                   # train.seeds: a trial runs seeds seed .. seed+k-1, reports the median
 
     def optimizer_settings(self) -> OptimizerSettings:
         return OptimizerSettings(self.optimizer, self.momentum, self.weight_decay, self.beta1, self.beta2, self.eps)
@@ -64,7 +65,9 @@ class TrainSettings:
         stop = (cfg.get("stop", d.stop) if cfg is not None else d.stop)
         if stop not in ("target", "budget"):
             raise ConfigError(f"train.stop={stop!r} (accepted: target, budget)")
-        target = num("target_accuracy", float, d.target_accuracy, 0.0)
+        target = num("target_accuracy", float, cls.target_accuracy if d.target_accuracy is None else d.target_accuracy, 0.0)
+        if target is None:   # null: the dataset's target (the trial fills it in); 0.97 for a config built by hand
+            target = cls.target_accuracy
         if target is None or target > 1.0:
             raise ConfigError(f"train.target_accuracy={target!r} must be a fraction in [0, 1]")
         s = cls(
@@ -74,6 +77,7 @@ class TrainSettings:
             optimizer=str(cfg.get("optimizer", d.optimizer) if cfg is not None else d.optimizer),
             momentum=num("momentum", float, d.momentum), weight_decay=num("weight_decay", float, d.weight_decay),
             beta1=num("beta1", float, d.beta1), beta2=num("beta2", float, d.beta2), eps=num("eps", float, d.eps),
+            seeds=num("seeds", int, d.seeds, 1),
         )
         s.optimizer_settings()    # one-line errors for a bad rule or setting (the schema checks a composed config)
         if s.budget_updates is None and s.budget_s is None:
@@ -150,13 +154,15 @@ class TrainResult:
     samples: int
     final_test_accuracy: float
     time_to_target_s: float | None
-    updates_to_target: int | None
+    updates_to_target: float | None             # interpolated between evaluations (``crossing``)
     clock: str                                  # "wall" or "virtual"
     history: list[EvalPoint] = field(default_factory=list)
     extra_metrics: dict[str, float] = field(default_factory=dict)
     # time to target of the reference (one worker of speed 1.0, same model/settings) on the same
     # clock, when the executor knows it; the trial turns it into train.speedup
     reference_time_to_target_s: float | None = None
+    reference: Any = None                       # orchestrator.sync.reference.Reference, when a sync run has one
+    compute_model: Any = None                   # a sync run's speed-1.0 compute model (the reference runs on it)
 
     @property
     def reached_target(self) -> bool:
@@ -183,6 +189,22 @@ class TrainContext:
     show_progress: bool = False
 
 
+def crossing(history: list[EvalPoint], target: float) -> tuple[float | None, float | None]:
+    """(time, updates) at which the accuracy first reaches ``target``, interpolated linearly between
+    the last evaluation below it and the first at or above it (an evaluation every k updates would
+    otherwise round every run's time up to its next evaluation: up to k updates of bias, more for the
+    runs that take fewer updates); (None, None) if never reached. The first evaluation at or above
+    the target is where training stopped; the interpolated point is the estimate of the crossing."""
+    for i, p in enumerate(history):
+        if p.accuracy >= target:
+            if i == 0 or not history[i - 1].accuracy < target:
+                return p.elapsed_s, float(p.step)
+            q = history[i - 1]
+            f = (target - q.accuracy) / (p.accuracy - q.accuracy)
+            return q.elapsed_s + f * (p.elapsed_s - q.elapsed_s), q.step + f * (p.step - q.step)
+    return None, None
+
+
 class ConvergenceTracker:
     """Logs each evaluation and decides when a run stops (target reached, or budget spent)."""
 
@@ -191,7 +213,7 @@ class ConvergenceTracker:
         self.sink = sink
         self.history: list[EvalPoint] = []
         self.time_to_target: float | None = None
-        self.updates_to_target: int | None = None
+        self.updates_to_target: float | None = None
         self.progress = progress
 
     def record(self, step: int, elapsed_s: float, loss: float, accuracy: float) -> None:
@@ -199,7 +221,7 @@ class ConvergenceTracker:
         self.history.append(point)
         self.sink.log_metrics({"train.loss": loss, "train.test_accuracy": accuracy, "train.elapsed_s": elapsed_s}, step=step)
         if self.time_to_target is None and accuracy >= self.s.target_accuracy:
-            self.time_to_target, self.updates_to_target = elapsed_s, step
+            self.time_to_target, self.updates_to_target = crossing(self.history, self.s.target_accuracy)
         if self.progress:
             self.progress(point)
 

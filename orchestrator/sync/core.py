@@ -60,7 +60,8 @@ class SyncOptions:
     max_staleness: float = 8.0            # upper end for the dynamic bound
     lr_rule: str = "sqrt"                 # train.lr_scaling: lr x rule(batch / train.batch_size)
     warmup_samples: int = 0               # train.warmup_updates x train.batch_size: linear warm-up (Goyal et al.)
-    batch_policy: str = "per_worker"      # per_worker: global batch W x batch_size; global: batch_size split
+    batch_policy: str = "per_worker"      # per_worker: G = W x batch_size; global: G = batch_size; hybrid: capped
+    global_batch_max: int = 512           # hybrid: G = min(W x batch_size, global_batch_max)
     base_time_s: float | None = None      # virtual: one speed-1.0 iteration at the base batch (None: measure)
     step_overhead_s: float | None = None  # t0 of the compute model (with per_sample_s; None: fit / linear)
     per_sample_s: float | None = None     # t1 of the compute model
@@ -90,11 +91,16 @@ class SyncOptions:
         return SpeedSchedule(self.speeds, tuple(SpeedChange(int(w), float(a), float(v)) for w, a, v in self.speed_changes))
 
     def total_batch(self, batch_size: int) -> int:
-        if self.batch_policy == "global":
-            if batch_size < self.workers:
-                raise ConfigError(f"train.batch_policy=global: train.batch_size={batch_size} < {self.workers} workers")
-            return batch_size
-        return self.workers * batch_size
+        """The global batch G of one round: ``per_worker`` W x B (weak scaling), ``global`` B (strong
+        scaling), ``hybrid`` min(W x B, ``train.global_batch_max``) (weak scaling up to a cap near the
+        critical batch, strong beyond it). The workers split G by speed (``sync.balance``)."""
+        if self.batch_policy == "per_worker":
+            return self.workers * batch_size
+        total = batch_size if self.batch_policy == "global" else min(self.workers * batch_size, self.global_batch_max)
+        if total < self.workers:
+            raise ConfigError(f"train.batch_policy={self.batch_policy}: a global batch of {total} < {self.workers} "
+                              "workers (raise train.batch_size / train.global_batch_max)")
+        return total
 
     @classmethod
     def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> SyncOptions:
@@ -144,6 +150,7 @@ class SyncOptions:
                    balance_every=c.balance_every, dynamic_staleness=bool(opt("dynamic_staleness")),
                    max_staleness=float(opt("max_staleness")), lr_rule=train.lr_scaling,
                    warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
+                   global_batch_max=train.global_batch_max,
                    base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=int(opt("shards")),
                    overlap=bool(c.overlap), fp16=bool(c.fp16), network=network,
                    speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in changes], emulated_step_s=emulated,

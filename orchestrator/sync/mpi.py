@@ -21,7 +21,7 @@ import numpy as np
 
 import orchestrator
 from orchestrator.errors import ConfigError, Interrupt, WorkerFailedError
-from orchestrator.execution.training import EvalPoint, TrainResult
+from orchestrator.execution.training import EvalPoint, TrainResult, crossing
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.strategy import SyncStrategy, plain_cfg
 from orchestrator.sync.virtual import SyncStats
@@ -293,9 +293,9 @@ def collect(strategy: SyncStrategy, run_dir: Path, opts: SyncOptions,
     first = 1 if strategy.uses_server else 0
     ranks = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(first, first + w)]
     server = json.loads((run_dir / "rank0.json").read_text()) if first else None
-    target = next((p for p in history if p.accuracy >= target_accuracy), None)
-    result = TrainResult(res["updates"], res["elapsed_s"], res["samples"], history[-1].accuracy,
-                         target.elapsed_s if target else None, target.step if target else None, "wall", history)
+    tt, ut = crossing(history, target_accuracy)
+    result = TrainResult(res["updates"], res["elapsed_s"], res["samples"], history[-1].accuracy, tt, ut, "wall",
+                         history)
     wait = server["gate_wait_s"] if server else [r["wait_s"] for r in ranks]
     stats = SyncStats([r["iterations"] for r in ranks], wait, {int(k): v for k, v in res["gap_histogram"].items()},
                       {int(k): v for k, v in res["update_staleness"].items()}, sum(r["pushes"] for r in ranks),
@@ -304,8 +304,9 @@ def collect(strategy: SyncStrategy, run_dir: Path, opts: SyncOptions,
     return result, stats, ranks
 
 
-def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | None = None, reference: bool = True):
-    """Run the strategy on MPI ranks; returns (TrainResult, SyncStats)."""
+def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | None = None):
+    """Run the strategy on MPI ranks; returns (TrainResult, SyncStats). ``result.compute_model`` is the
+    speed-1.0 step time measured here, what the reference's virtual W=1 runs use."""
     label = re.sub(r"[^A-Za-z0-9_.-]+", "_", opts.name or "sync")
     run_dir = Path(ctx.output_dir) / f"mpi-{label}-{int(time.time() * 1000)}"
     launch(job_spec(strategy, opts, ctx, run_dir, inject), run_dir, strategy.ranks(opts.workers), opts.timeout_s,
@@ -322,21 +323,16 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
     stats.capacity = opts.schedule().capacity(result.elapsed_s)
     if not strategy.uses_server:  # every rank holds a replica: they must agree
         result.extra_metrics["sync.replica_max_diff"] = max(r["replica_max_diff"] for r in rank_info)
-    if reference:
-        result.reference_time_to_target_s = mpi_reference(opts, ctx, rank_info, stats.batches)
+    result.compute_model = measured_base(opts, ctx, rank_info, stats.batches)
     return result, stats
 
 
-def mpi_reference(opts, ctx, rank_info, batches) -> float | None:
-    """Labelled estimate: a W=1 virtual run's updates to target x the median per-rank gradient time
-    measured in this MPI run (scaled to ``train.batch_size``)."""
-    from orchestrator.execution.runtime import ModelRuntime
-    from orchestrator.sync.virtual import reference_time
-
+def measured_base(opts, ctx, rank_info, batches) -> float:
+    """The reference's step time, a labelled estimate: the median per-rank gradient time measured in
+    this MPI run, scaled to ``train.batch_size`` (the reference runs W=1 on the virtual clock with it)."""
     per_sample = [r["compute_median_s"] / b for r, b in zip(rank_info, batches) if np.isfinite(r["compute_median_s"])]
     base = float(np.median(per_sample)) * ctx.settings.batch_size
     if opts.emulated_step_s:  # a speed-1.0 rank's iteration lasts at least emulated_step_s
         base = max(base, opts.emulated_step_s)
-    runtime = ModelRuntime(ctx.model, seed=ctx.settings.seed, lr=ctx.settings.lr)
     ctx.sink.set_tags({"sync.reference_method": f"virtual W=1 run x measured per-rank gradient time {base:.4f}s"})
-    return reference_time(opts, ctx, runtime, runtime.get_flat(), base)
+    return base

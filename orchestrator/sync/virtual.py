@@ -16,7 +16,6 @@ updates of ``train.batch_size`` samples (``core.tracked_settings``): a round ove
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from orchestrator.sync.balance import Balancer
 from orchestrator.sync.core import SyncOptions, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, ServerLinks, allreduce_s
 from orchestrator.sync.limits import check_virtual_memory
-from orchestrator.sync.strategy import Round, SingleWorker, SyncStrategy
+from orchestrator.sync.strategy import Round, SyncStrategy
 
 
 @dataclass
@@ -225,15 +224,7 @@ class VirtualRun:
         return server.version, t, server.params.copy()
 
 
-def reference_options(opts: SyncOptions) -> SyncOptions:
-    """One worker of speed 1.0, no stragglers: the single-worker baseline for speedups."""
-    return dataclasses.replace(opts, name=SingleWorker.name, workers=1, speeds=[1.0], straggler_p=0.0,
-                               straggler_slowdown=1.0, staleness=0.0, balance="none", batch_policy="per_worker",
-                               dynamic_staleness=False, speed_changes=[], network=None)
-
-
 _MEASURED: dict[tuple, ComputeModel] = {}
-_REFERENCE: dict[tuple, TrainResult] = {}
 FIT_BATCH_FACTORS = (0.25, 0.5, 1.0, 2.0)   # the compute model is fitted at these multiples of train.batch_size
 
 
@@ -266,8 +257,9 @@ def compute_model(opts: SyncOptions, ctx, runtime) -> tuple[ComputeModel, str]:
     return cm, how
 
 
-def train_virtual(strategy: SyncStrategy, opts: SyncOptions, ctx, *, reference: bool = True):
-    """Run the emulation for ``ctx`` (plus the W=1 reference run); returns (result, stats, compute model)."""
+def train_virtual(strategy: SyncStrategy, opts: SyncOptions, ctx):
+    """Run the emulation for ``ctx``; returns (result, stats, compute model). The reference
+    (``orchestrator.sync.reference``) runs on the same compute model, ``result.compute_model``."""
     from orchestrator.execution.runtime import ModelRuntime
 
     runtime = ModelRuntime(ctx.model, seed=ctx.settings.seed, lr=ctx.settings.lr)
@@ -278,21 +270,8 @@ def train_virtual(strategy: SyncStrategy, opts: SyncOptions, ctx, *, reference: 
                        "sync.base_time": f"{cm.time(ctx.settings.batch_size):.6f}s ({how})"})
     run = VirtualRun(strategy, opts, ctx.settings, runtime, ctx.dataset, cm, ctx.sink)
     result, stats = run.run()
-    if reference:
-        result.reference_time_to_target_s = reference_time(opts, ctx, runtime, theta0, cm)
+    result.compute_model = cm
     return result, stats, cm
-
-
-def reference_time(opts: SyncOptions, ctx, runtime, theta0: np.ndarray, base) -> float | None:
-    """Time to target of one speed-1.0 worker with the same settings on the virtual clock (cached)."""
-    key = (dataclasses.astuple(ctx.settings), base, getattr(ctx.model, "name", "?"),
-           getattr(ctx.dataset, "source", "?"), float(np.sum(theta0)))
-    if key not in _REFERENCE:
-        runtime.set_flat(theta0)
-        ref_settings = dataclasses.replace(ctx.settings, stop="target")
-        _REFERENCE[key] = VirtualRun(SingleWorker(), reference_options(opts), ref_settings, runtime, ctx.dataset,
-                                     base).run()[0]
-    return _REFERENCE[key].time_to_target_s
 
 
 def make_context(cfg: dict, output_dir, *, dataset=None, sink=None):

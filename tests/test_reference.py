@@ -1,0 +1,114 @@
+"""The honest time to target: the crossing interpolated between evaluations, the tuned single-worker
+reference (orchestrator.sync.reference) and its cache in the tracking store, seeds, batch policies."""
+
+import dataclasses
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.execution.training import EvalPoint, crossing
+from orchestrator.sync.core import SyncOptions
+
+from conftest import QUICK, run_inprocess, store_runs
+
+SMALL = {"train": {"budget_updates": 60, "eval_every": 4, "eval_samples": 200, "target_accuracy": 0.5,
+                   "warmup_updates": 0, "reference_grid": {"sgd": [0.02, 0.1], "nesterov": [0.05], "adam": []}},
+         "hardware": {"workers": 2, "worker_speeds": [1.0, 0.5]},
+         "sync": {"name": "allreduce", "base_time_s": 0.01}}
+
+
+def test_the_crossing_is_interpolated_between_evaluations():
+    h = [EvalPoint(0, 0.0, 2.0, 0.5), EvalPoint(10, 1.0, 1.0, 0.7), EvalPoint(20, 2.0, 0.5, 0.9)]
+    assert crossing(h, 0.8) == pytest.approx((1.5, 15.0))
+    assert crossing(h, 0.7) == (1.0, 10.0)          # reached exactly at an evaluation: that evaluation
+    assert crossing(h, 0.4) == (0.0, 0.0)           # already there at the start
+    assert crossing(h, 0.95) == (None, None)
+    # a dip below the target after a first crossing does not move it
+    assert crossing(h + [EvalPoint(30, 3.0, 0.5, 0.6), EvalPoint(40, 4.0, 0.5, 0.95)], 0.8)[0] == pytest.approx(1.5)
+
+
+def test_hybrid_batch_policy_caps_the_global_batch():
+    o = SyncOptions(workers=16, batch_policy="hybrid", global_batch_max=512)
+    assert o.total_batch(64) == 512                              # 16 x 64 = 1024, capped
+    assert dataclasses.replace(o, workers=4).total_batch(64) == 256   # under the cap: weak scaling
+    assert dataclasses.replace(o, batch_policy="per_worker").total_batch(64) == 1024
+    assert dataclasses.replace(o, batch_policy="global").total_batch(64) == 64
+    with pytest.raises(ConfigError, match="global_batch_max"):
+        dataclasses.replace(o, global_batch_max=8).total_batch(64)
+
+
+def _train(tmp_path, cfg, mnist):
+    from orchestrator.sync.run import train
+    from orchestrator.sync.virtual import make_context
+    from orchestrator_plugins.sync.strategies import AllReduce
+
+    ctx = make_context(cfg, tmp_path, dataset=mnist)
+    return train(AllReduce(cfg["sync"]), ctx), ctx
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    from orchestrator.data import load_mnist
+
+    return load_mnist()
+
+
+def test_the_tuned_reference_is_the_best_cell_of_the_grid(tmp_path, mnist):
+    from orchestrator.sync import reference
+
+    reference._CACHE.clear()
+    result, ctx = _train(tmp_path, SMALL, mnist)
+    ref = result.reference
+    assert ref.method == "tuned" and set(ref.grid) == {"sgd lr=0.1", "sgd lr=0.02", "nesterov lr=0.05"}
+    finite = {k: v for k, v in ref.grid.items() if v is not None}
+    assert finite and ref.time_to_target_s == min(finite.values())
+    assert f"{ref.optimizer} lr={ref.lr:g}" == min(finite, key=finite.get)
+    assert result.reference_time_to_target_s == ref.time_to_target_s
+    m = result.extra_metrics
+    # the untuned comparison: the trial's own optimizer and lr (sgd 0.1) at W=1
+    assert m["train.same_settings_reference_time_to_target_s"] == ref.grid["sgd lr=0.1"]
+    assert ctx.sink.tags["train.reference_optimizer"] == ref.optimizer and "train.reference_key" in ctx.sink.tags
+    assert m["sync.speedup"] == pytest.approx(ref.time_to_target_s / result.time_to_target_s)
+    # same: only the trial's own cell; a second call in the process is a cache hit
+    same = {**SMALL, "train": {**SMALL["train"], "reference": "same"}}
+    r2, _ = _train(tmp_path, same, mnist)
+    assert set(r2.reference.grid) == {"sgd lr=0.1"} and r2.reference.lr == 0.1
+    r3, _ = _train(tmp_path, same, mnist)
+    assert r3.reference.source == "process cache" and r3.reference.time_to_target_s == r2.reference.time_to_target_s
+
+
+def test_seeds_give_the_median_and_the_spread(tmp_path, mnist):
+    cfg = {**SMALL, "train": {**SMALL["train"], "seeds": 3, "reference": "same"}}
+    result, _ = _train(tmp_path, cfg, mnist)
+    m = result.extra_metrics
+    assert m["train.seeds"] == 3 and m["train.seeds_reached_target"] == 3
+    assert m["train.time_to_target_s_min"] <= result.time_to_target_s <= m["train.time_to_target_s_max"]
+    assert m["train.time_to_target_s_min"] < m["train.time_to_target_s_max"]    # the seeds do differ
+    assert len(result.reference.seeds) == 3 and len(result.reference.times) == 3
+    assert m["train.speedup_min"] <= m["sync.speedup"] <= m["train.speedup_max"]
+
+
+@pytest.mark.parametrize("grid,match", [("{bogus:[0.1]}", "accepts: sgd, momentum, nesterov, adam"), ("{sgd:[0]}", "learning rates > 0"),
+                                        ("{sgd:[x]}", "reference_grid"), ("{sgd:0.1}", "reference_grid")])
+def test_a_bad_reference_grid_is_one_line_before_any_run(tmp_path, grid, match):
+    out = run_inprocess(tmp_path, "+sync=allreduce", f"train.reference_grid={grid}", *QUICK)
+    assert out.returncode != 0 and match in out.stderr and not store_runs(tmp_path)
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_the_reference_is_cached_in_the_tracking_store(tmp_path):
+    """A second trial (a new process: the in-process cache cleared) reads the first trial's reference
+    from its run instead of recomputing it; both runs say what the reference was."""
+    from orchestrator.sync import reference
+
+    args = ("+sync=allreduce", "hardware.workers=2", "sync.base_time_s=0.01", "train.reference_grid.sgd=[0.05,0.1]",
+            "train.reference_grid.nesterov=[]", "train.reference_grid.adam=[]", *QUICK)
+    reference._CACHE.clear()
+    assert run_inprocess(tmp_path, *args).returncode == 0
+    reference._CACHE.clear()
+    assert run_inprocess(tmp_path, *args).returncode == 0
+    second, first = store_runs(tmp_path)
+    assert first.data.tags["train.reference_key"] == second.data.tags["train.reference_key"]
+    assert "store (run " + first.info.run_id in second.data.tags["train.reference"]
+    assert first.data.metrics["train.reference_time_to_target_s"] == second.data.metrics["train.reference_time_to_target_s"]
+    assert second.data.tags["train.reference_optimizer"] == "sgd" and second.data.tags["train.reference_lr"] in ("0.05", "0.1")
