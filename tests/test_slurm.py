@@ -260,8 +260,12 @@ def test_a_cancelled_optuna_sweep_job_resumes_without_repeating_a_finished_trial
             return cluster.run("sbatch", "--parsable", "-n1", "-c1", "-D", str(tmp_path), "-o",
                                str(tmp_path / "%j.log"), "--wrap", "exec " + " ".join(f"'{a}'" for a in cmd)).stdout.strip()
 
+        # one storage (one connection pool) for all the polling: a storage URL per call opens an engine each
+        # time, and the loop exhausted PostgreSQL's max_connections once ("too many clients already")
+        rdb = optuna.storages.RDBStorage(storage)
+
         def trials(state):
-            return optuna.load_study(study_name="resume", storage=storage).get_trials(states=(state,))
+            return optuna.load_study(study_name="resume", storage=rdb).get_trials(states=(state,))
 
         first = submit(20)
         deadline = time.monotonic() + 600
@@ -278,7 +282,7 @@ def test_a_cancelled_optuna_sweep_job_resumes_without_repeating_a_finished_trial
         assert cluster.job_info(first).get("JobState") == "CANCELLED"
         left = subprocess.run(["pgrep", "-af", "hydra.sweeper.study_name=resume"], capture_output=True, text=True)
         assert not left.stdout.strip(), f"left behind by the cancelled job: {left.stdout}"
-        study = optuna.load_study(study_name="resume", storage=storage)
+        study = optuna.load_study(study_name="resume", storage=rdb)
         assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]   # closed, none left
         done = {t.params["placer.samples"] for t in trials(optuna.trial.TrialState.COMPLETE)}
         runs = _runs(uri)

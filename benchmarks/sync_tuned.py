@@ -1,0 +1,246 @@
+"""Data-parallel speedups measured honestly (issue 20): the statistical limit S(G), a tuned single
+worker, tuned parallel configurations, medians of seeds. Emulated: virtual clock, real gradients of
+the MNIST CNN, the fixed compute model ``t = 0.0009 s + b x 0.000195 s`` of a speed-1.0 worker (the
+issue's ``sync.step_overhead_s`` / ``sync.per_sample_s``), the default 10 Gbit/s network.
+
+1. **S(G)**: updates to the target against the global batch G (one worker, batch G; Shallue et al.
+   2019), per optimizer, the learning rate tuned per G (a grid around ``lr64 x sqrt(G/64)``), the
+   median of the seeds; evaluation every 1,024 samples on the whole held-out split, the crossing
+   interpolated.
+2. **The limit** of a cluster (W, speeds): ``min over (optimizer, G, k) of S(G) x T_k(G)``, where
+   ``T_k(G)`` is one synchronous step of G samples on the k fastest workers, split so that they finish
+   together (``costmodel.balanced_batches``), plus the ring allreduce of the model's bytes. It is the
+   best time to target synchronous data parallelism at any batch on that curve allows; a strategy
+   that beats it got there with fewer updates than S(G) says (staleness can act as momentum).
+3. **Measured**: the tuned single worker (``orchestrator.sync.reference``, the same grid), then each
+   parallel configuration tuned over the same (optimizer x lr) grid, with the reference, speedup,
+   limit and the ratio speedup / limit speedup.
+
+    PYTHONPATH=. python benchmarks/sync_tuned.py                 # default (~30-40 min on 2 idle cores)
+    PYTHONPATH=. python benchmarks/sync_tuned.py --full          # 7 batches, adam, Fashion-MNIST too
+    ... --write docs/benchmarks/sync_tuned.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+T0, T1 = 0.0009, 0.000195
+MIXED = (1.0, 0.5, 0.25)
+LR64 = {"sgd": 0.2, "nesterov": 0.05, "adam": 0.001}      # the centre of each optimizer's grid at G = 64
+CADENCE = 1024                                             # samples between evaluations
+
+
+def _median(xs):
+    m = statistics.median(math.inf if x is None else x for x in xs)
+    return None if math.isinf(m) else m
+
+
+class Bench:
+    def __init__(self, dataset: str, seeds: int, target: float):
+        from orchestrator.data import load_mnist
+        from orchestrator.sync.costmodel import ComputeModel
+        from orchestrator.sync.virtual import make_context
+
+        path = "/usr/share/datasets/fashion-mnist" if dataset == "fashion_mnist" else None
+        self.ds = load_mnist(path)
+        self.name, self.seeds, self.target = dataset, seeds, target
+        self.cm = ComputeModel(T0, T1)
+        self.tmp = tempfile.mkdtemp(prefix="sync-tuned-")
+        self.ctx = make_context({"train": {"target_accuracy": target}}, self.tmp, dataset=self.ds)
+        self._rt: dict[int, tuple] = {}
+
+    def runtime(self, seed: int):
+        from orchestrator.execution.runtime import ModelRuntime
+
+        if seed not in self._rt:
+            rt = ModelRuntime(self.ctx.model, seed=seed, lr=0.1)
+            self._rt[seed] = (rt, rt.get_flat())
+        rt, theta0 = self._rt[seed]
+        rt.set_flat(theta0)
+        return rt
+
+    def settings(self, batch: int, opt: str, lr: float, seed: int, budget_samples: int, **kw):
+        from orchestrator.execution.training import TrainSettings
+
+        return TrainSettings(batch_size=batch, lr=lr, optimizer=opt, target_accuracy=self.target, stop="target",
+                             eval_every=max(1, CADENCE // batch), budget_updates=max(1, budget_samples // batch),
+                             seed=seed, **kw)
+
+    # -- 1. S(G) ------------------------------------------------------------------------------
+    def steps(self, G: int, opt: str, lr: float, budget_samples: int):
+        from orchestrator.sync.core import SyncOptions
+        from orchestrator.sync.reference import reference_options
+        from orchestrator.sync.strategy import SingleWorker
+        from orchestrator.sync.virtual import VirtualRun
+
+        out = []
+        for seed in range(self.seeds):
+            s = self.settings(G, opt, lr, seed, budget_samples)
+            r, _ = VirtualRun(SingleWorker(), reference_options(SyncOptions(warmup_samples=0)), s, self.runtime(seed),
+                              self.ds, self.cm).run()
+            out.append(r.updates_to_target)
+        return out
+
+    def curve(self, batches, optimizers, budget_samples: int, mults=(0.5, 1.0, 2.0)):
+        rows = {}
+        for opt in optimizers:
+            for G in batches:
+                best = None
+                for m in mults:
+                    lr = LR64[opt] * math.sqrt(G / 64) * m
+                    cap = budget_samples if best is None else int(min(budget_samples, 1.5 * best[0] * G))
+                    med = _median(self.steps(G, opt, lr, cap))
+                    print(f"  S(G) {self.name} {opt} G={G} lr={lr:.4g}: {med}", flush=True)
+                    if med is not None and (best is None or med < best[0]):
+                        best = (med, lr, m)
+                rows[(opt, G)] = best
+        return rows
+
+    # -- 2. the limit ---------------------------------------------------------------------------
+    def step_time(self, speeds, G: int) -> float:
+        from orchestrator.sync.costmodel import Network, allreduce_s, balanced_batches
+
+        nbytes = 4 * self.ctx.model.new_model().count_params() if not hasattr(self, "_nb") else self._nb
+        self._nb = nbytes
+        best = math.inf
+        order = sorted(speeds, reverse=True)
+        for k in range(1, len(order) + 1):
+            vs = order[:k]
+            if G < k:
+                break
+            b = balanced_batches(vs, G, self.cm)
+            comp = max(self.cm.time(bi, v) for bi, v in zip(b, vs))
+            comm = allreduce_s(nbytes, Network.from_cfg(None, k)) if k > 1 else 0.0
+            best = min(best, comp + comm)
+        return best
+
+    def limit(self, curve, speeds):
+        cands = [(s[0] * self.step_time(speeds, G), opt, G) for (opt, G), s in curve.items() if s is not None]
+        return min(cands) if cands else None
+
+    # -- 3. measured ----------------------------------------------------------------------------
+    def reference(self, grid):
+        from orchestrator.sync.core import SyncOptions
+        from orchestrator.sync.reference import reference
+
+        ctx = dataclasses.replace(self.ctx, settings=self.settings(64, "sgd", 0.1, 0, 400_000, seeds=self.seeds))
+        return reference(SyncOptions(workers=1, speeds=[1.0], warmup_samples=0), ctx, self.cm, grid)
+
+    def parallel(self, name: str, speeds, grid, sync: dict, train: dict | None = None):
+        """Each (optimizer, lr) of ``grid``, the median over the seeds; returns the best cell."""
+        from orchestrator import plugins
+        from orchestrator.sync.virtual import VirtualRun
+
+        best = None
+        for opt, lrs in grid.items():
+            for lr in lrs:
+                times = []
+                for seed in range(self.seeds):
+                    cfg = {"hardware": {"workers": len(speeds), "worker_speeds": list(speeds)},
+                           "sync": {"name": name, "step_overhead_s": T0, "per_sample_s": T1, **sync},
+                           "train": {"optimizer": opt, "lr": lr, **(train or {})}}
+                    strat = plugins.load("sync", name)(cfg["sync"])
+                    opts = strat.options(cfg)
+                    cap = None if best is None else 1.5 * best[0]
+                    s = self.settings(64, opt, lr, seed, 400_000, budget_s=cap)
+                    r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
+                    times.append(r.time_to_target_s)
+                med = _median(times)
+                print(f"  {name} W={len(speeds)} {sync} {opt} lr={lr:g}: {med} ({times})", flush=True)
+                if med is not None and (best is None or med < best[0]):
+                    best = (med, opt, lr, times)
+        return best
+
+
+def _flush(path, lines) -> None:
+    """The tables so far (a long run leaves what it measured even if stopped)."""
+    if path:
+        path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--write", type=Path, default=None)
+    a = ap.parse_args(argv)
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    datasets = [("mnist", 0.97)] + ([("fashion_mnist", 0.9)] if a.full else [])
+    batches = (64, 128, 256, 512, 1024, 2048, 4096) if a.full else (64, 256, 1024, 4096)
+    optimizers = ("sgd", "nesterov", "adam") if a.full else ("nesterov",)
+    mults = (0.5, 1.0, 2.0) if a.full else (1.0, 2.0)
+    grid = {"sgd": [0.1, 0.2, 0.4], "nesterov": [0.025, 0.05, 0.1], "adam": [0.0005, 0.001, 0.002]} if a.full else \
+        {"sgd": [0.2, 0.4], "nesterov": [0.05, 0.1]}
+    lines = [f"# Data-parallel speedups, tuned (emulated: virtual clock, real gradients; {time.strftime('%Y-%m-%d')})", "",
+             f"Compute model t = {T0} s + b x {T1} s per speed-1.0 worker, 10 Gbit/s network, {a.seeds} seeds "
+             "(medians, min-max in brackets), evaluation every 1,024 samples on the held-out split, crossing "
+             "interpolated. `python benchmarks/sync_tuned.py" + (" --full" if a.full else "") + "`.", ""]
+    for ds, target in datasets:
+        t_start = time.time()
+        b = Bench(ds, a.seeds, target)
+        curve = b.curve(batches, optimizers, 600_000 if ds == "mnist" else 3_000_000, mults)
+        lines += [f"## {ds} to {target:.0%}", "", "### S(G): updates to target (one worker, batch G, lr tuned per G)", "",
+                  "| optimizer | " + " | ".join(f"G={G}" for G in batches) + " |", "|---|" + "---|" * len(batches)]
+        for opt in optimizers:
+            cells = []
+            for G in batches:
+                s = curve.get((opt, G))
+                cells.append("-" if s is None else f"{s[0]:.0f} (lr {s[1]:.3g}{', edge' if s[2] != 1.0 else ''})")
+            lines.append(f"| {opt} | " + " | ".join(cells) + " |")
+        lines += ["", f"lr grid per G: lr64 x sqrt(G/64) x {mults} (lr64: {LR64}); `edge`: the best lr was not the "
+                  "centre of that grid.", ""]
+        _flush(a.write, lines)
+        ref = b.reference(grid)
+        lines += [f"Tuned single worker (the reference): {ref.describe()}: **{ref.time_to_target_s:.3f} s** "
+                  f"(seeds {', '.join(f'{t:.3f}' for t in ref.times)}); grid medians: "
+                  + ", ".join(f"{k} {v:.3f}" if v else f"{k} missed" for k, v in ref.grid.items()), ""]
+        _flush(a.write, lines)
+        configs = [("allreduce W=8 equal", "allreduce", [1.0] * 8, {"balance": "none"}, None),
+                   ("allreduce + online balancing W=16 mixed", "allreduce", [MIXED[i % 3] for i in range(16)],
+                    {"balance": "online"}, None),
+                   ("delay-sync (s=default) W=16 mixed", "delay", [MIXED[i % 3] for i in range(16)], {}, None)]
+        lines += ["### Measured, every configuration tuned over the same optimizer x lr grid", "",
+                  "| configuration | capacity | best (optimizer, lr) | time to target (s) | speedup vs tuned worker | "
+                  "limit: time (s), speedup | speedup / limit |", "|---|---|---|---|---|---|---|"]
+        for label, name, speeds, sync, train in configs:
+            best = b.parallel(name, speeds, grid, sync, train)
+            lim = b.limit(curve, speeds)
+            cap = sum(speeds)
+            if best is None:
+                lines.append(f"| {label} | {cap:g} | - | missed | - | - | - |")
+                continue
+            med, opt, lr, times = best
+            sp = ref.time_to_target_s / med
+            spread = [t for t in times if t is not None]
+            lsp = ref.time_to_target_s / lim[0] if lim else None
+            lim_txt = f"{lim[0]:.3f} s ({lim[1]} G={lim[2]}), {lsp:.2f}x" if lim else "-"
+            lines.append(f"| {label} | {cap:g} | {opt} {lr:g} | {med:.3f} ({min(spread):.3f}-{max(spread):.3f}) | "
+                         f"**{sp:.2f}x** | {lim_txt} | {sp / lsp:.2f} |" if lsp else "| - |")
+            _flush(a.write, lines)
+        lines += ["", f"({ds}: {time.time() - t_start:.0f} s wall)", ""]
+        print("\n".join(lines), flush=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.write:
+        a.write.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
