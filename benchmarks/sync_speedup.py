@@ -91,11 +91,15 @@ class Bench:
             if runtime == "mpi":
                 from orchestrator.sync.mpi import train_mpi
 
-                result, stats = train_mpi(strategy, opts, ctx, reference=False)
+                result, stats = train_mpi(strategy, opts, ctx)
             else:
-                result, stats, _ = train_virtual(strategy, opts, ctx, reference=self.ref_tt is None and tr.get("stop", "target") == "target")
-                if self.ref_tt is None and result.reference_time_to_target_s:
-                    self.ref_tt = result.reference_time_to_target_s
+                result, stats, cm = train_virtual(strategy, opts, ctx)
+                if self.ref_tt is None and tr.get("stop", "target") == "target":
+                    # this benchmark's reference: one speed-1.0 worker with the same settings (the untuned
+                    # comparison, train.reference=same); benchmarks/sync_tuned.py has the tuned one
+                    from orchestrator.sync.reference import reference
+
+                    self.ref_tt = reference(opts, ctx, cm, None, "same").time_to_target_s
         tt = result.time_to_target_s
         ref = self.ref_tt if runtime == "virtual" else self.mpi_ref
         if runtime == "mpi" and w == 1:

@@ -134,11 +134,15 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
         _record(ctx.sink, k, found)
         return found
     seeds = tuple(s.seed + i for i in range(s.seeds))
+    todo = cells(s, method, grid)
+    if method == "tuned":
+        print(f"reference: one speed-1.0 worker, tuning {len(todo)} (optimizer, lr) cells x {len(seeds)} seed(s) "
+              "(cached in the tracking store for the next trial)", flush=True)
     runtimes = {seed: _runtime(ctx, seed) for seed in seeds}
     ropts = reference_options(opts)
     best: tuple[float, str, float, tuple] | None = None
     table: dict[str, float | None] = {}
-    for optimizer, lr in cells(s, method, grid):
+    for optimizer, lr in todo:
         times = []
         for seed in seeds:
             rt, theta0 = runtimes[seed]
