@@ -29,6 +29,7 @@ import numpy.typing as npt
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.kernels import upward_rank
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.inflight import F, MicrobatchSpec, flow_position, in_flight_counts, phase_of
@@ -57,32 +58,28 @@ class Simulator:
         self.device_index = {d.name: i for i, d in enumerate(devs)}
         n, nd = len(graph.nodes), len(devs)
         self.cost = np.array([[graph.node_cost_s(nd_, d) for d in devs] for nd_ in graph.nodes], dtype=float).reshape(n, nd)
-        succ = graph.successors()
-        by_pair: dict[tuple[int, int], tuple[float, float]] = {}
-        for e in graph.edges:
-            key = (graph.index(e.src), graph.index(e.dst))
-            b, f = by_pair.get(key, (0.0, -1.0))
-            by_pair[key] = (max(b, e.bytes), max(f, -1.0 if e.cost is None else e.cost * graph.time_unit_s))
-        ptr, idx, nbytes, fixed = [0], [], [], []
-        for u in range(n):
-            for v in sorted(set(succ[u])):
-                idx.append(v)
-                b, f = by_pair[u, v]
-                nbytes.append(b)
-                fixed.append(f)
-            ptr.append(len(idx))
-        self.succ_ptr, self.succ_idx = np.array(ptr, dtype=np.int64), np.array(idx, dtype=np.int64)
-        self.succ_bytes, self.succ_fixed = np.array(nbytes, dtype=float), np.array(fixed, dtype=float)
+        # successor CSR: one entry per (source, destination) pair, destinations ascending; a pair's
+        # bytes and fixed cost are the largest of its edges (built with numpy: O(E log E))
+        ix = graph._index
+        e_src = np.fromiter((ix[e.src] for e in graph.edges), np.int64, len(graph.edges))
+        e_dst = np.fromiter((ix[e.dst] for e in graph.edges), np.int64, len(graph.edges))
+        e_bytes = np.fromiter((e.bytes for e in graph.edges), float, len(graph.edges))
+        e_fixed = np.fromiter((-1.0 if e.cost is None else e.cost * graph.time_unit_s for e in graph.edges), float,
+                              len(graph.edges))
+        pair, inv = np.unique(e_src * n + e_dst, return_inverse=True)
+        self.succ_bytes, self.succ_fixed = np.zeros(len(pair)), np.full(len(pair), -1.0)
+        np.maximum.at(self.succ_bytes, inv, e_bytes)
+        np.maximum.at(self.succ_fixed, inv, e_fixed)
+        self.succ_idx = (pair % max(n, 1)).astype(np.int64)
+        self.succ_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pair // max(n, 1), minlength=n), out=self.succ_ptr[1:])
         self.npred = np.zeros(n, dtype=np.int64)
         np.add.at(self.npred, self.succ_idx, 1)
         self._routes(worker)
         self.fastest = self.cost.min(axis=1)
-        rank = np.zeros(n)
-        for u in reversed(graph.topological_order()):
-            nxt = self.succ_idx[self.succ_ptr[u]:self.succ_ptr[u + 1]]
-            rank[u] = self.fastest[u] + (rank[nxt].max() if len(nxt) else 0.0)
-        self.rank = rank
-        order = sorted(range(n), key=lambda i: (-rank[i], i))
+        # upward rank at the fastest costs, communication free (one compiled pass)
+        self.rank = rank = upward_rank(graph.topological_order(), self.succ_ptr, self.succ_idx, self.fastest)
+        order = np.lexsort((np.arange(n), -rank))          # by rank descending, ties by index
         self.prio = np.empty(n, dtype=np.int64)
         self.prio[order] = np.arange(n)
         self._memory(graph, worker)
@@ -203,9 +200,10 @@ def simulate(graph: OpGraph, worker: Worker, placement: Placement, *, schedule: 
     return sim.evaluate(sim.assignment(placement), schedule=schedule)
 
 
-def lower_bound(graph: OpGraph, worker: Worker) -> float:
-    """max(critical path at fastest costs with free communication, total fastest work / devices)."""
-    sim = Simulator(graph, worker)
+def lower_bound(graph: OpGraph, worker: Worker, sim: Simulator | None = None) -> float:
+    """max(critical path at fastest costs with free communication, total fastest work / devices);
+    ``sim``: a simulator of this graph and worker already built (its ranks are the critical path)."""
+    sim = Simulator(graph, worker) if sim is None or sim.graph is not graph or sim.worker is not worker else sim
     return float(max(sim.rank.max(initial=0.0), sim.fastest.sum() / len(worker.devices)))
 
 
