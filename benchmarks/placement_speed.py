@@ -34,8 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("imports", "load", "setup", "search", "baseline", "bound", "verdict", "gantt")
-# (placer, config) per name; rl and optimal only where they finish in the default run's time
-PLACERS = {"greedy": ("greedy", {}), "zero_shot": ("rl", {"mode": "zero_shot"}),
+# (placer, config) per name (zero-shot as docs/placer_policy.md runs it: the policy alone); rl and
+# optimal only where they finish in the default run's time
+PLACERS = {"greedy": ("greedy", {}), "zero_shot": ("rl", {"mode": "zero_shot", "refine": "none"}),
            "rl": ("rl", {"budget_evaluations": 2000}), "optimal": ("optimal", {})}
 
 

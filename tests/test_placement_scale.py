@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,3 +124,35 @@ def test_greedy_trial_on_20000_ops(workdir):
     assert math.isfinite(m["placement.step_time_s"]) and m["placement.step_time_s"] >= m["placement.lower_bound_s"]
     assert m["placement.devices_used"] >= 2
     assert took < 40, f"the 20,000-op greedy trial took {took:.1f} s (target 10 s; 66 s before issue 22)"
+
+
+DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
+
+
+@pytest.mark.parametrize("graph,objective", [("latency-inputs/LayerGraphs/inceptionv3_inference.json", "step"),
+                                             ("throughput-inputs/LayerGraphs/bert24_training.json", "pipeline"),
+                                             ("synthetic-300", "step"), ("synthetic-300", "pipeline")])
+def test_compiled_decode_decides_as_the_numpy_decode(tmp_path, graph, objective):
+    """The pre-trained policy decoded by the compiled loop and by the numpy one: the same greedy
+    placement, the same 16 samples for each of two seeds, the same recorded features (teacher-forced too)."""
+    from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy, graph_inputs
+    from orchestrator.placement.learn.policy_decode import rollout, rollout_numpy
+
+    path = write_layered_workload(tmp_path / "latency-inputs" / "g.json", 300, seed=7) if graph == "synthetic-300" \
+        else DATA / graph
+    wl = load_msr_workload(path)
+    ev = SimulatedEvaluator(wl.graph, wl.worker, objective, 0.1 if objective == "pipeline" else 0.0)
+    prob = PlacementProblem(wl.graph, wl.worker, ev)
+    pol = GraphPolicy.load(SHIPPED)
+    gi, head = graph_inputs(prob), pol._head()
+    s, zr = pol.static(gi)
+    runs = [{"n": 1, "greedy": True}] + [{"n": 16, "draws": np.random.default_rng(seed).random((16, prob.n_atoms))}
+                                         for seed in (0, 1)]
+    for kw in runs:
+        fast, ref = rollout(gi, s, zr, head, **kw), rollout_numpy(gi, s, zr, head, **kw)
+        assert np.array_equal(fast.actions, ref.actions)
+        assert np.array_equal(fast.feasible, ref.feasible) and np.array_equal(fast.feats, ref.feats)
+    forced = ref.actions[::-1].copy()
+    fast, ref = rollout(gi, s, zr, head, 16, forced=forced), rollout_numpy(gi, s, zr, head, 16, forced=forced)
+    assert np.array_equal(fast.actions, forced) and np.array_equal(fast.feats, ref.feats)
+    assert len(set(map(tuple, ref.actions))) > 1          # the samples differ: the draws are used
