@@ -156,3 +156,23 @@ def test_compiled_decode_decides_as_the_numpy_decode(tmp_path, graph, objective)
     fast, ref = rollout(gi, s, zr, head, 16, forced=forced), rollout_numpy(gi, s, zr, head, 16, forced=forced)
     assert np.array_equal(fast.actions, forced) and np.array_equal(fast.feats, ref.feats)
     assert len(set(map(tuple, ref.actions))) > 1          # the samples differ: the draws are used
+
+
+def test_admissible_agrees_with_the_memory_and_violation_reports(tmp_path):
+    """The fast check in front of every evaluation says what the two reports say, on random
+    placements that break memory, colocation and cpu_only in every mix (and on legal ones)."""
+    path = write_layered_workload(tmp_path / "latency-inputs" / "g.json", 300, seed=8, memory_share=0.3)
+    wl = load_msr_workload(path)
+    sim = SimulatedEvaluator(wl.graph, wl.worker).simulator
+    rng = np.random.default_rng(0)
+    nd = len(wl.worker.devices)
+    seen = set()
+    for i in range(300):
+        a = rng.integers(0, nd, len(wl.graph.nodes)) if i % 3 else np.full(len(wl.graph.nodes), i % nd)
+        if i % 5 == 0:          # one device, cpu_only ops on the CPU (the last device): memory alone decides
+            a = np.where([n.cpu_only for n in wl.graph.nodes], nd - 1, i % (nd - 1))
+        want = not sim.memory(a)[1] and not sim.violations(a)
+        assert sim.admissible(a) == want
+        assert (sim.step_time(a) < math.inf) == want
+        seen.add((bool(sim.memory(a)[1]), bool(sim.violations(a))))
+    assert len(seen) >= 3

@@ -85,6 +85,16 @@ class Simulator:
         self._memory(graph, worker)
         groups = graph.groups()
         self.group_members = [np.array([graph.index(m) for m in ms]) for ms in groups.values() if len(ms) > 1]
+        # the checks every evaluation makes, as flat arrays (a search scores thousands of placements:
+        # per-group Python loops and per-call index arrays cost as much as the simulation itself)
+        self._nodes = np.arange(n)
+        self._grp_nodes = np.concatenate(self.group_members) if self.group_members else np.zeros(0, np.int64)
+        self._grp_first = np.concatenate([np.full(len(m), m[0]) for m in self.group_members]) \
+            if self.group_members else np.zeros(0, np.int64)
+        self._edge_src = np.repeat(self._nodes, np.diff(self.succ_ptr))
+        self._all_reachable = bool(self.reachable.all())
+        self._pool_ix = [ix for _, ix, _ in self.pools]
+        self._pool_cap = [cap for _, _, cap in self.pools]
 
     def _routes(self, worker: Worker) -> None:
         links = worker.links
@@ -151,16 +161,34 @@ class Simulator:
 
     def violations(self, assign: IntArray) -> list[str]:
         out = []
-        bad = np.flatnonzero(~np.isfinite(self.cost[np.arange(len(assign)), assign]))
+        bad = np.flatnonzero(~np.isfinite(self.cost[self._nodes, assign]))
         out += [f"node {self.graph.nodes[i].name!r} cannot run on {self.worker.devices[assign[i]].name}" for i in bad[:3]]
-        for m in self.group_members:
-            if (assign[m] != assign[m[0]]).any():
-                out.append(f"colocation group {self.graph.nodes[m[0]].group!r} is split")
-                break
-        src = np.repeat(np.arange(len(assign)), np.diff(self.succ_ptr))
-        if len(src) and not self.reachable[assign[src], assign[self.succ_idx]].all():
+        split = np.flatnonzero(assign[self._grp_nodes] != assign[self._grp_first])
+        if len(split):
+            out.append(f"colocation group {self.graph.nodes[self._grp_first[split[0]]].group!r} is split")
+        if not self._all_reachable and len(self._edge_src) and \
+                not self.reachable[assign[self._edge_src], assign[self.succ_idx]].all():
             out.append("an edge joins devices with no route between them")
         return out
+
+    def admissible(self, assign: IntArray) -> bool:
+        """No memory pool over capacity and no violation (``memory`` and ``violations`` both empty),
+        without building their reports: the check in front of every fast-path evaluation."""
+        if self.pipeline_schedule is not None:
+            return not self.memory(assign)[1] and not self.violations(assign)
+        nd = len(self.worker.devices)
+        res = np.bincount(assign, weights=self.resident, minlength=nd)
+        tmp = np.zeros(nd)
+        np.maximum.at(tmp, assign, self.temp)
+        for ix, cap in zip(self._pool_ix, self._pool_cap):
+            if res[ix].sum() + tmp[ix].max() > cap:
+                return False
+        if not np.isfinite(self.cost[self._nodes, assign]).all():
+            return False
+        if len(self._grp_nodes) and (assign[self._grp_nodes] != assign[self._grp_first]).any():
+            return False
+        return self._all_reachable or not len(self._edge_src) or \
+            bool(self.reachable[assign[self._edge_src], assign[self.succ_idx]].all())
 
     def _run(self, assign: IntArray, record: bool) -> StepArrays:
         return cast(StepArrays, run_step(assign, self.cost, self.succ_ptr, self.succ_idx, self.succ_bytes, self.succ_fixed, self.npred,
@@ -170,7 +198,7 @@ class Simulator:
     def step_time(self, assign: npt.ArrayLike) -> float:
         """Seconds for one step; inf when the placement breaks memory or placement constraints."""
         assign = np.asarray(assign, dtype=np.int64)
-        if self.memory(assign)[1] or self.violations(assign):
+        if not self.admissible(assign):
             return math.inf
         return float(self._run(assign, False)[0])
 
