@@ -44,6 +44,7 @@ def decode_kernel(order: IntArray, cost: FloatArray, in_ptr: IntArray, in_src: I
     after, bott, fill = np.zeros(D), np.zeros(D), np.zeros(D)
     ok = np.zeros(D, dtype=np.bool_)
     logit = np.zeros(D)
+    acc = np.zeros(H)
     for t in range(A):
         a = order[t]
         lo, hi = in_ptr[a], in_ptr[a + 1]
@@ -116,12 +117,17 @@ def decode_kernel(order: IntArray, cost: FloatArray, in_ptr: IntArray, in_src: I
                 f[11] = 1.0 if has and cin[d] <= 1e-15 else 0.0
                 feas[b, a, d] = ok[d]
                 if ok[d]:
+                    # f Wq with k outer: each unit's sum still runs k = 0, 1, ... (the same
+                    # roundings), and the units' sums advance side by side (vectorisable)
+                    for h in range(H):
+                        acc[h] = 0.0
+                    for k in range(K):
+                        fk = np.float64(f[k])
+                        for h in range(H):
+                            acc[h] += fk * wq[k, h]
                     z = 0.0
                     for h in range(H):
-                        acc = 0.0
-                        for k in range(K):
-                            acc += np.float64(f[k]) * wq[k, h]
-                        x = (acc + zr[a, d, h]) + bq[h]
+                        x = (acc[h] + zr[a, d, h]) + bq[h]
                         if x > 0.0:
                             z += x * vq[h]
                     logit[d] = s[a, d] + z
