@@ -14,7 +14,8 @@ Every case runs in its own child process, so ``peak MiB`` is that process's maxi
 ``DIR/orchestrator`` and ``DIR/orchestrator_plugins``) right after the current one, so the two
 columns come from one run on one (possibly shared) machine.
 
-Graphs: the public op graphs (shared workloads, when present) and seeded random layered DAGs
+Graphs: the public op graphs (Inception-V3's layer graph from the tests' data, with the default
+rl search of 12,000 evaluations; the shared workloads' op graphs, when present) and seeded random layered DAGs
 (``orchestrator.placement.graph.synthetic``) of 300, 2,000 and 20,000 ops (100,000 with ``--full``),
 written under a temporary ``latency-inputs`` folder (objective ``step``: one step's latency).
 
@@ -37,7 +38,7 @@ PHASES = ("imports", "load", "setup", "search", "baseline", "bound", "verdict", 
 # (placer, config) per name (zero-shot as docs/placer_policy.md runs it: the policy alone); rl and
 # optimal only where they finish in the default run's time
 PLACERS = {"greedy": ("greedy", {}), "zero_shot": ("rl", {"mode": "zero_shot", "refine": "none"}),
-           "rl": ("rl", {"budget_evaluations": 2000}), "optimal": ("optimal", {})}
+           "rl": ("rl", {"budget_evaluations": 2000}), "rl_default": ("rl", {}), "optimal": ("optimal", {})}
 
 
 def child(path: str, placer: str) -> dict[str, float]:
@@ -123,6 +124,8 @@ def graphs(tmp: Path, full: bool) -> list[tuple[Path, list[str], bool]]:
     from orchestrator.placement.graph.synthetic import write_layered_workload
 
     out: list[tuple[Path, list[str], bool]] = []
+    inception = ROOT / "tests/data/msr-dnn-partitioning/latency-inputs/LayerGraphs/inceptionv3_inference.json"
+    out.append((inception, ["greedy", "zero_shot", "rl_default"], False))
     shared = msr_workloads()
     for rel, placers in (("latency-inputs/OperatorGraphs/resnet50_inference.json", ["greedy", "zero_shot", "rl"]),
                          ("throughput-inputs/OperatorGraphs/bert_l-3_training.json", ["greedy", "zero_shot", "optimal"]),
