@@ -157,7 +157,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cases = graphs(Path(tmp), args.full)
         for _, tree in trees:    # compile (and cache) each tree's numba kernels before timing anything
-            run_case(cases[0][0], "greedy", tree)
+            for placer in ("greedy", "zero_shot"):
+                run_case(cases[0][0], placer, tree)
         for path, placers, trial in cases:
             if args.only not in path.name:
                 continue
