@@ -176,3 +176,11 @@ def test_admissible_agrees_with_the_memory_and_violation_reports(tmp_path):
         assert (sim.step_time(a) < math.inf) == want
         seen.add((bool(sim.memory(a)[1]), bool(sim.violations(a))))
     assert len(seen) >= 3
+
+
+def test_gantt_merges_only_what_a_chart_cannot_show(tmp_path):
+    from orchestrator.placement.simulate.gantt import _merged, gantt_events
+
+    assert _merged([(2.0, 1.0), (0.0, 1.0), (1.0005, 0.5), (5.0, 1.0)], 0.001) == [(0.0, 1.5005), (2.0, 1.0), (5.0, 1.0)]
+    events = [{"kind": "node", "row": "d0", "start": i * 1e-3, "end": (i + 1) * 1e-3} for i in range(5000)]
+    assert gantt_events(events, tmp_path / "g.png", "5,000 back to back").stat().st_size > 0

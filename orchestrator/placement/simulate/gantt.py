@@ -31,6 +31,21 @@ def _colour(ev: dict[str, Any], cmap: Callable[[int], tuple[float, ...]]) -> str
     return "tab:blue" if ev["kind"] == "node" else "tab:orange"
 
 
+MERGE_ABOVE = 2000   # bars in one row and colour beyond which bars closer than half a pixel are merged
+
+
+def _merged(spans: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    """(start, width) spans sorted, neighbours closer than ``gap`` joined: a row of thousands of
+    back-to-back ops is drawn as the few hundred runs a 1,200-pixel chart can show."""
+    out: list[tuple[float, float]] = []
+    for start, width in sorted(spans):
+        if out and start - (out[-1][0] + out[-1][1]) <= gap:
+            out[-1] = (out[-1][0], max(out[-1][1], start + width - out[-1][0]))
+        else:
+            out.append((start, width))
+    return out
+
+
 def gantt_events(events: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """``events``: {"kind": "node"|"transfer", "row", "start", "end"[, "label"]} (seconds)."""
     import matplotlib
@@ -53,6 +68,8 @@ def gantt_events(events: list[dict[str, Any]], path: str | Path, title: str = ""
         if ev.get("label") and width > 0.02 * span:
             ax.text(ev["start"] + width / 2, y, ev["label"], ha="center", va="center", fontsize=7)
     for (y, colour), spans in bars.items():
+        if len(spans) > MERGE_ABOVE:
+            spans = _merged(spans, span / 2400)
         ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=colour, edgecolor="black", linewidth=0.2)
     ax.set_xlim(0, span * 1.02)
     ax.set_ylim(-0.5, len(rows) - 0.5)
