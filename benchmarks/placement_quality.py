@@ -234,9 +234,10 @@ def make_placers(full: bool):
 
 
 def rl_default_budget() -> int:
-    import yaml
+    """The rl placer's default budget: its schema's (conf/placer/rl.yaml no longer repeats it)."""
+    from orchestrator.config.placer import RLPlacerConfig
 
-    return int(yaml.safe_load((ROOT / "conf" / "placer" / "rl.yaml").read_text())["budget_evaluations"])
+    return int(RLPlacerConfig().budget_evaluations)
 
 
 def fmt(x, unit=1e3):

@@ -156,6 +156,6 @@ class SimulatedEvaluator:
             if self.load_model is not None:
                 self._bound = load_lower_bound(self.graph, self.worker, self.simulator)
             else:
-                lb = lower_bound(self.graph, self.worker)
+                lb = lower_bound(self.graph, self.worker, self.simulator)
                 self._bound = lb, {"simulator": lb}
         return self._bound

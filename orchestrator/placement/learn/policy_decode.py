@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from orchestrator.placement.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
+from orchestrator.placement.learn.policy_kernel import decode_kernel
+from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA
 
 if TYPE_CHECKING:
     from orchestrator.placement.solve.problem import PlacementProblem
@@ -121,7 +123,34 @@ def rollout(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str, Floa
             draws: FloatArray | None = None, forced: IntArray | None = None) -> Rollouts:
     """``n`` trajectories: greedy (largest logit), sampled (``draws`` [n, A] uniforms, column by name
     rank) or ``forced`` ([n, A] given actions, for imitation). ``s`` [A, D] static logits (table
-    included), ``zr`` [A, D, Hq] the pair embedding after Wr; ``head`` the numpy Wq, bq, vq."""
+    included), ``zr`` [A, D, Hq] the pair embedding after Wr; ``head`` the numpy Wq, bq, vq.
+    The compiled loop (``policy_kernel``) where numba is installed, else ``rollout_numpy``."""
+    if not HAVE_NUMBA:
+        return rollout_numpy(gi, s, zr, head, n, greedy=greedy, draws=draws, forced=forced)
+    di, mask = gi.dec, gi.mask
+    assert di is not None and gi.res is not None and gi.temp is not None and gi.pool_of is not None \
+        and gi.pool_cap is not None
+    A, D = mask.shape
+    mode = 2 if forced is not None else 0 if greedy else 1
+    assert mode != 1 or draws is not None       # sampling: the caller passes the uniforms
+    dev = np.full((n, A), -1, np.int64)
+    feats = np.zeros((n, A, D, K_DYN), np.float32)
+    feas = np.zeros((n, A, D), bool)
+    decode_kernel(di.order, di.cost, di.in_ptr, di.in_src, di.in_n, di.in_bytes, di.in_fixed, di.lat, di.inv_bw,
+                  di.hops, float(di.cbar), float(di.share), float(di.pipeline), mask, gi.name_rank, gi.res, gi.temp,
+                  gi.pool_of, np.where(np.isfinite(gi.pool_cap), gi.pool_cap, np.inf), np.ascontiguousarray(s),
+                  np.ascontiguousarray(zr), np.ascontiguousarray(head["Wq"]), np.ascontiguousarray(head["bq"]),
+                  np.ascontiguousarray(head["vq"][:, 0]), mode,
+                  np.zeros((n, A)) if draws is None else np.asarray(draws, dtype=float),
+                  np.zeros((n, A), np.int64) if forced is None else np.asarray(forced, dtype=np.int64),
+                  dev, feats, feas)
+    return Rollouts(dev, feats, feas)
+
+
+def rollout_numpy(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str, FloatArray], n: int, *,
+                  greedy: bool = False, draws: FloatArray | None = None, forced: IntArray | None = None) -> Rollouts:
+    """``rollout`` vectorised over samples and devices with numpy, one step per atom: the reference
+    the compiled loop is tested against, and the fallback without numba."""
     di, mask = gi.dec, gi.mask
     # ``graph_inputs`` fills the memory and decode fields (they default to None only in the dataclass)
     assert di is not None and gi.res is not None and gi.temp is not None and gi.pool_of is not None \

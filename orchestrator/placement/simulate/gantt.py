@@ -31,26 +31,49 @@ def _colour(ev: dict[str, Any], cmap: Callable[[int], tuple[float, ...]]) -> str
     return "tab:blue" if ev["kind"] == "node" else "tab:orange"
 
 
+MERGE_ABOVE = 2000   # bars in one row and colour beyond which bars closer than half a pixel are merged
+
+
+def _merged(spans: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    """(start, width) spans sorted, neighbours closer than ``gap`` joined: a row of thousands of
+    back-to-back ops is drawn as the few hundred runs a 1,200-pixel chart can show."""
+    out: list[tuple[float, float]] = []
+    for start, width in sorted(spans):
+        if out and start - (out[-1][0] + out[-1][1]) <= gap:
+            out[-1] = (out[-1][0], max(out[-1][1], start + width - out[-1][0]))
+        else:
+            out.append((start, width))
+    return out
+
+
 def gantt_events(events: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """``events``: {"kind": "node"|"transfer", "row", "start", "end"[, "label"]} (seconds)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows: list[str] = []
+    rows: dict[str, int] = {}
     for ev in sorted(events, key=lambda e: (e["kind"] != "node", e["row"])):
-        if ev["row"] not in rows:
-            rows.append(ev["row"])
+        rows.setdefault(ev["row"], len(rows))
     fig, ax = plt.subplots(figsize=(12, 0.5 * len(rows) + 1.5))
     cmap = plt.get_cmap("tab10")
     span = max((e["end"] for e in events), default=0.0) or 1.0
+    # one collection per (row, colour), not one patch per event: a 20,000-op step has ~50,000
+    # events, and a patch each took matplotlib minutes to place and draw (the rows look the same)
+    bars: dict[tuple[int, Any], list[tuple[float, float]]] = {}
     for ev in events:
-        y = rows.index(ev["row"])
+        y = rows[ev["row"]]
         width = max(ev["end"] - ev["start"], 0.0)
-        ax.barh(y, width, left=ev["start"], height=0.7, color=_colour(ev, cmap), edgecolor="black", linewidth=0.2)
+        bars.setdefault((y, _colour(ev, cmap)), []).append((ev["start"], width))
         if ev.get("label") and width > 0.02 * span:
             ax.text(ev["start"] + width / 2, y, ev["label"], ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(len(rows)), rows)
+    for (y, colour), spans in bars.items():
+        if len(spans) > MERGE_ABOVE:
+            spans = _merged(spans, span / 2400)
+        ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=colour, edgecolor="black", linewidth=0.2)
+    ax.set_xlim(0, span * 1.02)
+    ax.set_ylim(-0.5, len(rows) - 0.5)
+    ax.set_yticks(range(len(rows)), list(rows))
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
     ax.set_title(title)

@@ -29,6 +29,7 @@ import numpy.typing as npt
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Worker
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.kernels import upward_rank
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.inflight import F, MicrobatchSpec, flow_position, in_flight_counts, phase_of
@@ -57,37 +58,43 @@ class Simulator:
         self.device_index = {d.name: i for i, d in enumerate(devs)}
         n, nd = len(graph.nodes), len(devs)
         self.cost = np.array([[graph.node_cost_s(nd_, d) for d in devs] for nd_ in graph.nodes], dtype=float).reshape(n, nd)
-        succ = graph.successors()
-        by_pair: dict[tuple[int, int], tuple[float, float]] = {}
-        for e in graph.edges:
-            key = (graph.index(e.src), graph.index(e.dst))
-            b, f = by_pair.get(key, (0.0, -1.0))
-            by_pair[key] = (max(b, e.bytes), max(f, -1.0 if e.cost is None else e.cost * graph.time_unit_s))
-        ptr, idx, nbytes, fixed = [0], [], [], []
-        for u in range(n):
-            for v in sorted(set(succ[u])):
-                idx.append(v)
-                b, f = by_pair[u, v]
-                nbytes.append(b)
-                fixed.append(f)
-            ptr.append(len(idx))
-        self.succ_ptr, self.succ_idx = np.array(ptr, dtype=np.int64), np.array(idx, dtype=np.int64)
-        self.succ_bytes, self.succ_fixed = np.array(nbytes, dtype=float), np.array(fixed, dtype=float)
+        # successor CSR: one entry per (source, destination) pair, destinations ascending; a pair's
+        # bytes and fixed cost are the largest of its edges (built with numpy: O(E log E))
+        ix = graph._index
+        e_src = np.fromiter((ix[e.src] for e in graph.edges), np.int64, len(graph.edges))
+        e_dst = np.fromiter((ix[e.dst] for e in graph.edges), np.int64, len(graph.edges))
+        e_bytes = np.fromiter((e.bytes for e in graph.edges), float, len(graph.edges))
+        e_fixed = np.fromiter((-1.0 if e.cost is None else e.cost * graph.time_unit_s for e in graph.edges), float,
+                              len(graph.edges))
+        pair, inv = np.unique(e_src * n + e_dst, return_inverse=True)
+        self.succ_bytes, self.succ_fixed = np.zeros(len(pair)), np.full(len(pair), -1.0)
+        np.maximum.at(self.succ_bytes, inv, e_bytes)
+        np.maximum.at(self.succ_fixed, inv, e_fixed)
+        self.succ_idx = (pair % max(n, 1)).astype(np.int64)
+        self.succ_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pair // max(n, 1), minlength=n), out=self.succ_ptr[1:])
         self.npred = np.zeros(n, dtype=np.int64)
         np.add.at(self.npred, self.succ_idx, 1)
         self._routes(worker)
         self.fastest = self.cost.min(axis=1)
-        rank = np.zeros(n)
-        for u in reversed(graph.topological_order()):
-            nxt = self.succ_idx[self.succ_ptr[u]:self.succ_ptr[u + 1]]
-            rank[u] = self.fastest[u] + (rank[nxt].max() if len(nxt) else 0.0)
-        self.rank = rank
-        order = sorted(range(n), key=lambda i: (-rank[i], i))
+        # upward rank at the fastest costs, communication free (one compiled pass)
+        self.rank = rank = upward_rank(graph.topological_order(), self.succ_ptr, self.succ_idx, self.fastest)
+        order = np.lexsort((np.arange(n), -rank))          # by rank descending, ties by index
         self.prio = np.empty(n, dtype=np.int64)
         self.prio[order] = np.arange(n)
         self._memory(graph, worker)
         groups = graph.groups()
         self.group_members = [np.array([graph.index(m) for m in ms]) for ms in groups.values() if len(ms) > 1]
+        # the checks every evaluation makes, as flat arrays (a search scores thousands of placements:
+        # per-group Python loops and per-call index arrays cost as much as the simulation itself)
+        self._nodes = np.arange(n)
+        self._grp_nodes = np.concatenate(self.group_members) if self.group_members else np.zeros(0, np.int64)
+        self._grp_first = np.concatenate([np.full(len(m), m[0]) for m in self.group_members]) \
+            if self.group_members else np.zeros(0, np.int64)
+        self._edge_src = np.repeat(self._nodes, np.diff(self.succ_ptr))
+        self._all_reachable = bool(self.reachable.all())
+        self._pool_ix = [ix for _, ix, _ in self.pools]
+        self._pool_cap = [cap for _, _, cap in self.pools]
 
     def _routes(self, worker: Worker) -> None:
         links = worker.links
@@ -154,16 +161,34 @@ class Simulator:
 
     def violations(self, assign: IntArray) -> list[str]:
         out = []
-        bad = np.flatnonzero(~np.isfinite(self.cost[np.arange(len(assign)), assign]))
+        bad = np.flatnonzero(~np.isfinite(self.cost[self._nodes, assign]))
         out += [f"node {self.graph.nodes[i].name!r} cannot run on {self.worker.devices[assign[i]].name}" for i in bad[:3]]
-        for m in self.group_members:
-            if (assign[m] != assign[m[0]]).any():
-                out.append(f"colocation group {self.graph.nodes[m[0]].group!r} is split")
-                break
-        src = np.repeat(np.arange(len(assign)), np.diff(self.succ_ptr))
-        if len(src) and not self.reachable[assign[src], assign[self.succ_idx]].all():
+        split = np.flatnonzero(assign[self._grp_nodes] != assign[self._grp_first])
+        if len(split):
+            out.append(f"colocation group {self.graph.nodes[self._grp_first[split[0]]].group!r} is split")
+        if not self._all_reachable and len(self._edge_src) and \
+                not self.reachable[assign[self._edge_src], assign[self.succ_idx]].all():
             out.append("an edge joins devices with no route between them")
         return out
+
+    def admissible(self, assign: IntArray) -> bool:
+        """No memory pool over capacity and no violation (``memory`` and ``violations`` both empty),
+        without building their reports: the check in front of every fast-path evaluation."""
+        if self.pipeline_schedule is not None:
+            return not self.memory(assign)[1] and not self.violations(assign)
+        nd = len(self.worker.devices)
+        res = np.bincount(assign, weights=self.resident, minlength=nd)
+        tmp = np.zeros(nd)
+        np.maximum.at(tmp, assign, self.temp)
+        for ix, cap in zip(self._pool_ix, self._pool_cap):
+            if res[ix].sum() + tmp[ix].max() > cap:
+                return False
+        if not np.isfinite(self.cost[self._nodes, assign]).all():
+            return False
+        if len(self._grp_nodes) and (assign[self._grp_nodes] != assign[self._grp_first]).any():
+            return False
+        return self._all_reachable or not len(self._edge_src) or \
+            bool(self.reachable[assign[self._edge_src], assign[self.succ_idx]].all())
 
     def _run(self, assign: IntArray, record: bool) -> StepArrays:
         return cast(StepArrays, run_step(assign, self.cost, self.succ_ptr, self.succ_idx, self.succ_bytes, self.succ_fixed, self.npred,
@@ -173,7 +198,7 @@ class Simulator:
     def step_time(self, assign: npt.ArrayLike) -> float:
         """Seconds for one step; inf when the placement breaks memory or placement constraints."""
         assign = np.asarray(assign, dtype=np.int64)
-        if self.memory(assign)[1] or self.violations(assign):
+        if not self.admissible(assign):
             return math.inf
         return float(self._run(assign, False)[0])
 
@@ -203,9 +228,10 @@ def simulate(graph: OpGraph, worker: Worker, placement: Placement, *, schedule: 
     return sim.evaluate(sim.assignment(placement), schedule=schedule)
 
 
-def lower_bound(graph: OpGraph, worker: Worker) -> float:
-    """max(critical path at fastest costs with free communication, total fastest work / devices)."""
-    sim = Simulator(graph, worker)
+def lower_bound(graph: OpGraph, worker: Worker, sim: Simulator | None = None) -> float:
+    """max(critical path at fastest costs with free communication, total fastest work / devices);
+    ``sim``: a simulator of this graph and worker already built (its ranks are the critical path)."""
+    sim = Simulator(graph, worker) if sim is None or sim.graph is not graph or sim.worker is not worker else sim
     return float(max(sim.rank.max(initial=0.0), sim.fastest.sum() / len(worker.devices)))
 
 

@@ -6,15 +6,15 @@ the best; ``placer=greedy`` is it, and rl and pre-training start from it. Determ
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections.abc import Iterable
 
 import numpy as np
 
 from orchestrator.errors import ConfigError
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.kernels import upward_rank
 from orchestrator.placement.solve.contiguous import solve
+from orchestrator.placement.solve.list_kernel import run_list_schedule
 from orchestrator.placement.solve.problem import PlacementProblem
 
 
@@ -49,85 +49,32 @@ def heft_rank(prob: PlacementProblem) -> FloatArray:
     s = prob.sim
     cost = np.where(np.isfinite(s.cost), s.cost, np.nan)
     w = np.nan_to_num(np.nanmean(cost, axis=1))
-    rank = np.zeros(prob.n)
-    mc = np.array([prob.mean_comm(k) for k in range(len(s.succ_idx))])
-    for u in reversed(prob.graph.topological_order()):
-        lo, hi = s.succ_ptr[u], s.succ_ptr[u + 1]
-        rank[u] = w[u] + ((mc[lo:hi] + rank[s.succ_idx[lo:hi]]).max() if hi > lo else 0.0)
-    return rank
+    return upward_rank(prob.graph.topological_order(), s.succ_ptr, s.succ_idx, w, mean_comm_all(prob))
+
+
+def mean_comm_all(prob: PlacementProblem) -> FloatArray:
+    """``prob.mean_comm(k)`` of every simulator edge k at once (the same floats: each edge's
+    device-pair matrix is summed as one row), in blocks so memory stays O(block x D^2)."""
+    s, nd = prob.sim, prob.nd
+    out = np.empty(len(s.succ_idx))
+    denom = max(1, nd * (nd - 1))
+    for lo in range(0, len(out), 8192):
+        f, b = s.succ_fixed[lo:lo + 8192], s.succ_bytes[lo:lo + 8192]
+        m = np.where((f >= 0)[:, None, None], prob.hops[None] * f[:, None, None],
+                     prob.lat[None] + b[:, None, None] * prob.inv_bw[None])
+        out[lo:lo + len(f)] = m.reshape(len(f), nd * nd).sum(axis=1) / denom
+    return out
 
 
 def list_schedule(prob: PlacementProblem, priority: FloatArray) -> IntArray:
-    """Earliest-finish-time list scheduling, highest ``priority`` first among ready nodes."""
+    """Earliest-finish-time list scheduling, highest ``priority`` first among ready nodes
+    (``list_kernel``: one compiled pass over the graph's arrays)."""
     s = prob.sim
-    n, nd = prob.n, prob.nd
-    pending = s.npred.copy()
-    ready = [(-priority[i], i) for i in range(n) if pending[i] == 0]
-    heapq.heapify(ready)
-    dev = np.full(n, -1, dtype=np.int64)
-    atom_dev = np.full(prob.n_atoms, -1, dtype=np.int64)
-    finish = np.zeros(n)
-    avail = np.zeros(nd)
-    used = np.zeros(len(prob.pool_cap))
-    tmax = np.zeros(len(prob.pool_cap))
-    chan_free: dict[int, float] = {}
-    sent: dict[tuple[int, int], float] = {}
-    while ready:
-        _, u = heapq.heappop(ready)
-        a = prob.atom_of[u]
-        if atom_dev[a] >= 0:
-            cands = [int(atom_dev[a])]
-        else:
-            pool = prob.pool_of
-            room = (used[pool] + prob.atom_resident[a] + np.maximum(tmax[pool], prob.atom_temp[a])
-                    <= prob.pool_cap[pool])
-            ok = prob.allowed[a] & room
-            if not ok.any():   # nothing holds it any more: the allowed device with the most room
-                free = np.where(prob.allowed[a], prob.pool_cap[pool] - used[pool], -np.inf)
-                ok = free == free.max()
-            cands = [int(d) for d in np.flatnonzero(ok)]
-        best = (math.inf, -1)
-        for d in cands:
-            arrive = _arrival(prob, u, d, dev, finish, chan_free, sent, commit=False)
-            best = min(best, (max(avail[d], arrive) + s.cost[u, d], d))
-        d = best[1]
-        if atom_dev[a] < 0:
-            atom_dev[a] = d
-            used[prob.pool_of[d]] += prob.atom_resident[a]
-            tmax[prob.pool_of[d]] = max(tmax[prob.pool_of[d]], prob.atom_temp[a])
-        arrive = _arrival(prob, u, d, dev, finish, chan_free, sent, commit=True)
-        dev[u] = d
-        finish[u] = max(avail[d], arrive) + s.cost[u, d]
-        avail[d] = finish[u]
-        for k in range(s.succ_ptr[u], s.succ_ptr[u + 1]):
-            v = s.succ_idx[k]
-            pending[v] -= 1
-            if pending[v] == 0:
-                heapq.heappush(ready, (-priority[v], int(v)))
-    return dev
-
-
-def _arrival(prob: PlacementProblem, u: int, d: int, dev: IntArray, finish: FloatArray,
-             chan_free: dict[int, float], sent: dict[tuple[int, int], float], commit: bool) -> float:
-    """When all of ``u``'s inputs are on ``d``: each missing input crosses its route hop by hop, a
-    link channel carrying one tensor at a time (as in the simulator); ``commit`` books the channels."""
-    s = prob.sim
-    free = chan_free if commit else dict(chan_free)
-    arrive = 0.0
-    for p, k in prob.preds[u]:
-        dp = int(dev[p])
-        if (p, d) in sent:
-            at = sent[p, d]
-        else:
-            at = finish[p]
-            f = s.succ_fixed[k]
-            for ch, lat, inv_bw in prob.route[dp][d]:
-                at = max(at, free.get(ch, 0.0)) + (f if f >= 0 else lat + s.succ_bytes[k] * inv_bw)
-                free[ch] = at
-            if commit and dp != d:
-                sent[p, d] = at
-        arrive = max(arrive, at)
-    return arrive
+    pred_ptr, pred_src, pred_edge = prob.pred_csr
+    return run_list_schedule((np.asarray(priority, dtype=float), s.cost, s.npred, s.succ_ptr, s.succ_idx, s.succ_bytes,
+                              s.succ_fixed, pred_ptr, pred_src, pred_edge, prob.atom_of, prob.n_atoms, prob.allowed,
+                              prob.pool_of, prob.pool_cap, prob.atom_resident, prob.atom_temp, s.route_ptr,
+                              s.route_link, s.link_chan, s.link_lat, s.link_bw, s.n_chan))
 
 
 def single_device(prob: PlacementProblem) -> IntArray | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any, cast
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy.typing as npt
 from orchestrator.errors import InfeasiblePlacementError
 from orchestrator.hardware.cluster import Worker
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.placement.graph.kernels import predecessors_csr
 from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.simulator import Simulator
@@ -145,14 +147,19 @@ class PlacementProblem:
                     self.hops[a, b] += 1
                     self.lat[a, b] += s.link_lat[l]
                     self.inv_bw[a, b] += 1.0 / s.link_bw[l]
-        self.route = [[[(int(s.link_chan[l]), float(s.link_lat[l]), 1.0 / float(s.link_bw[l]))
-                        for l in s.route_link[s.route_ptr[a * nd + b]:s.route_ptr[a * nd + b + 1]]]
-                       for b in range(nd)] for a in range(nd)]
-        preds: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
-        for u in range(self.n):
-            for k in range(s.succ_ptr[u], s.succ_ptr[u + 1]):
-                preds[int(s.succ_idx[k])].append((u, k))
-        self.preds = preds
+
+    @cached_property
+    def pred_csr(self) -> tuple[IntArray, IntArray, IntArray]:
+        """(pred_ptr, pred_src, pred_edge): each node's in-edges (simulator edge index), sources ascending."""
+        return predecessors_csr(self.n, self.sim.succ_ptr, self.sim.succ_idx)
+
+    @cached_property
+    def preds(self) -> list[list[tuple[int, int]]]:
+        """Per node, its (source node, simulator edge) pairs, sources ascending; built on first use
+        (the expert rules walk it), as the hot paths use ``pred_csr``."""
+        ptr, src, edge = self.pred_csr
+        pairs = list(zip(src.tolist(), edge.tolist()))
+        return [pairs[ptr[u]:ptr[u + 1]] for u in range(self.n)]
 
     def comm_row(self, k: int, src_dev: int) -> FloatArray:
         """Transfer time of edge ``k`` (simulator index) from ``src_dev`` to every device, contention free."""
