@@ -191,6 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--write", type=Path, default=None)
+    ap.add_argument("--configs", default="0,1,2,3,4,5", help="which measured rows (indices, comma-separated)")
     ap.add_argument("--curve-cache", type=Path, default=None,
                     help="keep the S(G) measurements in PATH.DATASET.json and reuse them on the next run")
     a = ap.parse_args(argv)
@@ -233,10 +234,17 @@ def main(argv=None) -> int:
                   f"(seeds {', '.join('stopped' if t is None else f'{t:.3f}' for t in ref.times)}); grid medians: "
                   + ", ".join(f"{k} {v:.3f}" if v else f"{k} missed" for k, v in ref.grid.items()), ""]
         _flush(a.write, lines)
+        mixed = [MIXED[i % 3] for i in range(16)]
         configs = [("allreduce W=8 equal", "allreduce", [1.0] * 8, {"balance": "none"}, None),
-                   ("allreduce + online balancing W=16 mixed", "allreduce", [MIXED[i % 3] for i in range(16)],
-                    {"balance": "online"}, None),
-                   ("delay-sync (s=default) W=16 mixed", "delay", [MIXED[i % 3] for i in range(16)], {}, None)]
+                   ("allreduce + online balancing W=16 mixed", "allreduce", mixed, {"balance": "online"}, None),
+                   ("delay-sync (s=default) W=16 mixed", "delay", mixed, {}, None),
+                   ("allreduce W=8 equal, global batch 64 (strong scaling)", "allreduce", [1.0] * 8,
+                    {"balance": "none"}, {"batch_policy": "global"}),
+                   ("allreduce + static balancing W=16 mixed, hybrid G <= 256", "allreduce", mixed,
+                    {"balance": "static"}, {"batch_policy": "hybrid", "global_batch_max": 256}),
+                   ("delay-sync W=16 mixed, hybrid G <= 256", "delay", mixed, {}, {"batch_policy": "hybrid",
+                                                                                   "global_batch_max": 256})]
+        configs = [c for i, c in enumerate(configs) if str(i) in a.configs.split(",")]
         lines += ["### Measured, every configuration tuned over the same optimizer x lr grid", "",
                   "| configuration | capacity | best (optimizer, lr) | time to target (s) | speedup vs tuned worker | "
                   "limit: time (s), speedup | speedup / limit |", "|---|---|---|---|---|---|---|"]
