@@ -28,7 +28,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from orchestrator.sync.reference import median_time  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -43,11 +44,6 @@ T0, T1 = 0.0009, 0.000195
 MIXED = (1.0, 0.5, 0.25)
 LR64 = {"sgd": 0.2, "nesterov": 0.05, "adam": 0.001}      # the centre of each optimizer's grid at G = 64
 CADENCE = 1024                                             # samples between evaluations
-
-
-def _median(xs):
-    m = statistics.median(math.inf if x is None else x for x in xs)
-    return None if math.isinf(m) else m
 
 
 class Bench:
@@ -113,7 +109,7 @@ class Bench:
                     cap = budget_samples if first is None else min(budget_samples, 12 * first)
                     if best is not None:
                         cap = int(min(cap, 1.5 * best[0] * G))
-                    med = _median(self.steps(G, opt, lr, cap))
+                    med = median_time(self.steps(G, opt, lr, cap))
                     print(f"  S(G) {self.name} {opt} G={G} lr={lr:.4g}: {med} (budget {cap} samples)", flush=True)
                     if med is None:
                         missed.add(m)
@@ -173,7 +169,7 @@ class Bench:
                     s = self.settings(64, opt, lr, seed, 400_000, budget_s=cap)
                     r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
                     times.append(r.time_to_target_s)
-                med = _median(times)
+                med = median_time(times)
                 print(f"  {name} W={len(speeds)} {sync} {opt} lr={lr:g}: {med} ({times})", flush=True)
                 if med is not None and (best is None or med < best[0]):
                     best = (med, opt, lr, times)

@@ -65,10 +65,10 @@ class TrainSettings:
         stop = (cfg.get("stop", d.stop) if cfg is not None else d.stop)
         if stop not in ("target", "budget"):
             raise ConfigError(f"train.stop={stop!r} (accepted: target, budget)")
-        target = num("target_accuracy", float, cls.target_accuracy if d.target_accuracy is None else d.target_accuracy, 0.0)
+        target = num("target_accuracy", float, d.target_accuracy, 0.0)
         if target is None:   # null: the dataset's target (the trial fills it in); 0.97 for a config built by hand
             target = cls.target_accuracy
-        if target is None or target > 1.0:
+        if target > 1.0:
             raise ConfigError(f"train.target_accuracy={target!r} must be a fraction in [0, 1]")
         s = cls(
             batch_size=num("batch_size", int, d.batch_size, 1), lr=num("lr", float, d.lr, 0.0), target_accuracy=target,

@@ -150,15 +150,13 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
             limit = None if best is None else best[0] * PRUNE
             budget = limit if s.budget_s is None or limit is None else min(limit, s.budget_s)
             rs = dataclasses.replace(s, optimizer=optimizer, lr=lr, seed=seed, stop="target", seeds=1, budget_s=budget)
-            if rs.budget_s is None and rs.budget_updates is None:
-                rs = dataclasses.replace(rs, budget_updates=s.budget_updates)
             times.append(VirtualRun(SingleWorker(), ropts, rs, rt, ds, base, NullSink()).run()[0].time_to_target_s)
         med = median_time(times)
         table[f"{optimizer} lr={lr:g}"] = med
         if med is not None and (best is None or med < best[0]):
             best = (med, optimizer, lr, tuple(times))
     if best is None:
-        own = cells(s, method, grid)[0]
+        own = todo[0]
         ref = Reference(None, own[0], own[1], s.batch_size, seeds, (), method, table)
     else:
         ref = Reference(best[0], best[1], best[2], s.batch_size, seeds, best[3], method, table)

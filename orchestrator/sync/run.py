@@ -38,11 +38,10 @@ def train(strategy: SyncStrategy, ctx: TrainContext) -> TrainResult:
     if result.time_to_target_s is not None:   # no speedup without a time to target: the reference would be idle
         ref = result.reference = for_trial(opts, ctx, result.compute_model)
         result.reference_time_to_target_s = ref.time_to_target_s
+        _log_reference(result, ref, ctx)
     else:
         ctx.sink.set_tags({"train.reference": "not computed: this trial missed its target (no speedup to measure)"})
     result.extra_metrics.update(strategy.metrics(result, stats))
-    if ref is not None:
-        _log_reference(result, ref, ctx)
     m = result.extra_metrics
     label = strategy.label(opts)
     if "sync.speedup" in m:
