@@ -6,7 +6,8 @@ issue 20), real gradients of the MNIST CNN on the packaged 8,000/2,000 split; ev
 held-out split every ``--eval-every`` sample-equivalent updates. Workers: W = 16 mixed (speeds 1, 1/2, 1/4
 cycled; capacity 9.75). The baseline is the same strategy without compensation, same seeds.
 
-    PYTHONPATH=. python benchmarks/delay_compensation.py            # 3 seeds, delay s=2 and async (~10 min)
+    PYTHONPATH=. python benchmarks/delay_compensation.py            # 3 seeds, delay and async (~10 min)
+    ... --batch-policy per_worker --lr 0.1                          # per-worker batches (G = 16 x 64)
     PYTHONPATH=. python benchmarks/delay_compensation.py --seeds 5 --lambdas 0.04,0.5,2
 """
 
@@ -38,7 +39,8 @@ def run(name: str, lam: float, mode: str, seed: int, args, data) -> tuple[float 
         sync.update(delay_compensation=lam, delay_compensation_mode=mode)
     cfg = {"seed": seed, "hardware": {"workers": args.workers, "worker_speeds": [MIXED[i % 3] for i in range(args.workers)]},
            "sync": sync, "train": {"target_accuracy": args.target, "eval_every": args.eval_every,
-                                   "budget_updates": args.budget, "lr": args.lr}}
+                                   "budget_updates": args.budget, "lr": args.lr, "optimizer": args.optimizer,
+                                   "batch_policy": args.batch_policy, "global_batch_max": args.global_batch_max}}
     strategy = plugins.load("sync", name)(sync)
     with tempfile.TemporaryDirectory() as tmp:
         ctx = make_context(cfg, tmp, dataset=data)
@@ -58,9 +60,12 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--target", type=float, default=0.97)
-    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--eval-every", type=int, default=16, help="batch_size-sample updates between evaluations")
     ap.add_argument("--budget", type=int, default=6000)
-    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--lr", type=float, default=0.2)
+    ap.add_argument("--optimizer", default="sgd")
+    ap.add_argument("--batch-policy", default="hybrid", choices=("per_worker", "global", "hybrid"))
+    ap.add_argument("--global-batch-max", type=int, default=256)
     ap.add_argument("--strategies", default="delay,async")
     ap.add_argument("--lambdas", default="0.04,2", help="lambda values; the first constant, the rest adaptive")
     args = ap.parse_args()
@@ -71,7 +76,8 @@ def main() -> int:
     cases = [(0.0, "constant")] + [(lam, "constant" if i == 0 else "adaptive") for i, lam in enumerate(lams)]
     t_start = time.perf_counter()
     print(f"W={args.workers} mixed (1, 1/2, 1/4 cycled), MNIST CNN to {args.target:.0%}, virtual clock (emulated), "
-          f"train.lr {args.lr}, seeds 0..{args.seeds - 1}; median (min-max)\n")
+          f"train.optimizer {args.optimizer}, lr {args.lr}, batch_policy {args.batch_policy} (G <= {args.global_batch_max}), "
+          f"evaluated every {args.eval_every} x 64 samples, seeds 0..{args.seeds - 1}; median (min-max)\n")
     print("| strategy | delay compensation | pushes to target | virtual s to target | pushes vs none |")
     print("|---|---|---|---|---|")
     for name in args.strategies.split(","):

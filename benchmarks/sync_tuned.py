@@ -43,7 +43,9 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 T0, T1 = 0.0009, 0.000195
 MIXED = (1.0, 0.5, 0.25)
 LR64 = {"sgd": 0.2, "nesterov": 0.05, "adam": 0.001}      # the centre of each optimizer's grid at G = 64
-CADENCE = 1024                                             # samples between evaluations
+CADENCE = {"mnist": 1024, "fashion_mnist": 8192}          # samples between evaluations (dataset.eval_every x 64)
+BUDGET = {"mnist": 400_000, "fashion_mnist": 1_200_000}    # samples a measured run may train
+CURVE_BUDGET = {"mnist": (600_000, 12), "fashion_mnist": (3_000_000, 2)}   # S(G): samples, x the smallest G's samples
 
 
 class Bench:
@@ -74,7 +76,7 @@ class Bench:
         from orchestrator.execution.training import TrainSettings
 
         return TrainSettings(batch_size=batch, lr=lr, optimizer=opt, target_accuracy=self.target, stop="target",
-                             eval_every=max(1, CADENCE // batch), budget_updates=max(1, budget_samples // batch),
+                             eval_every=max(1, CADENCE[self.name] // batch), budget_updates=max(1, budget_samples // batch),
                              seed=seed, **kw)
 
     # -- 1. S(G) ------------------------------------------------------------------------------
@@ -92,9 +94,11 @@ class Bench:
             out.append(r.updates_to_target)
         return out
 
-    def curve(self, batches, optimizers, budget_samples: int, mults=(1.0, 0.5, 2.0)):
-        """S(G) per optimizer. A run's budget is ``budget_samples``, at most 12x the samples the smallest
-        batch needed (samples to target grow with G, but a run 12x longer than that is not on the curve),
+    def curve(self, batches, optimizers, budget_samples: int, mults=(1.0, 0.5, 2.0), growth: float = 12):
+        """S(G) per optimizer. A run's budget is ``budget_samples``, at most ``growth`` x the samples the
+        smallest batch needed (samples to target grow with G; a G that needs ``growth`` x the samples cannot
+        set the limit of a cluster of <= 16 workers of this compute model: its steps would have to be
+        ``growth`` x more efficient per sample),
         at most 1.5x the best lr's updates at this G (it cannot win). ``mults`` are tried in order; the
         larger lr is skipped when the centre missed (it diverges sooner)."""
         rows = {}
@@ -106,7 +110,7 @@ class Bench:
                     if m > 1.0 and 1.0 in missed:
                         continue
                     lr = LR64[opt] * math.sqrt(G / 64) * m
-                    cap = budget_samples if first is None else min(budget_samples, 12 * first)
+                    cap = budget_samples if first is None else min(budget_samples, int(growth * first))
                     if best is not None:
                         cap = int(min(cap, 1.5 * best[0] * G))
                     med = median_time(self.steps(G, opt, lr, cap))
@@ -147,7 +151,7 @@ class Bench:
         from orchestrator.sync.core import SyncOptions
         from orchestrator.sync.reference import reference
 
-        ctx = dataclasses.replace(self.ctx, settings=self.settings(64, "sgd", 0.1, 0, 400_000, seeds=self.seeds))
+        ctx = dataclasses.replace(self.ctx, settings=self.settings(64, "sgd", 0.1, 0, BUDGET[self.name], seeds=self.seeds))
         return reference(SyncOptions(workers=1, speeds=[1.0], warmup_samples=0), ctx, self.cm, grid)
 
     def parallel(self, name: str, speeds, grid, sync: dict, train: dict | None = None):
@@ -166,7 +170,7 @@ class Bench:
                     strat = plugins.load("sync", name)(cfg["sync"])
                     opts = strat.options(cfg)
                     cap = None if best is None else 1.5 * best[0]
-                    s = self.settings(64, opt, lr, seed, 400_000, budget_s=cap)
+                    s = self.settings(64, opt, lr, seed, BUDGET[self.name], budget_s=cap)
                     r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
                     times.append(r.time_to_target_s)
                 med = median_time(times)
@@ -182,85 +186,182 @@ def _flush(path, lines) -> None:
         path.write_text("\n".join(lines) + "\n")
 
 
+def plot_curves(curves: dict, path: Path) -> None:
+    """S(G) of each dataset and optimizer (log-log), with perfect scaling from the smallest batch: the
+    figure of docs/benchmarks/sync_tuned.md."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(5.2 * len(curves), 4), squeeze=False)
+    for ax, (ds, curve) in zip(axes[0], curves.items()):
+        for opt in sorted({o for o, _ in curve}):
+            pts = sorted((G, v[0]) for (o, G), v in curve.items() if o == opt and v)
+            missed = sorted(G for (o, G), v in curve.items() if o == opt and not v)
+            if pts:
+                line, = ax.plot(*zip(*pts), "o-", label=f"{opt} (lr tuned per G)")
+                g0, s0 = pts[0]
+                gmax = max(G for _, G in curve)
+                ax.plot([g0, gmax], [s0, s0 * g0 / gmax], ":", color=line.get_color(), label=f"{opt}: perfect scaling")
+                for G in missed:
+                    ax.axvline(G, color=line.get_color(), alpha=0.3, ls="--")
+                    ax.annotate("missed", (G, s0), rotation=90, fontsize=8, color=line.get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("global batch G")
+        ax.set_ylabel("updates to target (median of seeds)")
+        ax.set_title(f"{ds}: S(G) (emulated: virtual clock, real gradients)", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def _grid(text: str) -> dict[str, list[float]]:
+    """``nesterov:0.05,0.1;sgd:0.2`` -> {"nesterov": [0.05, 0.1], "sgd": [0.2]}."""
+    out = {}
+    for part in filter(None, text.split(";")):
+        opt, _, lrs = part.partition(":")
+        out[opt.strip()] = [float(x) for x in lrs.split(",") if x.strip()]
+    return out
+
+
+def _configs():
+    mixed = [MIXED[i % 3] for i in range(16)]
+    hybrid = {"batch_policy": "hybrid", "global_batch_max": 256}
+    return [("allreduce W=8 equal", "allreduce", [1.0] * 8, {"balance": "none"}, None),
+            ("allreduce + online balancing W=16 mixed", "allreduce", mixed, {"balance": "online"}, None),
+            ("delay-sync (s=default) W=16 mixed", "delay", mixed, {}, None),
+            ("allreduce W=8 equal, global batch 64 (strong scaling)", "allreduce", [1.0] * 8,
+             {"balance": "none"}, {"batch_policy": "global"}),
+            ("allreduce + static balancing W=16 mixed, hybrid G <= 256", "allreduce", mixed, {"balance": "static"}, hybrid),
+            ("delay-sync W=16 mixed, hybrid G <= 256", "delay", mixed, {}, hybrid),
+            ("allreduce W=8 equal, hybrid G <= 256", "allreduce", [1.0] * 8, {"balance": "static"}, hybrid),
+            ("async W=16 mixed, hybrid G <= 256", "async", mixed, {}, hybrid),
+            ("delay-sync W=16 mixed, hybrid G <= 256, momentum 0.5", "delay", mixed, {}, {**hybrid, "momentum": 0.5})]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--write", type=Path, default=None)
-    ap.add_argument("--configs", default="0,1,2,3,4,5", help="which measured rows (indices, comma-separated)")
+    ap.add_argument("--datasets", default=None, help="mnist,fashion_mnist (default: mnist; --full: both)")
+    ap.add_argument("--batches", default=None, help="the S(G) batches, e.g. 64,256,1024")
+    ap.add_argument("--optimizers", default=None, help="the S(G) optimizers, e.g. nesterov,sgd")
+    ap.add_argument("--grid", default=None, help="the (optimizer x lr) grid of the reference and of every measured row, "
+                    "e.g. 'nesterov:0.05,0.1;sgd:0.2'")
+    ap.add_argument("--configs", default="0,1,2,3,4,5", help="which measured rows (indices into _configs(), "
+                    "comma-separated; '' for none)")
     ap.add_argument("--curve-cache", type=Path, default=None,
                     help="keep the S(G) measurements in PATH.DATASET.json and reuse them on the next run")
+    ap.add_argument("--results-cache", type=Path, default=None,
+                    help="keep the reference and each measured row in PATH.DATASET.json and reuse them (a run split "
+                         "over processes: one measures S(G), another the rows; a last one joins them)")
+    ap.add_argument("--plot", type=Path, default=None, help="write the S(G) figure of the datasets run (PNG)")
+    ap.add_argument("--no-curve", action="store_true", help="measure no S(G) (use --curve-cache's, else no limit)")
     a = ap.parse_args(argv)
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    datasets = [("mnist", 0.97)] + ([("fashion_mnist", 0.9)] if a.full else [])
-    batches = (64, 128, 256, 512, 1024, 2048, 4096) if a.full else (64, 256, 1024)
-    optimizers = ("sgd", "nesterov", "adam") if a.full else ("nesterov",)
+    targets = {"mnist": 0.97, "fashion_mnist": 0.9}
+    names = a.datasets.split(",") if a.datasets else (["mnist", "fashion_mnist"] if a.full else ["mnist"])
+    datasets = [(n, targets[n]) for n in names]
+    batches = tuple(int(x) for x in a.batches.split(",")) if a.batches else \
+        (64, 128, 256, 512, 1024, 2048, 4096) if a.full else (64, 256, 1024)
+    optimizers = tuple(a.optimizers.split(",")) if a.optimizers else ("sgd", "nesterov", "adam") if a.full else ("nesterov",)
     mults = (1.0, 0.5, 2.0)
-    grid = {"sgd": [0.1, 0.2, 0.4], "nesterov": [0.025, 0.05, 0.1], "adam": [0.0005, 0.001, 0.002]} if a.full else \
+    grid = _grid(a.grid) if a.grid else \
+        {"sgd": [0.1, 0.2, 0.4], "nesterov": [0.025, 0.05, 0.1], "adam": [0.0005, 0.001, 0.002]} if a.full else \
         {"sgd": [0.2], "nesterov": [0.05, 0.1]}
     lines = [f"# Data-parallel speedups, tuned (emulated: virtual clock, real gradients; {time.strftime('%Y-%m-%d')})", "",
              f"Compute model t = {T0} s + b x {T1} s per speed-1.0 worker, 10 Gbit/s network, {a.seeds} seeds "
-             "(medians, min-max in brackets), evaluation every 1,024 samples on the held-out split, crossing "
-             "interpolated. `python benchmarks/sync_tuned.py" + (" --full" if a.full else "") + "`.", ""]
+             "(medians, min-max in brackets), evaluation on the whole held-out split every 1,024 samples (MNIST) or "
+             "8,192 (Fashion-MNIST), crossing interpolated. `python benchmarks/sync_tuned.py "
+             + " ".join(argv if argv is not None else sys.argv[1:]) + "`.", ""]
+    curves = {}
     for ds, target in datasets:
         t_start = time.time()
         b = Bench(ds, a.seeds, target)
         saved = a.curve_cache.with_suffix(f".{ds}.json") if a.curve_cache else None
+        results_path = a.results_cache.with_suffix(f".{ds}.json") if a.results_cache else None
+        results = json.loads(results_path.read_text()) if results_path is not None and results_path.exists() else {}
+
+        def keep():
+            if results_path is not None:
+                results_path.write_text(json.dumps(results, indent=1))
+
         if saved is not None and saved.exists():   # this benchmark's own earlier S(G) run, same settings
             curve = {(o, int(g)): (tuple(v) if v else None) for o, g, v in json.loads(saved.read_text())}
+        elif a.no_curve:
+            curve = {}
         else:
-            curve = b.curve(batches, optimizers, 600_000 if ds == "mnist" else 3_000_000, mults)
+            samples, growth = CURVE_BUDGET[ds]
+            curve = b.curve(batches, optimizers, samples, mults, growth)
             if saved is not None:
                 saved.write_text(json.dumps([[o, g, v] for (o, g), v in curve.items()]))
+        if curve:
+            curves[ds] = curve
         lines += [f"## {ds} to {target:.0%}", "", "### S(G): updates to target (one worker, batch G, lr tuned per G)", "",
                   "| optimizer | " + " | ".join(f"G={G}" for G in batches) + " |", "|---|" + "---|" * len(batches)]
         for opt in optimizers:
             cells = []
             for G in batches:
-                s = curve.get((opt, G))
-                cells.append("-" if s is None else f"{s[0]:.0f} (lr {s[1]:.3g}{', edge' if s[2] != 1.0 else ''})")
+                if (opt, G) not in curve:
+                    cells.append("not measured")
+                    continue
+                s = curve[(opt, G)]
+                cells.append("missed" if s is None else f"{s[0]:.0f} (lr {s[1]:.3g}{', edge' if s[2] != 1.0 else ''})")
             lines.append(f"| {opt} | " + " | ".join(cells) + " |")
-        lines += ["", f"lr grid per G: lr64 x sqrt(G/64) x {mults} (lr64: {LR64}; x2 skipped when x1 missed); `edge`: the best lr was not the "
-                  "centre of that grid.", ""]
+        lines += ["", f"lr grid per G: lr64 x sqrt(G/64) x {mults} (lr64: {LR64}; x2 skipped when x1 missed); `edge`: the best "
+                  f"lr was not the centre of that grid; `missed`: no lr reached the target within {CURVE_BUDGET[ds][1]:g}x "
+                  "the samples the smallest batch needed.", ""]
         _flush(a.write, lines)
-        ref = b.reference(grid)
+        configs = [c for i, c in enumerate(_configs()) if str(i) in a.configs.split(",")]
+        if not configs:
+            continue
+        from orchestrator.sync.reference import Reference
+
+        if "reference" in results:
+            ref = Reference.from_tags(results["reference"], "results cache")
+        else:
+            ref = b.reference(grid)
+            results["reference"] = ref.tags()
+            keep()
         lines += [f"Tuned single worker (the reference): {ref.describe()}: **{ref.time_to_target_s:.3f} s** "
                   f"(seeds {', '.join('stopped' if t is None else f'{t:.3f}' for t in ref.times)}); grid medians: "
                   + ", ".join(f"{k} {v:.3f}" if v else f"{k} missed" for k, v in ref.grid.items()), ""]
         _flush(a.write, lines)
-        mixed = [MIXED[i % 3] for i in range(16)]
-        configs = [("allreduce W=8 equal", "allreduce", [1.0] * 8, {"balance": "none"}, None),
-                   ("allreduce + online balancing W=16 mixed", "allreduce", mixed, {"balance": "online"}, None),
-                   ("delay-sync (s=default) W=16 mixed", "delay", mixed, {}, None),
-                   ("allreduce W=8 equal, global batch 64 (strong scaling)", "allreduce", [1.0] * 8,
-                    {"balance": "none"}, {"batch_policy": "global"}),
-                   ("allreduce + static balancing W=16 mixed, hybrid G <= 256", "allreduce", mixed,
-                    {"balance": "static"}, {"batch_policy": "hybrid", "global_batch_max": 256}),
-                   ("delay-sync W=16 mixed, hybrid G <= 256", "delay", mixed, {}, {"batch_policy": "hybrid",
-                                                                                   "global_batch_max": 256})]
-        configs = [c for i, c in enumerate(configs) if str(i) in a.configs.split(",")]
         lines += ["### Measured, every configuration tuned over the same optimizer x lr grid", "",
                   "| configuration | capacity | best (optimizer, lr) | time to target (s) | speedup vs tuned worker | "
                   "limit: time (s), speedup | speedup / limit |", "|---|---|---|---|---|---|---|"]
         for label, name, speeds, sync, train in configs:
-            best = b.parallel(name, speeds, grid, sync, train)
+            if label in results:
+                best = results[label]
+            else:
+                best = b.parallel(name, speeds, grid, sync, train)
+                results[label] = best
+                keep()
             lim = b.limit(curve, speeds)
             cap = sum(speeds)
             if best is None:
-                lines.append(f"| {label} | {cap:g} | - | missed | - | - | - |")
+                lines.append(f"| {label} | {cap:g} | - | missed by every cell | - | - | - |")
                 continue
             med, opt, lr, times = best
             sp = ref.time_to_target_s / med
             spread = [t for t in times if t is not None]
             lsp = ref.time_to_target_s / lim[0] if lim else None
-            lim_txt = f"{lim[0]:.3f} s ({lim[1]} G={lim[2]}), {lsp:.2f}x" if lim else "-"
-            lines.append(f"| {label} | {cap:g} | {opt} {lr:g} | {med:.3f} ({min(spread):.3f}-{max(spread):.3f}) | "
-                         f"**{sp:.2f}x** | {lim_txt} | {sp / lsp:.2f} |" if lsp else "| - |")
+            lim_txt = f"{lim[0]:.3f} s ({lim[1]} G={lim[2]}), {lsp:.2f}x" if lim else "no S(G)"
+            lines.append(f"| {label} | {cap:g} | {opt} {lr:g} | {med:.3f} ({min(spread):.3f}-{max(spread):.3f}"
+                         f"{'' if len(spread) == len(times) else f'; {len(times) - len(spread)} seed(s) missed'}) | "
+                         f"**{sp:.2f}x** | {lim_txt} | {f'{sp / lsp:.2f}' if lsp else '-'} |")
             _flush(a.write, lines)
         lines += ["", f"({ds}: {time.time() - t_start:.0f} s wall)", ""]
         print("\n".join(lines), flush=True)
+    if a.plot and curves:
+        plot_curves(curves, a.plot)
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write:

@@ -101,7 +101,8 @@ def test_the_reference_is_cached_in_the_tracking_store(tmp_path):
     from its run instead of recomputing it; both runs say what the reference was."""
     from orchestrator.sync import reference
 
-    args = ("+sync=allreduce", "hardware.workers=2", "sync.base_time_s=0.01", "train.reference_grid.sgd=[0.05,0.1]",
+    args = ("+sync=allreduce", "train.optimizer=sgd", "train.lr=0.1", "hardware.workers=2", "sync.base_time_s=0.01",
+            "train.reference_grid.sgd=[0.05,0.1]",
             "train.reference_grid.nesterov=[]", "train.reference_grid.adam=[]", *QUICK)
     reference._CACHE.clear()
     assert run_inprocess(tmp_path, *args).returncode == 0

@@ -95,6 +95,10 @@ class MNISTDatasetConfig(DatasetConfig):
     limit: int | None = option(None, "use only the first N training images", min=1)
     target_accuracy: float = option(0.97, "the test accuracy a training run aims at when train.target_accuracy is null",
                                     min=0, max=1)
+    eval_every: int = option(16, "train.eval_every when that is null: batch_size-sample updates between evaluations on "
+                             "the whole test split (16 x 64 = 1,024 samples)", min=1)
+    budget_updates: int = option(3000, "train.budget_updates when that is auto: the most batch_size-sample updates a run "
+                                 "trains (3,000 x 64 = 24 epochs of the packaged 8,000 samples)", min=1)
 
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"   # Debian's dataset-fashion-mnist package (MIT)
@@ -106,5 +110,9 @@ class FashionMNISTDatasetConfig(MNISTDatasetConfig):
                        "harder small workload: train.target_accuracy=0.9)")
     target_accuracy: float = option(0.9, "the test accuracy a training run aims at when train.target_accuracy is null "
                                     "(Shallue et al. 2019's target)", min=0, max=1)
+    eval_every: int = option(128, "train.eval_every when that is null: every 128 x 64 = 8,192 samples on the 10,000 test "
+                             "samples (an evaluation costs about what 8,000 training samples do)", min=1)
+    budget_updates: int = option(30000, "train.budget_updates when that is auto: 30,000 x 64 samples = 32 epochs (one "
+                                 "tuned worker reaches 90% in about 5)", min=1)
     path: str | None = option(FASHION_MNIST_DIR, "a directory with the four Fashion-MNIST IDX files (default: where "
                               "Debian's dataset-fashion-mnist installs them)")

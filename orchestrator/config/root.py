@@ -58,9 +58,12 @@ class TrainConfig(Schema):
              "parallel configuration over the same grid; [] leaves an optimizer out); cached in the tracking store")
     stop: str = option("target", "target: stop when reached (or at the budget); budget: run the whole budget",
                        choices=("target", "budget"))
-    eval_every: int = option(16, "evaluate on the test split every this many batch_size-sample updates (a round of W "
-                             "batches counts W: every W that divides it is evaluated at the same sample counts)", min=1)
-    budget_updates: int | None = option(3000, "upper bound on global updates", min=1)
+    eval_every: int | None = option(None, "evaluate on the test split every this many batch_size-sample updates (a round "
+                                    "of W batches counts W: every W that divides it is evaluated at the same sample "
+                                    "counts); null: the dataset's dataset.eval_every (MNIST 16, Fashion-MNIST 128)", min=1)
+    budget_updates: Any = option("auto", "upper bound on batch_size-sample updates; auto: the dataset's "
+                                 "dataset.budget_updates (MNIST 3000, Fashion-MNIST 30000); null: none (train.budget_s)",
+                                 choices=("auto",), number=True, min=1)
     budget_s: float | None = option(None, "upper bound on (wall or virtual) training seconds", min=0)
     eval_samples: int | None = option(None, "evaluate on the first N test samples (null: all)", min=1)
     seed: int | None = option(None, "the training's seed (null: the top-level seed)")

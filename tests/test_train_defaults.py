@@ -1,0 +1,57 @@
+"""Where a trial's training settings come from when the command line is silent: the dataset's
+evaluation cadence and budget (train.eval_every: null, train.budget_updates: auto), and each built-in
+sync option's measured best settings (conf/sync/*.yaml, issue 20 item 8); a value given wins."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from orchestrator.execution.training import TrainSettings
+from orchestrator.trial import Trial
+
+FASHION = Path("/usr/share/datasets/fashion-mnist")
+
+
+def _trial(tmp_path, *overrides):
+    with initialize_config_module(config_module="orchestrator_conf", version_base=None):
+        cfg = compose("config", overrides=list(overrides))
+    return Trial(cfg, tmp_path)
+
+
+def test_mnist_gives_its_cadence_and_budget(tmp_path):
+    s = _trial(tmp_path).settings
+    assert (s.eval_every, s.budget_updates, s.target_accuracy) == (16, 3000, 0.97)
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason="Fashion-MNIST absent (apt-get install dataset-fashion-mnist)")
+def test_fashion_mnist_gives_its_own_and_a_given_value_wins(tmp_path):
+    s = _trial(tmp_path, "dataset=fashion_mnist").settings
+    assert (s.eval_every, s.budget_updates, s.target_accuracy) == (128, 30000, 0.9)
+    s = _trial(tmp_path, "dataset=fashion_mnist", "train.eval_every=5", "train.budget_updates=70",
+               "train.target_accuracy=0.5").settings
+    assert (s.eval_every, s.budget_updates, s.target_accuracy) == (5, 70, 0.5)
+    s = _trial(tmp_path, "dataset=fashion_mnist", "train.budget_updates=null", "train.budget_s=3").settings
+    assert s.budget_updates is None and s.budget_s == 3
+
+
+def test_outside_a_trial_auto_is_mnists():
+    s = TrainSettings.from_cfg({"budget_updates": "auto", "eval_every": None})
+    assert (s.eval_every, s.budget_updates) == (16, 3000)
+
+
+@pytest.mark.parametrize("sync", ["allreduce", "delay", "async"])
+def test_each_sync_option_brings_its_measured_training_defaults_and_the_command_line_wins(tmp_path, sync):
+    """The values are the best cells of docs/benchmarks/sync_tuned.md (MNIST, W = 8 equal / 16 mixed)."""
+    import yaml
+
+    preset = yaml.safe_load((Path(__file__).parents[1] / "conf" / "sync" / f"{sync}.yaml").read_text())["train"]
+    assert preset, "no training defaults"
+    trial = _trial(tmp_path, f"+sync={sync}")
+    s = trial.settings
+    for key, value in preset.items():
+        assert trial.cfg.train[key] == value, key
+    assert s.optimizer == preset.get("optimizer", "sgd") and s.lr == preset["lr"]
+    s = _trial(tmp_path, f"+sync={sync}", "train.lr=0.07", "train.optimizer=adam", "train.batch_policy=per_worker").settings
+    assert (s.lr, s.optimizer) == (0.07, "adam")
+    assert _trial(tmp_path, f"+sync={sync}", "train.batch_policy=per_worker").cfg.train.batch_policy == "per_worker"
