@@ -29,8 +29,9 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 MIXED = (1.0, 0.5, 0.25)
 
 
-def run(name: str, lam: float, mode: str, seed: int, args, data) -> tuple[float | None, float | None]:
-    """(pushes to target, virtual seconds to target) of one run; None where it missed."""
+def run(name: str, lam: float, mode: str, seed: int, args, data):
+    """(pushes to target, virtual seconds to target, mean update staleness, median ||correction|| / ||g||)
+    of one run; None where it missed (or, for the ratio, without compensation)."""
     from orchestrator import plugins
     from orchestrator.sync.virtual import make_context, train_virtual
 
@@ -44,8 +45,11 @@ def run(name: str, lam: float, mode: str, seed: int, args, data) -> tuple[float 
     strategy = plugins.load("sync", name)(sync)
     with tempfile.TemporaryDirectory() as tmp:
         ctx = make_context(cfg, tmp, dataset=data)
-        result, _, _ = train_virtual(strategy, strategy.options(cfg), ctx)
-    return result.updates_to_target, result.time_to_target_s
+        result, stats, _ = train_virtual(strategy, strategy.options(cfg), ctx)
+    hist = stats.update_staleness
+    mean_stale = sum(k * v for k, v in hist.items()) / max(1, sum(hist.values()))
+    return (result.updates_to_target, result.time_to_target_s, mean_stale,
+            stats.server_metrics.get("sync.dc_correction_ratio"))
 
 
 def summary(values: list[float | None]) -> str:
@@ -78,8 +82,9 @@ def main() -> int:
     print(f"W={args.workers} mixed (1, 1/2, 1/4 cycled), MNIST CNN to {args.target:.0%}, virtual clock (emulated), "
           f"train.optimizer {args.optimizer}, lr {args.lr}, batch_policy {args.batch_policy} (G <= {args.global_batch_max}), "
           f"evaluated every {args.eval_every} x 64 samples, seeds 0..{args.seeds - 1}; median (min-max)\n")
-    print("| strategy | delay compensation | pushes to target | virtual s to target | pushes vs none |")
-    print("|---|---|---|---|---|")
+    print("| strategy | delay compensation | pushes to target | virtual s to target | pushes vs none | mean staleness "
+          "(pushes between pull and push) | median correction / gradient norm |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.strategies.split(","):
         base = None
         for lam, mode in cases:
@@ -91,7 +96,11 @@ def main() -> int:
                 base = med
             ratio = f"{med / base:.2f}" if med is not None and base else "-"
             label = "none (baseline)" if lam == 0 else f"lambda {lam:g} ({mode})"
-            print(f"| {name} | {label} | {summary(pushes)} | {summary(secs)} | {ratio} |", flush=True)
+            stale = statistics.median(r[2] for r in rows)
+            corr = [r[3] for r in rows if r[3] is not None]
+            print(f"| {name} | {label} | {summary(pushes)} | {summary(secs)} | {ratio} | {stale:.1f} | "
+                  f"{statistics.median(corr):.2g} |" if corr else f"| {name} | {label} | {summary(pushes)} | "
+                  f"{summary(secs)} | {ratio} | {stale:.1f} | - |", flush=True)
     print(f"\nThis run: {(time.perf_counter() - t_start) / 60:.1f} min (2-core machine).")
     return 0
 

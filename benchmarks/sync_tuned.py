@@ -43,6 +43,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 T0, T1 = 0.0009, 0.000195
 MIXED = (1.0, 0.5, 0.25)
 LR64 = {"sgd": 0.2, "nesterov": 0.05, "adam": 0.001}      # the centre of each optimizer's grid at G = 64
+MISS_AT = 3.0                                              # a row slower than 1/3 of the tuned worker: missed
 CADENCE = {"mnist": 1024, "fashion_mnist": 8192}          # samples between evaluations (dataset.eval_every x 64)
 BUDGET = {"mnist": 400_000, "fashion_mnist": 1_200_000}    # samples a measured run may train
 CURVE_BUDGET = {"mnist": (600_000, 12), "fashion_mnist": (3_000_000, 2)}   # S(G): samples, x the smallest G's samples
@@ -154,8 +155,10 @@ class Bench:
         ctx = dataclasses.replace(self.ctx, settings=self.settings(64, "sgd", 0.1, 0, BUDGET[self.name], seeds=self.seeds))
         return reference(SyncOptions(workers=1, speeds=[1.0], warmup_samples=0), ctx, self.cm, grid)
 
-    def parallel(self, name: str, speeds, grid, sync: dict, train: dict | None = None):
-        """Each (optimizer, lr) of ``grid``, the median over the seeds; returns the best cell."""
+    def parallel(self, name: str, speeds, grid, sync: dict, train: dict | None = None, give_up_s: float | None = None):
+        """Each (optimizer, lr) of ``grid``, the median over the seeds; returns the best cell. A seed's run
+        stops at 1.5x the best cell's median so far (it cannot win), and at ``give_up_s`` (MISS_AT x the
+        reference's time: a configuration that slow counts as missed; a miss otherwise costs the whole budget)."""
         from orchestrator import plugins
         from orchestrator.sync.virtual import VirtualRun
 
@@ -169,7 +172,7 @@ class Bench:
                            "train": {"optimizer": opt, "lr": lr, **(train or {})}}
                     strat = plugins.load("sync", name)(cfg["sync"])
                     opts = strat.options(cfg)
-                    cap = None if best is None else 1.5 * best[0]
+                    cap = give_up_s if best is None else 1.5 * best[0]
                     s = self.settings(64, opt, lr, seed, BUDGET[self.name], budget_s=cap)
                     r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
                     times.append(r.time_to_target_s)
@@ -341,13 +344,14 @@ def main(argv=None) -> int:
             if label in results:
                 best = results[label]
             else:
-                best = b.parallel(name, speeds, grid, sync, train)
+                best = b.parallel(name, speeds, grid, sync, train, give_up_s=MISS_AT * ref.time_to_target_s)
                 results[label] = best
                 keep()
             lim = b.limit(curve, speeds)
             cap = sum(speeds)
             if best is None:
-                lines.append(f"| {label} | {cap:g} | - | missed by every cell | - | - | - |")
+                lines.append(f"| {label} | {cap:g} | - | missed by every cell (within {MISS_AT:g}x the reference's "
+                             f"time) | < {1 / MISS_AT:.2f}x | - | - |")
                 continue
             med, opt, lr, times = best
             sp = ref.time_to_target_s / med

@@ -57,6 +57,10 @@ def test_delay_compensation_corrects_a_stale_gradient_by_hand():
     corrected = G1 + 0.5 * G1 * G1 * np.float32(-0.05)
     np.testing.assert_allclose(server.params, np.array([0.95, 1.95]) - 0.1 * corrected, rtol=1e-6)
     assert server.update_staleness == {0: 1, 1: 1}
+    # the reported size of the correction: worker 1's fresh push was corrected by 0, worker 0's by this
+    ratio = np.linalg.norm(corrected - G1) / np.linalg.norm(G1)
+    assert server.metrics()["sync.dc_correction_ratio"] == pytest.approx(np.median([0.0, ratio]), rel=1e-5)
+    assert ParameterServer(np.zeros(2, np.float32), [0.1]).metrics() == {}
 
 
 def test_adaptive_delay_compensation_scales_lambda_by_the_mean_square():

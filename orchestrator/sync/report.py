@@ -30,6 +30,7 @@ def sync_metrics(stats) -> dict[str, float]:
             m[f"sync.{key}"] = float(sum(per) / len(per))      # mean per worker
     if getattr(stats, "server_utilisation", None) is not None:
         m["sync.server_utilisation"] = float(stats.server_utilisation)
+    m.update(getattr(stats, "server_metrics", None) or {})
     m["sync.rebalances"] = float(getattr(stats, "rebalances", 0))
     m["sync.capacity"] = float(getattr(stats, "capacity", len(stats.iterations)))
     return m

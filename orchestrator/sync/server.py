@@ -100,6 +100,10 @@ class ParameterServer:
         self.update_staleness: Counter[int] = Counter()  # versions applied between a worker's pull and push
         self.lock = threading.Lock()
 
+    def metrics(self) -> dict[str, float]:
+        """``sync.*`` metrics of this server's rule (a subclass adds its own; none here)."""
+        return {}
+
     def set_weights(self, weights: list[float]) -> None:
         with self.lock:
             self.weights = [np.float32(w) for w in weights]
@@ -154,6 +158,12 @@ class DelayCompensatedServer(ParameterServer):
         self.lam, self.adaptive, self.decay = np.float32(lam), adaptive, np.float32(decay)
         self.backup: dict[int, np.ndarray] = {}
         self.mean_square: np.ndarray | None = None
+        self.ratios: list[float] = []      # ||correction|| / ||g|| of each corrected push
+
+    def metrics(self) -> dict[str, float]:
+        """``sync.dc_correction_ratio``: the median over pushes of ||lambda g (.) g (.) (w - w_pulled)|| / ||g||,
+        how much the compensation changed the gradients it corrected (0: it did nothing)."""
+        return {"sync.dc_correction_ratio": float(np.median(self.ratios))} if self.ratios else {}
 
     def on_pull(self, worker: int | None) -> None:
         if worker is not None:
@@ -175,7 +185,11 @@ class DelayCompensatedServer(ParameterServer):
                 self.mean_square *= self.decay
                 self.mean_square += (1 - self.decay) * sq
             lam = self.lam / np.sqrt(self.mean_square + np.float32(1e-7))
-        return grad + lam * grad * grad * (self.params - pulled)
+        corr = lam * grad * grad * (self.params - pulled)
+        norm = float(np.linalg.norm(grad))
+        if norm > 0:
+            self.ratios.append(float(np.linalg.norm(corr)) / norm)
+        return grad + corr
 
 
 def histogram_dict(hist: Counter) -> dict[str, int]:

@@ -47,6 +47,7 @@ class SyncStats:
     server_utilisation: float | None = None
     rebalances: int = 0
     capacity: float = 1.0                       # time-averaged sum of speeds (reference speed 1.0)
+    server_metrics: dict[str, float] = field(default_factory=dict)   # the server rule's own (ParameterServer.metrics)
 
 
 class _Clock:
@@ -218,6 +219,7 @@ class VirtualRun:
         st.pushes_applied = server.version
         st.gap_histogram = dict(gate.gap_histogram)
         st.update_staleness = dict(server.update_staleness)
+        st.server_metrics = server.metrics()
         st.bound_max = gate.max_bound_used
         st.server_utilisation = links.utilisation(t)
         self.server, self.gate = server, gate
