@@ -147,6 +147,22 @@ class Bench:
         cands = [(s[0] * self.step_time(speeds, G), opt, G) for (opt, G), s in curve.items() if s is not None]
         return min(cands) if cands else None
 
+    def limits_table(self, curve) -> list[str]:
+        """The limit of each cluster the measured rows use, over one speed-1.0 worker at the curve's best
+        batch-64 cell (S(64) x t(64): the tuned worker, where the curve's lr grid at G=64 holds the best lr)."""
+        one = [(s[0] * self.cm.time(64, 1.0), opt) for (opt, G), s in curve.items() if G == 64 and s]
+        if not one:
+            return []
+        t1, opt1 = min(one)
+        mixed = [MIXED[i % 3] for i in range(16)]
+        out = [f"Limits from S(G) (emulated): one worker at batch 64 ({opt1}, S(64) x t(64)) takes {t1:.3f} s.", "",
+               "| cluster | capacity | limit: time (s) | at | limit speedup over one worker |", "|---|---|---|---|---|"]
+        for label, speeds in (("8 equal", [1.0] * 8), ("16 mixed (1, 1/2, 1/4)", mixed), ("16 equal", [1.0] * 16)):
+            lim = self.limit(curve, speeds)
+            if lim:
+                out.append(f"| {label} | {sum(speeds):g} | {lim[0]:.3f} | {lim[1]} G={lim[2]} | {t1 / lim[0]:.2f}x |")
+        return out + [""]
+
     # -- 3. measured ----------------------------------------------------------------------------
     def reference(self, grid):
         from orchestrator.sync.core import SyncOptions
@@ -321,8 +337,9 @@ def main(argv=None) -> int:
         lines += ["", f"lr grid per G: lr64 x sqrt(G/64) x {mults} (lr64: {LR64}; x2 skipped when x1 missed); `edge`: the best "
                   f"lr was not the centre of that grid; `missed`: no lr reached the target within {CURVE_BUDGET[ds][1]:g}x "
                   "the samples the smallest batch needed.", ""]
+        lines += b.limits_table(curve)
         _flush(a.write, lines)
-        configs = [c for i, c in enumerate(_configs()) if str(i) in a.configs.split(",")]
+        configs = [_configs()[int(i)] for i in a.configs.split(",") if i.strip()]   # in the order given
         if not configs:
             continue
         from orchestrator.sync.reference import Reference
