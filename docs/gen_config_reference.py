@@ -117,7 +117,11 @@ def typed_option(rel: Path):
         if isinstance(entry, dict):
             for key, name in entry.items():
                 if str(key).startswith("/schema/"):
-                    group = str(key)[len("/schema/"):].split("@")[0]
+                    group, _, package = str(key)[len("/schema/"):].partition("@")
+                    if package not in ("", "_here_"):     # an @package _global_ option: its own keys under it
+                        data = {**(data.get(package) or {}), **{f"{k}.{kk}": vv for k, v in data.items()
+                                                               if k != package and isinstance(v, dict)
+                                                               for kk, vv in v.items()}}
                     return schemas()[f"{group}/{name}"], data
         elif entry == "orchestrator_schema":
             from orchestrator.config.root import OrchestratorConfig
@@ -133,6 +137,8 @@ def header(text: str) -> str:
         if not line.startswith("#"):
             break
         words = line.lstrip("#").strip()
+        if words.startswith("@package"):
+            continue
         if not words.startswith(("Defaults, help", "Every key's default", "docs/configuration.md is generated")):
             lines.append(words)
     return " ".join(lines)
@@ -150,6 +156,9 @@ def section(rel: Path) -> str:
         description = header((CONF / rel).read_text())
         source = f"Schema: `{cls.__module__}.{cls.__qualname__}`. "
         rows = schema_rows(cls, values)
+        others = {k: v for k, v in values.items() if "." in k}   # an @package _global_ option's other groups' keys
+        if others:
+            description += " Picking it also sets " + ", ".join(f"`{k}={yaml_value(v)}`" for k, v in others.items()) + "."
     else:
         description, plain = parse((CONF / rel).read_text())
         source, rows = "Untyped (no schema): the YAML is the reference. ", [[k, v, "", w] for k, v, w in plain]
