@@ -37,6 +37,7 @@ def main(argv=None) -> int:
 
     configure_threads(1, 1)
     import sync_speedup as sp
+
     from orchestrator.data import load_mnist
     from orchestrator.sync.costmodel import ComputeModel
 

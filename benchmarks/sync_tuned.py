@@ -308,7 +308,7 @@ def main(argv=None) -> int:
         results_path = a.results_cache.with_suffix(f".{ds}.json") if a.results_cache else None
         results = json.loads(results_path.read_text()) if results_path is not None and results_path.exists() else {}
 
-        def keep():
+        def keep(results_path=results_path, results=results):
             if results_path is not None:
                 results_path.write_text(json.dumps(results, indent=1))
 

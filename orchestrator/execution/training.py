@@ -18,7 +18,6 @@ import numpy as np
 from orchestrator.errors import ConfigError, number
 from orchestrator.execution.optim import Optimizer, OptimizerSettings
 
-
 AUTO_EVAL_EVERY = 16          # train.eval_every: null and train.budget_updates: auto outside a trial (MNIST's,
 AUTO_BUDGET_UPDATES = 3000    # orchestrator.config.model.MNISTDatasetConfig); a trial takes its dataset's
 
