@@ -118,13 +118,11 @@ class Trial:
         self.show_progress = progress_enabled(cfg.get("progress", "auto"))
         # Build the pieces whose config can be wrong before the run starts, too.
         self.dataset_cfg = dataset_config(cfg)
-        raw = cfg.get("train") or {}
-        if raw.get("target_accuracy") is None:   # null: the dataset says what is a good model
-            self.settings = dataclasses.replace(self.settings, target_accuracy=float(self.dataset_cfg.target_accuracy))
-        if raw.get("eval_every") is None:        # null / auto: the dataset's cadence and budget
-            self.settings = dataclasses.replace(self.settings, eval_every=int(self.dataset_cfg.eval_every))
-        if raw.get("budget_updates", "auto") == "auto":
-            self.settings = dataclasses.replace(self.settings, budget_updates=int(self.dataset_cfg.budget_updates))
+        raw, ds = cfg.get("train") or {}, self.dataset_cfg   # null / auto: the dataset's target, cadence and budget
+        from_dataset = {"target_accuracy": float(ds.target_accuracy) if raw.get("target_accuracy") is None else None,
+                        "eval_every": int(ds.eval_every) if raw.get("eval_every") is None else None,
+                        "budget_updates": int(ds.budget_updates) if raw.get("budget_updates", "auto") == "auto" else None}
+        self.settings = dataclasses.replace(self.settings, **{k: v for k, v in from_dataset.items() if v is not None})
         self.hardware = _build("hardware", self.hardware_cls, cfg)
         self.placer = _build("placer", self.placer_cls, cfg) if self.placer_cls else None
         self.sync = _build("sync", self.sync_cls, cfg) if self.sync_cls else None

@@ -18,9 +18,6 @@ import numpy as np
 from orchestrator.errors import ConfigError, number
 from orchestrator.execution.optim import Optimizer, OptimizerSettings
 
-AUTO_EVAL_EVERY = 16          # train.eval_every: null and train.budget_updates: auto outside a trial (MNIST's,
-AUTO_BUDGET_UPDATES = 3000    # orchestrator.config.model.MNISTDatasetConfig); a trial takes its dataset's
-
 
 @dataclass
 class TrainSettings:
@@ -52,6 +49,7 @@ class TrainSettings:
     def from_cfg(cls, cfg: Any, seed: Any = None) -> TrainSettings:
         """``seed``: the trial's top-level ``seed`` (``train.seed``, when set, wins). The defaults are
         the schema's (``orchestrator.config.root.TrainConfig``), for a config built by hand too."""
+        from orchestrator.config.model import MNISTDatasetConfig
         from orchestrator.config.root import TrainConfig
 
         d = TrainConfig()
@@ -74,12 +72,13 @@ class TrainSettings:
         if target > 1.0:
             raise ConfigError(f"train.target_accuracy={target!r} must be a fraction in [0, 1]")
         # null / auto: the dataset's cadence and budget (the trial fills them in); MNIST's for a config built by hand
+        mnist = MNISTDatasetConfig()
         eval_every = num("eval_every", int, d.eval_every, 1)
         budget = cfg.get("budget_updates", d.budget_updates) if cfg is not None else d.budget_updates
         s = cls(
             batch_size=num("batch_size", int, d.batch_size, 1), lr=num("lr", float, d.lr, 0.0), target_accuracy=target,
-            stop=stop, eval_every=AUTO_EVAL_EVERY if eval_every is None else eval_every,
-            budget_updates=AUTO_BUDGET_UPDATES if budget == "auto" else num("budget_updates", int, None, 1),
+            stop=stop, eval_every=mnist.eval_every if eval_every is None else eval_every,
+            budget_updates=mnist.budget_updates if budget == "auto" else num("budget_updates", int, None, 1),
             budget_s=num("budget_s", float, d.budget_s, 0.0), seed=num("seed", int, _seed(seed)), eval_samples=num("eval_samples", int, d.eval_samples, 1),
             optimizer=str(cfg.get("optimizer", d.optimizer) if cfg is not None else d.optimizer),
             momentum=num("momentum", float, d.momentum), weight_decay=num("weight_decay", float, d.weight_decay),
