@@ -73,6 +73,30 @@ def test_lab_up_is_idempotent_and_down_removes_everything(tmp_path):
     assert not lab.hostfile.exists()
 
 
+@pytest.mark.netns
+def test_a_namespace_that_outlives_down_does_not_block_the_next_lab(tmp_path):
+    """``ip netns del`` only drops a namespace's name: the kernel destroys it (and with it the veth pair)
+    later, and not while anything holds it. Here an open handle holds host 0's namespace past ``down``, as
+    a slow teardown did in CI; the next ``up`` of the same prefix must still create its veths."""
+    from orchestrator.hardware import netlab as nl
+
+    require_netlab()
+    state = tmp_path / "netlab"
+    nl.up(2, "1gbit", state_dir=state, subnet=SUBNET, prefix=PREFIX)
+    held = os.open(f"/run/netns/{PREFIX}-h0", os.O_RDONLY)   # a reference the namespace's name does not count
+    try:
+        nl.down(state)
+        assert not Path(f"/sys/class/net/{PREFIX}v0").exists()
+        lab = nl.up(2, "100mbit", state_dir=state, subnet=SUBNET, prefix=PREFIX)
+        assert Path(f"/sys/class/net/{PREFIX}v0/master").resolve().name == lab.bridge
+        out = subprocess.run(["tc", "-n", lab.hosts[0].name, "qdisc", "show", "dev", "eth0"], capture_output=True, text=True)
+        assert "100Mbit" in out.stdout, out.stdout + out.stderr
+    finally:
+        os.close(held)
+        nl.down(state)
+    assert not list(Path("/sys/class/net").glob(f"{PREFIX}v*"))
+
+
 def test_bad_lab_requests_are_one_line_errors(tmp_path):
     out = run_inprocess(tmp_path, "--dir", str(tmp_path), "up", "--hosts", "3", "--bandwidth", "1gbit,fast,1gbit",
                         module="orchestrator.netlab")

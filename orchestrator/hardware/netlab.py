@@ -282,11 +282,26 @@ def down(state_dir: Path | str = DEFAULT_DIR, prefix: str | None = None) -> None
         time.sleep(0.1)
     for ns in names:
         _run("ip", "netns", "del", ns, check=False)   # its veth end goes with it, and so the pair
+    # ... but only once the kernel has destroyed the namespace, which it does asynchronously (and not at
+    # all while a process still holds it): delete the head's ends ourselves (a veth goes with its peer)
+    # and wait until their names are free, or the next `up` of this prefix finds them ("File exists").
+    for veth in _veths(prefix):
+        _run("ip", "link", "del", veth, check=False)
     if Path(f"/sys/class/net/{prefix}br0").exists():
         _run("ip", "link", "del", f"{prefix}br0", check=False)
+    deadline = time.monotonic() + 10
+    while (_veths(prefix) or Path(f"/sys/class/net/{prefix}br0").exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     d = Path(state_dir)
     for f in ("state.json", "hostfile", "rsh-agent"):
         (d / f).unlink(missing_ok=True)
+
+
+def _veths(prefix: str) -> list[str]:
+    """The head's ends of a lab's veth pairs (``{prefix}v0``, ``{prefix}v1``, ...) that exist now."""
+    net = Path("/sys/class/net")
+    return sorted(p.name for p in net.glob(f"{prefix}v*") if re.fullmatch(rf"{prefix}v\d+", p.name)) \
+        if net.exists() else []
 
 
 def status(state_dir: Path | str = DEFAULT_DIR) -> str:
