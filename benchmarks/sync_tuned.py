@@ -43,6 +43,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 T0, T1 = 0.0009, 0.000195
 MIXED = (1.0, 0.5, 0.25)
 LR64 = {"sgd": 0.2, "nesterov": 0.05, "adam": 0.001}      # the centre of each optimizer's grid at G = 64
+EXTEND = 2                                                 # lr steps past an edge of a grid (train.reference_extend)
 MISS_AT = 3.0                                              # a row slower than 1/3 of the tuned worker: missed
 CADENCE = {"mnist": 1024, "fashion_mnist": 8192}          # samples between evaluations (dataset.eval_every x 64)
 BUDGET = {"mnist": 400_000, "fashion_mnist": 1_200_000}    # samples a measured run may train
@@ -95,32 +96,52 @@ class Bench:
             out.append(r.updates_to_target)
         return out
 
-    def curve(self, batches, optimizers, budget_samples: int, mults=(1.0, 0.5, 2.0), growth: float = 12):
+    def curve(self, batches, optimizers, budget_samples: int, mults=(1.0, 0.5, 2.0), growth: float = 12,
+              known: dict | None = None, extend: int = 2, save=None):
         """S(G) per optimizer. A run's budget is ``budget_samples``, at most ``growth`` x the samples the
         smallest batch needed (samples to target grow with G; a G that needs ``growth`` x the samples cannot
         set the limit of a cluster of <= 16 workers of this compute model: its steps would have to be
         ``growth`` x more efficient per sample),
         at most 1.5x the best lr's updates at this G (it cannot win). ``mults`` are tried in order; the
-        larger lr is skipped when the centre missed (it diverges sooner)."""
-        rows = {}
+        larger lr is skipped when the centre missed (it diverges sooner). When the best lr is the largest
+        (smallest) tried, the search goes on x2 (/2) while it improves, at most ``extend`` steps (the
+        reference's rule, ``orchestrator.sync.reference.edge_step``). Cells in ``known`` (an earlier run's)
+        are kept, not measured again; ``save(rows)`` is called after each new cell."""
+        from orchestrator.sync.reference import edge_step
+
+        rows = dict(known or {})
         for opt in optimizers:
             first = None
             for G in batches:
-                best, missed = None, set()
-                for m in mults:
-                    if m > 1.0 and 1.0 in missed:
-                        continue
-                    lr = LR64[opt] * math.sqrt(G / 64) * m
-                    cap = budget_samples if first is None else min(budget_samples, int(growth * first))
-                    if best is not None:
-                        cap = int(min(cap, 1.5 * best[0] * G))
-                    med = median_time(self.steps(G, opt, lr, cap))
-                    print(f"  S(G) {self.name} {opt} G={G} lr={lr:.4g}: {med} (budget {cap} samples)", flush=True)
-                    if med is None:
-                        missed.add(m)
-                    elif best is None or med < best[0]:
-                        best = (med, lr, m)
-                rows[(opt, G)] = best
+                if (opt, G) in rows:
+                    best = rows[(opt, G)]
+                else:
+                    best, tried = None, {}
+                    lr0 = LR64[opt] * math.sqrt(G / 64)
+
+                    def run(lr, m, G=G, opt=opt, first=first):
+                        nonlocal best
+                        cap = budget_samples if first is None else min(budget_samples, int(growth * first))
+                        if best is not None:
+                            cap = int(min(cap, 1.5 * best[0] * G))
+                        med = median_time(self.steps(G, opt, lr, cap))
+                        print(f"  S(G) {self.name} {opt} G={G} lr={lr:.4g}: {med} (budget {cap} samples)", flush=True)
+                        tried[lr] = med
+                        if med is not None and (best is None or med < best[0]):
+                            best = (med, lr, m)
+
+                    for m in mults:
+                        if m > 1.0 and tried.get(lr0) is None and lr0 in tried:
+                            continue
+                        run(lr0 * m, m)
+                    for _ in range(extend):
+                        nxt = edge_step(list(tried), tried)
+                        if nxt is None or nxt in tried:
+                            break
+                        run(nxt, nxt / lr0)
+                    rows[(opt, G)] = best
+                    if save is not None:
+                        save(rows)
                 if first is None and best is not None:
                     first = best[0] * G
         return rows
@@ -169,33 +190,44 @@ class Bench:
         from orchestrator.sync.reference import reference
 
         ctx = dataclasses.replace(self.ctx, settings=self.settings(64, "sgd", 0.1, 0, BUDGET[self.name], seeds=self.seeds))
-        return reference(SyncOptions(workers=1, speeds=[1.0], warmup_samples=0), ctx, self.cm, grid)
+        return reference(SyncOptions(workers=1, speeds=[1.0], warmup_samples=0), ctx, self.cm, grid, "tuned", EXTEND)
 
     def parallel(self, name: str, speeds, grid, sync: dict, train: dict | None = None, give_up_s: float | None = None):
         """Each (optimizer, lr) of ``grid``, the median over the seeds; returns the best cell. A seed's run
         stops at 1.5x the best cell's median so far (it cannot win), and at ``give_up_s`` (MISS_AT x the
         reference's time: a configuration that slow counts as missed; a miss otherwise costs the whole budget)."""
         from orchestrator import plugins
+        from orchestrator.sync.reference import edge_step
         from orchestrator.sync.virtual import VirtualRun
 
         best = None
+
+        def cell(opt: str, lr: float):
+            nonlocal best
+            times = []
+            for seed in range(self.seeds):
+                cfg = {"hardware": {"workers": len(speeds), "worker_speeds": list(speeds)},
+                       "sync": {"name": name, "step_overhead_s": T0, "per_sample_s": T1, **sync},
+                       "train": {"optimizer": opt, "lr": lr, **(train or {})}}
+                strat = plugins.load("sync", name)(cfg["sync"])
+                opts = strat.options(cfg)
+                cap = give_up_s if best is None else 1.5 * best[0]
+                s = self.settings(64, opt, lr, seed, BUDGET[self.name], budget_s=cap)
+                r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
+                times.append(r.time_to_target_s)
+            med = median_time(times)
+            print(f"  {name} W={len(speeds)} {sync} {opt} lr={lr:g}: {med} ({times})", flush=True)
+            if med is not None and (best is None or med < best[0]):
+                best = (med, opt, lr, times)
+            return med
+
         for opt, lrs in grid.items():
-            for lr in lrs:
-                times = []
-                for seed in range(self.seeds):
-                    cfg = {"hardware": {"workers": len(speeds), "worker_speeds": list(speeds)},
-                           "sync": {"name": name, "step_overhead_s": T0, "per_sample_s": T1, **sync},
-                           "train": {"optimizer": opt, "lr": lr, **(train or {})}}
-                    strat = plugins.load("sync", name)(cfg["sync"])
-                    opts = strat.options(cfg)
-                    cap = give_up_s if best is None else 1.5 * best[0]
-                    s = self.settings(64, opt, lr, seed, BUDGET[self.name], budget_s=cap)
-                    r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
-                    times.append(r.time_to_target_s)
-                med = median_time(times)
-                print(f"  {name} W={len(speeds)} {sync} {opt} lr={lr:g}: {med} ({times})", flush=True)
-                if med is not None and (best is None or med < best[0]):
-                    best = (med, opt, lr, times)
+            tried = {lr: cell(opt, lr) for lr in lrs}
+            for _ in range(EXTEND):      # the reference's rule: past an edge of the grid while it improves
+                nxt = edge_step(list(tried), tried)
+                if nxt is None or nxt in tried:
+                    break
+                tried[nxt] = cell(opt, nxt)
         return best
 
 
@@ -312,29 +344,36 @@ def main(argv=None) -> int:
             if results_path is not None:
                 results_path.write_text(json.dumps(results, indent=1))
 
-        if saved is not None and saved.exists():   # this benchmark's own earlier S(G) run, same settings
-            curve = {(o, int(g)): (tuple(v) if v else None) for o, g, v in json.loads(saved.read_text())}
-        elif a.no_curve:
-            curve = {}
+        known = {}
+        if saved is not None and saved.exists():   # this benchmark's own earlier S(G) cells, same settings
+            known = {(o, int(g)): (tuple(v) if v else None) for o, g, v in json.loads(saved.read_text())}
+
+        def save_curve(rows, saved=saved):
+            if saved is not None:
+                saved.write_text(json.dumps([[o, g, v] for (o, g), v in rows.items()]))
+
+        if a.no_curve:
+            curve = known
         else:
             samples, growth = CURVE_BUDGET[ds]
-            curve = b.curve(batches, optimizers, samples, mults, growth)
-            if saved is not None:
-                saved.write_text(json.dumps([[o, g, v] for (o, g), v in curve.items()]))
+            curve = b.curve(batches, optimizers, samples, mults, growth, known=known, save=save_curve)
         if curve:
             curves[ds] = curve
+        shown_b = sorted({*batches, *(G for _, G in curve)})            # this run's and the cache's
+        shown_o = list(dict.fromkeys([*(o for o, _ in curve), *optimizers]))
         lines += [f"## {ds} to {target:.0%}", "", "### S(G): updates to target (one worker, batch G, lr tuned per G)", "",
-                  "| optimizer | " + " | ".join(f"G={G}" for G in batches) + " |", "|---|" + "---|" * len(batches)]
-        for opt in optimizers:
+                  "| optimizer | " + " | ".join(f"G={G}" for G in shown_b) + " |", "|---|" + "---|" * len(shown_b)]
+        for opt in shown_o:
             cells = []
-            for G in batches:
+            for G in shown_b:
                 if (opt, G) not in curve:
                     cells.append("not measured")
                     continue
                 s = curve[(opt, G)]
                 cells.append("missed" if s is None else f"{s[0]:.0f} (lr {s[1]:.3g}{', edge' if s[2] != 1.0 else ''})")
             lines.append(f"| {opt} | " + " | ".join(cells) + " |")
-        lines += ["", f"lr grid per G: lr64 x sqrt(G/64) x {mults} (lr64: {LR64}; x2 skipped when x1 missed); `edge`: the best "
+        lines += ["", f"lr grid per G: lr64 x sqrt(G/64) x {mults} (lr64: {LR64}; x2 skipped when x1 missed), then on past "
+                  "the best lr while it is the largest or smallest tried (x2, /2; at most 2 steps); `edge`: the best "
                   f"lr was not the centre of that grid; `missed`: no lr reached the target within {CURVE_BUDGET[ds][1]:g}x "
                   "the samples the smallest batch needed.", ""]
         lines += b.limits_table(curve)

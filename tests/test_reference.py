@@ -57,7 +57,8 @@ def test_the_tuned_reference_is_the_best_cell_of_the_grid(tmp_path, mnist):
     from orchestrator.sync import reference
 
     reference._CACHE.clear()
-    result, ctx = _train(tmp_path, SMALL, mnist)
+    grid_only = {**SMALL, "train": {**SMALL["train"], "reference_extend": 0}}
+    result, ctx = _train(tmp_path, grid_only, mnist)
     ref = result.reference
     assert ref.method == "tuned" and set(ref.grid) == {"sgd lr=0.1", "sgd lr=0.02", "nesterov lr=0.05"}
     finite = {k: v for k, v in ref.grid.items() if v is not None}
@@ -70,11 +71,39 @@ def test_the_tuned_reference_is_the_best_cell_of_the_grid(tmp_path, mnist):
     assert ctx.sink.tags["train.reference_optimizer"] == ref.optimizer and "train.reference_key" in ctx.sink.tags
     assert m["sync.speedup"] == pytest.approx(ref.time_to_target_s / result.time_to_target_s)
     # same: only the trial's own cell; a second call in the process is a cache hit
-    same = {**SMALL, "train": {**SMALL["train"], "reference": "same"}}
+    same = {**grid_only, "train": {**grid_only["train"], "reference": "same"}}
     r2, _ = _train(tmp_path, same, mnist)
     assert set(r2.reference.grid) == {"sgd lr=0.1"} and r2.reference.lr == 0.1
     r3, _ = _train(tmp_path, same, mnist)
     assert r3.reference.source == "process cache" and r3.reference.time_to_target_s == r2.reference.time_to_target_s
+
+
+def test_the_next_lr_past_an_edge_of_the_grid():
+    from orchestrator.sync.reference import edge_step
+
+    assert edge_step([0.1, 0.2], {0.1: 5.0, 0.2: 4.0}) == 0.4          # best at the top: x2
+    assert edge_step([0.1, 0.2], {0.1: 3.0, 0.2: 4.0}) == 0.05         # best at the bottom: /2
+    assert edge_step([0.1, 0.2, 0.4], {0.1: 5.0, 0.2: 3.0, 0.4: None}) is None   # interior optimum
+    assert edge_step([0.1, 0.2], {0.1: None, 0.2: None}) is None        # nothing reached: no direction
+    assert edge_step([0.1], {0.1: 3.0}) is None                         # one lr: no edge to read
+
+
+def test_a_best_lr_at_the_edge_of_the_grid_is_searched_past_it(tmp_path, mnist):
+    """An easy target and two small lrs: the larger is best, so the reference goes on x2 (at most
+    train.reference_extend steps) and keeps the best of every cell it ran."""
+    from orchestrator.sync import reference
+
+    reference._CACHE.clear()
+    cfg = {**SMALL, "train": {**SMALL["train"], "optimizer": "sgd", "lr": 0.1, "reference_extend": 2,
+                              "reference_grid": {"sgd": [0.05, 0.1], "nesterov": [], "adam": []}}}
+    result, _ = _train(tmp_path, cfg, mnist)
+    ref = result.reference
+    sgd = {float(k.split("=")[1]): v for k, v in ref.grid.items() if k.startswith("sgd")}
+    assert {0.05, 0.1, 0.2} <= set(sgd) <= {0.05, 0.1, 0.2, 0.4}, ref.grid
+    assert sgd[0.1] is not None and (sgd[0.05] is None or sgd[0.1] < sgd[0.05])    # so the top edge was best
+    assert (0.4 in sgd) == (sgd[0.2] is not None and sgd[0.2] < sgd[0.1])          # on only while it improves
+    finite = {k: v for k, v in ref.grid.items() if v is not None}
+    assert ref.time_to_target_s == min(finite.values())
 
 
 def test_seeds_give_the_median_and_the_spread(tmp_path, mnist):
@@ -112,4 +141,4 @@ def test_the_reference_is_cached_in_the_tracking_store(tmp_path):
     assert first.data.tags["train.reference_key"] == second.data.tags["train.reference_key"]
     assert "store (run " + first.info.run_id in second.data.tags["train.reference"]
     assert first.data.metrics["train.reference_time_to_target_s"] == second.data.metrics["train.reference_time_to_target_s"]
-    assert second.data.tags["train.reference_optimizer"] == "sgd" and second.data.tags["train.reference_lr"] in ("0.05", "0.1")
+    assert second.data.tags["train.reference_optimizer"] == "sgd" and second.data.tags["train.reference_lr"] in ("0.05", "0.1", "0.2", "0.4")

@@ -56,6 +56,9 @@ class TrainConfig(Schema):
         factory=lambda: ReferenceGrid(),
         help="reference=tuned: the learning rates of each optimizer the single worker is tuned over (tune the "
              "parallel configuration over the same grid; [] leaves an optimizer out); cached in the tracking store")
+    reference_extend: int = option(2, "reference=tuned: where an optimizer's best lr is the largest (smallest) of its "
+                                   "reference_grid list, go on x2 (/2) while it improves, at most this many steps (0: the "
+                                   "grid only)", min=0)
     stop: str = option("target", "target: stop when reached (or at the budget); budget: run the whole budget",
                        choices=("target", "budget"))
     eval_every: int | None = option(None, "evaluate on the test split every this many batch_size-sample updates (a round "

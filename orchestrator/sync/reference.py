@@ -7,6 +7,11 @@ model, data, target and evaluation cadence, for every (optimizer, lr) of ``train
 keeps the best median over the trial's seeds; ``train.reference=same`` keeps the trial's own optimizer
 and lr (the comparison the tool used to make, still logged as ``train.speedup_same_settings``).
 
+A grid is only as good as its edges: when an optimizer's best learning rate is the largest (smallest)
+of its list, the tuning goes on past it, x2 (/2) at a time while that improves, at most
+``train.reference_extend`` steps (issue 20 found Fashion-MNIST's best Adam lr at the top of the default
+grid); the cells it added are in the grid's times like the others.
+
 Each cell's seeds stop once they pass 1.5x the best median so far (they cannot win; the median of a
 cell stays exact whenever it is within that margin). The result is cached in the process and in the
 tracking store: the trial's run carries ``train.reference_key`` (a hash of everything the reference
@@ -105,18 +110,37 @@ def cells(settings: TrainSettings, method: str, grid: dict[str, list[float]]) ->
     return [own] + [(o, float(lr)) for o, lrs in grid.items() for lr in lrs if (o, float(lr)) != own]
 
 
-def key(settings: TrainSettings, method: str, grid: dict[str, list[float]], base: Any, model: str, data: str) -> str:
+def key(settings: TrainSettings, method: str, grid: dict[str, list[float]], base: Any, model: str, data: str,
+        extend: int = 0) -> str:
     """A hash of everything the reference depends on (the cache key)."""
     s = dataclasses.replace(settings, optimizer="", lr=0.0, stop="target")  # the grid decides these
-    text = json.dumps([dataclasses.asdict(s), method, cells(settings, method, grid), repr(base), model, data],
-                      sort_keys=True, default=str)
+    parts: list[Any] = [dataclasses.asdict(s), method, cells(settings, method, grid), repr(base), model, data]
+    if extend and method == "tuned":
+        parts.append({"extend": extend})
+    text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 _CACHE: dict[str, Reference] = {}
 
 
-def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str = "tuned") -> Reference:
+def edge_step(lrs: list[float], times: dict[float, float | None]) -> float | None:
+    """The next learning rate past the edge of a tuned list, or None: x2 when the best median so far is
+    the largest lr tried, /2 when it is the smallest (of at least two), otherwise (an interior optimum,
+    or every cell missed) none. ``times`` maps each lr tried to its median (None: missed)."""
+    done = {lr: t for lr, t in times.items() if t is not None}
+    if not done or len(times) < 2:
+        return None
+    best = min(done, key=lambda lr: done[lr])
+    if best == max(times):
+        return best * 2
+    if best == min(times):
+        return best / 2
+    return None
+
+
+def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str = "tuned",
+              extend: int = 0) -> Reference:
     """The reference of the trial ``ctx`` (its settings, model, data) with the compute model ``base``;
     ``opts`` is the trial's ``SyncOptions`` (the reference keeps only its network-free, W=1 part)."""
     from orchestrator.sync.strategy import SingleWorker
@@ -127,7 +151,7 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
     model = str(getattr(ctx.model, "name", "?"))
     ds = ctx.dataset
     data = f"{getattr(ds, 'source', '?')}:{len(ds.y_train)}:{len(ds.y_test)}"
-    k = key(s, method, grid, base, model, data)
+    k = key(s, method, grid, base, model, data, extend)
     found = dataclasses.replace(_CACHE[k], source="process cache") if k in _CACHE else _from_store(ctx.sink, k)
     if found is not None:
         _CACHE.setdefault(k, found)
@@ -142,7 +166,10 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
     ropts = reference_options(opts)
     best: tuple[float, str, float, tuple] | None = None
     table: dict[str, float | None] = {}
-    for optimizer, lr in todo:
+    per_opt: dict[str, dict[float, float | None]] = {}
+
+    def run_cell(optimizer: str, lr: float) -> None:
+        nonlocal best
         times = []
         for seed in seeds:
             rt, theta0 = runtimes[seed]
@@ -153,8 +180,20 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
             times.append(VirtualRun(SingleWorker(), ropts, rs, rt, ds, base, NullSink()).run()[0].time_to_target_s)
         med = median_time(times)
         table[f"{optimizer} lr={lr:g}"] = med
+        per_opt.setdefault(optimizer, {})[lr] = med
         if med is not None and (best is None or med < best[0]):
             best = (med, optimizer, lr, tuple(times))
+
+    for optimizer, lr in todo:
+        run_cell(optimizer, lr)
+    if method == "tuned":
+        for optimizer in grid:
+            for _ in range(extend):
+                nxt = edge_step(list(per_opt[optimizer]), per_opt[optimizer])
+                if nxt is None or nxt in per_opt[optimizer]:
+                    break
+                print(f"reference: {optimizer}'s best lr is at the edge of the grid; trying lr={nxt:g}", flush=True)
+                run_cell(optimizer, nxt)
     if best is None:
         own = todo[0]
         ref = Reference(None, own[0], own[1], s.batch_size, seeds, (), method, table)
@@ -180,7 +219,7 @@ def for_trial(opts, ctx, base):
     from orchestrator.config.root import TrainConfig
 
     train = TrainConfig.from_node((ctx.cfg or {}).get("train", None), "train")
-    return reference(opts, ctx, base, train.reference_grid, train.reference)
+    return reference(opts, ctx, base, train.reference_grid, train.reference, train.reference_extend)
 
 
 def same_settings_time(ref: Reference, settings: TrainSettings) -> float | None:
