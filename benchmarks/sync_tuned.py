@@ -119,7 +119,7 @@ class Bench:
                     best, tried = None, {}
                     lr0 = LR64[opt] * math.sqrt(G / 64)
 
-                    def run(lr, m, G=G, opt=opt, first=first):
+                    def run(lr, m, G=G, opt=opt, first=first, tried=tried):
                         nonlocal best
                         cap = budget_samples if first is None else min(budget_samples, int(growth * first))
                         if best is not None:
@@ -189,7 +189,8 @@ class Bench:
         from orchestrator.sync.core import SyncOptions
         from orchestrator.sync.reference import reference
 
-        ctx = dataclasses.replace(self.ctx, settings=self.settings(64, "sgd", 0.1, 0, BUDGET[self.name], seeds=self.seeds))
+        opt, lrs = next(iter(grid.items()))    # the reference's first cell is its "own": the grid's first
+        ctx = dataclasses.replace(self.ctx, settings=self.settings(64, opt, lrs[0], 0, BUDGET[self.name], seeds=self.seeds))
         return reference(SyncOptions(workers=1, speeds=[1.0], warmup_samples=0), ctx, self.cm, grid, "tuned", EXTEND)
 
     def parallel(self, name: str, speeds, grid, sync: dict, train: dict | None = None, give_up_s: float | None = None):
