@@ -318,6 +318,9 @@ def main(argv=None) -> int:
                     help="keep the reference and each measured row in PATH.DATASET.json and reuse them (a run split "
                          "over processes: one measures S(G), another the rows; a last one joins them)")
     ap.add_argument("--plot", type=Path, default=None, help="write the S(G) figure of the datasets run (PNG)")
+    ap.add_argument("--give-up-s", type=float, default=None,
+                    help="stop a row's seeds at this many virtual seconds (default: MISS_AT x the reference's time); for "
+                         "a row split over processes, 1.5x the best cell another process measured")
     ap.add_argument("--no-curve", action="store_true", help="measure no S(G) (use --curve-cache's, else no limit)")
     a = ap.parse_args(argv)
     import tensorflow as tf
@@ -407,7 +410,8 @@ def main(argv=None) -> int:
             if label in results:
                 best = results[label]
             else:
-                best = b.parallel(name, speeds, grid, sync, train, give_up_s=MISS_AT * ref.time_to_target_s)
+                best = b.parallel(name, speeds, grid, sync, train,
+                                  give_up_s=a.give_up_s if a.give_up_s is not None else MISS_AT * ref.time_to_target_s)
                 results[label] = best
                 keep()
             lim = b.limit(curve, speeds)
