@@ -105,9 +105,9 @@ class Bench:
         at most 1.5x the best lr's updates at this G (it cannot win). ``mults`` are tried in order; the
         larger lr is skipped when the centre missed (it diverges sooner). When the best lr is the largest
         (smallest) tried, the search goes on x2 (/2) while it improves, at most ``extend`` steps (the
-        reference's rule, ``orchestrator.sync.reference.edge_step``). Cells in ``known`` (an earlier run's)
+        reference's rule, ``orchestrator.sync.reference.extend_past_edge``). Cells in ``known`` (an earlier run's)
         are kept, not measured again; ``save(rows)`` is called after each new cell."""
-        from orchestrator.sync.reference import edge_step
+        from orchestrator.sync.reference import extend_past_edge
 
         rows = dict(known or {})
         for opt in optimizers:
@@ -132,16 +132,13 @@ class Bench:
                         tried[lr] = med
                         if med is not None and (best is None or med < best[0]):
                             best = (med, lr, m)
+                        return med
 
                     for m in mults:
                         if m > 1.0 and tried.get(lr0) is None and lr0 in tried:
                             continue
                         run(lr0 * m, m)
-                    for _ in range(extend):
-                        nxt = edge_step(list(tried), tried)
-                        if nxt is None or nxt in tried:
-                            break
-                        run(nxt, nxt / lr0)
+                    extend_past_edge(tried, lambda lr, lr0=lr0, run=run: run(lr, lr / lr0), extend)
                     rows[(opt, G)] = best
                     if save is not None:
                         save(rows)
@@ -203,7 +200,7 @@ class Bench:
         stops at 1.5x the best cell's median so far (it cannot win), and at ``give_up_s`` (MISS_AT x the
         reference's time: a configuration that slow counts as missed; a miss otherwise costs the whole budget)."""
         from orchestrator import plugins
-        from orchestrator.sync.reference import edge_step
+        from orchestrator.sync.reference import extend_past_edge
         from orchestrator.sync.virtual import VirtualRun
 
         best = None
@@ -229,11 +226,7 @@ class Bench:
 
         for opt, lrs in grid.items():
             tried = {lr: cell(opt, lr) for lr in lrs}
-            for _ in range(EXTEND):      # the reference's rule: past an edge of the grid while it improves
-                nxt = edge_step(list(tried), tried)
-                if nxt is None or nxt in tried:
-                    break
-                tried[nxt] = cell(opt, nxt)
+            extend_past_edge(tried, lambda lr, opt=opt: cell(opt, lr), EXTEND)   # the reference's rule
         return best
 
 

@@ -81,11 +81,11 @@ def test_the_tuned_reference_is_the_best_cell_of_the_grid(tmp_path, mnist):
 def test_the_next_lr_past_an_edge_of_the_grid():
     from orchestrator.sync.reference import edge_step
 
-    assert edge_step([0.1, 0.2], {0.1: 5.0, 0.2: 4.0}) == 0.4          # best at the top: x2
-    assert edge_step([0.1, 0.2], {0.1: 3.0, 0.2: 4.0}) == 0.05         # best at the bottom: /2
-    assert edge_step([0.1, 0.2, 0.4], {0.1: 5.0, 0.2: 3.0, 0.4: None}) is None   # interior optimum
-    assert edge_step([0.1, 0.2], {0.1: None, 0.2: None}) is None        # nothing reached: no direction
-    assert edge_step([0.1], {0.1: 3.0}) is None                         # one lr: no edge to read
+    assert edge_step({0.1: 5.0, 0.2: 4.0}) == 0.4          # best at the top: x2
+    assert edge_step({0.1: 3.0, 0.2: 4.0}) == 0.05         # best at the bottom: /2
+    assert edge_step({0.1: 5.0, 0.2: 3.0, 0.4: None}) is None   # interior optimum
+    assert edge_step({0.1: None, 0.2: None}) is None        # nothing reached: no direction
+    assert edge_step({0.1: 3.0}) is None                         # one lr: no edge to read
 
 
 def test_a_best_lr_at_the_edge_of_the_grid_is_searched_past_it(tmp_path, mnist):

@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +125,7 @@ def key(settings: TrainSettings, method: str, grid: dict[str, list[float]], base
 _CACHE: dict[str, Reference] = {}
 
 
-def edge_step(lrs: list[float], times: dict[float, float | None]) -> float | None:
+def edge_step(times: dict[float, float | None]) -> float | None:
     """The next learning rate past the edge of a tuned list, or None: x2 when the best median so far is
     the largest lr tried, /2 when it is the smallest (of at least two), otherwise (an interior optimum,
     or every cell missed) none. ``times`` maps each lr tried to its median (None: missed)."""
@@ -137,6 +138,16 @@ def edge_step(lrs: list[float], times: dict[float, float | None]) -> float | Non
     if best == min(times):
         return best / 2
     return None
+
+
+def extend_past_edge(times: dict[float, float | None], run: Callable[[float], float | None], steps: int) -> None:
+    """Go on past an edge of a tuned lr list (``edge_step``) while it improves, at most ``steps`` cells;
+    ``run(lr)`` measures one cell and returns its median, which is added to ``times``."""
+    for _ in range(steps):
+        nxt = edge_step(times)
+        if nxt is None or nxt in times:
+            return
+        times[nxt] = run(nxt)
 
 
 def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str = "tuned",
@@ -168,7 +179,7 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
     table: dict[str, float | None] = {}
     per_opt: dict[str, dict[float, float | None]] = {}
 
-    def run_cell(optimizer: str, lr: float) -> None:
+    def run_cell(optimizer: str, lr: float) -> float | None:
         nonlocal best
         times = []
         for seed in seeds:
@@ -183,17 +194,17 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
         per_opt.setdefault(optimizer, {})[lr] = med
         if med is not None and (best is None or med < best[0]):
             best = (med, optimizer, lr, tuple(times))
+        return med
 
     for optimizer, lr in todo:
         run_cell(optimizer, lr)
     if method == "tuned":
         for optimizer in grid:
-            for _ in range(extend):
-                nxt = edge_step(list(per_opt[optimizer]), per_opt[optimizer])
-                if nxt is None or nxt in per_opt[optimizer]:
-                    break
-                print(f"reference: {optimizer}'s best lr is at the edge of the grid; trying lr={nxt:g}", flush=True)
-                run_cell(optimizer, nxt)
+            def step(lr: float, optimizer: str = optimizer) -> float | None:
+                print(f"reference: {optimizer}'s best lr is at the edge of the grid; trying lr={lr:g}", flush=True)
+                return run_cell(optimizer, lr)
+
+            extend_past_edge(per_opt[optimizer], step, extend)
     if best is None:
         own = todo[0]
         ref = Reference(None, own[0], own[1], s.batch_size, seeds, (), method, table)
