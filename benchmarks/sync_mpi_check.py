@@ -3,9 +3,9 @@ measured wall-time speedup of W ranks over one rank, next to the speedup the vir
 the same settings and ``hardware.emulated_step_s``. Measured (MPI rows: real ranks, real gradients,
 Horovod/MPI messages, sleeps that set each rank's speed) vs emulated (virtual clock).
 
-    PYTHONPATH=. python benchmarks/sync_mpi_check.py              # W = 4; sgd (the old default) and each
-                                                                  # sync option's defaults (~10 min here)
-    ... --workers 2,4 --rules 'nesterov:0.05:hybrid'
+    PYTHONPATH=. python benchmarks/sync_mpi_check.py              # W = 4; each sync option with its own
+                                                                  # defaults (conf/sync/*.yaml; ~15 min here)
+    ... --workers 2,4 --rules 'nesterov:0.05:hybrid'              # these rules, crossed with every strategy
 """
 
 from __future__ import annotations
@@ -23,13 +23,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
+def default_rule(name: str) -> str:
+    """``optimizer:lr:batch_policy`` of ``+sync=NAME``'s training defaults (conf/sync/NAME.yaml)."""
+    import yaml
+
+    train = yaml.safe_load((ROOT / "conf" / "sync" / f"{name}.yaml").read_text())["train"]
+    return f"{train['optimizer']}:{train['lr']}:{train['batch_policy']}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", default="4")
-    p.add_argument("--rules", default="sgd:0.1:per_worker,nesterov:0.05:hybrid,sgd:0.2:hybrid",
-                   help="optimizer:lr:batch_policy, comma-separated (hybrid: G <= 256)")
+    p.add_argument("--rules", default=None,
+                   help="optimizer:lr:batch_policy, comma-separated (hybrid: G <= 256), each run with every strategy "
+                        "(default: each strategy with its own +sync defaults, conf/sync/NAME.yaml)")
     p.add_argument("--emulated-step-s", type=float, default=0.2)
-    p.add_argument("--strategies", default="allreduce,delay")
+    p.add_argument("--strategies", default="allreduce,delay,async")
     p.add_argument("--write", type=Path, default=None)
     a = p.parse_args(argv)
     os.environ["TF_NUM_INTRAOP_THREADS"] = "1"
@@ -50,7 +59,19 @@ def main(argv=None) -> int:
              "| rule | strategy | W | measured t97 (s) | predicted t97 (s) | measured speedup | predicted speedup | error |",
              "|---|---|---|---|---|---|---|---|"]
     t_start = time.perf_counter()
-    for rule in a.rules.split(","):
+    strategies = {"allreduce": sp.ALLREDUCE, "delay": sp.DELAY, "async": sp.ASYNC}
+    names = a.strategies.split(",")
+    unknown = [n for n in names if n not in strategies]
+    if unknown:
+        p.error(f"--strategies: unknown {', '.join(unknown)} (accepted: {', '.join(strategies)})")
+    if a.rules:
+        plan = [(rule, names) for rule in a.rules.split(",")]
+    else:   # each option with its defaults; options that share a rule share its W=1 runs
+        plan = {}
+        for name in names:
+            plan.setdefault(default_rule(name), []).append(name)
+        plan = list(plan.items())
+    for rule, rule_names in plan:
         opt, lr, policy = rule.split(":")
         train = {"optimizer": opt, "lr": float(lr), "batch_policy": policy, "global_batch_max": 256, "eval_samples": None,
                  "eval_every": 16, "budget_s": 400}
@@ -58,8 +79,8 @@ def main(argv=None) -> int:
         r1 = b.run(sp.ALLREDUCE, "equal", 1, runtime="mpi", hw=hw, train=train)
         v1 = b.run(sp.ALLREDUCE, "equal", 1, hw=hw, train=train, label="prediction")
         for w in (int(x) for x in a.workers.split(",")):
-            for name in a.strategies.split(","):
-                st = sp.ALLREDUCE if name == "allreduce" else sp.DELAY
+            for name in rule_names:
+                st = strategies[name]
                 r = b.run(st, "equal", w, runtime="mpi", hw=hw, train=train)
                 v = b.run(st, "equal", w, hw=hw, train=train, label="prediction")
                 ms, ps = sp.ratio(r1["tt"], r["tt"]), sp.ratio(v1["tt"], v["tt"])

@@ -40,6 +40,48 @@ def test_outside_a_trial_auto_is_mnists():
     assert (s.eval_every, s.budget_updates) == (16, 3000)
 
 
+def _measured_defaults() -> dict[str, tuple[str, float]]:
+    """The table "The `+sync` defaults" of docs/benchmarks/sync_tuned.md, with its rule applied: the fastest
+    MNIST cell; cells within 1% of it tie, and the tie goes to the cell that reached Fashion-MNIST's target,
+    then the faster there."""
+    import re
+
+    text = (Path(__file__).parents[1] / "docs" / "benchmarks" / "sync_tuned.md").read_text()
+    section = text.split("## The `+sync` defaults", 1)[1].split("\n## ", 1)[0]
+    cell = re.compile(r"(sgd|momentum|nesterov|adam) ([0-9.]+): ([0-9.]+|stopped)")
+
+    def cells(column: str) -> dict[tuple[str, float], float]:
+        return {(o, float(lr)): (float("inf") if t == "stopped" else float(t)) for o, lr, t in cell.findall(column)}
+
+    out = {}
+    for row in re.findall(r"^\| `(\w+)` \|(.*)\|$", section, flags=re.M):
+        name, rest = row
+        stated, mnist, fashion = (c.strip() for c in rest.split("|"))
+        mnist, fashion = cells(mnist), cells(fashion)
+        assert mnist, f"{name}: no MNIST cells"
+        best = min(mnist.values())
+        tied = [c for c, t in mnist.items() if t <= best * 1.01]
+        pick = min(tied, key=lambda c: (fashion.get(c, float("inf")) if fashion else 0, mnist[c]))
+        o, lr = stated.split()
+        assert (o, float(lr)) == pick, f"{name}: the table states {stated}, its cells give {pick}"
+        out[name] = pick
+    return out
+
+
+def test_the_rule_of_the_defaults_table_picks_what_a_user_would():
+    d = _measured_defaults()
+    assert set(d) == {"allreduce", "delay", "async"}
+    assert d["delay"] == ("adam", 0.004)       # the MNIST tie (1.473 vs 1.476) decided by Fashion-MNIST
+
+
+@pytest.mark.parametrize("sync", ["allreduce", "delay", "async"])
+def test_each_sync_option_defaults_to_its_best_measured_cell(tmp_path, sync):
+    optimizer, lr = _measured_defaults()[sync]
+    trial = _trial(tmp_path, f"+sync={sync}")
+    assert (trial.settings.optimizer, trial.settings.lr) == (optimizer, lr)
+    assert (trial.cfg.train.batch_policy, trial.cfg.train.global_batch_max) == ("hybrid", 256)
+
+
 @pytest.mark.parametrize("sync", ["allreduce", "delay", "async"])
 def test_each_sync_option_brings_its_measured_training_defaults_and_the_command_line_wins(tmp_path, sync):
     """The values are the best cells of docs/benchmarks/sync_tuned.md (MNIST, W = 8 equal / 16 mixed)."""
