@@ -4,7 +4,7 @@ the same settings and ``hardware.emulated_step_s``. Measured (MPI rows: real ran
 Horovod/MPI messages, sleeps that set each rank's speed) vs emulated (virtual clock).
 
     PYTHONPATH=. python benchmarks/sync_mpi_check.py              # W = 4; each sync option with its own
-                                                                  # defaults (conf/sync/*.yaml; ~15 min here)
+                                                                  # defaults (conf/sync/*.yaml; ~4 min here)
     ... --workers 2,4 --rules 'nesterov:0.05:hybrid'              # these rules, crossed with every strategy
 """
 
