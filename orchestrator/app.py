@@ -296,8 +296,10 @@ def main() -> None:
     def _hydra_main(cfg) -> float:
         return _task(cfg)
 
-    from orchestrator.tracking.sweep import OUTCOME
+    from orchestrator.tracking.sweep import OUTCOME, guard_optuna_best_trial
 
+    if {"-m", "--multirun"} & set(sys.argv[1:]):
+        guard_optuna_best_trial()
     try:
         _hydra_main()
     except KeyboardInterrupt:
@@ -310,5 +312,5 @@ def main() -> None:
                 pass
         _kill_parent_run()
         sys.exit(Interrupt.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
-    if OUTCOME.get("failed"):
+    if OUTCOME.get("failed") or OUTCOME.get("no_value"):
         sys.exit(1)  # a sweep with a failed trial (the summary line is printed)

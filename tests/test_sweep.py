@@ -40,3 +40,18 @@ def test_a_failing_trial_does_not_stop_the_sweep(workdir):
     failed = next(c for c in children if c.info.status == "FAILED")
     assert "dataset.path" in failed.data.tags["orchestrator.error"]
     assert parent.data.metrics["sweep.failed_trials"] == 1
+
+
+@pytest.mark.slow
+def test_an_optuna_sweep_without_any_value_ends_with_one_line_not_a_traceback(workdir):
+    """No trial reaches its target, so Optuna's study has no best trial: one line, exit 1, runs closed."""
+    out = run_cli(workdir, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1",
+                  "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=none",
+                  "train.lr=interval(0.05,0.2)", "train.target_accuracy=0.99", "train.budget_updates=4",
+                  "train.eval_every=2", "train.eval_samples=200", timeout=600)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert ("error: no trial of the Optuna sweep reported speedup (each failed or missed its "
+            "target), so the study has no best trial") in out.stderr, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    parent, children = _parent_and_children(workdir)
+    assert parent.info.status == "FINISHED" and [c.info.status for c in children] == ["FINISHED"]

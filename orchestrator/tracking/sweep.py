@@ -107,6 +107,41 @@ class SweepCallback(Callback):
         print(line, file=sys.stderr, flush=True)
 
 
+# What optuna's Study.best_trial raises when no trial completed (RDB storage / in-memory storage).
+_NO_BEST = ("Record does not exist.", "No trials are completed yet.")
+
+
+def guard_optuna_best_trial() -> None:
+    """Hydra's Optuna sweeper ends by reading ``study.best_trial``, which raises a ValueError (and Hydra
+    prints its traceback) when no trial reported a value: every trial failed or missed its objective.
+    Turn that into one line naming the objective, and let the entry point exit 1 (``OUTCOME["no_value"]``);
+    the trials' runs and the sweep's table are already in the store and on the screen."""
+    try:
+        from hydra_plugins.hydra_optuna_sweeper import _impl
+    except ImportError:  # the sweeper plugin is optional for a sweep that does not use it
+        return
+    sweep = _impl.OptunaSweeperImpl.sweep
+    if getattr(sweep, "orchestrator_guard", False):
+        return
+
+    def guarded(self: Any, arguments: Any) -> None:
+        try:
+            sweep(self, arguments)
+        except ValueError as exc:
+            if str(exc) not in _NO_BEST:
+                raise
+            from omegaconf import OmegaConf
+
+            metric = OmegaConf.select(self.config, "objective.metric", default="the objective")
+            print(f"error: no trial of the Optuna sweep reported {metric} (each failed or missed its target), so "
+                  "the study has no best trial; widen the search space or the budget (train.budget_updates)",
+                  file=sys.stderr, flush=True)
+            OUTCOME["no_value"] = True
+
+    guarded.orchestrator_guard = True  # type: ignore[attr-defined]
+    _impl.OptunaSweeperImpl.sweep = guarded
+
+
 STUDY_ENV = "ORCHESTRATOR_OPTUNA_STUDY"   # '["storage", "study name"]' of the running Optuna sweep
 VALUE_ATTR = "orchestrator.value"
 OWNER_ATTR = "orchestrator.owner"   # "host pid start" of the process running the trial
