@@ -64,14 +64,13 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in strategies]
     if unknown:
         p.error(f"--strategies: unknown {', '.join(unknown)} (accepted: {', '.join(strategies)})")
+    by_rule: dict[str, list[str]] = {}   # rule -> the strategies run with it (sharing its W=1 runs)
     if a.rules:
-        plan = [(rule, names) for rule in a.rules.split(",")]
-    else:   # each option with its defaults; options that share a rule share its W=1 runs
-        plan = {}
+        by_rule = {rule: names for rule in a.rules.split(",")}
+    else:   # each option with its own defaults
         for name in names:
-            plan.setdefault(default_rule(name), []).append(name)
-        plan = list(plan.items())
-    for rule, rule_names in plan:
+            by_rule.setdefault(default_rule(name), []).append(name)
+    for rule, rule_names in by_rule.items():
         opt, lr, policy = rule.split(":")
         train = {"optimizer": opt, "lr": float(lr), "batch_policy": policy, "global_batch_max": 256, "eval_samples": None,
                  "eval_every": 16, "budget_s": 400}

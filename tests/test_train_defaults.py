@@ -84,7 +84,8 @@ def test_each_sync_option_defaults_to_its_best_measured_cell(tmp_path, sync):
 
 @pytest.mark.parametrize("sync", ["allreduce", "delay", "async"])
 def test_each_sync_option_brings_its_measured_training_defaults_and_the_command_line_wins(tmp_path, sync):
-    """The values are the best cells of docs/benchmarks/sync_tuned.md (MNIST, W = 8 equal / 16 mixed)."""
+    """Every train.* key of conf/sync/NAME.yaml reaches the trial (that they are the measured best cells is
+    test_each_sync_option_defaults_to_its_best_measured_cell's)."""
     import yaml
 
     preset = yaml.safe_load((Path(__file__).parents[1] / "conf" / "sync" / f"{sync}.yaml").read_text())["train"]
