@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.links import ConstantLink, ring_allreduce_time
 
 GBIT = 1e9 / 8                       # bytes/s in one Gbit/s
 DEFAULT_BANDWIDTH_GBPS = 10.0
@@ -91,7 +92,7 @@ def ring_allreduce_s(nbytes: float, workers: int, bandwidth: float, latency_s: f
     """Ring allreduce: 2(W-1) steps (reduce-scatter, all-gather), each moving n/W bytes on every link."""
     if workers <= 1:
         return 0.0
-    return 2.0 * (workers - 1) / workers * nbytes / bandwidth + 2.0 * (workers - 1) * latency_s
+    return ring_allreduce_time(ConstantLink(bandwidth, latency_s), nbytes, workers)
 
 
 def allreduce_s(nbytes: float, net: Network, workers: list[int] | None = None) -> float:

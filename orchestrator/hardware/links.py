@@ -1,0 +1,118 @@
+"""One link and collective cost model, shared by the sync virtual clock and the plan simulator.
+
+A link answers one question, ``time(nbytes)``: how long a message of ``nbytes`` takes from one end to
+the other. Two kinds:
+
+- ``ConstantLink``: ``latency + n / B`` (the alpha-beta model, Hockney 1994);
+- ``FittedLink``: the bandwidth depends on the message size, fitted to measurements as
+  ``B(n) [GB/s] = a x^2 + b x + c`` with ``x = log2(n / 1e6)`` (Sailor, SOSP'25, the format of its
+  ``multizone_bandwidths_het.json`` / ``intra_node_bandwidths.json``), capped at the fit's measured
+  maximum and floored at 1% of it, so that an extrapolated fit never goes to zero or negative.
+
+Collectives on top of any link (formulas in docs/plans.md):
+
+- ring all-reduce of ``n`` bytes over ``k`` members: ``2 (k-1) * t(n / k)`` (Patarasuk and Yuan 2009:
+  reduce-scatter then all-gather, ``k-1`` steps each, every step moves ``n/k`` bytes on every link);
+- bucketed: the message cut into buckets of at most ``bucket`` bytes, reduced one after the other
+  (DeepSpeed's ``allreduce_bucket_size``, PyTorch DDP's buckets);
+- hierarchical, for ``k = nodes x per_node`` members: a ring reduce-scatter inside each node, a ring
+  all-reduce of ``n / per_node`` bytes across nodes, a ring all-gather inside each node
+  (NCCL's tree/ring hybrid, Horovod's hierarchical all-reduce).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class ConstantLink:
+    """latency + bytes / bandwidth."""
+
+    bandwidth: float                    # bytes/s
+    latency_s: float = 0.0
+
+    def bandwidth_at(self, nbytes: float) -> float:  # noqa: ARG002
+        return self.bandwidth
+
+    def time(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return self.latency_s + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True)
+class FittedLink:
+    """A bandwidth that depends on the message size: ``B(n) = a x^2 + b x + c`` GB/s, ``x = log2(n/1e6)``."""
+
+    coeffs: tuple[float, ...]            # highest power first (a, b, c)
+    max_bandwidth: float = math.inf      # bytes/s: the largest measured; the fit is capped there
+    latency_s: float = 0.0
+
+    def raw_bandwidth(self, nbytes: float) -> float:
+        """The fit itself, uncapped (bytes/s): what Sailor's simulator uses."""
+        x = math.log2(nbytes / 1e6)
+        gbps = 0.0
+        for c in self.coeffs:
+            gbps = gbps * x + c
+        return gbps * GB
+
+    def bandwidth_at(self, nbytes: float) -> float:
+        bw = self.raw_bandwidth(nbytes)
+        cap = self.max_bandwidth if math.isfinite(self.max_bandwidth) else abs(bw)
+        return min(max(bw, 0.01 * cap), cap) if cap > 0 else bw
+
+    def time(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return self.latency_s + nbytes / self.bandwidth_at(nbytes)
+
+
+Link = ConstantLink | FittedLink
+
+
+def p2p_time(link: Link, nbytes: float) -> float:
+    """One point-to-point message."""
+    return link.time(nbytes)
+
+
+def ring_allreduce_time(link: Link, nbytes: float, members: int) -> float:
+    """Ring all-reduce of ``nbytes`` over ``members``: ``2 (k-1) t(n/k)``."""
+    if members <= 1 or nbytes <= 0:
+        return 0.0
+    return 2.0 * (members - 1) * link.time(nbytes / members)
+
+
+def ring_half_time(link: Link, nbytes: float, members: int) -> float:
+    """A ring reduce-scatter (or all-gather) alone: ``(k-1) t(n/k)``."""
+    if members <= 1 or nbytes <= 0:
+        return 0.0
+    return (members - 1) * link.time(nbytes / members)
+
+
+def buckets(nbytes: float, bucket: float) -> list[float]:
+    """``nbytes`` cut into buckets of at most ``bucket`` bytes (the last one smaller)."""
+    if nbytes <= 0:
+        return []
+    if not math.isfinite(bucket) or bucket <= 0 or nbytes <= bucket:
+        return [nbytes]
+    full = int(nbytes // bucket)
+    rest = nbytes - full * bucket
+    return [bucket] * full + ([rest] if rest > 0 else [])
+
+
+def bucketed_allreduce_time(link: Link, nbytes: float, members: int, bucket: float = math.inf) -> float:
+    """Ring all-reduce of each bucket in turn."""
+    return sum(ring_allreduce_time(link, b, members) for b in buckets(nbytes, bucket))
+
+
+def hierarchical_allreduce_time(intra: Link, inter: Link, nbytes: float, nodes: int, per_node: int,
+                                bucket: float = math.inf) -> float:
+    """Reduce-scatter inside each node, all-reduce of a 1/per_node shard across nodes, all-gather inside."""
+    total = 0.0
+    for b in buckets(nbytes, bucket):
+        total += 2.0 * ring_half_time(intra, b, per_node) + ring_allreduce_time(inter, b / max(per_node, 1), nodes)
+    return total

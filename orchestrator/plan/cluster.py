@@ -1,0 +1,219 @@
+"""A cluster of mixed GPUs: node types (GPUs per node, memory per GPU, USD per GPU-hour), how many GPUs of
+each type sit in each zone, and the links between them, whose bandwidth may depend on the message size.
+
+Two sources (docs/plans.md, "Describing a cluster"):
+
+- a directory laid out like Sailor's public data (``cluster/basic_cluster_config.json``,
+  ``network/multizone_bandwidths_het.json``, ``network/intra_node_bandwidths.json``,
+  ``network/communication_cost.json``): ``GpuCluster.from_directory``;
+- a YAML file a user writes by hand: ``GpuCluster.from_yaml`` (node types, GPU counts, links given as
+  a constant bandwidth and latency or as a fit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.hardware.links import GB, ConstantLink, FittedLink, Link
+
+DEFAULT_ZONE = "us-central1-a"
+# USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed
+# here has no price unless the cluster file gives one.
+PRICES = {"A100-40": 3.673385, "V100-16": 2.859998, "GH-96": 11.06}
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: str
+    gpus_per_node: int
+    memory_bytes: float
+    usd_per_gpu_hour: float | None = None
+
+
+@dataclass
+class Network:
+    """Links between nodes (``inter``) and inside one node (``intra``), and the USD per GB between zones.
+
+    ``inter[src_zone][src_type][src_gpus][dst_zone][dst_type][dst_gpus]`` and ``intra[type][gpus]`` hold
+    a ``Link`` each (``src_gpus``: GPUs of the sending node that take part; Sailor's key); ``default_inter``
+    and ``default_intra`` answer where no entry is given (a hand-written cluster), else a missing entry
+    is an error naming it."""
+
+    inter: dict[str, Any] = field(default_factory=dict)
+    intra: dict[str, dict[int, Link]] = field(default_factory=dict)
+    egress_usd_per_gb: dict[str, dict[str, float]] = field(default_factory=dict)
+    default_inter: Link | None = None
+    default_intra: Link | None = None
+
+    def inter_link(self, src_zone: str, src_type: str, src_gpus: int, dst_zone: str, dst_type: str,
+                   dst_gpus: int) -> Link:
+        node: Any = self.inter
+        for key in (src_zone, src_type, str(src_gpus), dst_zone, dst_type, str(dst_gpus)):
+            if not isinstance(node, dict) or key not in node:
+                if self.default_inter is not None:
+                    return self.default_inter
+                raise WorkloadError(f"no link fit from {src_type} x{src_gpus} in {src_zone} to {dst_type} x{dst_gpus} "
+                                    f"in {dst_zone} (missing key {key!r} in the network file)")
+            node = node[key]
+        return node
+
+    def intra_link(self, gpu_type: str, gpus: int) -> Link:
+        per = self.intra.get(gpu_type, {})
+        if gpus in per:
+            return per[gpus]
+        larger = sorted(g for g in per if g >= gpus)
+        if larger:                                   # a subset of a node: its smallest measured group above
+            return per[larger[0]]
+        if self.default_intra is not None:
+            return self.default_intra
+        raise WorkloadError(f"no intra-node link fit for {gpus} GPUs of type {gpu_type}")
+
+    def egress(self, src_zone: str, dst_zone: str) -> float:
+        return float(self.egress_usd_per_gb.get(src_zone, {}).get(dst_zone, 0.0))
+
+
+@dataclass
+class GpuCluster:
+    """GPU types, counts per (type, zone), and the network."""
+
+    name: str
+    types: dict[str, GpuType]
+    gpus: dict[tuple[str, str], int]          # (type, zone) -> GPUs available
+    network: Network
+    zone: str = DEFAULT_ZONE                  # the zone a GPU count without one is in
+
+    def gpu_type(self, name: str) -> GpuType:
+        if name not in self.types:
+            raise ConfigError(f"unknown GPU type {name!r} (the cluster knows: {', '.join(sorted(self.types))})")
+        return self.types[name]
+
+    def count(self, gpu_type: str | None = None) -> int:
+        return sum(n for (t, _), n in self.gpus.items() if gpu_type is None or t == gpu_type)
+
+    def with_gpus(self, gpus: Any) -> GpuCluster:
+        """This cluster with the GPU counts ``gpus``: ``{TYPE: N}`` or ``{TYPE: {ZONE: N}}``."""
+        counts: dict[tuple[str, str], int] = {}
+        if not hasattr(gpus, "items"):
+            raise ConfigError(f"hardware.gpus={gpus!r} must be a mapping {{GPU type: count}}, e.g. {{A100-40: 32}}")
+        for t, v in gpus.items():
+            self.gpu_type(str(t))
+            per_zone = v.items() if hasattr(v, "items") else [(self.zone, v)]
+            for z, n in per_zone:
+                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                    raise ConfigError(f"hardware.gpus.{t}={n!r} must be a whole number >= 0")
+                counts[(str(t), str(z))] = counts.get((str(t), str(z)), 0) + int(n)
+        return GpuCluster(self.name, self.types, counts, self.network, self.zone)
+
+    def describe(self) -> str:
+        parts = [f"{n} {t}" + (f" ({z})" if z != self.zone else "") for (t, z), n in sorted(self.gpus.items()) if n]
+        return " + ".join(parts) or "no GPUs"
+
+    # -- readers ---------------------------------------------------------------------------------
+    @classmethod
+    def from_directory(cls, path: str | Path) -> GpuCluster:
+        """A directory laid out like ``shared/workloads/sailor`` (its README lists the files)."""
+        root = Path(path)
+        if not root.is_dir():
+            raise ConfigError(f"hardware.data={str(path)!r} is not a directory")
+        basic = _json(root / "cluster" / "basic_cluster_config.json")
+        zone = str(basic.get("zone", DEFAULT_ZONE))
+        types = {}
+        for name, spec in basic.items():
+            if not isinstance(spec, dict):
+                continue
+            try:
+                types[name] = GpuType(name, int(spec["gpus_per_node"]), float(spec["mem_per_gpu"]), PRICES.get(name))
+            except (KeyError, TypeError, ValueError):
+                raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: GPU type {name!r} needs "
+                                    "gpus_per_node and mem_per_gpu numbers") from None
+        inter_raw = _json(root / "network" / "multizone_bandwidths_het.json")
+        intra_raw = _json(root / "network" / "intra_node_bandwidths.json")
+        cost_file = root / "network" / "communication_cost.json"
+        egress = _json(cost_file) if cost_file.exists() else {}
+        network = Network(inter=_fits(inter_raw, 6, root / "network" / "multizone_bandwidths_het.json"),
+                          intra={t: {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
+                                 for t, per in intra_raw.items()},
+                          egress_usd_per_gb=egress)
+        return cls(root.name, types, {}, network, zone)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> GpuCluster:
+        """A cluster described by hand (format in docs/plans.md)."""
+        import yaml
+
+        p = Path(path)
+        try:
+            doc = yaml.safe_load(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"hardware.file={str(path)!r} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise WorkloadError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("node_types"), dict):
+            raise WorkloadError(f"{p}: a cluster file needs a mapping 'node_types: {{TYPE: {{gpus_per_node, memory_GB}}}}'")
+        zone = str(doc.get("zone", DEFAULT_ZONE))
+        types = {}
+        for name, spec in doc["node_types"].items():
+            try:
+                price = spec.get("usd_per_gpu_hour", PRICES.get(name))
+                types[str(name)] = GpuType(str(name), int(spec["gpus_per_node"]), float(spec["memory_GB"]) * 1024 ** 3,
+                                           None if price is None else float(price))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise WorkloadError(f"{p}: node type {name!r} needs gpus_per_node and memory_GB numbers") from None
+        links = doc.get("links") or {}
+        intra: dict[str, dict[int, Link]] = {}
+        for t, spec in (links.get("intra") or {}).items():
+            link = _link_spec(spec, f"{p}: links.intra.{t}")
+            intra[str(t)] = {g: link for g in (2, 4, 8, 16)}
+        network = Network(intra=intra, egress_usd_per_gb=doc.get("egress_usd_per_gb") or {},
+                          default_inter=_link_spec(links.get("inter", {"bandwidth_GBps": 3.0}), f"{p}: links.inter"),
+                          default_intra=_link_spec(links.get("intra_default", {"bandwidth_GBps": 100.0}),
+                                                   f"{p}: links.intra_default"))
+        cluster = cls(str(doc.get("name", p.stem)), types, {}, network, zone)
+        return cluster.with_gpus(doc["gpus"]) if doc.get("gpus") else cluster
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorkloadError(f"{path} does not exist (a cluster directory needs it)") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _fit(value: Any, where: str) -> FittedLink:
+    try:
+        coeffs, max_bw = value
+        return FittedLink(tuple(float(c) for c in coeffs), float(max_bw))
+    except (TypeError, ValueError):
+        raise WorkloadError(f"link fit {where}: expected [[a, b, c], max_bytes_per_s], got {value!r}"[:200]) from None
+
+
+def _fits(node: Any, depth: int, path: Path, where: str = "") -> Any:
+    if depth == 0:
+        return _fit(node, f"{path}{where}")
+    if not isinstance(node, dict):
+        raise WorkloadError(f"{path}: expected a mapping at {where or 'the top'}")
+    return {str(k): _fits(v, depth - 1, path, f"{where}[{k}]") for k, v in node.items()}
+
+
+def _link_spec(spec: Any, where: str) -> Link:
+    """``{bandwidth_GBps, latency_us}`` or ``{fit: [a, b, c], max_GBps}``."""
+    if not isinstance(spec, dict):
+        raise WorkloadError(f"{where}: a link is {{bandwidth_GBps: B, latency_us: L}} or {{fit: [a, b, c], max_GBps: M}}")
+    try:
+        latency = float(spec.get("latency_us", 0.0)) * 1e-6
+        if "fit" in spec:
+            cap = float(spec.get("max_GBps", math.inf)) * GB
+            return FittedLink(tuple(float(c) for c in spec["fit"]), cap, latency)
+        bw = float(spec["bandwidth_GBps"]) * GB
+    except (KeyError, TypeError, ValueError):
+        raise WorkloadError(f"{where}: a link is {{bandwidth_GBps: B, latency_us: L}} or {{fit: [a, b, c], max_GBps: M}}") from None
+    if not bw > 0:
+        raise WorkloadError(f"{where}: bandwidth_GBps must be > 0")
+    return ConstantLink(bw, latency)

@@ -1,0 +1,147 @@
+"""A layered profile of a model: per layer, GPU type, micro-batch size and tensor-parallel degree, the
+forward, backward and optimizer-update seconds; per layer and TP degree, the parameters one GPU holds, the
+activation sent to the next stage and the activation memory kept per sample for the backward pass.
+
+Read from a directory laid out like Sailor's public data (``profiles_tmp.json``, ``llm_info.json``,
+``cluster/training_config_*.json``), for any model and GPU type those files hold; or derived from one of
+the project's layer graphs and device profiles (``LayeredProfile.from_layers``). A missing entry is an
+error naming it, never a silent zero.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ConfigError, WorkloadError
+
+
+class ProfileMissing(WorkloadError):
+    """The profile has no entry for a (model, GPU type, micro-batch size, TP degree)."""
+
+
+@dataclass(frozen=True)
+class LayerSizes:
+    """Per layer, for one TP degree: floats of the parameters one GPU holds, of the output activation
+    (what a stage boundary sends per sample), and of the activation memory kept per sample."""
+
+    params: tuple[float, ...]
+    act_output: tuple[float, ...]
+    act_mem: tuple[float, ...]
+
+
+@dataclass
+class LayeredProfile:
+    model: str
+    num_layers: int
+    # times[gpu][mbs][tp] = ((fwd_s, bwd_s, update_s) per layer)
+    times: dict[str, dict[int, dict[int, tuple[tuple[float, float, float], ...]]]]
+    sizes: dict[int, LayerSizes]                     # per TP degree
+    global_batch: int | None = None
+    optimizer: str = "adam"
+    float_bytes: int = 4                             # fp32 training (Sailor's published runs)
+    hidden: int | None = None
+    sequence: int | None = None
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- lookups ----------------------------------------------------------------------------------
+    @property
+    def gpu_types(self) -> list[str]:
+        return sorted(self.times)
+
+    def has(self, gpu: str, mbs: int, tp: int) -> bool:
+        return tp in self.times.get(gpu, {}).get(mbs, {}) and tp in self.sizes
+
+    def layer_times(self, gpu: str, mbs: int, tp: int) -> tuple[tuple[float, float, float], ...]:
+        try:
+            return self.times[gpu][mbs][tp]
+        except KeyError:
+            if gpu not in self.times:
+                raise ProfileMissing(f"model {self.model} has no profile on GPU type {gpu!r} "
+                                     f"(profiled: {', '.join(self.gpu_types) or 'none'})") from None
+            if mbs not in self.times[gpu]:
+                raise ProfileMissing(f"model {self.model} on {gpu}: no profile at micro-batch size {mbs} "
+                                     f"(profiled: {sorted(self.times[gpu])})") from None
+            raise ProfileMissing(f"model {self.model} on {gpu}, micro-batch {mbs}: no profile at TP degree {tp} "
+                                 f"(profiled: {sorted(self.times[gpu][mbs])})") from None
+
+    def layer_sizes(self, tp: int) -> LayerSizes:
+        if tp not in self.sizes:
+            raise ProfileMissing(f"model {self.model}: no layer sizes at TP degree {tp} (known: {sorted(self.sizes)})")
+        return self.sizes[tp]
+
+    def micro_batches(self, gpu: str) -> list[int]:
+        return sorted(self.times.get(gpu, {}))
+
+    def tp_degrees(self, gpu: str, mbs: int) -> list[int]:
+        return sorted(t for t in self.times.get(gpu, {}).get(mbs, {}) if t in self.sizes)
+
+    # -- readers ----------------------------------------------------------------------------------
+    @classmethod
+    def from_directory(cls, path: str | Path, model: str) -> LayeredProfile:
+        """``model`` from a directory laid out like ``shared/workloads/sailor``."""
+        root = Path(path)
+        if not root.is_dir():
+            raise ConfigError(f"model.data={str(path)!r} is not a directory")
+        profiles = _json(root / "profiles_tmp.json")
+        info = _json(root / "llm_info.json")
+        if model not in profiles or model not in info:
+            known = sorted(set(profiles) & set(info))
+            raise ConfigError(f"unknown model.name {model!r} in {root} (profiled: {', '.join(known) or 'none'})")
+        sizes: dict[int, LayerSizes] = {}
+        num_layers = None
+        for tp, layers in info[model].items():
+            try:
+                ids = sorted(int(k) for k in layers)
+                rows = [layers[str(i)] for i in ids]
+                sizes[int(tp)] = LayerSizes(tuple(float(r["params_floats"]) for r in rows),
+                                            tuple(float(r["act_output_floats"]) for r in rows),
+                                            tuple(float(r["act_mem_floats"]) for r in rows))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise WorkloadError(f"{root / 'llm_info.json'}: {model} at TP {tp}: every layer needs params_floats, "
+                                    "act_output_floats and act_mem_floats") from None
+            if ids != list(range(len(ids))):
+                raise WorkloadError(f"{root / 'llm_info.json'}: {model} at TP {tp}: layers must be 0..L-1, got {ids[:5]}...")
+            num_layers = len(ids) if num_layers is None else num_layers
+            if len(ids) != num_layers:
+                raise WorkloadError(f"{root / 'llm_info.json'}: {model}: TP {tp} has {len(ids)} layers, not {num_layers}")
+        times: dict[str, dict[int, dict[int, tuple[tuple[float, float, float], ...]]]] = {}
+        for gpu, per_mbs in profiles[model].items():
+            for mbs, per_tp in per_mbs.items():
+                for tp, layers in per_tp.items():
+                    try:
+                        rows = tuple(tuple(float(x) for x in layers[str(i)][:3]) for i in range(num_layers or 0))
+                    except (KeyError, TypeError, ValueError):
+                        raise WorkloadError(f"{root / 'profiles_tmp.json'}: {model} on {gpu}, mbs {mbs}, TP {tp}: "
+                                            f"needs [fwd, bwd, update] for each of its {num_layers} layers") from None
+                    if any(len(r) != 3 for r in rows):
+                        raise WorkloadError(f"{root / 'profiles_tmp.json'}: {model} on {gpu}, mbs {mbs}, TP {tp}: "
+                                            "each layer needs [fwd_s, bwd_s, update_s]")
+                    times.setdefault(gpu, {}).setdefault(int(mbs), {})[int(tp)] = rows  # type: ignore[assignment]
+        train = _training_config(root, model)
+        return cls(model=model, num_layers=int(num_layers or 0), times=times, sizes=sizes,
+                   global_batch=int(train["global_batch_size"]) if "global_batch_size" in train else None,
+                   optimizer=str(train.get("optimizer", "adam")).lower(),
+                   hidden=train.get("hidden_size"), sequence=train.get("sequence_length"),
+                   source=str(root))
+
+
+def _training_config(root: Path, model: str) -> dict[str, Any]:
+    """The ``cluster/training_config_*.json`` whose ``model`` is ``model`` ({} when none)."""
+    for p in sorted((root / "cluster").glob("training_config_*.json")):
+        doc = _json(p)
+        if isinstance(doc, dict) and doc.get("model") == model:
+            return doc
+    return {}
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorkloadError(f"{path} does not exist (a profile directory needs it)") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None

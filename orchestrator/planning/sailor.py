@@ -1,0 +1,146 @@
+"""Sailor's published simulator (Strati et al., SOSP'25, arXiv 2504.17096; ``runtime_simulator.py`` and
+``check_config_fits`` of eth-easl/sailor), written again from the paper's and the code's formulas so that
+any plan's figure on the anchor's own metric is one option away (``planner.simulator=sailor``).
+
+Its rules (docs/plans.md, "Sailor's simulator"), kept as published, including what we think is wrong:
+
+- micro-batches ``m = ceil(B / (mbs * dp0 * P))`` with ``dp0`` the first stage's replicas and ``P`` pipelines;
+- per pipeline ``T_pp = (m-1) * max_s (c_s + k_s) + sum_s k_s + sum_s c_s + max_s u_s``, ``c_s`` a replica's
+  forward + backward (the slowest replica), ``k_s`` its point-to-point sends (stage 0: one activation, or two
+  when more than 3 stages; last: two gradients; others: one of each), ``u_s`` the profiled update;
+- sends and all-reduces on the inter-node fit (never intra-node), uncapped; activation bytes at TP 1;
+- ``T_sync`` = the slowest stage's bucketed ring all-reduce (buckets of 5e8 bytes, stage bytes divided by
+  the smallest TP degree, at most 4) + a ring across pipelines of the largest pipeline's stages;
+- memory: ``24 x params`` (Adam: fp32 model, 2 states, gradients, comm buffer, DeepSpeed's copies) plus the
+  stage's activations times ``S - s`` in-flight micro-batches, plus 5.06 GB (Megatron's kernels); the
+  planner's fit rule uses 2 GB (TP 1) or 3 GB instead.
+
+One deviation: a profile entry the plan needs and the files lack is an error here (Sailor reads it as 0 s).
+"""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.hardware.links import FittedLink, Link, bucketed_allreduce_time
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.planning.estimate import PlanEstimate, StageFigures, usd_per_iteration
+
+BUCKET_BYTES = 5e8
+KERNEL_BYTES = 4.76e9 + 300e6
+
+
+def _raw(link: Link) -> Link:
+    """Sailor evaluates its fits uncapped."""
+    return FittedLink(link.coeffs) if isinstance(link, FittedLink) else link
+
+
+class SailorSimulator:
+    name = "sailor"
+
+    def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+                 timeline: bool = False) -> PlanEstimate:  # noqa: ARG002 (no timeline: Sailor's is a formula)
+        net = cluster.network
+        fb = profile.float_bytes
+        act1 = profile.layer_sizes(1).act_output
+        params1 = profile.layer_sizes(1).params
+        dp0 = plan.pipelines[-1].stages[0].dp
+        m = math.ceil(global_batch / (plan.mbs * dp0 * len(plan.pipelines)))
+        figures: list[StageFigures] = []
+        pipeline_s = []
+        for pi, p in enumerate(plan.pipelines):
+            comp, upd, gpus = [], [], []
+            for s in p.stages:
+                c = u = 0.0
+                slow = s.replicas[0].gpu
+                for r in s.replicas:
+                    t = profile.layer_times(r.gpu, plan.mbs, r.tp)
+                    cr = sum(t[layer][0] + t[layer][1] for layer in s.layers)
+                    if cr > c:
+                        c, slow = cr, r.gpu
+                    u = max(u, t[s.layers[0]][2])
+                comp.append(c)
+                upd.append(u)
+                gpus.append(slow)
+            sends = _sends(plan, pi, act1, fb, net)
+            straggler = max(c + k for c, k in zip(comp, sends))
+            t_pp = (m - 1) * straggler + sum(sends) + sum(comp) + max(upd)
+            pipeline_s.append(t_pp)
+            ars = _stage_allreduce(p, params1, fb, net)
+            for si, s in enumerate(p.stages):
+                mem = max(self.memory(plan, profile, pi, si, r.tp) for r in s.replicas)
+                limit = min(cluster.gpu_type(r.gpu).memory_bytes for r in s.replicas)
+                figures.append(StageFigures(pi, si, gpus[si], m, m * comp[si], m * sends[si], ars[si], upd[si], mem, limit))
+        t_sync = max(max(_stage_allreduce(p, params1, fb, net), default=0.0) for p in plan.pipelines)
+        t_sync += _cross_pipeline(plan, params1, fb, net)
+        iteration = max(pipeline_s) + t_sync
+        work = sum(f.compute_s for f in figures)
+        busy = sum(len(p.stages) for p in plan.pipelines) * iteration
+        return PlanEstimate(iteration, self.name, figures, global_batch, usd_per_iteration(plan, cluster, iteration),
+                            bubble_fraction=max(0.0, 1.0 - work / busy) if busy else 0.0,
+                            pipeline_s=pipeline_s, sync_s=t_sync)
+
+    @staticmethod
+    def memory(plan: Plan, profile: LayeredProfile, pipeline: int, stage: int, tp: int) -> float:
+        """Sailor's validation figure of one GPU's peak memory (``get_memory_footprint_on_gpu``)."""
+        p = plan.pipelines[pipeline]
+        s = p.stages[stage]
+        sizes = profile.layer_sizes(tp)
+        multiplier = (4 if profile.optimizer == "sgd" else 8) + 4 + 4 + 4 + 4
+        params = sum(sizes.params[layer] for layer in s.layers)
+        act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.float_bytes
+        return params * multiplier + act * (len(p.stages) - stage) + KERNEL_BYTES
+
+
+def _link(net, a, b) -> Link:
+    return _raw(net.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu, min(b.tp, b.node_gpus)))
+
+
+def _sends(plan: Plan, pi: int, act1, fb: int, net) -> list[float]:
+    p = plan.pipelines[pi]
+    n = len(p.stages)
+    out = []
+    for i, s in enumerate(p.stages):
+        act_bytes = act1[s.layers[-1]] * fb * plan.mbs
+        grad_bytes = act1[s.layers[0]] * fb * plan.mbs
+        fwd = bwd = 0.0
+        if i < n - 1:
+            nxt = p.stages[i + 1]
+            fwd = max(_link(net, r, nxt.replicas[j % nxt.dp]).time(act_bytes) for j, r in enumerate(s.replicas))
+        if i > 0:
+            prv = p.stages[i - 1]
+            bwd = max(_link(net, r, prv.replicas[j % prv.dp]).time(grad_bytes) for j, r in enumerate(s.replicas))
+        if 0 < i < n - 1:
+            out.append(fwd + bwd)
+        elif i == n - 1:
+            out.append(2 * bwd)
+        else:
+            out.append(fwd if n <= 3 else 2 * fwd)
+    return out
+
+
+def _stage_allreduce(p, params1, fb: int, net) -> list[float]:
+    out = []
+    for s in p.stages:
+        tp_min = min([4] + [r.tp for r in s.replicas])
+        size = sum(params1[layer] * fb / tp_min for layer in s.layers)
+        t = 0.0
+        for j in range(s.dp - 1):
+            a, b = s.replicas[j], s.replicas[j + 1]
+            link = _raw(net.inter_link(a.zone, a.gpu, 1, b.zone, b.gpu, 1))
+            t = max(t, bucketed_allreduce_time(link, size, s.dp, BUCKET_BYTES))
+        out.append(t)
+    return out
+
+
+def _cross_pipeline(plan: Plan, params1, fb: int, net) -> float:
+    if len(plan.pipelines) <= 1:
+        return 0.0
+    longest = max(plan.pipelines, key=lambda p: len(p.stages))
+    t = 0.0
+    for s in longest.stages:
+        size = sum(params1[layer] * fb for layer in s.layers)
+        for r in s.replicas:
+            link = _raw(net.inter_link(r.zone, r.gpu, 1, r.zone, r.gpu, 1))
+            t = max(t, bucketed_allreduce_time(link, size, len(plan.pipelines), BUCKET_BYTES))
+    return t
