@@ -6,6 +6,7 @@ everything named here keeps its meaning within a major ``HOOKSPEC_VERSION``.
 extension point    registered with (``orchestrator.hookspecs``)           built as / must offer
 =================  =====================================================  =================================
 placer             ``orchestrator_placers() -> {name: "mod:Class"}``      ``Class(cfg.placer)``, ``Placer``
+planner            ``orchestrator_planners()``                            ``Class(cfg.planner)``, ``Planner``
 sync strategy      ``orchestrator_sync_strategies()``                     ``Class(cfg.sync)``, a subclass of
                                                                           ``CollectiveStrategy`` or
                                                                           ``ServerStrategy``
@@ -35,6 +36,9 @@ from orchestrator.models import ModelSpec
 from orchestrator.placement import Placement, PlacementContext
 from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
+from orchestrator.plan import GpuCluster, GpuType, LayeredProfile, Pipeline, Plan, Replica, Stage
+from orchestrator.planning.estimate import PlanEstimate, StageFigures
+from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.server import ParameterServer, StalenessGate
 from orchestrator.sync.strategy import CollectiveStrategy, Round, ServerStrategy, SyncStrategy
@@ -47,6 +51,8 @@ __all__ = [
     "TrainContext", "TrainResult", "TrainSettings", "ModelSpec",
     "OpGraph", "Node", "Edge", "Placement", "PlacementContext", "PlacementOutcome", "MicrobatchSpec",
     "Cluster", "Worker", "Device", "Link",
+    "Planner", "Plan", "Pipeline", "Stage", "Replica", "GpuCluster", "GpuType", "LayeredProfile", "PlanEstimate",
+    "StageFigures", "PlanEvaluator", "PlanObjective",
     "UserError", "ConfigError", "InfeasiblePlacementError", "WorkloadError",
 ]
 
@@ -89,6 +95,21 @@ class Placer(Protocol):
 
     def place(self, graph: OpGraph, worker: Worker, evaluator: Evaluator | None = None,
               context: PlacementContext | None = None) -> Placement:
+        ...
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """Plans the training of ``model`` (a layered profile) on ``cluster`` (GPU types, counts, links):
+    pipelines, stages, replicas, TP degrees, micro-batch size, batch split (``Plan``).
+
+    ``evaluator`` judges candidate plans (``evaluate`` or, inside a search, ``try_evaluate``, which skips
+    and counts a plan whose profile entries are missing); ``objective.score(estimate)`` ranks them (lower
+    is better; plans that do not fit score +inf). Return the chosen ``Plan``; raise
+    ``InfeasiblePlacementError`` when no plan fits."""
+
+    def plan(self, model: LayeredProfile, cluster: GpuCluster, objective: PlanObjective,
+             evaluator: PlanEvaluator) -> Plan:
         ...
 
 

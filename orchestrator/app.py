@@ -208,7 +208,7 @@ def _task(cfg) -> float:
         value = trial.run()
         from orchestrator.summary import trial_summary
 
-        print(trial_summary(trial.outcome, str(cfg.objective.metric), value), flush=True)
+        print(trial_summary(trial.outcome, trial.objective_metric, value), flush=True)
         return value
     except (UserError, WorkerFailedError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)

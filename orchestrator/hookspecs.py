@@ -52,6 +52,13 @@ def orchestrator_hardware_adapters() -> Mapping[str, Ref]:
 
 
 @hookspec
+def orchestrator_planners() -> Mapping[str, Ref]:
+    """Planners of plans for clusters of mixed GPUs, ``{name: "module:Class"}``; ``Class(cfg)`` with the
+    trial's ``planner`` node satisfies ``orchestrator.api.Planner``:
+    ``plan(model, cluster, objective, evaluator) -> Plan``."""
+
+
+@hookspec
 def orchestrator_models() -> Mapping[str, Ref]:
     """Model builders, ``{name: "module:function"}``; ``function(cfg)`` returns a ``ModelSpec``
     (see ``orchestrator.models``)."""

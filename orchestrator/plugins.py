@@ -26,6 +26,7 @@ KINDS = {
     "sync": "orchestrator_sync_strategies",
     "hardware": "orchestrator_hardware_adapters",
     "model": "orchestrator_models",
+    "planner": "orchestrator_planners",
 }
 
 

@@ -26,9 +26,49 @@ def _figures(tags: dict[str, str], runtime: str) -> str:
     return "; ".join(kinds) or tags.get("evaluator", "?")
 
 
+def plan_lines(outcome: dict[str, Any]) -> list[str]:
+    """What a planning trial planned, its figures and against what they were judged."""
+    m, t = outcome["metrics"], outcome["tags"]
+    est = outcome.get("plan")
+    sim = t.get("plan.simulator", "?")
+    lines = [f"  ran:      planner {t.get('planner')} for model {t.get('model')} on {t.get('plan.cluster', '?')} "
+             f"(hardware {t.get('hardware')}), objective {t.get('plan.objective', 'throughput')}",
+             f"  plan:     {t.get('plan.description', '?')}"[:600]]
+    if m.get("plan.fits") == 1.0:
+        lines.append(f"  result:   {_fmt(m.get('plan.iteration_s'), ' s')} per iteration of {int(m.get('plan.global_batch', 0))} "
+                     f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {int(m.get('plan.gpus', 0))} GPUs; "
+                     f"bubble {_fmt(100 * m.get('plan.bubble_fraction', 0.0))}%; "
+                     f"{_fmt(m.get('plan.usd_per_iteration'))} USD per iteration")
+    else:
+        lines.append(f"  result:   DOES NOT FIT in memory: {t.get('plan.violations', '?')}"[:600])
+        lines.append(f"            (it would take {_fmt(m.get('plan.iteration_s_if_it_fitted'), ' s')} per iteration if it fitted)")
+    peaks = ", ".join(f"{k.rsplit('.', 1)[-1]} {v / 2**30:.1f} GiB" for k, v in sorted(m.items())
+                      if k.startswith("plan.peak_memory_bytes."))
+    if peaks:
+        lines.append(f"  memory:   peak per GPU: {peaks}")
+    other = "sailor" if sim == "project" else "project"
+    if f"plan.iteration_s.{other}" in m:
+        lines.append(f"  judged:   {_fmt(m.get(f'plan.iteration_s.{sim}'), ' s')} by the {sim} simulator (the trial's), "
+                     f"{_fmt(m[f'plan.iteration_s.{other}'], ' s')} by the {other} simulator"
+                     + (" (Sailor's published cost model: the anchor's metric)" if other == "sailor" else ""))
+    lines.append(f"  search:   {_fmt(m.get('plan.search_time_s'), ' s')}, {int(m.get('plan.evaluations', 0))} plans judged"
+                 + (f", {int(m['plan.skipped_candidates'])} skipped (missing profile entries)"
+                    if m.get("plan.skipped_candidates") else ""))
+    if est is not None:
+        worst = max(est.stages, key=lambda s: s.compute_s + s.send_s)
+        lines.append(f"  where:    slowest stage p{worst.pipeline} s{worst.stage} ({worst.gpu}): compute {_fmt(worst.compute_s, ' s')}, "
+                     f"sends {_fmt(worst.send_s, ' s')}, all-reduce {_fmt(worst.allreduce_s, ' s')}, update {_fmt(worst.update_s, ' s')}")
+    lines.append(f"  figures:  simulated ({sim} simulator: cost model from profiled layers and fitted links; "
+                 "docs/benchmarks/plans.md has its error against measured GPU runs)")
+    return lines
+
+
 def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     m, t = outcome["metrics"], outcome["tags"]
     uri = outcome["uri"]
+    if outcome.get("runtime") == "plan":
+        lines = [f"trial finished: {objective} = {_fmt(value)}", *plan_lines(outcome)]
+        return "\n".join(lines + _where(outcome))
     ran = (f"placer {t.get('placer', 'none')}, sync {t.get('sync', 'none')} ({outcome['runtime']} runtime, "
            f"{outcome['workers']} worker{'s' if outcome['workers'] != 1 else ''}), hardware {t.get('hardware')}, "
            f"model {t.get('model')}")
@@ -67,7 +107,12 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     if t.get("train.reached_target") == "false":
         lines.append(f"  target:   MISSED (test accuracy {_fmt(outcome.get('target'))} not reached): {t.get('train.missed_target', '?')}")
     lines.append(f"  figures:  {_figures(t, outcome['runtime'])}")
-    lines.append(f"  run:      {outcome['run_id']} in {uri} (experiment {outcome['experiment']})")
+    return "\n".join(lines + _where(outcome))
+
+
+def _where(outcome: dict[str, Any]) -> list[str]:
+    uri = outcome["uri"]
+    lines = [f"  run:      {outcome['run_id']} in {uri} (experiment {outcome['experiment']})"]
     uri_arg = "" if uri == "sqlite:///mlflow.db" else f" --tracking-uri {uri}"
     lines.append(f"  look:     python -m orchestrator.report{uri_arg}")
     if outcome.get("experiment_id") is not None:
@@ -77,4 +122,4 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
             lines.append(f"            mlflow ui --backend-store-uri {uri}, then open {ui_link(outcome['experiment_id'])}")
         elif uri.startswith(("http://", "https://")):
             lines.append(f"            {ui_link(outcome['experiment_id'], uri.rstrip('/'))}")
-    return "\n".join(lines)
+    return lines

@@ -56,7 +56,9 @@ def _name(cfg: DictConfig, group: str) -> str | None:
         return None
     if not isinstance(node, DictConfig) or "name" not in node:
         raise ConfigError(f"config group {group!r} has no 'name' (got {OmegaConf.to_yaml(node).strip()[:80]!r})")
-    return str(node.name)
+    # an option whose 'name' means something else (model=llm: the model in the profile files) names
+    # its plugin under 'plugin'
+    return str(node.get("plugin") or node.name)
 
 
 def _build(group: str, cls, cfg: DictConfig):
@@ -92,7 +94,7 @@ class Trial:
     def __init__(self, cfg: DictConfig, output_dir: Path):
         self.cfg = cfg
         self.output_dir = output_dir
-        self.names = {g: _name(cfg, g) for g in ("placer", "sync", "hardware", "model")}
+        self.names = {g: _name(cfg, g) for g in ("placer", "sync", "hardware", "model", "planner")}
         # The option a user picked (hardware=sim_1cpu_4gpu) says more than the plugin behind it
         # (simulated): tags and run names use the option where Hydra knows it.
         self.labels = dict(self.names)
@@ -104,6 +106,10 @@ class Trial:
         self.model_fn = plugins.load("model", self.names["model"])
         self.placer_cls = plugins.load("placer", self.names["placer"]) if self.names["placer"] else None
         self.sync_cls = plugins.load("sync", self.names["sync"]) if self.names["sync"] else None
+        self.planner_cls = plugins.load("planner", self.names["planner"]) if self.names["planner"] else None
+        if self.planner_cls is not None and (self.placer_cls is not None or self.sync_cls is not None):
+            raise ConfigError("+planner= plans a whole cluster (placement and data parallelism in one plan): "
+                              "drop +placer= and +sync= from a planning trial")
         if self.sync_cls is not None and not (isinstance(self.sync_cls, type) and issubclass(self.sync_cls, SyncStrategy)):
             raise PluginError(f"sync strategy {self.names['sync']!r} ({self.sync_cls!r}) is not a subclass of "
                               "orchestrator.api.CollectiveStrategy or ServerStrategy")
@@ -115,6 +121,8 @@ class Trial:
             check_grid((cfg.get("train") or {}).get("reference_grid"))
         objective = from_node(ObjectiveConfig, cfg.get("objective"), "objective")
         self.objective_metric, self.direction = objective.metric, objective.direction
+        if self.planner_cls is not None and self.objective_metric == "speedup":   # the default: a plan's own figure
+            self.objective_metric = "plan.samples_per_s"
         self.show_progress = progress_enabled(cfg.get("progress", "auto"))
         # Build the pieces whose config can be wrong before the run starts, too.
         self.dataset_cfg = dataset_config(cfg)
@@ -126,6 +134,7 @@ class Trial:
         self.hardware = _build("hardware", self.hardware_cls, cfg)
         self.placer = _build("placer", self.placer_cls, cfg) if self.placer_cls else None
         self.sync = _build("sync", self.sync_cls, cfg) if self.sync_cls else None
+        self.planner = _build("planner", self.planner_cls, cfg) if self.planner_cls else None
         if self.sync is not None:
             self.sync.check_config(cfg)
         self.placing = PlacementPhase(cfg=cfg, names=self.names, settings=self.settings, placer=self.placer,
@@ -153,6 +162,9 @@ class Trial:
         if custom:
             return str(custom)
         n = self.labels
+        if self.planner is not None:
+            name = f"plan:{n['planner']}/{n['hardware']}/{self.cfg.model.get('name', n['model'])}"
+            return (name + sweep_suffix())[:250]
         name = f"{n['placer'] or 'none'}/{n['sync'] or 'none'}/{n['hardware']}/{n['model']}"
         return (name + sweep_suffix())[:250]
 
@@ -169,6 +181,8 @@ class Trial:
         from orchestrator.tracking import store as tracking
 
         model_spec = self.model_spec = self.model_fn(self.cfg.model)
+        if self.planner is not None:
+            return self._plan(model_spec)
         cluster = self.hardware.cluster(self.context(model_spec))
         self.placing.simulated_cluster = cluster.simulated
         evaluator_kind = self._evaluator_kind(cluster)
@@ -218,6 +232,45 @@ class Trial:
         value = metrics.get(self.objective_metric, sink.latest.get(self.objective_metric))
         if value is None:
             print(f"objective.metric {self.objective_metric!r} was not logged by this trial", flush=True)
+            return math.nan
+        return float(value)
+
+    def _plan(self, model_spec) -> float:
+        """A planning trial: the planner's plan for the GPU cluster, judged by the plan simulator."""
+        from orchestrator.planning.phase import PlanningPhase, layered_profile
+        from orchestrator.tracking import store as tracking
+
+        phase = PlanningPhase(self.cfg, self.planner, self.hardware, self.output_dir)
+        graph = None
+        if (model_spec.extra or {}).get("layered_profile") is None:
+            graph = self.placing.graph(model_spec, "simulated")
+        profile = layered_profile(model_spec, graph)
+        phase.cluster()          # a bad cluster is a one-line error before the run starts
+        tags = {"planner": self.labels["planner"] or "none", "placer": "none", "sync": "none",
+                "hardware": self.labels["hardware"], "model": str(self.cfg.model.get("name", self.labels["model"])),
+                "evaluator": "simulated", "runtime": "plan", "orchestrator.version": __version__,
+                "cluster.simulated": "true", "plan.simulator": phase.simulator_name}
+        commit = tracking.git_commit()
+        if commit:
+            tags["orchestrator.git_commit"] = commit
+        pm = plugins.get_plugin_manager()
+        with tracking.trial_run(self.cfg, run_name=self.run_name(), tags=tags,
+                                config_yaml=OmegaConf.to_yaml(self.cfg, resolve=True), output_dir=self.output_dir) as sink:
+            pm.hook.orchestrator_trial_start(run_id=sink.run_id, cfg=self.cfg)
+            try:
+                metrics = phase.run(model_spec, profile, sink)
+                self._note_sweep_value(metrics.get(self.objective_metric, sink.latest.get(self.objective_metric)))
+            except BaseException as exc:
+                status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+                pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status=status, metrics=dict(sink.latest))
+                raise
+            pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status="FINISHED", metrics=metrics)
+        self.outcome = {"run_id": sink.run_id, "uri": tracking.tracking_uri(self.cfg), "metrics": dict(sink.latest),
+                        "tags": {**tags, **sink.tags}, "workers": 0, "runtime": "plan", "target": None,
+                        "experiment_id": getattr(sink, "experiment_id", None), "plan": phase.estimate,
+                        "experiment": (self.cfg.get("tracking") or {}).get("experiment") or "orchestrator"}
+        value = metrics.get(self.objective_metric, sink.latest.get(self.objective_metric))
+        if value is None:
             return math.nan
         return float(value)
 

@@ -28,7 +28,7 @@ from orchestrator.config.fields import check, describe, option, schema_of
 from orchestrator.errors import ConfigError
 
 T = TypeVar("T")
-GROUPS = ("hardware", "model", "dataset", "placer", "sync")
+GROUPS = ("hardware", "model", "dataset", "placer", "sync", "planner")
 
 __all__ = ["ConfigError", "check", "describe", "from_node", "option", "schema_of", "validate"]
 

@@ -123,3 +123,5 @@ class OrchestratorConfig:
     dataset: Any = option(None, "the dataset group (dataset=OPTION)")
     placer: Any = option(None, "the placer group (+placer=OPTION; null: no placement)")
     sync: Any = option(None, "the sync group (+sync=OPTION; null: one worker)")
+    planner: Any = option(None, "the planner group (+planner=OPTION; with hardware=gpu_cluster: a plan for a cluster of "
+                          "GPUs instead of a placement or a training)")

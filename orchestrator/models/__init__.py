@@ -84,6 +84,7 @@ BUILTIN = {
     "transformer": "orchestrator.models.transformer:spec",
     "keras": "orchestrator.models.user:spec",
     "workload": "orchestrator.models.workload:spec",
+    "llm": "orchestrator.models.llm:spec",
 }
 
 
@@ -103,4 +104,4 @@ def orchestrator_config_schemas():
     return {f"model/{name}": f"orchestrator.config.model:{cls}" for name, cls in (
         ("cnn", "CNNModelConfig"), ("inception_v3", "InceptionV3ModelConfig"), ("resnet50", "ResNet50ModelConfig"),
         ("nmt", "NMTModelConfig"), ("transformer", "TransformerModelConfig"), ("keras", "KerasModelConfig"),
-        ("workload", "WorkloadModelConfig"))}
+        ("workload", "WorkloadModelConfig"))} | {"model/llm": "orchestrator.config.planning:LLMModelConfig"}

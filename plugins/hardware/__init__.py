@@ -10,6 +10,7 @@ def orchestrator_hardware_adapters():
         "simulated": "orchestrator_plugins.hardware.simulated:SimulatedHardware",
         "auto": "orchestrator_plugins.hardware.simulated:WorkloadHardware",
         "tf_cluster": "orchestrator_plugins.hardware.tf_cluster:TFClusterHardware",
+        "gpu_cluster": "orchestrator_plugins.hardware.gpu_cluster:GpuClusterHardware",
     }
 
 
@@ -17,4 +18,5 @@ def orchestrator_hardware_adapters():
 def orchestrator_config_schemas():
     return {f"hardware/{name}": f"orchestrator.config.hardware:{cls}" for name, cls in (
         ("local", "LocalHardwareConfig"), ("simulated", "SimulatedHardwareConfig"), ("auto", "AutoHardwareConfig"),
-        ("tf_cluster", "TFClusterHardwareConfig"))}
+        ("tf_cluster", "TFClusterHardwareConfig"))} | {
+        "hardware/gpu_cluster": "orchestrator.config.planning:GpuClusterHardwareConfig"}

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.schedules import SCHEDULES as SCHEDULE_CLASSES
+from orchestrator.schedules import B, F, U, schedule
 
 if TYPE_CHECKING:
     from orchestrator.placement.graph.opgraph import OpGraph
 
-F, B, U = 0, 1, 2
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = tuple(SCHEDULE_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,7 @@ class MicrobatchSpec:
 
 def in_flight(kind: str, micro_batches: int, n_stages: int, stage: int) -> int:
     """Micro-batches whose activations stage ``stage`` (0-based) holds at once, at most."""
-    if kind == "gpipe":
-        return micro_batches
-    return max(1, min(micro_batches, n_stages - stage))
+    return schedule(kind).in_flight(micro_batches, n_stages, stage)
 
 
 def phase_of(graph: OpGraph) -> IntArray:

@@ -60,6 +60,7 @@ from orchestrator.placement.simulate.inflight import (
     stage_order,
 )
 from orchestrator.placement.simulate.simulator import Simulator
+from orchestrator.schedules import schedule
 
 Task = tuple[int, int, int]                                  # (phase, device, micro-batch)
 # (src phase, src device, dst device) -> [{link channel: seconds}, consumer phases]
@@ -80,13 +81,7 @@ def settings(cfg: Any) -> tuple[int, str]:
 
 def task_order(kind: str, m: int, n_stages: int, stage: int) -> list[tuple[int, int]]:
     """The (phase, micro-batch) tasks of one stage in the order it runs them (micro-batches 0-based)."""
-    if kind == "gpipe":
-        return [(F, j) for j in range(m)] + [(B, j) for j in reversed(range(m))]
-    w = min(n_stages - 1 - stage, m)
-    out = [(F, j) for j in range(w)]
-    for j in range(m - w):
-        out += [(F, w + j), (B, j)]
-    return out + [(B, j) for j in range(m - w, m)]
+    return schedule(kind).order(m, n_stages, stage)
 
 
 @dataclass

@@ -1,0 +1,63 @@
+"""Schemas of planning trials: the ``planner`` group (``+planner=NAME``), ``hardware=gpu_cluster`` and
+``model=llm``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.config import Schema
+from orchestrator.config.fields import option
+from orchestrator.config.hardware import HardwareConfig
+from orchestrator.config.model import ModelConfig
+
+
+@dataclass
+class PlannerConfig(Schema):
+    group = "planner"
+
+    name: str = option("", "the planner plugin that runs (planner.name)")
+    simulator: str = option("project", "the cost model that judges plans: project (this project's, calibrated on "
+                            "measured GPU runs; docs/plans.md) | sailor (Sailor's published simulator, the anchor's "
+                            "own metric)", choices=("project", "sailor"))
+    objective: str = option("throughput", "throughput (least s/iteration) | cost (least USD/iteration with at least "
+                            "planner.min_samples_per_s) | budget (most samples/s within planner.max_usd_per_hour)",
+                            choices=("throughput", "cost", "budget"))
+    min_samples_per_s: float | None = option(None, "objective=cost: the throughput floor", gt=0)
+    max_usd_per_hour: float | None = option(None, "objective=budget: the spending ceiling", gt=0)
+    budget_s: float | None = option(None, "seconds of search at most (null: the planner's own limit)", gt=0)
+    compare_simulators: bool = option(True, "also log the plan's figure on the other simulator "
+                                      "(plan.iteration_s.sailor / plan.iteration_s.project)")
+
+
+@dataclass
+class FilePlannerConfig(PlannerConfig):
+    name: str = option("file", "a plan read from a file: plan.json (this project's format) or Sailor's plan_config")
+    path: str | None = option(None, "the plan file (required)")
+
+
+@dataclass
+class UniformPlannerConfig(PlannerConfig):
+    name: str = option("uniform", "the best Megatron-style plan: one dp x pp x tp over GPUs of one type, layers split "
+                       "evenly, every micro-batch size the profile has")
+    max_stages: int = option(32, "pipeline depths tried: 1 .. this (and at most the model's layers)", min=1)
+
+
+@dataclass
+class GpuClusterHardwareConfig(HardwareConfig):
+    name: str = option("gpu_cluster", "a cluster of mixed GPUs for planning trials (+planner=...): node types, "
+                       "counts, zones and message-size-dependent links (simulated)")
+    data: str | None = option(None, "a directory laid out like shared/workloads/sailor (cluster/, network/)")
+    file: str | None = option(None, "or a cluster described by hand in YAML (docs/plans.md, 'Describing a cluster')")
+    gpus: Any = option(None, "GPUs available per type, e.g. {A100-40: 32, V100-16: 96} or {A100-40: {us-west1-b: 8}} "
+                       "(null: the GPUs the plan names)")
+
+
+@dataclass
+class LLMModelConfig(ModelConfig):
+    plugin: str = option("llm", "a model given by its layered profile (per layer, GPU type, micro-batch and TP degree: "
+                         "forward, backward and update seconds; parameter and activation sizes), for planning")
+    name: str = option("OPT-350", "the model's name in the profile files (profiles_tmp.json, llm_info.json)")
+    data: str | None = option(None, "a directory laid out like shared/workloads/sailor (required)")
+    global_batch: int | None = option(None, "samples per iteration (null: the plan file's gbs, else the model's "
+                                      "training config, else 1024)", min=1)

@@ -1,0 +1,99 @@
+"""The judge a planner asks: a plan simulator (``project`` or ``sailor``) bound to one model, cluster and
+global batch, counting what it judged and what it had to skip; and the objective a planner optimises."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from orchestrator.errors import ConfigError, UserError
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.plan.profile import ProfileMissing
+from orchestrator.planning.estimate import PlanEstimate, PlanSimulator
+
+OBJECTIVES = ("throughput", "cost", "budget")
+
+
+def simulator(name: str) -> PlanSimulator:
+    """A plan simulator by name: ``project`` (the default) or ``sailor`` (the anchor's published one)."""
+    if name == "project":
+        from orchestrator.planning.simulator import ProjectSimulator
+
+        return ProjectSimulator()
+    if name == "sailor":
+        from orchestrator.planning.sailor import SailorSimulator
+
+        return SailorSimulator()
+    raise ConfigError(f"planner.simulator={name!r} (accepted: project, sailor)")
+
+
+@dataclass(frozen=True)
+class PlanObjective:
+    """``throughput``: least seconds per iteration; ``cost``: least USD per iteration with at least
+    ``min_samples_per_s``; ``budget``: most samples/s with USD per hour at most ``max_usd_per_hour``.
+    Plans that do not fit in memory never win."""
+
+    kind: str = "throughput"
+    min_samples_per_s: float | None = None
+    max_usd_per_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in OBJECTIVES:
+            raise ConfigError(f"planner.objective={self.kind!r} (accepted: {', '.join(OBJECTIVES)})")
+
+    def admissible(self, e: PlanEstimate) -> bool:
+        if not e.fits:
+            return False
+        if self.kind == "cost" and self.min_samples_per_s is not None and e.samples_per_s < self.min_samples_per_s:
+            return False
+        if self.kind == "budget" and self.max_usd_per_hour is not None:
+            return e.usd_per_iteration * 3600.0 / e.iteration_s <= self.max_usd_per_hour
+        return True
+
+    def score(self, e: PlanEstimate) -> float:
+        """Lower is better; inadmissible plans score +inf."""
+        if not self.admissible(e):
+            return math.inf
+        if self.kind == "cost":
+            return e.usd_per_iteration
+        return e.iteration_s
+
+
+class PlanEvaluator:
+    """Judges plans of one (model, cluster, global batch) with one simulator."""
+
+    def __init__(self, sim: PlanSimulator, profile: LayeredProfile, cluster: GpuCluster, global_batch: int):
+        self.sim, self.profile, self.cluster, self.global_batch = sim, profile, cluster, global_batch
+        self.kind = "simulated"
+        self.evaluations = 0
+        self.skipped = 0                       # candidates whose profile entries or links are missing
+        self.skipped_reasons: dict[str, int] = {}
+
+    def check(self, plan: Plan) -> None:
+        """The plan is well formed for this model and within this cluster's GPUs (one-line errors)."""
+        plan.check(self.profile.num_layers)
+        for p in plan.pipelines:
+            for s in p.stages:
+                for r in s.replicas:
+                    self.cluster.gpu_type(r.gpu)
+        have = self.cluster.gpus
+        if have:
+            for (gpu, zone), n in sorted(plan.gpus_used().items()):
+                if n > have.get((gpu, zone), 0):
+                    raise ConfigError(f"the plan uses {n} {gpu} GPUs in {zone}, the cluster has {have.get((gpu, zone), 0)} "
+                                      "(hardware.gpus)")
+
+    def evaluate(self, plan: Plan, timeline: bool = False) -> PlanEstimate:
+        self.evaluations += 1
+        return self.sim.estimate(plan, self.profile, self.cluster, self.global_batch, timeline=timeline)
+
+    def try_evaluate(self, plan: Plan) -> PlanEstimate | None:
+        """``evaluate``, or None (counted in ``skipped``) when the plan needs a profile entry or link
+        fit the data lacks: a search skips such a candidate instead of reading it as 0 s."""
+        try:
+            return self.evaluate(plan)
+        except (ProfileMissing, UserError) as exc:
+            self.skipped += 1
+            key = str(exc).split(":")[0][:80]
+            self.skipped_reasons[key] = self.skipped_reasons.get(key, 0) + 1
+            return None

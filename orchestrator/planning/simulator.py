@@ -1,0 +1,255 @@
+"""The project's plan simulator (``planner.simulator=project``, the default): one iteration of a plan,
+task by task, on the shared link and collective cost model (``orchestrator.hardware.links``) and the
+shared pipeline schedules (``orchestrator.schedules``). Formulas and sources in docs/plans.md.
+
+Per pipeline, each stage is represented by its slowest replica. A stage with ``dp`` replicas runs
+``m_s = ceil(b / (dp * mbs))`` micro-batches per replica for the pipeline's ``b`` samples; the schedule
+runs ``m = max_s m_s`` pipeline micro-batches, a stage's task lasting ``m_s / m`` of one micro-batch's work.
+
+- A forward task of stage s: receive the activation (s > 0), compute ``sum fwd``, send it on (s < S-1);
+  a backward task: receive the gradient (s < S-1), compute ``sum bwd``, send it back (s > 0). A transfer
+  occupies both ends for ``t(n)`` on the link between their machines (each TP rank sends its own copy
+  on its own NIC: the fit for one GPU), starting once the sender computed it and the receiver is free.
+  Middle stages thus pay four transfers per micro-batch, end stages two (blocking NCCL send/recv in
+  DeepSpeed's and Megatron's pipeline engines).
+- After its last backward, each stage all-reduces its gradients over its replicas (ring, bucketed, on the
+  slowest link of the group; hierarchical when several replicas share a machine), then across pipelines,
+  then steps its optimizer. Stages do this independently: a late stage's all-reduce overlaps the early
+  stages' drain (DeepSpeed's ``ReduceGrads`` is per stage).
+- Memory of a GPU: parameters x bytes per parameter (weights, gradients, optimizer states) + activations
+  of the micro-batches in flight (the schedule's count) + a fixed framework overhead.
+
+The constants in ``Calibration`` are the only numbers fitted to measurements (``benchmarks/plan_fidelity.py
+--fit``, on the shared measured GH200 plans only); their values say so where they are set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from orchestrator.hardware.links import Link, bucketed_allreduce_time, hierarchical_allreduce_time
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica, Stage
+from orchestrator.plan.profile import ProfileMissing
+from orchestrator.planning.estimate import Event, PlanEstimate, StageFigures, usd_per_iteration
+from orchestrator.schedules import B, F, schedule
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Constants of the simulator. ``task_overhead_s`` and the memory constants were fitted by
+    ``benchmarks/plan_fidelity.py --fit`` on the 15 shared GH200 plans of OPT-350M (docs/benchmarks/plans.md);
+    the rest are the frameworks' documented values."""
+
+    task_overhead_s: float = 0.0            # per forward or backward task (kernel launches, the engine's dispatch): fitted
+    bytes_per_param: float = 16.0           # fp32 weights 4 + gradients 4 + Adam's two moments 8 (SGD: 8 + 4 buffer)
+    # fitted (least squares on the 15 measured max_mem; leave-one-out median 1.0%, max 8.9%):
+    param_factor: float = 1.617             # x 16 = 25.9 B/param: DeepSpeed's extra fp32 copies (gradient buckets, comm buffer)
+    activation_factor: float = 1.140        # over the profiled activation bytes: allocator fragmentation
+    framework_bytes: float = 3.764e9        # per GPU: CUDA context, NCCL buffers, fused kernels
+    bucket_bytes: float = 5e8 * 4           # DeepSpeed's allreduce_bucket_size (5e8 elements) in fp32 bytes
+
+
+class ProjectSimulator:
+    name = "project"
+
+    def __init__(self, calibration: Calibration | None = None):
+        self.cal = calibration or Calibration()
+
+    # -- time ------------------------------------------------------------------------------------
+    def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+                 timeline: bool = False) -> PlanEstimate:
+        sched = schedule(plan.schedule)
+        net = cluster.network
+        figures: list[StageFigures] = []
+        events: list[Event] = []
+        ends: list[float] = []
+        pipeline_s: list[float] = []
+        work = 0.0
+        gpu_time = 0.0
+        for pi, (p, batch) in enumerate(zip(plan.pipelines, plan.batches(global_batch))):
+            S = len(p.stages)
+            per_stage = [self._stage_compute(plan, profile, s) for s in p.stages]   # (fwd, bwd, update, gpu)
+            m_s = [max(1, math.ceil(batch / (s.dp * plan.mbs))) for s in p.stages]
+            m = max(m_s)
+            scale = [ms / m for ms in m_s]
+            act = [self._boundary_time(plan, profile, net, p.stages[i], p.stages[i + 1]) for i in range(S - 1)]
+            ov = self.cal.task_overhead_s
+            f = [per_stage[i][0] * scale[i] + ov for i in range(S)]
+            b = [per_stage[i][1] * scale[i] + ov for i in range(S)]
+            # recv/send of one micro-batch, in each direction, scaled like the compute
+            k_in = [0.0] + [act[i - 1] * scale[i] for i in range(1, S)]
+            k_out = [act[i] * scale[i] for i in range(S - 1)] + [0.0]
+            flush = _flush_times(sched, S, m, f, b, k_in, k_out, events if timeline else None, pi)
+            pipeline_s.append(max(flush))
+            for si, s in enumerate(p.stages):
+                ar = self._stage_allreduce(plan, profile, net, s)
+                upd = per_stage[si][2]
+                end = flush[si] + ar
+                if timeline and ar > 0:
+                    events.append(Event(pi, si, "allreduce", flush[si], end))
+                ends.append((pi, si, end, upd))  # type: ignore[arg-type]
+                comp = m * (f[si] + b[si])
+                work += comp * s.gpus
+                mem = max(self.memory(plan, profile, pi, si, r, m) for r in s.replicas)
+                limit = min(cluster.gpu_type(r.gpu).memory_bytes for r in s.replicas)
+                figures.append(StageFigures(pi, si, per_stage[si][3], m_s[si], comp, m * (k_in[si] + k_out[si]),
+                                            ar, upd, mem, limit))
+        cross = self._cross_pipeline(plan, profile, net)
+        iteration = 0.0
+        for pi, si, end, upd in ends:  # type: ignore[misc]
+            t0 = end + cross
+            if timeline and cross > 0:
+                events.append(Event(pi, si, "allreduce", end, t0))
+            if timeline and upd > 0:
+                events.append(Event(pi, si, "update", t0, t0 + upd))
+            iteration = max(iteration, t0 + upd)
+        gpu_time = plan.gpus * iteration
+        return PlanEstimate(iteration, self.name, figures, global_batch, usd_per_iteration(plan, cluster, iteration),
+                            bubble_fraction=max(0.0, 1.0 - work / gpu_time) if gpu_time else 0.0,
+                            pipeline_s=pipeline_s, sync_s=iteration - max(pipeline_s), events=events)
+
+    def _stage_compute(self, plan: Plan, profile: LayeredProfile, stage: Stage) -> tuple[float, float, float, str]:
+        """(forward, backward, update) seconds of the stage's slowest replica, and its GPU type."""
+        worst = (-1.0, 0.0, 0.0, stage.replicas[0].gpu)
+        for r in stage.replicas:
+            if r.tp > r.node_gpus:
+                raise ProfileMissing(f"a TP group of {r.tp} {r.gpu} GPUs spans machines of {r.node_gpus}: the "
+                                     "profiles hold TP inside one machine only")
+            t = profile.layer_times(r.gpu, plan.mbs, r.tp)
+            fwd = sum(t[layer][0] for layer in stage.layers)
+            bwd = sum(t[layer][1] for layer in stage.layers)
+            if fwd + bwd > worst[0] + worst[1]:
+                worst = (fwd, bwd, t[stage.layers[0]][2], r.gpu)
+        return worst
+
+    def _boundary_time(self, plan: Plan, profile: LayeredProfile, net, a: Stage, b: Stage) -> float:
+        """One activation (or its gradient) across the boundary a -> b: the slowest replica pair."""
+        nbytes = profile.layer_sizes(1).act_output[a.layers[-1]] * profile.float_bytes * plan.mbs
+        worst = 0.0
+        pairs = max(a.dp, b.dp)
+        for j in range(pairs):
+            x, y = a.replicas[j % a.dp], b.replicas[j % b.dp]
+            worst = max(worst, _p2p_link(net, x, y).time(nbytes))
+        return worst
+
+    def _stage_allreduce(self, plan: Plan, profile: LayeredProfile, net, stage: Stage) -> float:
+        if stage.dp <= 1:
+            return 0.0
+        worst = 0.0
+        for tp in sorted({r.tp for r in stage.replicas}):
+            sizes = profile.layer_sizes(tp)
+            nbytes = sum(sizes.params[layer] for layer in stage.layers) * profile.float_bytes
+            worst = max(worst, _group_allreduce(net, list(stage.replicas), nbytes, self.cal.bucket_bytes))
+        return worst
+
+    def _cross_pipeline(self, plan: Plan, profile: LayeredProfile, net) -> float:
+        """Gradients of each layer all-reduced across pipelines: a ring over one replica per pipeline, the
+        largest stage's bytes, on the slowest link between the pipelines' first replicas."""
+        P = len(plan.pipelines)
+        if P <= 1:
+            return 0.0
+        sizes = profile.layer_sizes(1)
+        largest = max(sum(sizes.params[layer] for layer in s.layers) for p in plan.pipelines for s in p.stages)
+        firsts = [p.stages[0].replicas[0] for p in plan.pipelines]
+        return _group_allreduce(net, firsts, largest * profile.float_bytes, self.cal.bucket_bytes)
+
+    # -- memory ----------------------------------------------------------------------------------
+    def memory(self, plan: Plan, profile: LayeredProfile, pipeline: int, stage: int, replica: Replica,
+               micro_batches: int) -> float:
+        p = plan.pipelines[pipeline]
+        s = p.stages[stage]
+        sizes = profile.layer_sizes(replica.tp)
+        per_param = self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0
+        params = sum(sizes.params[layer] for layer in s.layers)
+        act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.float_bytes
+        inflight = schedule(plan.schedule).in_flight(micro_batches, len(p.stages), stage)
+        return (params * per_param * self.cal.param_factor + act * inflight * self.cal.activation_factor
+                + self.cal.framework_bytes)
+
+
+def _p2p_link(net, x: Replica, y: Replica) -> Link:
+    """Consecutive stages sit on different machines (Megatron's rank order: TP, then DP, then PP)."""
+    return net.inter_link(x.zone, x.gpu, 1, y.zone, y.gpu, 1)
+
+
+def _group_allreduce(net, members: list[Replica], nbytes: float, bucket: float) -> float:
+    """Ring all-reduce over ``members`` (one TP rank each; all ranks of a TP group run their rings at once),
+    on the slowest link between ring neighbours; hierarchical when several members share a machine."""
+    k = len(members)
+    if k <= 1:
+        return 0.0
+    first = members[0]
+    per_node = max(1, first.node_gpus // max(first.tp, 1))
+    same = all(r.gpu == first.gpu and r.zone == first.zone and r.node_gpus == first.node_gpus and r.tp == first.tp
+               for r in members)
+    if same and per_node > 1:
+        nodes = math.ceil(k / per_node)
+        intra = net.intra_link(first.gpu, min(first.node_gpus, per_node * first.tp))
+        if nodes == 1:
+            return bucketed_allreduce_time(intra, nbytes, k, bucket)
+        inter = net.inter_link(first.zone, first.gpu, 1, first.zone, first.gpu, 1)
+        return hierarchical_allreduce_time(intra, inter, nbytes, nodes, per_node, bucket)
+    worst = 0.0
+    for j in range(k):
+        a, b = members[j], members[(j + 1) % k]
+        link = net.inter_link(a.zone, a.gpu, 1, b.zone, b.gpu, 1)
+        worst = max(worst, bucketed_allreduce_time(link, nbytes, k, bucket))
+    return worst
+
+
+def _flush_times(sched, S: int, m: int, f, b, k_in, k_out, events: list[Event] | None, pi: int) -> list[float]:
+    """When each stage finishes its last task (and its last send). Long pipelines (m > 4S + 16) are
+    scheduled with m0 and m0 + S micro-batches and extrapolated along the steady state, whose period
+    repeats exactly (deterministic task lengths): T(m) = T(m0 + S) + (m - m0 - S) (T(m0 + S) - T(m0)) / S."""
+    m0 = 4 * S + 16
+    if m <= m0 + S or events is not None:
+        return _schedule(sched, S, m, f, b, k_in, k_out, events, pi)
+    a = _schedule(sched, S, m0, f, b, k_in, k_out, None, pi)
+    c = _schedule(sched, S, m0 + S, f, b, k_in, k_out, None, pi)
+    return [y + (m - m0 - S) * (y - x) / S for x, y in zip(a, c)]
+
+
+def _schedule(sched, S: int, m: int, f, b, k_in, k_out, events: list[Event] | None, pi: int) -> list[float]:
+    done_f = [[-1.0] * m for _ in range(S)]   # when stage s finished computing F(j) (before its send)
+    done_b = [[-1.0] * m for _ in range(S)]
+    free = [0.0] * S
+    orders = [sched.order(m, S, s) for s in range(S)]
+    ptr = [0] * S
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(S):
+            while ptr[s] < len(orders[s]):
+                phase, j = orders[s][ptr[s]]
+                if phase == F:
+                    ready = done_f[s - 1][j] if s > 0 else 0.0
+                    if ready < 0:
+                        break
+                    start = max(free[s], ready)
+                    c0 = start + k_in[s]
+                    c1 = c0 + f[s]
+                    done_f[s][j] = c1
+                    free[s] = c1 + k_out[s]
+                else:
+                    ready = done_b[s + 1][j] if s < S - 1 else 0.0
+                    if ready < 0:
+                        break
+                    start = max(free[s], ready)
+                    c0 = start + k_out[s]
+                    c1 = c0 + b[s]
+                    done_b[s][j] = c1
+                    free[s] = c1 + k_in[s]
+                if events is not None:
+                    kind = "fwd" if phase == F else "bwd"
+                    events.append(Event(pi, s, kind, c0, c1, j))
+                    if c0 > start:
+                        events.append(Event(pi, s, "send", start, c0, j))
+                    if free[s] > c1:
+                        events.append(Event(pi, s, "send", c1, free[s], j))
+                ptr[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:       # cannot happen with a valid schedule; never loop forever
+            raise RuntimeError(f"schedule {sched.name} deadlocked in pipeline {pi}")
+    return free

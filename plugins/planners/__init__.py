@@ -1,0 +1,17 @@
+"""Built-in planners of plans for clusters of mixed GPUs (``+planner=NAME``)."""
+
+from orchestrator.hookspecs import hookimpl
+
+
+@hookimpl
+def orchestrator_planners():
+    return {
+        "file": "orchestrator_plugins.planners.file:FilePlanner",
+        "uniform": "orchestrator_plugins.planners.uniform:UniformPlanner",
+    }
+
+
+@hookimpl
+def orchestrator_config_schemas():
+    return {f"planner/{name}": f"orchestrator.config.planning:{cls}" for name, cls in (
+        ("file", "FilePlannerConfig"), ("uniform", "UniformPlannerConfig"))}
