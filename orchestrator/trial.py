@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -177,9 +178,40 @@ class Trial:
             if close is not None:
                 close()  # stop the processes a hardware adapter started (tf_cluster servers)
 
-    def _run(self) -> float:
+    @contextmanager
+    def _recorded(self, tags: dict[str, str]):
+        """The trial's MLflow run, with the listeners told of its start and of how it ended; yields
+        (sink, metrics), the metrics a FINISHED trial hands its listeners."""
         from orchestrator.tracking import store as tracking
 
+        commit = tracking.git_commit()
+        if commit:
+            tags["orchestrator.git_commit"] = commit
+        pm = plugins.get_plugin_manager()
+        with tracking.trial_run(self.cfg, run_name=self.run_name(), tags=tags, output_dir=self.output_dir,
+                                config_yaml=OmegaConf.to_yaml(self.cfg, resolve=True)) as sink:
+            pm.hook.orchestrator_trial_start(run_id=sink.run_id, cfg=self.cfg)
+            metrics: dict[str, float] = {}
+            try:
+                yield sink, metrics
+                self._note_sweep_value(metrics.get(self.objective_metric, sink.latest.get(self.objective_metric)))
+            except BaseException as exc:  # listeners hear of failed and killed trials too
+                status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+                pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status=status, metrics=dict(sink.latest))
+                raise
+            pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status="FINISHED", metrics=metrics)
+        self.outcome = {"run_id": sink.run_id, "uri": tracking.tracking_uri(self.cfg), "metrics": dict(sink.latest),
+                        "tags": {**tags, **sink.tags}, "experiment_id": getattr(sink, "experiment_id", None),
+                        "experiment": (self.cfg.get("tracking") or {}).get("experiment") or "orchestrator"}
+
+    def _value(self, metrics: dict[str, float]) -> float:
+        value = metrics.get(self.objective_metric, self.outcome["metrics"].get(self.objective_metric))
+        if value is None:
+            print(f"objective.metric {self.objective_metric!r} was not logged by this trial", flush=True)
+            return math.nan
+        return float(value)
+
+    def _run(self) -> float:
         model_spec = self.model_spec = self.model_fn(self.cfg.model)
         if self.planner is not None:
             return self._plan(model_spec)
@@ -193,86 +225,37 @@ class Trial:
             "evaluator": evaluator_kind, "runtime": self.runtime_kind,
             "orchestrator.version": __version__, "cluster.simulated": str(cluster.simulated).lower(),
         }
-        commit = tracking.git_commit()
-        if commit:
-            tags["orchestrator.git_commit"] = commit
-        config_yaml = OmegaConf.to_yaml(self.cfg, resolve=True)
-        pm = plugins.get_plugin_manager()
-        with tracking.trial_run(self.cfg, run_name=self.run_name(), tags=tags, config_yaml=config_yaml,
-                                output_dir=self.output_dir) as sink:
-            pm.hook.orchestrator_trial_start(run_id=sink.run_id, cfg=self.cfg)
+        with self._recorded(tags) as (sink, metrics):
             sink.log_metrics({"workers": len(cluster.workers)})  # data-parallel workers (a column in the UI)
-            try:
-                metrics: dict[str, float] = {}
-                placed = None
-                if self.placer is not None:
-                    placed = self.placing.place(model_spec, cluster, self.reward, sink)
-                    metrics.update(placed.metrics)
-                    _stop_if_interrupted(sink, "placement")
-                if model_spec.trainable_on_mnist:
-                    metrics.update(self._train(model_spec, cluster, sink, placed))
-                    _stop_if_interrupted(sink, "training")
-                # One meaning per trial: the training speedup when it trained (absent if the target was
-                # not reached), the placement speedup when it only placed.
-                key = "train.speedup" if model_spec.trainable_on_mnist else "placement.speedup"
-                if key in metrics:
-                    metrics["speedup"] = metrics[key]
-                if "speedup" in metrics:
-                    sink.log_metrics({"speedup": metrics["speedup"]})
-                self._note_sweep_value(metrics.get(self.objective_metric, sink.latest.get(self.objective_metric)))
-            except BaseException as exc:  # listeners hear of failed and killed trials too
-                status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-                pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status=status, metrics=dict(sink.latest))
-                raise
-            pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status="FINISHED", metrics=metrics)
-        self.outcome = {"run_id": sink.run_id, "uri": tracking.tracking_uri(self.cfg), "metrics": dict(sink.latest),
-                        "tags": {**tags, **sink.tags}, "workers": len(cluster.workers), "runtime": self.runtime_kind,
-                        "target": self.settings.target_accuracy, "experiment_id": getattr(sink, "experiment_id", None),
-                        "experiment": (self.cfg.get("tracking") or {}).get("experiment") or "orchestrator"}
-        value = metrics.get(self.objective_metric, sink.latest.get(self.objective_metric))
-        if value is None:
-            print(f"objective.metric {self.objective_metric!r} was not logged by this trial", flush=True)
-            return math.nan
-        return float(value)
+            placed = None
+            if self.placer is not None:
+                placed = self.placing.place(model_spec, cluster, self.reward, sink)
+                metrics.update(placed.metrics)
+                _stop_if_interrupted(sink, "placement")
+            if model_spec.trainable_on_mnist:
+                metrics.update(self._train(model_spec, cluster, sink, placed))
+                _stop_if_interrupted(sink, "training")
+            # One meaning per trial: the training speedup when it trained (absent if the target was
+            # not reached), the placement speedup when it only placed.
+            key = "train.speedup" if model_spec.trainable_on_mnist else "placement.speedup"
+            if key in metrics:
+                metrics["speedup"] = metrics[key]
+            if "speedup" in metrics:
+                sink.log_metrics({"speedup": metrics["speedup"]})
+        self.outcome.update({"workers": len(cluster.workers), "runtime": self.runtime_kind,
+                             "target": self.settings.target_accuracy})
+        return self._value(metrics)
 
     def _plan(self, model_spec) -> float:
         """A planning trial: the planner's plan for the GPU cluster, judged by the plan simulator."""
-        from orchestrator.planning.phase import PlanningPhase, layered_profile
-        from orchestrator.tracking import store as tracking
+        from orchestrator.planning.phase import PlanningPhase
 
         phase = PlanningPhase(self.cfg, self.planner, self.hardware, self.output_dir)
-        graph = None
-        if (model_spec.extra or {}).get("layered_profile") is None:
-            graph = self.placing.graph(model_spec, "simulated")
-        profile = layered_profile(model_spec, graph)
-        phase.cluster()          # a bad cluster is a one-line error before the run starts
-        tags = {"planner": self.labels["planner"] or "none", "placer": "none", "sync": "none",
-                "hardware": self.labels["hardware"], "model": str(self.cfg.model.get("name", self.labels["model"])),
-                "evaluator": "simulated", "runtime": "plan", "orchestrator.version": __version__,
-                "cluster.simulated": "true", "plan.simulator": phase.simulator_name}
-        commit = tracking.git_commit()
-        if commit:
-            tags["orchestrator.git_commit"] = commit
-        pm = plugins.get_plugin_manager()
-        with tracking.trial_run(self.cfg, run_name=self.run_name(), tags=tags,
-                                config_yaml=OmegaConf.to_yaml(self.cfg, resolve=True), output_dir=self.output_dir) as sink:
-            pm.hook.orchestrator_trial_start(run_id=sink.run_id, cfg=self.cfg)
-            try:
-                metrics = phase.run(model_spec, profile, sink)
-                self._note_sweep_value(metrics.get(self.objective_metric, sink.latest.get(self.objective_metric)))
-            except BaseException as exc:
-                status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-                pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status=status, metrics=dict(sink.latest))
-                raise
-            pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=self.cfg, status="FINISHED", metrics=metrics)
-        self.outcome = {"run_id": sink.run_id, "uri": tracking.tracking_uri(self.cfg), "metrics": dict(sink.latest),
-                        "tags": {**tags, **sink.tags}, "workers": 0, "runtime": "plan", "target": None,
-                        "experiment_id": getattr(sink, "experiment_id", None), "plan": phase.estimate,
-                        "experiment": (self.cfg.get("tracking") or {}).get("experiment") or "orchestrator"}
-        value = metrics.get(self.objective_metric, sink.latest.get(self.objective_metric))
-        if value is None:
-            return math.nan
-        return float(value)
+        profile, tags = phase.prepare(model_spec, self.placing, self.labels, __version__)
+        with self._recorded(tags) as (sink, metrics):
+            metrics.update(phase.run(model_spec, profile, sink))
+        self.outcome.update({"workers": 0, "runtime": "plan", "target": None, "plan": phase.estimate})
+        return self._value(metrics)
 
     def _note_sweep_value(self, value) -> None:
         """In an Optuna sweep, the objective goes on the study's trial before the run is marked FINISHED,

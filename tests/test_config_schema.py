@@ -74,7 +74,7 @@ def test_every_builtin_option_extends_its_schema():
         for path in sorted((conf / group).glob("*.yaml")):
             plus = "+" if group == "placer" else ""
             node = composed(f"{plus}{group}={path.stem}")[group]
-            assert OmegaConf.get_type(node) is schemas()[f"{group}/{node.name}"], path
+            assert OmegaConf.get_type(node) is schemas()[f"{group}/{node.get('plugin') or node.name}"], path
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("placement", "phases", "sync", "hardware", "execution", "tracking")
+PACKAGES = ("placement", "phases", "sync", "hardware", "execution", "tracking", "plan", "planning")
 
 # placement/ is cut by layer: each imports only the layers before it (and hardware, execution, models)
 LAYERS = ("graph", "simulate", "solve", "evaluate", "learn")
@@ -22,10 +22,15 @@ MAY_IMPORT = {
     "execution": {"execution", "hardware", "models", "data"} | GRAPH,
     "tracking": {"tracking"},
     "sync": {"sync", "hardware", "execution", "models", "data"} | GRAPH,
+    # plans for GPU clusters: the data model (cluster, layered profile, plan) sits beside hardware/;
+    # its simulator, planners and trial phase above it, a sibling of placement/ (a plan spans model
+    # and data parallelism), reusing placement's Gantt and graph layers
+    "plan": {"plan", "hardware"} | GRAPH | {"placement.simulate"},
+    "planning": {"planning", "plan", "hardware"} | GRAPH | {"placement.simulate"},
 }
 # importable from every layer: "" is the orchestrator package itself; "api" (the plugin contract) and
 # "config" (the typed config schema) too, as long as no circle results (test_no_import_circle)
-CORE = {"errors", "progress", "hookspecs", "plugins", "paths", "api", "config", ""}
+CORE = {"errors", "progress", "hookspecs", "plugins", "paths", "api", "config", "schedules", ""}
 
 
 def _modules() -> dict[str, Path]:

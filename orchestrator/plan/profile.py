@@ -4,7 +4,7 @@ activation sent to the next stage and the activation memory kept per sample for 
 
 Read from a directory laid out like Sailor's public data (``profiles_tmp.json``, ``llm_info.json``,
 ``cluster/training_config_*.json``), for any model and GPU type those files hold; or derived from one of
-the project's layer graphs and device profiles (``LayeredProfile.from_layers``). A missing entry is an
+the project's layer graphs and device profiles (``orchestrator.plan.derived.layered_profile``). A missing entry is an
 error naming it, never a silent zero.
 """
 

@@ -17,16 +17,27 @@ from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simula
 DEFAULT_GLOBAL_BATCH = 1024
 
 
-def layered_profile(model_spec: Any, graph: Any = None) -> LayeredProfile:
-    """The model's layered profile: given (``model=llm``), else derived from its layer graph."""
+# GPU type name prefixes -> the built-in device profile a derived layered profile uses for them
+DEVICE_PROFILES = (("A100", "A100 (datasheet)"), ("V100", "V100 (datasheet)"), ("H100", "H100 (datasheet)"),
+                   ("H200", "H200 (datasheet)"), ("GH", "H200 (datasheet)"), ("K80", "K80 (datasheet)"))
+
+
+def layered_profile(model_spec: Any, graph: Any = None, cluster: GpuCluster | None = None) -> LayeredProfile:
+    """The model's layered profile: given (``model=llm``), else derived from its layer graph for the
+    cluster's GPU types (each costed with the built-in device profile its name starts with)."""
     given = (model_spec.extra or {}).get("layered_profile")
     if given is not None:
         return given
-    if graph is None:
+    if graph is None or cluster is None:
         raise ConfigError(f"model {model_spec.name} has no layered profile to plan with (use model=llm)")
     from orchestrator.plan.derived import layered_profile as derive
 
-    return derive(graph, model_spec.name)
+    gpus = {t: prof for t in cluster.types for prefix, prof in DEVICE_PROFILES if t.upper().startswith(prefix)}
+    if not gpus:
+        raise ConfigError(f"model {model_spec.name}: no built-in device profile for the GPU types "
+                          f"{', '.join(sorted(cluster.types))} (known prefixes: {', '.join(p for p, _ in DEVICE_PROFILES)})")
+    batch = int((model_spec.extra or {}).get("global_batch") or DEFAULT_GLOBAL_BATCH)
+    return derive(graph, model_spec.name, gpus, batch=batch)
 
 
 class PlanningPhase:
@@ -37,6 +48,19 @@ class PlanningPhase:
         self.objective = PlanObjective(str(node.get("objective", "throughput")), node.get("min_samples_per_s"),
                                        node.get("max_usd_per_hour"))
         self.compare = bool(node.get("compare_simulators", True))
+
+    def prepare(self, model_spec: Any, placing: Any, labels: dict[str, Any], version: str) -> tuple[LayeredProfile, dict[str, str]]:
+        """The layered profile (derived from the model's graph when it has none) and the run's tags; a bad
+        cluster is a one-line error here, before the run starts."""
+        graph = None
+        if (model_spec.extra or {}).get("layered_profile") is None:
+            graph = placing.graph(model_spec, "simulated")
+        profile = layered_profile(model_spec, graph, self.cluster())
+        tags = {"planner": labels["planner"] or "none", "placer": "none", "sync": "none",
+                "hardware": labels["hardware"], "model": str(self.cfg.model.get("name", labels["model"])),
+                "evaluator": "simulated", "runtime": "plan", "orchestrator.version": version,
+                "cluster.simulated": "true", "plan.simulator": self.simulator_name}
+        return profile, tags
 
     def cluster(self) -> GpuCluster:
         get = getattr(self.hardware, "gpu_cluster", None)
