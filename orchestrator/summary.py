@@ -65,7 +65,6 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
 
 def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     m, t = outcome["metrics"], outcome["tags"]
-    uri = outcome["uri"]
     if outcome.get("runtime") == "plan":
         lines = [f"trial finished: {objective} = {_fmt(value)}", *plan_lines(outcome)]
         return "\n".join(lines + _where(outcome))

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_inprocess, store_runs
 from orchestrator import api
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.links import ConstantLink
@@ -15,6 +14,8 @@ from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Replic
 from orchestrator.plan.profile import ProfileMissing
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
 from orchestrator.planning.sailor import SailorSimulator
+
+from conftest import run_inprocess, store_runs
 
 SAILOR = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "sailor"
 pytestmark = pytest.mark.skipif(not SAILOR.is_dir(), reason="needs ../shared/workloads/sailor")

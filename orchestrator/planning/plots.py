@@ -41,7 +41,7 @@ def layer_map(plan: Plan, num_layers: int, path: str | Path, title: str) -> Path
     colour = {t: cmap(i % 10) for i, t in enumerate(types)}
     rows = [(pi, si, s) for pi, p in enumerate(plan.pipelines) for si, s in enumerate(p.stages)]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6))
-    for y, (pi, si, s) in enumerate(rows):
+    for y, (_, _, s) in enumerate(rows):
         kinds: dict[tuple[str, int], int] = {}
         for r in s.replicas:
             kinds[(r.gpu, r.tp)] = kinds.get((r.gpu, r.tp), 0) + 1

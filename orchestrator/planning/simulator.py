@@ -32,7 +32,7 @@ from orchestrator.hardware.links import Link, bucketed_allreduce_time, hierarchi
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica, Stage
 from orchestrator.plan.profile import ProfileMissing
 from orchestrator.planning.estimate import Event, PlanEstimate, StageFigures, usd_per_iteration
-from orchestrator.schedules import B, F, schedule
+from orchestrator.schedules import F, schedule
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ import numpy as np
 
 from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.schedules import SCHEDULES as SCHEDULE_CLASSES
-from orchestrator.schedules import B, F, U, schedule
+from orchestrator.schedules import B as B
+from orchestrator.schedules import F as F
+from orchestrator.schedules import U as U
+from orchestrator.schedules import schedule
 
 if TYPE_CHECKING:
     from orchestrator.placement.graph.opgraph import OpGraph
