@@ -91,8 +91,8 @@ def test_bad_gpus_and_missing_profile_entries(data):
         ev.check(_plan([range(26)], dp=8))
     with pytest.raises(ProfileMissing, match="on V100-16, micro-batch 8: no profile at TP degree 1"):
         ev.evaluate(_plan([range(26)], gpu="V100-16", tp=1, mbs=8))
-    with pytest.raises(ProfileMissing, match="a TP group of 8 A100-40 GPUs spans machines of 4"):
-        ev.evaluate(_plan([range(26)], tp=8))
+    with pytest.raises(ConfigError, match="a TP group of 8 A100-40 GPUs does not fit on 1 machine"):
+        ev.check(_plan([range(26)], tp=8))
     assert ev.try_evaluate(_plan([range(26)], mbs=3)) is None and ev.skipped == 1   # skipped and counted, never 0 s
     with pytest.raises(ConfigError, match="hardware.gpus.A100-40=-1"):
         cluster.with_gpus({"A100-40": -1})
@@ -171,3 +171,18 @@ def test_the_planning_trial_logs_the_plan(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: planner.path='/nonexistent.json' does not exist"]
     both = run_inprocess(tmp_path, *args, "+placer=greedy")
     assert both.returncode == 2 and "drop +placer= and +sync=" in both.stderr
+
+
+def test_sailors_simulator_gives_the_published_figure_of_every_published_plan(data):
+    """The planners' plans of issue 28's table, scored by the anchor's own code (``sailor_simulator_iteration_s``):
+    mixed A100 + V100 clusters, unequal stages, Metis' TP groups across machines, up to 512 GPUs."""
+    cluster, profile = data
+    files = sorted((SAILOR / "planner-plans").glob("*.json"))
+    assert len(files) >= 19
+    for f in files:
+        doc = json.loads(f.read_text())
+        plan = Plan.from_sailor(doc)
+        assert Plan.from_sailor(plan.to_sailor()).to_dict() == plan.to_dict()
+        got = SailorSimulator().estimate(plan, profile, cluster, doc["gbs"]).iteration_s
+        assert got == pytest.approx(doc["sailor_simulator_iteration_s"], abs=1e-4), f.name
+        assert simulator("project").estimate(plan, profile, cluster, doc["gbs"]).iteration_s > 0

@@ -34,6 +34,7 @@ class Replica:
     tp: int = 1
     node_gpus: int = 1
     zone: str = "us-central1-a"
+    machines: int = 1                   # machines the TP group spans (Metis' form: a TP group across machines)
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,12 @@ class Plan:
                 if list(s.layers) != list(range(s.layers[0], s.layers[0] + len(s.layers))):
                     raise ConfigError(f"plan: pipeline {i} stage {j}: layers {list(s.layers)[:8]} are not a contiguous range")
                 for r in s.replicas:
-                    if r.tp < 1 or r.node_gpus < 1:
-                        raise ConfigError(f"plan: pipeline {i} stage {j}: TP degree {r.tp} and machine size {r.node_gpus} must be >= 1")
+                    if r.tp < 1 or r.node_gpus < 1 or r.machines < 1:
+                        raise ConfigError(f"plan: pipeline {i} stage {j}: TP degree {r.tp}, machine size {r.node_gpus} "
+                                          f"and machines {r.machines} must be >= 1")
+                    if r.tp > r.node_gpus * r.machines:
+                        raise ConfigError(f"plan: pipeline {i} stage {j}: a TP group of {r.tp} {r.gpu} GPUs does not fit on "
+                                          f"{r.machines} machine(s) of {r.node_gpus}")
                 for layer in s.layers:
                     if layer in seen:
                         raise ConfigError(f"plan: pipeline {i}: layer {layer} is in two stages ({seen[layer]} and {j})")
@@ -157,6 +162,8 @@ class Plan:
                 groups: list[dict[str, Any]] = []
                 for r in s.replicas:
                     row = {"gpu": r.gpu, "tp": r.tp, "node_gpus": r.node_gpus, "zone": r.zone}
+                    if r.machines > 1:
+                        row["machines"] = r.machines
                     if groups and {k: groups[-1][k] for k in row} == row:
                         groups[-1]["count"] += 1
                     else:
@@ -177,7 +184,7 @@ class Plan:
                     reps = []
                     for g in s["replicas"]:
                         r = Replica(str(g["gpu"]), int(g.get("tp", 1)), int(g.get("node_gpus", g.get("tp", 1))),
-                                    str(g.get("zone", "us-central1-a")))
+                                    str(g.get("zone", "us-central1-a")), int(g.get("machines", 1)))
                         reps.extend([r] * int(g.get("count", 1)))
                     stages.append(Stage(tuple(range(first, last + 1)), tuple(reps)))
                 pipelines.append(Pipeline(tuple(stages), None if p.get("batch") is None else int(p["batch"])))
@@ -194,7 +201,8 @@ class Plan:
                 "num_stages": len(p.stages),
                 "layers_per_stage": [list(s.layers) for s in p.stages],
                 "dp": [s.dp for s in p.stages],
-                "tmp_per_stage": [[[[[r.gpu, r.node_gpus, r.zone]], r.tp] for r in s.replicas] for s in p.stages],
+                "tmp_per_stage": [[[[[r.gpu, r.node_gpus, r.zone]] * r.machines, r.tp] for r in s.replicas]
+                                  for s in p.stages],
             })
         out: dict[str, Any] = {"mbs": self.mbs, "pipeline_list": pipelines}
         if self.global_batch is not None:
@@ -213,11 +221,11 @@ class Plan:
                 for j, (lay, tmps) in enumerate(zip(layers, p["tmp_per_stage"], strict=True)):
                     reps = []
                     for vms, tp in tmps:
-                        if len(vms) != 1:
-                            raise WorkloadError(f"{where}: pipeline {i} stage {j}: a replica spread over {len(vms)} "
-                                                "machines (Metis' form) is not supported; one machine per replica")
+                        if not vms or len({tuple(v) for v in vms}) != 1:
+                            raise WorkloadError(f"{where}: pipeline {i} stage {j}: a TP group over machines of different "
+                                                f"types or zones ({vms!r:.80}) is not supported")
                         gpu, node_gpus, zone = vms[0]
-                        reps.append(Replica(str(gpu), int(tp), int(node_gpus), str(zone)))
+                        reps.append(Replica(str(gpu), int(tp), int(node_gpus), str(zone), len(vms)))
                     dp = p.get("dp", [len(reps)] * len(layers))[j]
                     if int(dp) != len(reps):
                         raise WorkloadError(f"{where}: pipeline {i} stage {j}: dp {dp} but {len(reps)} replicas listed")

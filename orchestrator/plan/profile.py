@@ -73,6 +73,20 @@ class LayeredProfile:
             raise ProfileMissing(f"model {self.model}: no layer sizes at TP degree {tp} (known: {sorted(self.sizes)})")
         return self.sizes[tp]
 
+    def tp_allreduce_bytes(self, mbs: int) -> float:
+        """Bytes of one tensor-parallel all-reduce of a layer's output: mbs x sequence x hidden x float."""
+        if not self.hidden or not self.sequence:
+            raise ProfileMissing(f"model {self.model}: a TP group across machines needs hidden_size and sequence_length "
+                                 "(the training config)")
+        return float(mbs * self.sequence * self.hidden * self.float_bytes)
+
+    def tp_allreduces(self, layer: int) -> int:
+        """Megatron's all-reduces per micro-batch of one layer under TP (forward and backward): 2 for the
+        embedding, 4 for a transformer block (attention and MLP, each way), 0 for the head."""
+        if layer == 0:
+            return 2
+        return 4 if layer < self.num_layers - 1 else 0
+
     def micro_batches(self, gpu: str) -> list[int]:
         return sorted(self.times.get(gpu, {}))
 
@@ -126,7 +140,7 @@ class LayeredProfile:
                    global_batch=int(train["global_batch_size"]) if "global_batch_size" in train else None,
                    optimizer=str(train.get("optimizer", "adam")).lower(),
                    hidden=train.get("hidden_size"), sequence=train.get("sequence_length"),
-                   source=str(root))
+                   source=str(root), extra={"training_config": train})
 
 
 def _training_config(root: Path, model: str) -> dict[str, Any]:

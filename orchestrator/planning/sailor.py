@@ -15,6 +15,7 @@ Its rules (docs/plans.md, "Sailor's simulator"), kept as published, including wh
   stage's activations times ``S - s`` in-flight micro-batches, plus 5.06 GB (Megatron's kernels); the
   planner's fit rule uses 2 GB (TP 1) or 3 GB instead.
 
+A TP group across machines (Metis' form) costs only its TP all-reduces, as published (see ``_megatron_ar``).
 One deviation: a profile entry the plan needs and the files lack is an error here (Sailor reads it as 0 s).
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.hardware.links import FittedLink, Link, bucketed_allreduce_time
+from orchestrator.hardware.links import FittedLink, Link, bucketed_allreduce_time, ring_allreduce_time
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.estimate import PlanEstimate, StageFigures, usd_per_iteration
 
@@ -55,7 +56,10 @@ class SailorSimulator:
                 slow = s.replicas[0].gpu
                 for r in s.replicas:
                     t = profile.layer_times(r.gpu, plan.mbs, r.tp)
-                    cr = sum(t[layer][0] + t[layer][1] for layer in s.layers)
+                    if r.machines > 1:
+                        cr = 2 * sum(_megatron_ar(profile, plan.mbs, r, layer, net) for layer in s.layers)
+                    else:
+                        cr = sum(t[layer][0] + t[layer][1] for layer in s.layers)
                     if cr > c:
                         c, slow = cr, r.gpu
                     u = max(u, t[s.layers[0]][2])
@@ -90,6 +94,20 @@ class SailorSimulator:
         params = sum(sizes.params[layer] for layer in s.layers)
         act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.float_bytes
         return params * multiplier + act * (len(p.stages) - stage) + KERNEL_BYTES
+
+
+def _megatron_ar(profile: LayeredProfile, mbs: int, r, layer: int, net) -> float:
+    """A layer's time for a TP group across machines, as published (``get_comm_time_megatron_ar``): only
+    its TP all-reduces (the computation term is computed there and dropped), one for the embedding, two for
+    layers below the training config's ``num_layers - 1``, none above (so the last decoder blocks and the
+    head of OPT-350M count 0)."""
+    size = profile.tp_allreduce_bytes(mbs)
+    coef = _raw(net.inter_link(r.zone, r.gpu, r.node_gpus, r.zone, r.gpu, r.node_gpus))
+    ar = ring_allreduce_time(coef, size, r.tp)
+    num_layers = int(profile.extra.get("training_config", {}).get("num_layers", profile.num_layers))
+    if layer == 0:
+        return ar
+    return 2 * ar if layer < num_layers - 1 else 0.0
 
 
 def _link(net, a, b) -> Link:

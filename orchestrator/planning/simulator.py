@@ -16,6 +16,8 @@ runs ``m = max_s m_s`` pipeline micro-batches, a stage's task lasting ``m_s / m`
   slowest link of the group; hierarchical when several replicas share a machine), then across pipelines,
   then steps its optimizer. Stages do this independently: a late stage's all-reduce overlaps the early
   stages' drain (DeepSpeed's ``ReduceGrads`` is per stage).
+- A TP group across machines (Metis' form) pays, per layer, Megatron's all-reduces (``tp_allreduces``) as
+  hierarchical all-reduces instead of the in-machine ones the profile measured.
 - Memory of a GPU: parameters x bytes per parameter (weights, gradients, optimizer states) + activations
   of the micro-batches in flight (the schedule's count) + a fixed framework overhead.
 
@@ -30,7 +32,6 @@ from dataclasses import dataclass
 
 from orchestrator.hardware.links import Link, bucketed_allreduce_time, hierarchical_allreduce_time
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica, Stage
-from orchestrator.plan.profile import ProfileMissing
 from orchestrator.planning.estimate import Event, PlanEstimate, StageFigures, usd_per_iteration
 from orchestrator.schedules import F, schedule
 
@@ -69,7 +70,7 @@ class ProjectSimulator:
         gpu_time = 0.0
         for pi, (p, batch) in enumerate(zip(plan.pipelines, plan.batches(global_batch))):
             S = len(p.stages)
-            per_stage = [self._stage_compute(plan, profile, s) for s in p.stages]   # (fwd, bwd, update, gpu)
+            per_stage = [self._stage_compute(plan, profile, s, net) for s in p.stages]   # (fwd, bwd, update, gpu)
             m_s = [max(1, math.ceil(batch / (s.dp * plan.mbs))) for s in p.stages]
             m = max(m_s)
             scale = [ms / m for ms in m_s]
@@ -109,16 +110,30 @@ class ProjectSimulator:
                             bubble_fraction=max(0.0, 1.0 - work / gpu_time) if gpu_time else 0.0,
                             pipeline_s=pipeline_s, sync_s=iteration - max(pipeline_s), events=events)
 
-    def _stage_compute(self, plan: Plan, profile: LayeredProfile, stage: Stage) -> tuple[float, float, float, str]:
+    @staticmethod
+    def _tp_across_machines(plan: Plan, profile: LayeredProfile, net, r: Replica, stage: Stage) -> float:
+        """A TP group over ``k`` machines: the profile measured its all-reduces inside one machine; across
+        machines each becomes hierarchical (inside each machine, then between them). Returns the extra
+        seconds per micro-batch: sum over layers of ``n_l x (hierarchical - intra ring)``."""
+        k = max(r.machines, math.ceil(r.tp / r.node_gpus))
+        per = max(1, r.tp // k)
+        size = profile.tp_allreduce_bytes(plan.mbs)
+        intra = net.intra_link(r.gpu, max(per, 2))
+        inter = net.inter_link(r.zone, r.gpu, 1, r.zone, r.gpu, 1)
+        across = hierarchical_allreduce_time(intra, inter, size, k, per)
+        inside = bucketed_allreduce_time(net.intra_link(r.gpu, min(r.tp, r.node_gpus) if r.tp > 1 else 2), size, r.tp)
+        return sum(profile.tp_allreduces(layer) for layer in stage.layers) * max(0.0, across - inside)
+
+    def _stage_compute(self, plan: Plan, profile: LayeredProfile, stage: Stage, net) -> tuple[float, float, float, str]:
         """(forward, backward, update) seconds of the stage's slowest replica, and its GPU type."""
         worst = (-1.0, 0.0, 0.0, stage.replicas[0].gpu)
         for r in stage.replicas:
-            if r.tp > r.node_gpus:
-                raise ProfileMissing(f"a TP group of {r.tp} {r.gpu} GPUs spans machines of {r.node_gpus}: the "
-                                     "profiles hold TP inside one machine only")
             t = profile.layer_times(r.gpu, plan.mbs, r.tp)
             fwd = sum(t[layer][0] for layer in stage.layers)
             bwd = sum(t[layer][1] for layer in stage.layers)
+            if r.machines > 1 or r.tp > r.node_gpus:
+                extra = self._tp_across_machines(plan, profile, net, r, stage)
+                fwd, bwd = fwd + extra / 2, bwd + extra / 2
             if fwd + bwd > worst[0] + worst[1]:
                 worst = (fwd, bwd, t[stage.layers[0]][2], r.gpu)
         return worst
