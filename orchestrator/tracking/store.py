@@ -178,11 +178,12 @@ EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 # the UI also lists it under its saved views.
 VIEW_ID = "orchestrator-runs"
 VIEW_COLUMNS = ("speedup", "train.time_to_target_s", "train.final_test_accuracy", "placement.step_time_s",
-                "placement.time_per_sample_s", "workers")
+                "placement.time_per_sample_s", "workers", "plan.iteration_s", "plan.samples_per_s", "plan.fits")
 
 
 def view_state() -> dict[str, Any]:
-    return {"selectedColumns": [f"metrics.`{m}`" for m in VIEW_COLUMNS] + ["tags.`placer`", "tags.`sync`"],
+    return {"selectedColumns": [f"metrics.`{m}`" for m in VIEW_COLUMNS] + ["tags.`placer`", "tags.`sync`",
+                                                                                    "tags.`planner`"],
             "orderByKey": "attributes.start_time", "orderByAsc": False, "searchFilter": "",
             "lifecycleFilter": "Active", "startTime": "ALL"}
 
