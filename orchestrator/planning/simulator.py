@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from orchestrator.errors import UserError
 from orchestrator.hardware.links import Link, bucketed_allreduce_time, hierarchical_allreduce_time
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica, Stage
 from orchestrator.planning.estimate import Event, PlanEstimate, StageFigures, usd_per_iteration
@@ -42,7 +43,8 @@ class Calibration:
     ``benchmarks/plan_fidelity.py --fit`` on the 15 shared GH200 plans of OPT-350M (docs/benchmarks/plans.md);
     the rest are the frameworks' documented values."""
 
-    task_overhead_s: float = 0.0            # per forward or backward task (kernel launches, the engine's dispatch): fitted
+    task_overhead_s: float = 0.0            # per forward or backward task (kernel launches, the engine's dispatch)
+    p2p_latency_s: float = 0.0              # per point-to-point transfer, on top of the link fit: fitted
     bytes_per_param: float = 16.0           # fp32 weights 4 + gradients 4 + Adam's two moments 8 (SGD: 8 + 4 buffer)
     # fitted (least squares on the 15 measured max_mem; leave-one-out median 1.0%, max 8.9%):
     param_factor: float = 1.617             # x 16 = 25.9 B/param: DeepSpeed's extra fp32 copies (gradient buckets, comm buffer)
@@ -145,7 +147,7 @@ class ProjectSimulator:
         pairs = max(a.dp, b.dp)
         for j in range(pairs):
             x, y = a.replicas[j % a.dp], b.replicas[j % b.dp]
-            worst = max(worst, _p2p_link(net, x, y).time(nbytes))
+            worst = max(worst, _rank_p2p_time(net, x, y, nbytes) + self.cal.p2p_latency_s)
         return worst
 
     def _stage_allreduce(self, plan: Plan, profile: LayeredProfile, net, stage: Stage) -> float:
@@ -183,9 +185,30 @@ class ProjectSimulator:
                 + self.cal.framework_bytes)
 
 
+def _rank_p2p_time(net, x: Replica, y: Replica, nbytes: float) -> float:
+    """Each TP rank of ``x`` sends its own copy of the activation to its peer in ``y``, all at once: one
+    rank's share of the machine's link is the best of ``B(j) / j`` over the fits for ``j = 1 .. k``
+    communicating GPUs (``k`` the TP group's GPUs on one machine): ``B(1)`` where every GPU has its own
+    NIC (the fits grow with ``j``), ``B(k) / k`` where they share one."""
+    k = min(x.tp, x.node_gpus, y.tp, y.node_gpus)
+    best = 0.0
+    for j in sorted({1, 2, 4, 8, k}):
+        if j > k:
+            continue
+        try:
+            link = net.inter_link(x.zone, x.gpu, j, y.zone, y.gpu, j)
+        except UserError:
+            continue
+        best = max(best, link.bandwidth_at(nbytes) / j)
+    if best <= 0:
+        return _p2p_link(net, x, y).time(nbytes)
+    return nbytes / best
+
+
 def _p2p_link(net, x: Replica, y: Replica) -> Link:
-    """Consecutive stages sit on different machines (Megatron's rank order: TP, then DP, then PP)."""
-    return net.inter_link(x.zone, x.gpu, 1, y.zone, y.gpu, 1)
+    """Consecutive stages sit on different machines (Megatron's rank order: TP, then DP, then PP); the fit
+    for the GPUs of each machine that take part (the TP group's, at most the machine's)."""
+    return net.inter_link(x.zone, x.gpu, min(x.tp, x.node_gpus), y.zone, y.gpu, min(y.tp, y.node_gpus))
 
 
 def _group_allreduce(net, members: list[Replica], nbytes: float, bucket: float) -> float:
