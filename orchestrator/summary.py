@@ -42,6 +42,10 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
     else:
         lines.append(f"  result:   DOES NOT FIT in memory: {t.get('plan.violations', '?')}"[:600])
         lines.append(f"            (it would take {_fmt(m.get('plan.iteration_s_if_it_fitted'), ' s')} per iteration if it fitted)")
+    if "plan.bound_iteration_s" in m:
+        lines.append(f"  bound:    no plan of this model on these GPUs is faster than {_fmt(m['plan.bound_iteration_s'], ' s')} "
+                     f"per iteration (certified lower bound; docs/plans.md); this plan is "
+                     f"{_fmt(100 * m.get('plan.optimality_gap', 0.0))}% above it")
     peaks = ", ".join(f"{k.rsplit('.', 1)[-1]} {v / 2**30:.1f} GiB" for k, v in sorted(m.items())
                       if k.startswith("plan.peak_memory_bytes."))
     if peaks:

@@ -44,6 +44,22 @@ class UniformPlannerConfig(PlannerConfig):
 
 
 @dataclass
+class JointPlannerConfig(PlannerConfig):
+    name: str = option("joint", "this project's planner: per-stage GPU type and TP degree, the exact contiguous "
+                       "layer split by dynamic programming, local search; with a certified lower bound")
+    budget_s: float | None = option(30.0, "seconds of search at most", gt=0)
+    max_stages: int = option(32, "pipeline depth at most", min=1)
+    judged: int = option(48, "templates judged by the simulator (the best by the DP's estimate)", min=1)
+
+
+@dataclass
+class BaselinePlannerConfig(PlannerConfig):
+    name: str = option("amp", "a published planner's search, written from its paper: amp | metis (docs/plans.md)",
+                       choices=("amp", "metis"))
+    budget_s: float | None = option(60.0, "seconds of search at most", gt=0)
+
+
+@dataclass
 class GpuClusterHardwareConfig(HardwareConfig):
     name: str = option("gpu_cluster", "a cluster of mixed GPUs for planning trials (+planner=...): node types, "
                        "counts, zones and message-size-dependent links (simulated)")

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 GB = 1e9
 
 
@@ -38,7 +40,9 @@ class ConstantLink:
     def bandwidth_at(self, nbytes: float) -> float:  # noqa: ARG002
         return self.bandwidth
 
-    def time(self, nbytes: float) -> float:
+    def time(self, nbytes):
+        if isinstance(nbytes, np.ndarray):
+            return np.where(nbytes > 0, self.latency_s + nbytes / self.bandwidth, 0.0)
         if nbytes <= 0:
             return 0.0
         return self.latency_s + nbytes / self.bandwidth
@@ -52,20 +56,26 @@ class FittedLink:
     max_bandwidth: float = math.inf      # bytes/s: the largest measured; the fit is capped there
     latency_s: float = 0.0
 
-    def raw_bandwidth(self, nbytes: float) -> float:
-        """The fit itself, uncapped (bytes/s): what Sailor's simulator uses."""
-        x = math.log2(nbytes / 1e6)
+    def raw_bandwidth(self, nbytes):
+        """The fit itself, uncapped (bytes/s): what Sailor's simulator uses. Scalars or numpy arrays."""
+        x = np.log2(nbytes / 1e6) if isinstance(nbytes, np.ndarray) else math.log2(nbytes / 1e6)
         gbps = 0.0
         for c in self.coeffs:
             gbps = gbps * x + c
         return gbps * GB
 
-    def bandwidth_at(self, nbytes: float) -> float:
+    def bandwidth_at(self, nbytes):
         bw = self.raw_bandwidth(nbytes)
+        if isinstance(bw, np.ndarray):
+            cap = self.max_bandwidth if math.isfinite(self.max_bandwidth) else np.abs(bw)
+            return np.minimum(np.maximum(bw, 0.01 * cap), cap)
         cap = self.max_bandwidth if math.isfinite(self.max_bandwidth) else abs(bw)
         return min(max(bw, 0.01 * cap), cap) if cap > 0 else bw
 
-    def time(self, nbytes: float) -> float:
+    def time(self, nbytes):
+        if isinstance(nbytes, np.ndarray):
+            safe = np.where(nbytes > 0, nbytes, 1.0)
+            return np.where(nbytes > 0, self.latency_s + safe / self.bandwidth_at(safe), 0.0)
         if nbytes <= 0:
             return 0.0
         return self.latency_s + nbytes / self.bandwidth_at(nbytes)
@@ -79,18 +89,20 @@ def p2p_time(link: Link, nbytes: float) -> float:
     return link.time(nbytes)
 
 
-def ring_allreduce_time(link: Link, nbytes: float, members: int) -> float:
-    """Ring all-reduce of ``nbytes`` over ``members``: ``2 (k-1) t(n/k)``."""
-    if members <= 1 or nbytes <= 0:
+def ring_allreduce_time(link: Link, nbytes, members: int):
+    """Ring all-reduce of ``nbytes`` (a number or a numpy array) over ``members``: ``2 (k-1) t(n/k)``."""
+    if members <= 1:
+        return 0.0 * nbytes
+    if isinstance(nbytes, np.ndarray):
+        return 2.0 * (members - 1) * link.time(nbytes / members)
+    if nbytes <= 0:
         return 0.0
     return 2.0 * (members - 1) * link.time(nbytes / members)
 
 
-def ring_half_time(link: Link, nbytes: float, members: int) -> float:
+def ring_half_time(link: Link, nbytes, members: int):
     """A ring reduce-scatter (or all-gather) alone: ``(k-1) t(n/k)``."""
-    if members <= 1 or nbytes <= 0:
-        return 0.0
-    return (members - 1) * link.time(nbytes / members)
+    return 0.5 * ring_allreduce_time(link, nbytes, members)
 
 
 def buckets(nbytes: float, bucket: float) -> list[float]:
@@ -104,15 +116,25 @@ def buckets(nbytes: float, bucket: float) -> list[float]:
     return [bucket] * full + ([rest] if rest > 0 else [])
 
 
-def bucketed_allreduce_time(link: Link, nbytes: float, members: int, bucket: float = math.inf) -> float:
-    """Ring all-reduce of each bucket in turn."""
+def bucketed_allreduce_time(link: Link, nbytes, members: int, bucket: float = math.inf):
+    """Ring all-reduce of each bucket in turn (``nbytes`` a number or a numpy array)."""
+    if isinstance(nbytes, np.ndarray):
+        if not math.isfinite(bucket) or bucket <= 0:
+            return ring_allreduce_time(link, nbytes, members)
+        full = np.floor(nbytes / bucket)
+        return full * ring_allreduce_time(link, bucket, members) + ring_allreduce_time(link, nbytes - full * bucket, members)
     return sum(ring_allreduce_time(link, b, members) for b in buckets(nbytes, bucket))
 
 
 def hierarchical_allreduce_time(intra: Link, inter: Link, nbytes: float, nodes: int, per_node: int,
                                 bucket: float = math.inf) -> float:
     """Reduce-scatter inside each node, all-reduce of a 1/per_node shard across nodes, all-gather inside."""
-    total = 0.0
-    for b in buckets(nbytes, bucket):
-        total += 2.0 * ring_half_time(intra, b, per_node) + ring_allreduce_time(inter, b / max(per_node, 1), nodes)
-    return total
+    def one(b):
+        return 2.0 * ring_half_time(intra, b, per_node) + ring_allreduce_time(inter, b / max(per_node, 1), nodes)
+
+    if isinstance(nbytes, np.ndarray):
+        if not math.isfinite(bucket) or bucket <= 0:
+            return one(nbytes)
+        full = np.floor(nbytes / bucket)
+        return full * one(bucket) + one(nbytes - full * bucket)
+    return sum(one(b) for b in buckets(nbytes, bucket))

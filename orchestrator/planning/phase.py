@@ -91,6 +91,13 @@ class PlanningPhase:
             plan.global_batch = batch
         est = evaluator.evaluate(plan, timeline=True)
         metrics = self.metrics(plan, est, search_s, evaluator)
+        metrics.update(getattr(self.planner, "stats", {}) or {})
+        from orchestrator.planning.bound import lower_bound
+
+        bound = lower_bound(profile, cluster, batch)
+        if bound < float("inf"):
+            metrics["plan.bound_iteration_s"] = bound
+            metrics["plan.optimality_gap"] = est.iteration_s / bound - 1.0
         tags = {"plan.simulator": est.simulator, "plan.description": plan.describe()[:4900],
                 "plan.cluster": cluster.describe(), "plan.objective": self.objective.kind,
                 "plan.fits": str(est.fits).lower()}

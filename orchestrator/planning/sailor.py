@@ -12,8 +12,9 @@ Its rules (docs/plans.md, "Sailor's simulator"), kept as published, including wh
 - ``T_sync`` = the slowest stage's bucketed ring all-reduce (buckets of 5e8 bytes, stage bytes divided by
   the smallest TP degree, at most 4) + a ring across pipelines of the largest pipeline's stages;
 - memory: ``24 x params`` (Adam: fp32 model, 2 states, gradients, comm buffer, DeepSpeed's copies) plus the
-  stage's activations times ``S - s`` in-flight micro-batches, plus 5.06 GB (Megatron's kernels); the
-  planner's fit rule uses 2 GB (TP 1) or 3 GB instead.
+  stage's activations times ``S - s`` in-flight micro-batches, plus 5.06 GB (Megatron's kernels) as the
+  peak figure; whether a plan fits is the planner's rule: 2 GB (TP 1) or 3 GB instead, against the type's
+  nominal memory (40 GiB for an A100-40).
 
 A TP group across machines (Metis' form) costs only its TP all-reduces, as published (see ``_megatron_ar``).
 One deviation: a profile entry the plan needs and the files lack is an error here (Sailor reads it as 0 s).
@@ -73,7 +74,10 @@ class SailorSimulator:
             ars = _stage_allreduce(p, params1, fb, net)
             for si, s in enumerate(p.stages):
                 mem = max(self.memory(plan, profile, pi, si, r.tp) for r in s.replicas)
-                limit = min(cluster.gpu_type(r.gpu).memory_bytes for r in s.replicas)
+                # fits: the planner's rule (check_config_fits), each replica against its GPU's nominal GB
+                over = max(self.fit_memory(profile, s.layers, r.tp, plan.mbs, len(p.stages), si) - _nominal(cluster, r.gpu)
+                           for r in s.replicas)
+                limit = mem - over
                 figures.append(StageFigures(pi, si, gpus[si], m, m * comp[si], m * sends[si], ars[si], upd[si], mem, limit))
         t_sync = max(max(_stage_allreduce(p, params1, fb, net), default=0.0) for p in plan.pipelines)
         t_sync += _cross_pipeline(plan, params1, fb, net)
@@ -83,6 +87,31 @@ class SailorSimulator:
         return PlanEstimate(iteration, self.name, figures, global_batch, usd_per_iteration(plan, cluster, iteration),
                             bubble_fraction=max(0.0, 1.0 - work / busy) if busy else 0.0,
                             pipeline_s=pipeline_s, sync_s=t_sync)
+
+    def stage_allreduce(self, profile: LayeredProfile, replica, dp: int, cluster: GpuCluster):
+        """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
+        link = _raw(cluster.network.inter_link(replica.zone, replica.gpu, 1, replica.zone, replica.gpu, 1))
+        tp_min = min(4, replica.tp)
+        fb = profile.float_bytes
+        return lambda p1, pt: bucketed_allreduce_time(link, p1 * fb / tp_min, dp, BUCKET_BYTES)  # noqa: ARG005
+
+    def stage_memory(self, profile: LayeredProfile, tp: int, gpu: str, mbs: int, stages: int, stage: int,
+                     micro_batches: int, cluster: GpuCluster):  # noqa: ARG002
+        """(need(params floats, activation floats per sample), limit): the fit rule, for a search."""
+        mult = (4 if profile.optimizer == "sgd" else 8) + 16
+        fixed = 2e9 if tp == 1 else 3e9
+        scale = mbs * profile.float_bytes * (stages - stage)
+        return (lambda params, acts: params * mult + acts * scale + fixed), _nominal(cluster, gpu)
+
+    @staticmethod
+    def fit_memory(profile: LayeredProfile, layers, tp: int, mbs: int, stages: int, stage: int) -> float:
+        """The planner's memory rule (``check_config_fits``): the same terms with 2 GB (TP 1) or 3 GB of
+        Megatron's memory outside PyTorch's allocator instead of the 5.06 GB of the validation figure."""
+        sizes = profile.layer_sizes(tp)
+        multiplier = (4 if profile.optimizer == "sgd" else 8) + 16
+        params = sum(sizes.params[layer] for layer in layers)
+        act = sum(sizes.act_mem[layer] for layer in layers) * mbs * profile.float_bytes
+        return params * multiplier + act * (stages - stage) + (2e9 if tp == 1 else 3e9)
 
     @staticmethod
     def memory(plan: Plan, profile: LayeredProfile, pipeline: int, stage: int, tp: int) -> float:
@@ -108,6 +137,12 @@ def _megatron_ar(profile: LayeredProfile, mbs: int, r, layer: int, net) -> float
     if layer == 0:
         return ar
     return 2 * ar if layer < num_layers - 1 else 0.0
+
+
+def _nominal(cluster: GpuCluster, gpu: str) -> float:
+    """Sailor's GPU memory for its fit rule: the type's nominal GB x 2^30 (A100-40: 40 GiB), else the cluster's."""
+    digits = gpu.rsplit("-", 1)[-1]
+    return float(digits) * 2**30 if digits.isdigit() else cluster.gpu_type(gpu).memory_bytes
 
 
 def _link(net, a, b) -> Link:

@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from orchestrator.errors import UserError
 from orchestrator.hardware.links import Link, bucketed_allreduce_time, hierarchical_allreduce_time
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica, Stage
@@ -172,6 +174,21 @@ class ProjectSimulator:
         return _group_allreduce(net, firsts, largest * profile.float_bytes, self.cal.bucket_bytes)
 
     # -- memory ----------------------------------------------------------------------------------
+    def stage_allreduce(self, profile: LayeredProfile, replica: Replica, dp: int, cluster: GpuCluster):
+        """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
+        members = [replica] * dp
+        net, fb, bucket = cluster.network, profile.float_bytes, self.cal.bucket_bytes
+        return lambda p1, pt: _group_allreduce(net, members, pt * fb, bucket)  # noqa: ARG005
+
+    def stage_memory(self, profile: LayeredProfile, tp: int, gpu: str, mbs: int, stages: int, stage: int,
+                     micro_batches: int, cluster: GpuCluster):
+        """(need(params floats, activation floats per sample), limit) of one stage's GPU, for a search."""
+        per_param = (self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0) * self.cal.param_factor
+        inflight = schedule("1f1b").in_flight(micro_batches, stages, stage)
+        scale = mbs * profile.float_bytes * inflight * self.cal.activation_factor
+        fixed = self.cal.framework_bytes
+        return (lambda params, acts: params * per_param + acts * scale + fixed), cluster.gpu_type(gpu).memory_bytes
+
     def memory(self, plan: Plan, profile: LayeredProfile, pipeline: int, stage: int, replica: Replica,
                micro_batches: int) -> float:
         p = plan.pipelines[pipeline]
@@ -229,10 +246,10 @@ def _group_allreduce(net, members: list[Replica], nbytes: float, bucket: float) 
         inter = net.inter_link(first.zone, first.gpu, 1, first.zone, first.gpu, 1)
         return hierarchical_allreduce_time(intra, inter, nbytes, nodes, per_node, bucket)
     worst = 0.0
-    for j in range(k):
-        a, b = members[j], members[(j + 1) % k]
+    pairs = {(members[j], members[(j + 1) % k]) for j in range(k)}       # a ring's distinct neighbour links
+    for a, b in pairs:
         link = net.inter_link(a.zone, a.gpu, 1, b.zone, b.gpu, 1)
-        worst = max(worst, bucketed_allreduce_time(link, nbytes, k, bucket))
+        worst = np.maximum(worst, bucketed_allreduce_time(link, nbytes, k, bucket))
     return worst
 
 

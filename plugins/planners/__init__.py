@@ -8,10 +8,14 @@ def orchestrator_planners():
     return {
         "file": "orchestrator_plugins.planners.file:FilePlanner",
         "uniform": "orchestrator_plugins.planners.uniform:UniformPlanner",
+        "joint": "orchestrator_plugins.planners.joint:JointPlanner",
+        "amp": "orchestrator_plugins.planners.baselines:AMPPlanner",
+        "metis": "orchestrator_plugins.planners.baselines:MetisPlanner",
     }
 
 
 @hookimpl
 def orchestrator_config_schemas():
     return {f"planner/{name}": f"orchestrator.config.planning:{cls}" for name, cls in (
-        ("file", "FilePlannerConfig"), ("uniform", "UniformPlannerConfig"))}
+        ("file", "FilePlannerConfig"), ("uniform", "UniformPlannerConfig"), ("joint", "JointPlannerConfig"), ("amp", "BaselinePlannerConfig"),
+        ("metis", "BaselinePlannerConfig"))}

@@ -1,0 +1,91 @@
+"""Planners x clusters on Sailor's metric and on the project's simulator (docs/benchmarks/plans.md, "Plan
+quality"): each planner searches with the judge named by ``--judge`` (default: sailor, the anchor's own
+metric), the plan is then scored by both simulators; the published planners' plans (Sailor's artifact
+outputs in shared/workloads/sailor/planner-plans) are scored the same way; the certified bound and the gap.
+
+    python benchmarks/plan_quality.py                 # OPT-350M, global batch 1024, the clusters of issue 28
+    python benchmarks/plan_quality.py --judge project
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.errors import UserError  # noqa: E402
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
+from orchestrator.planning.bound import lower_bound  # noqa: E402
+from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "workloads" / "sailor"
+CLUSTERS = {"32 A100-40": {"A100-40": 32}, "32 A100-40 + 96 V100-16": {"A100-40": 32, "V100-16": 96},
+            "80 A100-40 + 240 V100-16": {"A100-40": 80, "V100-16": 240},
+            "128 A100-40 + 384 V100-16": {"A100-40": 128, "V100-16": 384},
+            "16 GH-96": {"GH-96": 16}, "32 A100-80": {"A100-80": 32}}
+PUBLISHED = {"32 A100-40": "a32", "32 A100-40 + 96 V100-16": "a32_v96", "80 A100-40 + 240 V100-16": "a80_v240",
+             "128 A100-40 + 384 V100-16": "a128_v384"}
+
+
+def planners():
+    sys.path.insert(0, str(ROOT))
+    from orchestrator_plugins.planners.baselines import AMPPlanner, MetisPlanner
+    from orchestrator_plugins.planners.joint import JointPlanner
+    from orchestrator_plugins.planners.uniform import UniformPlanner
+
+    return {"joint": JointPlanner, "metis": MetisPlanner, "amp": AMPPlanner, "uniform": UniformPlanner}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--judge", choices=("sailor", "project"), default="sailor")
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--clusters", nargs="*", default=list(CLUSTERS))
+    args = ap.parse_args()
+    profile = LayeredProfile.from_directory(args.data, "OPT-350")
+    other = "project" if args.judge == "sailor" else "sailor"
+    print(f"OPT-350M, global batch {args.batch}; plans searched with the {args.judge} simulator as judge; all "
+          "figures simulated (s/iteration); bound: the certified lower bound (docs/plans.md)\n")
+    print(f"| cluster | planner | {args.judge} s/it | {other} s/it | fits | search s | gap to bound |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.clusters:
+        cluster = GpuCluster.from_directory(args.data).with_gpus(CLUSTERS[name])
+        bound = lower_bound(profile, cluster, args.batch)
+        rows = []
+        for pname, cls in planners().items():
+            ev = PlanEvaluator(simulator(args.judge), profile, cluster, args.batch)
+            t0 = time.perf_counter()
+            try:
+                plan = cls({}).plan(profile, cluster, PlanObjective(), ev)
+            except UserError as exc:
+                rows.append((pname, None, None, False, time.perf_counter() - t0, str(exc)[:60]))
+                continue
+            dt = time.perf_counter() - t0
+            rows.append((pname, plan, ev.evaluate(plan), None, dt, ""))
+        for published in ("sailor", "metis", "amp", "flashflex"):
+            f = args.data / "planner-plans" / f"{published}_{PUBLISHED.get(name, '-')}.json"
+            if f.exists():
+                doc = json.loads(f.read_text())
+                plan = Plan.from_sailor(doc)
+                est = simulator(args.judge).estimate(plan, profile, cluster, args.batch)
+                rows.append((f"{published} (published)", plan, est, None, doc.get("search_time_s"), ""))
+        for pname, plan, est, _, dt, err in rows:
+            if plan is None:
+                print(f"| {name} | {pname} | - | - | - | {dt:.1f} | {err} |")
+                continue
+            alt = simulator(other).estimate(plan, profile, cluster, args.batch).iteration_s
+            gap = f"{100 * (est.iteration_s / bound - 1):.0f}%" if bound < float("inf") else "-"
+            search = f"{dt:.1f}" if isinstance(dt, float) else "-"
+            print(f"| {name} | {pname} | {est.iteration_s:.3f} | {alt:.3f} | {'yes' if est.fits else 'NO'} | {search} | {gap} |")
+        print(f"| {name} | *bound* | {bound:.3f} | | | | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The planners of issue 28: joint against the baselines and the published plans on the anchor's metric, the
+certified bound, the cost and budget objectives, a comparison sweep."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.planning.bound import lower_bound
+from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
+from orchestrator_plugins.planners.baselines import AMPPlanner, MetisPlanner
+from orchestrator_plugins.planners.joint import JointPlanner
+
+from conftest import run_inprocess, store_runs
+
+SAILOR = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "sailor"
+pytestmark = pytest.mark.skipif(not SAILOR.is_dir(), reason="needs ../shared/workloads/sailor")
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return LayeredProfile.from_directory(SAILOR, "OPT-350")
+
+
+def _cluster(gpus):
+    return GpuCluster.from_directory(SAILOR).with_gpus(gpus)
+
+
+def _run(cls, profile, cluster, objective=PlanObjective(), judge="sailor", **cfg):
+    ev = PlanEvaluator(simulator(judge), profile, cluster, 1024)
+    plan = cls(cfg).plan(profile, cluster, objective, ev)
+    ev.check(plan)
+    return plan, ev.evaluate(plan)
+
+
+def test_joint_beats_the_baselines_and_the_published_plan_on_the_anchors_metric(profile):
+    cluster = _cluster({"A100-40": 32, "V100-16": 96})
+    _, joint = _run(JointPlanner, profile, cluster, budget_s=20.0)
+    published = json.loads((SAILOR / "planner-plans" / "sailor_a32_v96.json").read_text())["sailor_simulator_iteration_s"]
+    assert joint.fits
+    for cls in (AMPPlanner, MetisPlanner):
+        assert joint.iteration_s < _run(cls, profile, cluster)[1].iteration_s
+    assert joint.iteration_s < published
+
+
+def test_the_bound_is_below_every_plan_on_both_simulators(profile):
+    for f in sorted((SAILOR / "planner-plans").glob("*.json")):
+        doc = json.loads(f.read_text())
+        cluster = _cluster(doc["cluster"])
+        bound = lower_bound(profile, cluster, doc["gbs"])
+        plan = Plan.from_sailor(doc)
+        for judge in ("sailor", "project"):
+            assert bound <= simulator(judge).estimate(plan, profile, cluster, doc["gbs"]).iteration_s, (f.name, judge)
+    cluster = _cluster({"GH-96": 16})
+    _, est = _run(JointPlanner, profile, cluster, judge="project", budget_s=10.0)
+    assert lower_bound(profile, cluster, 1024) <= est.iteration_s <= 1.15 * lower_bound(profile, cluster, 1024)
+
+
+def test_cost_and_budget_objectives(profile):
+    cluster = _cluster({"A100-40": 32, "V100-16": 96})
+    _, fast = _run(JointPlanner, profile, cluster, budget_s=10.0)
+    floor = 0.5 * fast.samples_per_s
+    _, cheap = _run(JointPlanner, profile, cluster, PlanObjective("cost", min_samples_per_s=floor), budget_s=10.0)
+    assert cheap.samples_per_s >= floor and cheap.usd_per_iteration < fast.usd_per_iteration
+    cap = 200.0
+    plan, capped = _run(JointPlanner, profile, cluster, PlanObjective("budget", max_usd_per_hour=cap), budget_s=10.0)
+    assert capped.usd_per_iteration * 3600 / capped.iteration_s <= cap + 1e-6 and capped.fits
+
+
+def test_a_comparison_sweep_ends_with_its_table(tmp_path):
+    s = str(SAILOR)
+    out = run_inprocess(tmp_path, "-m", "+planner=joint,amp", "model=llm", f"model.data={s}", "hardware=gpu_cluster",
+                        f"hardware.data={s}", "hardware.gpus={A100-40: 8, V100-16: 16}")
+    assert out.returncode == 0, out.stderr
+    assert "sweep: 2 trials, 2 finished" in out.stdout + out.stderr and "s/iteration (plan)" in out.stdout
+    runs = [r for r in store_runs(tmp_path) if r.data.tags.get("runtime") == "plan"]
+    assert {r.data.tags["planner"] for r in runs} == {"joint", "amp"}
+    assert all(r.data.metrics["plan.bound_iteration_s"] <= r.data.metrics["plan.iteration_s"] for r in runs)
