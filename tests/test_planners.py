@@ -27,7 +27,10 @@ def _cluster(gpus):
     return GpuCluster.from_directory(SAILOR).with_gpus(gpus)
 
 
-def _run(cls, profile, cluster, objective=PlanObjective(), judge="sailor", **cfg):
+THROUGHPUT = PlanObjective()
+
+
+def _run(cls, profile, cluster, objective=THROUGHPUT, judge="sailor", **cfg):
     ev = PlanEvaluator(simulator(judge), profile, cluster, 1024)
     plan = cls(cfg).plan(profile, cluster, objective, ev)
     ev.check(plan)
