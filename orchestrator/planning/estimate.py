@@ -27,7 +27,7 @@ class StageFigures:
 
 @dataclass
 class Event:
-    """One box of the Gantt: ``kind`` is fwd, bwd, send, allreduce or update."""
+    """One box of the Gantt: ``kind`` is fwd, bwd, send, all-reduce or update."""
 
     pipeline: int
     stage: int

@@ -24,7 +24,7 @@ def gantt(estimate: PlanEstimate, path: str | Path, title: str) -> Path | None:
             events.append({"kind": "node", "row": row, "start": ev.start_s, "end": ev.end_s, "label": "U"})
         else:
             events.append({"kind": "transfer", "row": row, "start": ev.start_s, "end": ev.end_s,
-                           "label": "AR" if ev.kind == "allreduce" else None})
+                           "label": "AR" if ev.kind == "all-reduce" else None})
     if not events:
         return None
     return gantt_events(events, path, title)

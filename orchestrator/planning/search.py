@@ -326,7 +326,7 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     improved = True
     while improved and time.perf_counter() < deadline:
         improved = False
-        for plan in _neighbours(best[1], profile.num_layers):
+        for plan in _neighbours(best[1], profile.num_layers, cluster):
             if time.perf_counter() > deadline:
                 break
             est = evaluator.try_evaluate(plan)
@@ -364,9 +364,15 @@ def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: f
     return est + 1e-9 * gpus
 
 
-def _neighbours(plan: Plan, num_layers: int):
-    """The plan with one layer moved across one stage boundary."""
+def _neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):
+    """The plan with one replica more or less in every stage (where the GPUs allow), or one layer moved
+    across one stage boundary."""
     p = plan.pipelines[0]
+    for d in (1, -1):
+        stages = tuple(Stage(s.layers, s.replicas[:1] * (s.dp + d)) for s in p.stages)
+        cand = Plan([Pipeline(stages)], plan.mbs)
+        if all(s.dp >= 1 for s in stages) and all(n <= cluster.gpus.get(k, 0) for k, n in cand.gpus_used().items()):
+            yield cand
     for s in range(len(p.stages) - 1):
         a, b = p.stages[s], p.stages[s + 1]
         for d in (-1, 1):

@@ -92,7 +92,7 @@ class ProjectSimulator:
                 upd = per_stage[si][2]
                 end = flush[si] + ar
                 if timeline and ar > 0:
-                    events.append(Event(pi, si, "allreduce", flush[si], end))
+                    events.append(Event(pi, si, "all-reduce", flush[si], end))
                 ends.append((pi, si, end, upd))  # type: ignore[arg-type]
                 comp = m * (f[si] + b[si])
                 work += comp * s.gpus
@@ -105,7 +105,7 @@ class ProjectSimulator:
         for pi, si, end, upd in ends:  # type: ignore[misc]
             t0 = end + cross
             if timeline and cross > 0:
-                events.append(Event(pi, si, "allreduce", end, t0))
+                events.append(Event(pi, si, "all-reduce", end, t0))
             if timeline and upd > 0:
                 events.append(Event(pi, si, "update", t0, t0 + upd))
             iteration = max(iteration, t0 + upd)
