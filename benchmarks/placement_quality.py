@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.graph import PlacementContext
 from orchestrator.hardware.presets import sim_1cpu_4gpu
 from orchestrator.paths import msr_workloads
-from orchestrator.placement import PlacementContext
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 

@@ -46,9 +46,9 @@ def child(path: str, placer: str) -> dict[str, float]:
     import resource
 
     from orchestrator import plugins
+    from orchestrator.graph.placement import PlacementContext
     from orchestrator.phases.placement import best_accelerator
     from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-    from orchestrator.placement.graph.placement import PlacementContext
     from orchestrator.placement.graph.workload import load_msr_workload
     from orchestrator.placement.simulate.gantt import gantt
     from orchestrator.placement.solve.problem import PlacementProblem

@@ -58,7 +58,7 @@ def cases(quick: bool, workloads: Path):
 
 
 def run(g, w, objective, cfg, seed=0):
-    from orchestrator.placement import PlacementContext
+    from orchestrator.graph import PlacementContext
     from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
     from orchestrator_plugins.placers.rl import RLPlacer
 

@@ -10,9 +10,9 @@ import time
 import numpy as np
 
 from orchestrator.errors import WorkloadError
+from orchestrator.graph import Edge, Node, OpGraph
 from orchestrator.hardware.presets import sim_1cpu_4gpu
 from orchestrator.paths import msr_workloads, repo_root
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 from orchestrator.placement.simulate.simulator import HAVE_NUMBA, Simulator, lower_bound, simulate
 

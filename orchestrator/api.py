@@ -30,11 +30,10 @@ from orchestrator.config.sync import ServerSyncConfig, SyncConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError, UserError, WorkloadError
 from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
+from orchestrator.graph import Edge, Node, OpGraph, Placement, PlacementContext
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker
 from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
 from orchestrator.models import ModelSpec
-from orchestrator.placement import Placement, PlacementContext
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
 from orchestrator.plan import GpuCluster, GpuType, LayeredProfile, Pipeline, Plan, Replica, Stage
 from orchestrator.planning.estimate import PlanEstimate, StageFigures

@@ -320,7 +320,7 @@ class Trial:
         device) and the workers' speeds follow from their step times, relative to the first."""
         if not cluster.simulated:
             return {w.name: placed.measured_step_s for w in cluster.workers} if placed else {}
-        from orchestrator.placement import PlacementContext
+        from orchestrator.graph import PlacementContext
         from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 
         graph = placed.graph if placed else self.placing.graph(model_spec, "simulated")

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph import Edge, Node, OpGraph, Placement
 from orchestrator.hardware.calibration import (
     Calibration,
     apply,
@@ -14,9 +15,7 @@ from orchestrator.hardware.calibration import (
     median_abs_rel_error,
 )
 from orchestrator.hardware.cluster import Device, Link, Worker
-from orchestrator.placement import Placement
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from plugins.hardware.local import calibration_of
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.execution.execute import compare_with_unplaced, layer_devices, measure_step
+from orchestrator.graph import Placement
 from orchestrator.models import builtin
-from orchestrator.placement import Placement
 from orchestrator.placement.graph.extract import extract_layer_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,8 +69,8 @@ def test_placed_step_on_two_tf_server_processes():
 
 def test_apply_placement_puts_each_layers_variables_where_the_file_says(tmp_path):
     from orchestrator.execution.execute import apply_placement, tf_device_name
+    from orchestrator.graph import Placement
     from orchestrator.models import builtin
-    from orchestrator.placement import Placement
 
     assert tf_device_name("host0/gpu:1") == "/device:GPU:1" and tf_device_name("cpu:0") == "/device:CPU:0"
     model = builtin("cnn").build()

@@ -3,9 +3,9 @@ import time
 
 import pytest
 
+from orchestrator.graph import OpGraph
 from orchestrator.hardware.cluster import Device
 from orchestrator.models import builtin
-from orchestrator.placement.graph import OpGraph
 from orchestrator.placement.graph.extract import extract, extract_layer_graph
 from orchestrator.placement.graph.extract_ops import extract_op_graph
 

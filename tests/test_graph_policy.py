@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph import OpGraph, PlacementContext
 from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.presets import make_host, sim_1cpu_4gpu
-from orchestrator.placement import PlacementContext
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-from orchestrator.placement.graph import OpGraph
 from orchestrator.placement.graph.workload import load_msr_workload
 from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy, graph_inputs
 from orchestrator.placement.solve.problem import PlacementProblem

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph import Edge, Node, OpGraph, PlacementContext
 from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
-from orchestrator.placement import PlacementContext
 from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, resolve_reward
 from orchestrator.placement.evaluate.measured_fit import fit_with_prior, median_rel_error
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator_plugins.placers.greedy import GreedyPlacer
 from orchestrator_plugins.placers.random import RandomPlacer
 from orchestrator_plugins.placers.rl import RLPlacer

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 from orchestrator.placement.solve.config_bound import _Pricing, config_bound

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph import Edge, Node, OpGraph
 from orchestrator.hardware.cluster import Device, Link, Worker
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement.simulate.inflight import MicrobatchSpec, in_flight
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings, task_order
 from orchestrator.placement.simulate.simulator import Simulator

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import InfeasiblePlacementError
+from orchestrator.graph import Edge, Node, OpGraph, PlacementContext
 from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
-from orchestrator.placement import PlacementContext
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator_plugins.placers.greedy import GreedyPlacer
 from orchestrator_plugins.placers.manual import ManualPlacer

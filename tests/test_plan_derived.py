@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.hardware.cluster import Device
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.placement.graph.synthetic import write_layered_workload
 from orchestrator.placement.graph.workload import load_msr_workload
 from orchestrator.plan.derived import MAX_LAYERS, layered_profile

@@ -7,9 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.graph import Edge, Node, OpGraph, Placement
 from orchestrator.hardware.cluster import Device, Link, Worker
-from orchestrator.placement import Placement
-from orchestrator.placement.graph import Edge, Node, OpGraph
 from orchestrator.placement.simulate.gantt import gantt
 from orchestrator.placement.simulate.simulator import Simulator, lower_bound, simulate
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import WorkloadError
+from orchestrator.graph import OpGraph
 from orchestrator.paths import msr_workloads
-from orchestrator.placement.graph import OpGraph
 from orchestrator.placement.graph.workload import load_msr_split, load_msr_workload
 from orchestrator.placement.simulate.simulator import lower_bound, simulate
 
@@ -107,7 +107,7 @@ def test_transfer_costs_follow_the_format(tmp_path):
     doc = _doc(nodes=((1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)), edges=((1, 2), (1, 3), (1, 4)))
     w = load_msr_workload(_write(tmp_path, doc))
     g, wk = w.graph, w.worker
-    from orchestrator.placement import Placement
+    from orchestrator.graph import Placement
     ms = lambda a: simulate(g, wk, Placement(wk.device_names, dict(zip("1234", a)))).step_time_s / 1e-3
     assert ms(["acc:0", "acc:1", "acc:1", "acc:1"]) == pytest.approx(1 + 2 * 5 + 3)
     assert ms(["acc:0", "cpu:0", "cpu:0", "cpu:0"]) == pytest.approx(1 + 5 + 30)

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.placement import Placement
-from orchestrator.placement.graph import OpGraph
+from orchestrator.graph import OpGraph, Placement
 
 
 def layer_devices(graph: OpGraph, placement: Placement, worker=None) -> dict[str, str]:

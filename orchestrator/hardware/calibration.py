@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from orchestrator.graph import OpGraph
 from orchestrator.hardware.cluster import Link, Worker
-from orchestrator.placement.graph import OpGraph
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.api import PlacementOutcome
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
-from orchestrator.placement.graph.placement import Placement, PlacementContext
+from orchestrator.graph.placement import Placement, PlacementContext
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
 
 

@@ -1,7 +1,8 @@
 """Model parallelism, in layers that import one way (each only from the ones above it here):
 
-- ``graph``: the op graph of a training step (``OpGraph``; extracted from Keras or read from a
-  profiled workload) and the ``Placement`` a placer returns;
+- ``graph``: the op graph of a training step extracted from Keras or read from a profiled
+  workload (the model itself, ``OpGraph`` and the ``Placement`` a placer returns, is the low
+  package ``orchestrator.graph``, which every layer imports);
 - ``simulate``: cost models of a placed graph: the one-step simulator (+ numba kernel), the
   steady-state load model (``load``), micro-batched GPipe / 1F1B schedules (``microbatch``), the
   memory of micro-batches in flight, Gantt charts;
@@ -11,10 +12,11 @@
 - ``learn``: the graph policy of ``placer=rl``, its decoding, checkpoints and pre-training.
 
 The trial's placement phase is ``orchestrator.phases``; the placers are plugins over this core.
-``Placement``, ``PlacementContext`` and ``OpGraph`` (what plugin authors use) are importable from here.
+``Placement``, ``PlacementContext`` and ``OpGraph`` (what plugin authors use; defined in ``orchestrator.graph``)
+are importable from here too.
 """
 
-from orchestrator.placement.graph.opgraph import OpGraph
-from orchestrator.placement.graph.placement import Placement, PlacementContext
+from orchestrator.graph.opgraph import OpGraph
+from orchestrator.graph.placement import Placement, PlacementContext
 
 __all__ = ["OpGraph", "Placement", "PlacementContext"]

@@ -31,10 +31,10 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.graph.opgraph import OpGraph
 from orchestrator.hardware.cluster import Device
 from orchestrator.hardware.presets import make_device
 from orchestrator.hardware.profiles import profile as device_profile
-from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.plan.profile import LayeredProfile, LayerSizes
 
 MAX_LAYERS = 64

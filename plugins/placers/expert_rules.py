@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 from orchestrator.placement.solve.greedy import single_device
 from orchestrator.placement.solve.problem import PlacementProblem
 

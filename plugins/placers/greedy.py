@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.config.placer import GreedyPlacerConfig
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 from orchestrator.placement.solve.greedy import best_greedy
 from orchestrator.placement.solve.problem import PlacementProblem
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator.config.placer import ManualPlacerConfig
 from orchestrator.errors import ConfigError
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 
 EXPERT = ("fastest", "rnn", "chain")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.config.placer import OptimalPlacerConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 from orchestrator.placement.solve.problem import PlacementProblem
 
 

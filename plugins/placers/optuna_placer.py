@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.config.placer import OptunaPlacerConfig
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 from orchestrator.placement.solve.problem import PlacementProblem, group_atoms
 
 

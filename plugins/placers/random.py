@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.config.placer import RandomPlacerConfig
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 from orchestrator.placement.solve.problem import PlacementProblem
 
 

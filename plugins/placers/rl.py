@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.config.placer import RLPlacerConfig
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 from orchestrator.placement.solve.greedy import best_greedy
 from orchestrator.placement.solve.local_search import LocalSearch
 from orchestrator.placement.solve.problem import PlacementProblem

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph.arrays import IntArray
+from orchestrator.graph.opgraph import OpGraph
+from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.graph.arrays import IntArray
-from orchestrator.placement.graph.opgraph import OpGraph
-from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.simulate.simulator import SimResult, Simulator, lower_bound

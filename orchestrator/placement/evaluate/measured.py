@@ -41,12 +41,12 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph.arrays import IntArray
+from orchestrator.graph.opgraph import OpGraph
+from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Worker
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator, Verdict, placed_runtime
 from orchestrator.placement.evaluate.measured_fit import SimulatorFit
-from orchestrator.placement.graph.arrays import IntArray
-from orchestrator.placement.graph.opgraph import OpGraph
-from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
 
 if TYPE_CHECKING:

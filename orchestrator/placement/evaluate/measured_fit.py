@@ -38,7 +38,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from orchestrator.placement.graph.arrays import FloatArray
+from orchestrator.graph.arrays import FloatArray
 from orchestrator.placement.simulate.simulator import Simulator
 
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from orchestrator.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.placement.graph.flops import layer_flops, numel
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
 
 if TYPE_CHECKING:
     from orchestrator.models import ModelSpec

@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.graph.opgraph import Edge, Node, OpGraph
 
 _MOVE = {"Identity", "Reshape", "Const", "Placeholder", "NoOp", "Shape", "StridedSlice", "Pack", "ConcatV2",
          "Transpose", "ExpandDims", "Squeeze", "GatherV2", "ResourceGather", "ReadVariableOp", "Fill",

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.arrays import FloatArray, IntArray
 
 try:  # optional accelerator for the loops
     from numba import njit

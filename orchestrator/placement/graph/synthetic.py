@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import IntArray
+from orchestrator.graph.arrays import IntArray
 
 
 def layered_workload(n: int, *, width: int = 20, seed: int = 0, accelerators: int = 4, cpus: int = 1,

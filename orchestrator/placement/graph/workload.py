@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from orchestrator.errors import WorkloadError
+from orchestrator.graph.opgraph import Edge, Node, OpGraph
+from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
-from orchestrator.placement.graph.opgraph import Edge, Node, OpGraph
-from orchestrator.placement.graph.placement import Placement
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

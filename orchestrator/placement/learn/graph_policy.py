@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement.graph.arrays import BoolArray, F32Array, FloatArray, I32Array, IntArray
+from orchestrator.graph.arrays import BoolArray, F32Array, FloatArray, I32Array, IntArray
 from orchestrator.placement.learn.policy_decode import (
     K_DYN,
     DecodeInputs,

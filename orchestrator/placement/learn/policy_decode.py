@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
+from orchestrator.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
 from orchestrator.placement.learn.policy_kernel import decode_kernel
 from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
+from orchestrator.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
 from orchestrator.placement.graph.kernels import njit
 
 

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orchestrator.graph.arrays import IntArray
 from orchestrator.paths import msr_workloads, repo_root
-from orchestrator.placement.graph.arrays import IntArray
 
 if TYPE_CHECKING:
     from orchestrator.execution.training import MetricsSink
+    from orchestrator.graph.opgraph import OpGraph
     from orchestrator.hardware.cluster import Worker
-    from orchestrator.placement.graph.opgraph import OpGraph
     from orchestrator.placement.learn.graph_policy import GraphPolicy
 
 DEFAULT_WORKLOADS = msr_workloads()
@@ -119,7 +119,7 @@ def synthetic_graph(seed: int) -> OpGraph:
     1-6 nodes, each fed by 1-2 nodes of the level before (all of them, for a level of one node),
     forward flops log-uniform in [1e9, 3e11], activations log-uniform in [1e5, 1e8] bytes, weights
     log-uniform in [1e5, 1e8] bytes. Costs come from the devices' roofline, as for extracted models."""
-    from orchestrator.placement.graph.opgraph import OpGraph
+    from orchestrator.graph.opgraph import OpGraph
 
     rng = np.random.default_rng(1000 + seed)
     levels = [[f"n{lv}_{i}" for i in range(int(rng.integers(1, 7)))] for lv in range(int(rng.integers(12, 41)))]

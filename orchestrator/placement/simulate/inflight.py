@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.arrays import FloatArray, IntArray
 from orchestrator.schedules import SCHEDULES as SCHEDULE_CLASSES
 from orchestrator.schedules import B as B
 from orchestrator.schedules import F as F
@@ -22,7 +22,7 @@ from orchestrator.schedules import U as U
 from orchestrator.schedules import schedule
 
 if TYPE_CHECKING:
-    from orchestrator.placement.graph.opgraph import OpGraph
+    from orchestrator.graph.opgraph import OpGraph
 
 SCHEDULES = tuple(SCHEDULE_CLASSES)
 

@@ -28,9 +28,9 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from orchestrator.graph.arrays import FloatArray
+from orchestrator.graph.opgraph import OpGraph, original_edges
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.graph.arrays import FloatArray
-from orchestrator.placement.graph.opgraph import OpGraph, original_edges
 from orchestrator.placement.simulate.simulator import Simulator
 
 

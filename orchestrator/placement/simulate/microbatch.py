@@ -45,10 +45,10 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.opgraph import OpGraph, original_edges
 from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.contention import SharedCores
-from orchestrator.placement.graph.arrays import FloatArray, IntArray
-from orchestrator.placement.graph.opgraph import OpGraph, original_edges
 from orchestrator.placement.simulate.inflight import (
     SCHEDULES,
     B,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.arrays import FloatArray, IntArray
 
 # run_step's result: (makespan, start, finish, busy, tx, n_tx)
 StepArrays = tuple[float, FloatArray, FloatArray, FloatArray, FloatArray, int]

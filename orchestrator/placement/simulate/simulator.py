@@ -27,11 +27,11 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
+from orchestrator.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.opgraph import OpGraph
+from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.kernels import upward_rank
-from orchestrator.placement.graph.opgraph import OpGraph
-from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.inflight import F, MicrobatchSpec, flow_position, in_flight_counts, phase_of
 from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA, StepArrays, run_step
 

@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
+from orchestrator.graph.opgraph import OpGraph
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.graph.opgraph import OpGraph
 from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator.placement.solve.problem import PlacementProblem
 

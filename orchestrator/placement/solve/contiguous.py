@@ -37,8 +37,8 @@ from itertools import product
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import IntArray
-from orchestrator.placement.graph.opgraph import original_edges
+from orchestrator.graph.arrays import IntArray
+from orchestrator.graph.opgraph import original_edges
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.problem import PlacementProblem
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.placement.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.kernels import upward_rank
 from orchestrator.placement.solve.contiguous import solve
 from orchestrator.placement.solve.list_kernel import run_list_schedule

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import BoolArray, FloatArray, IntArray
+from orchestrator.graph.arrays import BoolArray, FloatArray, IntArray
 from orchestrator.placement.graph.kernels import njit
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from orchestrator.placement.graph.arrays import IntArray
+from orchestrator.graph.arrays import IntArray
 from orchestrator.placement.solve.problem import PlacementProblem
 
 

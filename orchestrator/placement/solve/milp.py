@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.placement.graph.arrays import IntArray
+from orchestrator.graph.arrays import IntArray
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.contiguous import device_classes
 from orchestrator.placement.solve.problem import PlacementProblem

@@ -14,11 +14,11 @@ import numpy as np
 import numpy.typing as npt
 
 from orchestrator.errors import InfeasiblePlacementError
+from orchestrator.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.opgraph import OpGraph
+from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Worker
-from orchestrator.placement.graph.arrays import FloatArray, IntArray
 from orchestrator.placement.graph.kernels import predecessors_csr
-from orchestrator.placement.graph.opgraph import OpGraph
-from orchestrator.placement.graph.placement import Placement
 from orchestrator.placement.simulate.simulator import Simulator
 
 

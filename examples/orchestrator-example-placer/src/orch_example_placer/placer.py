@@ -1,6 +1,6 @@
 """Round-robin placement: node i goes to device i mod k (groups stay together)."""
 
-from orchestrator.placement import Placement
+from orchestrator.graph import Placement
 
 
 class RoundRobinPlacer:

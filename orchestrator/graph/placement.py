@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
-    from orchestrator.placement.graph.opgraph import OpGraph
+    from orchestrator.graph.opgraph import OpGraph
 
 
 @dataclass

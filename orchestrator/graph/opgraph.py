@@ -23,15 +23,26 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from orchestrator.errors import WorkloadError
 
-if TYPE_CHECKING:
-    from orchestrator.hardware.cluster import Device
-
 SCHEMA = "orchestrator.opgraph/1"
 ROLES = ("forward", "loss", "backward", "update", "other")
+
+
+class DeviceLike(Protocol):
+    """What the cost model reads of a device (``orchestrator.hardware.cluster.Device`` has it): typed
+    structurally, so this low package does not import ``hardware``."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def peak_flops(self) -> float: ...
+    @property
+    def mem_bandwidth(self) -> float: ...
 
 
 @dataclass
@@ -146,7 +157,7 @@ class OpGraph:
         return sum(n.flops for n in self.nodes)
 
     # -- costs --------------------------------------------------------------------------------
-    def node_cost_s(self, node: Node, device: Device) -> float:
+    def node_cost_s(self, node: Node, device: DeviceLike) -> float:
         """Seconds for ``node`` on ``device`` (an ``orchestrator.hardware.cluster.Device``)."""
         if node.cpu_only and device.kind != "cpu":
             return math.inf
