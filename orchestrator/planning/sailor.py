@@ -88,6 +88,26 @@ class SailorSimulator:
                             bubble_fraction=max(0.0, 1.0 - work / busy) if busy else 0.0,
                             pipeline_s=pipeline_s, sync_s=t_sync)
 
+    @staticmethod
+    def gradient_layer(first: int) -> int:
+        """The layer whose output size Sailor charges for the gradient a stage starting at ``first`` sends
+        back: ``first`` itself (its own output; physically it is layer ``first - 1``'s)."""
+        return first
+
+    @staticmethod
+    def send_factors(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """The sends Sailor counts per micro-batch (activation, gradient) at a stage's input and output:
+        stage 0 one activation (two when more than 3 stages), the last two gradients, others one of each."""
+        if stage == 0:
+            return (0.0, 0.0), (2.0 if stages > 3 else 1.0, 0.0)
+        if stage == stages - 1:
+            return (0.0, 2.0), (0.0, 0.0)
+        return (0.0, 1.0), (1.0, 0.0)
+
+    def boundary_time(self, a, b, nbytes, cluster: GpuCluster):
+        """Seconds of one activation of ``nbytes`` (a number or an array) from a replica of ``a`` to one of ``b``."""
+        return _link(cluster.network, a, b).time(nbytes)
+
     def stage_allreduce(self, profile: LayeredProfile, replica, dp: int, cluster: GpuCluster):
         """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
         link = _raw(cluster.network.inter_link(replica.zone, replica.gpu, 1, replica.zone, replica.gpu, 1))

@@ -86,7 +86,7 @@ class Costs:
         return self._update.get((kind, mbs), 0.0)
 
     def send(self, a: Kind, b: Kind, mbs: int) -> np.ndarray:
-        """Seconds of one activation across each boundary (index = the first layer after it)."""
+        """Seconds across each boundary (column = the first layer after it): [activation, gradient]."""
         key = (a, b, mbs)
         if key not in self._send:
             self._send[key] = self._sends(a, b, mbs)
@@ -114,15 +114,27 @@ class Costs:
         return self._ar[key]
 
     def _sends(self, a: Kind, b: Kind, mbs: int) -> np.ndarray:
-        act = np.array(self.profile.layer_sizes(1).act_output) * self.profile.float_bytes * mbs
+        """Row 0: the activation across boundary ``i`` (layer i-1's output); row 1: the gradient sent back
+        across it, by the simulator's rule (``boundary_time`` and ``gradient_layer``)."""
+        sizes = np.array(self.profile.layer_sizes(1).act_output) * self.profile.float_bytes * mbs
+        L = len(sizes)
+        act = np.concatenate([[sizes[0]], sizes])                         # act[i] = output of layer i-1
+        grad_layer = getattr(self.sim, "gradient_layer", lambda i: i - 1)  # Sailor: the stage's first layer
+        grad = np.array([sizes[min(max(grad_layer(i), 0), L - 1)] for i in range(L + 1)])
+        rule = getattr(self.sim, "boundary_time", None)
+        out = np.zeros((2, L + 1))
         try:
-            link = self.cluster.network.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu,
-                                                   min(b.tp, b.node_gpus))
+            for row, nbytes in enumerate((act, grad)):
+                if rule is not None:
+                    out[row] = rule(a.replica(), b.replica(), nbytes, self.cluster)
+                else:
+                    link = self.cluster.network.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu,
+                                                           min(b.tp, b.node_gpus))
+                    out[row] = link.time(nbytes)
         except UserError:
-            return np.full(len(act) + 1, math.inf)
-        out = np.zeros(len(act) + 1)
-        out[1:] = [link.time(x) for x in act]
-        return out
+            return np.full((2, L + 1), math.inf)
+        out[:, 0] = 0.0
+        return np.where(np.isfinite(out) & (out >= 0), out, math.inf)
 
     def fits(self, kind: Kind, mbs: int, stages: int, stage: int, micro_batches: int) -> np.ndarray:
         """fits[j, i]: layers j .. i-1 on ``kind`` as stage ``stage`` of ``stages`` (True where it fits)."""
@@ -154,6 +166,7 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1) 
     S = len(kinds)
     if S > L:
         return None
+    factors = getattr(costs.sim, "send_factors", _blocking)
     tables, ars = [], []
     upper = np.arange(L + 1)[None, :] > np.arange(L + 1)[:, None]
     for s, k in enumerate(kinds):
@@ -161,10 +174,13 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1) 
         if pre is None:
             return None
         t = pre[None, :] - pre[:, None]                                  # t[j, i] = compute of j..i-1
-        if s > 0:
-            t = t + costs.send(kinds[s - 1], k, mbs)[:, None]            # receive at j (and send its gradient)
-        if s < S - 1:
-            t = t + costs.send(k, kinds[s + 1], mbs)[None, :]            # send at i (and receive its gradient)
+        f_in, f_out = factors(S, s)
+        if s > 0:                                                        # at j: the activation in, its gradient out
+            into = costs.send(kinds[s - 1], k, mbs)
+            t = t + (f_in[0] * into[0] + f_in[1] * into[1])[:, None]
+        if s < S - 1:                                                    # at i: the activation out, its gradient in
+            out = costs.send(k, kinds[s + 1], mbs)
+            t = t + (f_out[0] * out[0] + f_out[1] * out[1])[None, :]
         ok = costs.fits(k, mbs, S, s, m) & upper
         tables.append(np.where(ok, t, math.inf))
         ars.append(costs.allreduce(k, dp))
@@ -182,6 +198,12 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1) 
         if est < best_est:
             best_est, best_bounds = est, bounds
     return None if best_bounds is None else (best_est, best_bounds)
+
+
+def _blocking(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:  # noqa: ARG001
+    """Per micro-batch, (activation, gradient) transfers a stage pays at its input and at its output
+    boundary: both, on both sides (blocking sends occupy both ends)."""
+    return (1.0, 1.0), (1.0, 1.0)
 
 
 def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tuple[int, ...]] | None:

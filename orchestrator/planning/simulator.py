@@ -174,6 +174,10 @@ class ProjectSimulator:
         return _group_allreduce(net, firsts, largest * profile.float_bytes, self.cal.bucket_bytes)
 
     # -- memory ----------------------------------------------------------------------------------
+    def boundary_time(self, a: Replica, b: Replica, nbytes, cluster: GpuCluster):
+        """Seconds of one activation of ``nbytes`` (a number or an array) from a replica of ``a`` to one of ``b``."""
+        return _rank_p2p_time(cluster.network, a, b, nbytes) + self.cal.p2p_latency_s
+
     def stage_allreduce(self, profile: LayeredProfile, replica: Replica, dp: int, cluster: GpuCluster):
         """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
         members = [replica] * dp
@@ -216,8 +220,8 @@ def _rank_p2p_time(net, x: Replica, y: Replica, nbytes: float) -> float:
             link = net.inter_link(x.zone, x.gpu, j, y.zone, y.gpu, j)
         except UserError:
             continue
-        best = max(best, link.bandwidth_at(nbytes) / j)
-    if best <= 0:
+        best = np.maximum(best, link.bandwidth_at(nbytes) / j)
+    if np.all(best <= 0):
         return _p2p_link(net, x, y).time(nbytes)
     return nbytes / best
 
