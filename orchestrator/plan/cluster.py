@@ -120,7 +120,7 @@ class GpuCluster:
         root = Path(path)
         if not root.is_dir():
             raise ConfigError(f"hardware.data={str(path)!r} is not a directory")
-        basic = _json(root / "cluster" / "basic_cluster_config.json")
+        basic = read_json(root / "cluster" / "basic_cluster_config.json")
         zone = str(basic.get("zone", DEFAULT_ZONE))
         types = {}
         for name, spec in basic.items():
@@ -131,10 +131,10 @@ class GpuCluster:
             except (KeyError, TypeError, ValueError):
                 raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: GPU type {name!r} needs "
                                     "gpus_per_node and mem_per_gpu numbers") from None
-        inter_raw = _json(root / "network" / "multizone_bandwidths_het.json")
-        intra_raw = _json(root / "network" / "intra_node_bandwidths.json")
+        inter_raw = read_json(root / "network" / "multizone_bandwidths_het.json")
+        intra_raw = read_json(root / "network" / "intra_node_bandwidths.json")
         cost_file = root / "network" / "communication_cost.json"
-        egress = _json(cost_file) if cost_file.exists() else {}
+        egress = read_json(cost_file) if cost_file.exists() else {}
         network = Network(inter=_fits(inter_raw, 6, root / "network" / "multizone_bandwidths_het.json"),
                           intra={t: {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
                                  for t, per in intra_raw.items()},
@@ -177,11 +177,12 @@ class GpuCluster:
         return cluster.with_gpus(doc["gpus"]) if doc.get("gpus") else cluster
 
 
-def _json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file of a data directory; a missing, malformed or truncated one is a one-line error naming it."""
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise WorkloadError(f"{path} does not exist (a cluster directory needs it)") from None
+        raise WorkloadError(f"{path} does not exist (the data directory needs it)") from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{path}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None
 

@@ -10,12 +10,12 @@ error naming it, never a silent zero.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.plan.cluster import read_json
 
 
 class ProfileMissing(WorkloadError):
@@ -100,8 +100,8 @@ class LayeredProfile:
         root = Path(path)
         if not root.is_dir():
             raise ConfigError(f"model.data={str(path)!r} is not a directory")
-        profiles = _json(root / "profiles_tmp.json")
-        info = _json(root / "llm_info.json")
+        profiles = read_json(root / "profiles_tmp.json")
+        info = read_json(root / "llm_info.json")
         if model not in profiles or model not in info:
             known = sorted(set(profiles) & set(info))
             raise ConfigError(f"unknown model.name {model!r} in {root} (profiled: {', '.join(known) or 'none'})")
@@ -146,16 +146,7 @@ class LayeredProfile:
 def _training_config(root: Path, model: str) -> dict[str, Any]:
     """The ``cluster/training_config_*.json`` whose ``model`` is ``model`` ({} when none)."""
     for p in sorted((root / "cluster").glob("training_config_*.json")):
-        doc = _json(p)
+        doc = read_json(p)
         if isinstance(doc, dict) and doc.get("model") == model:
             return doc
     return {}
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise WorkloadError(f"{path} does not exist (a profile directory needs it)") from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{path}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None

@@ -281,24 +281,19 @@ def _schedule(sched, S: int, m: int, f, b, k_in, k_out, events: list[Event] | No
         for s in range(S):
             while ptr[s] < len(orders[s]):
                 phase, j = orders[s][ptr[s]]
-                if phase == F:
-                    ready = done_f[s - 1][j] if s > 0 else 0.0
-                    if ready < 0:
-                        break
-                    start = max(free[s], ready)
-                    c0 = start + k_in[s]
-                    c1 = c0 + f[s]
-                    done_f[s][j] = c1
-                    free[s] = c1 + k_out[s]
-                else:
-                    ready = done_b[s + 1][j] if s < S - 1 else 0.0
-                    if ready < 0:
-                        break
-                    start = max(free[s], ready)
-                    c0 = start + k_out[s]
-                    c1 = c0 + b[s]
-                    done_b[s][j] = c1
-                    free[s] = c1 + k_in[s]
+                # a forward waits for the previous stage's forward of j, a backward for the next stage's
+                # backward; it receives on one side, computes, and sends on the other
+                fwd = phase == F
+                done, dep = (done_f, s - 1) if fwd else (done_b, s + 1)
+                ready = done[dep][j] if 0 <= dep < S else 0.0
+                if ready < 0:
+                    break
+                before, work, after = (k_in[s], f[s], k_out[s]) if fwd else (k_out[s], b[s], k_in[s])
+                start = max(free[s], ready)
+                c0 = start + before
+                c1 = c0 + work
+                done[s][j] = c1
+                free[s] = c1 + after
                 if events is not None:
                     kind = "fwd" if phase == F else "bwd"
                     events.append(Event(pi, s, kind, c0, c1, j))

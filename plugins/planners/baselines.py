@@ -63,7 +63,8 @@ class AMPPlanner(_Baseline):
     name = "amp"
 
     def candidates(self, model: LayeredProfile, cluster: GpuCluster, evaluator: PlanEvaluator):
-        from orchestrator.planning.search import Candidate, Costs, Kind, split
+        from orchestrator.planning.search import Candidate, Costs, split
+        from orchestrator.planning.templates import Kind
 
         costs = Costs(model, cluster, evaluator.sim)
         B = evaluator.global_batch
@@ -93,7 +94,8 @@ class MetisPlanner(_Baseline):
     name = "metis"
 
     def candidates(self, model: LayeredProfile, cluster: GpuCluster, evaluator: PlanEvaluator):
-        from orchestrator.planning.search import Candidate, Costs, Kind, dp_grid, kinds_of
+        from orchestrator.planning.search import Candidate, Costs
+        from orchestrator.planning.templates import Kind, dp_grid, kinds_of
 
         costs = Costs(model, cluster, evaluator.sim)
         B = evaluator.global_batch
