@@ -37,6 +37,7 @@ def _run(cls, profile, cluster, objective=THROUGHPUT, judge="sailor", **cfg):
     return plan, ev.evaluate(plan)
 
 
+@pytest.mark.slow
 def test_joint_beats_the_baselines_and_the_published_plan_on_the_anchors_metric(profile):
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
     _, joint = _run(JointPlanner, profile, cluster, budget_s=20.0)
@@ -60,6 +61,7 @@ def test_the_bound_is_below_every_plan_on_both_simulators(profile):
     assert lower_bound(profile, cluster, 1024) <= est.iteration_s <= 1.15 * lower_bound(profile, cluster, 1024)
 
 
+@pytest.mark.slow
 def test_cost_and_budget_objectives(profile):
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
     _, fast = _run(JointPlanner, profile, cluster, budget_s=10.0)
@@ -71,6 +73,7 @@ def test_cost_and_budget_objectives(profile):
     assert capped.usd_per_iteration * 3600 / capped.iteration_s <= cap + 1e-6 and capped.fits
 
 
+@pytest.mark.slow
 def test_a_comparison_sweep_ends_with_its_table(tmp_path):
     s = str(SAILOR)
     out = run_inprocess(tmp_path, "-m", "+planner=joint,amp", "model=llm", f"model.data={s}", "hardware=gpu_cluster",
