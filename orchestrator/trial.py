@@ -207,7 +207,9 @@ class Trial:
     def _value(self, metrics: dict[str, float]) -> float:
         value = metrics.get(self.objective_metric, self.outcome["metrics"].get(self.objective_metric))
         if value is None:
-            print(f"objective.metric {self.objective_metric!r} was not logged by this trial", flush=True)
+            why = (" (it missed its target: no time to target, so no speedup)"
+                   if self.outcome["tags"].get("train.reached_target") == "false" else "")
+            print(f"objective.metric {self.objective_metric!r} was not logged by this trial{why}", flush=True)
             return math.nan
         return float(value)
 

@@ -171,6 +171,17 @@ def test_a_trial_ends_with_a_summary_that_says_the_target_was_missed(workdir):
     assert json.loads(report.stdout)[0]["workers"] == 4, report.stdout
 
 
+def test_an_exploding_loss_stops_the_trial_at_once_with_a_line_naming_it(workdir):
+    """train.lr=5 blew the loss up to 2e7 at the first update and the trial ran its whole budget, then
+    advised raising it (issue 30): now the first evaluation past 10 x ln(classes) stops it."""
+    out = run_inprocess(workdir, "train.lr=5", "train.eval_every=4", "train.eval_samples=200", "progress=false")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "target:   MISSED (test accuracy 0.97 not reached): diverged at update 4" in out.stdout, out.stdout
+    assert "try a smaller train.lr" in out.stdout and "raise train.budget" not in out.stdout, out.stdout
+    (run,) = store_runs(workdir)
+    assert run.data.metrics["train.updates"] == 4 and run.info.status == "FINISHED"
+
+
 def test_the_experiment_carries_a_saved_view_of_the_comparison_columns():
     from orchestrator.tracking.store import VIEW_ID, experiment_tags, ui_link
 

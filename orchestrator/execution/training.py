@@ -214,13 +214,15 @@ def crossing(history: list[EvalPoint], target: float) -> tuple[float | None, flo
 class ConvergenceTracker:
     """Logs each evaluation and decides when a run stops (target reached, or budget spent)."""
 
-    def __init__(self, settings: TrainSettings, sink: MetricsSink, progress: Callable[[EvalPoint], None] | None = None):
+    def __init__(self, settings: TrainSettings, sink: MetricsSink, progress: Callable[[EvalPoint], None] | None = None,
+                 num_classes: int = 10):
         self.s = settings
         self.sink = sink
         self.history: list[EvalPoint] = []
         self.time_to_target: float | None = None
         self.updates_to_target: float | None = None
         self.progress = progress
+        self.num_classes = num_classes
 
     def record(self, step: int, elapsed_s: float, loss: float, accuracy: float) -> None:
         point = EvalPoint(step, elapsed_s, loss, accuracy)
@@ -238,11 +240,17 @@ class ConvergenceTracker:
 
     @property
     def diverged(self) -> bool:
-        """The loss became NaN/inf: training can only go on producing NaN."""
-        return bool(self.history) and not math.isfinite(self.history[-1].loss)
+        """The loss became NaN/inf, or exploded past ``exploded_loss(classes)`` (10 x the cross-entropy
+        of a uniform guess): whatever the stop rule, training cannot recover from there."""
+        if not self.history:
+            return False
+        loss = self.history[-1].loss
+        return not math.isfinite(loss) or loss > exploded_loss(self.num_classes)
 
     def should_stop(self, step: int, elapsed_s: float) -> bool:
-        if self.s.stop == "target" and (self.time_to_target is not None or self.diverged):
+        if self.diverged:
+            return True
+        if self.s.stop == "target" and self.time_to_target is not None:
             return True
         return self.budget_spent(step, elapsed_s)
 
@@ -277,13 +285,19 @@ def log_final(result: TrainResult, sink: MetricsSink, *, speedup: float | None,
     return m
 
 
+def exploded_loss(num_classes: int | None) -> float:
+    """The training loss past which a run has diverged: 10 x ln(classes), ten times the cross-entropy
+    of a uniform guess (23.0 for 10 classes); a model that far off does not come back."""
+    return 10 * math.log(num_classes) if num_classes and num_classes > 1 else 10 * math.log(10)
+
+
 def missed_target_reason(result: TrainResult, num_classes: int | None = None) -> str:
     """Why a run did not reach the target: it diverged (a NaN/inf loss, one above 10x the first
-    evaluation's, or above 10x ln(classes), the cross-entropy of a uniform guess), or spent its budget."""
+    evaluation's, or above ``exploded_loss``), or spent its budget."""
     h = result.history
-    chance = 10 * math.log(num_classes) if num_classes and num_classes > 1 else math.inf
-    if h and (not math.isfinite(h[-1].loss) or h[-1].loss > chance
+    if h and (not math.isfinite(h[-1].loss) or h[-1].loss > exploded_loss(num_classes)
               or (len(h) > 1 and math.isfinite(h[0].loss) and h[-1].loss > 10 * h[0].loss)):
-        return f"diverged (loss {h[0].loss:.3g} -> {h[-1].loss:.3g}; try a smaller train.lr)"
+        return (f"diverged at update {h[-1].step} (training loss {h[0].loss:.3g} -> {h[-1].loss:.3g}; "
+                "training stopped there; try a smaller train.lr)")
     return (f"budget spent after {result.updates} updates at accuracy {result.final_test_accuracy:.3f} "
             "(raise train.budget_updates / train.budget_s, or lower train.target_accuracy)")
