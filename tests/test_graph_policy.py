@@ -190,3 +190,38 @@ def test_recorded_trajectories_give_the_decode_logits_back():
     chosen = g_logits[np.arange(len(top)), greedy.actions[0]]
     assert (chosen >= top - 2e-3).all()                         # the decode took the largest logit
     assert np.isfinite(tf_logits[ro.feasible]).all() and (tf_logits[~ro.feasible] <= -1e8).all()
+
+
+@pytest.mark.parametrize("path", [BERT, INCEPTION], ids=["bert24_training", "inceptionv3"])
+def test_the_numpy_forward_pass_is_the_tensorflow_one(path):
+    """Zero-shot inference runs the policy in numpy (no TensorFlow import, issue 30): the same logits
+    to float32 precision and the same greedy decode as the trained TensorFlow policy."""
+    from orchestrator.placement.learn.graph_policy import InferencePolicy
+
+    wl = load_msr_workload(path)
+    gi = graph_inputs(PlacementProblem(wl.graph, wl.worker, SimulatedEvaluator(wl.graph, wl.worker)))
+    tf_pol, np_pol = GraphPolicy.load(SHIPPED), InferencePolicy.load(SHIPPED)
+    (s1, z1), (s2, z2) = tf_pol.static(gi), np_pol.static(gi)
+    ok = gi.mask
+    assert np.allclose(s1[ok], s2[ok], rtol=1e-5, atol=1e-5) and np.allclose(z1, z2, rtol=1e-5, atol=1e-5)
+    assert (tf_pol.decode(gi) == np_pol.decode(gi)).all()
+
+
+def test_a_zero_shot_placement_imports_no_tensorflow(tmp_path):
+    """A fresh process places a public cost graph zero-shot: TensorFlow is never imported (it cost
+    ~15 s of the reported search time before), and the default refine of zero_shot is none."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from orchestrator.graph import PlacementContext\n"
+            "from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator\n"
+            "from orchestrator.placement.graph.workload import load_msr_workload\n"
+            "from orchestrator_plugins.placers.rl import RLPlacer\n"
+            f"wl = load_msr_workload({str(BERT)!r})\n"
+            "p = RLPlacer({'mode': 'zero_shot'}).place(wl.graph, wl.worker, SimulatedEvaluator(wl.graph, wl.worker), PlacementContext())\n"
+            "print(p.meta['refine'], p.meta['evaluations'], 'tensorflow' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    refine, evaluations, tf_loaded = out.stdout.split()
+    assert refine == "none" and int(evaluations) < 100 and tf_loaded == "False", out.stdout

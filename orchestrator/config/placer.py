@@ -95,8 +95,9 @@ class RLPlacerConfig(SearchPlacerConfig):
                        "REINFORCE, greedy as incumbent")
     mode: str = option("finetune", "zero_shot (the pre-trained policy, no updates) | finetune (REINFORCE from it) | "
                        "scratch (from random weights)", choices=("zero_shot", "finetune", "scratch"))
-    refine: str = option("local", "local (iterated local search on the best placement after the policy) | none "
-                         "(the policy alone)", choices=("none", "local"))
+    refine: str = option("auto", "local (iterated local search on the best placement after the policy) | none "
+                         "(the policy alone) | auto: none for mode=zero_shot (no search), else local",
+                         choices=("auto", "none", "local"))
     policy: str | None = option(None, "pre-trained checkpoint (.npz from python -m orchestrator.pretrain); null = "
                                    "the one shipped in the package")
     zero_shot_samples: int = option(32, "zero_shot: placements drawn besides the greedy decode (the best is kept)", min=0)

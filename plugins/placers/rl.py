@@ -25,7 +25,7 @@ incumbent and the best placement seen is kept, so the result is never worse than
 optimum (``placer.seed_contiguous``; the DP of ``placer=optimal``, at most
 ``placer.contiguous_time_limit_s``).
 
-``placer.refine``: ``local`` (default) gives the rest of the budget (at least
+``placer.refine``: ``local`` (the default, ``auto``, except for ``zero_shot``, which is no search) gives the rest of the budget (at least
 ``placer.local_fraction``) to an iterated local search on the best placement: first-improvement
 moves of each atom, then of runs of 2-16 consecutive atoms (topological order), to each other
 device; when no move helps, a seeded kick and a new descent. ``none``: the policy alone (the
@@ -57,7 +57,8 @@ from orchestrator.placement.solve.problem import PlacementProblem
 class RLPlacer:
     def __init__(self, cfg: Any = None):
         c = self.cfg = RLPlacerConfig.from_node(cfg)   # defaults, ranges and choices: the schema
-        self.mode, self.refine = c.mode, c.refine
+        self.mode = c.mode
+        self.refine = c.refine if c.refine != "auto" else ("none" if c.mode == "zero_shot" else "local")
         self.policy_path = c.policy
         self.budget, self.batch = c.budget_evaluations, c.batch
         self.lr, self.policy_lr, self.entropy = float(c.lr), float(c.policy_lr), float(c.entropy)
@@ -114,23 +115,25 @@ class RLPlacer:
 
     # -- the policy ------------------------------------------------------------------------------
     def _policy(self, seed: int, context: Any):
-        from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy
+        from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy, InferencePolicy
 
+        pol: Any
         if self.mode == "scratch":
             self.policy_source = "random init"
             pol = GraphPolicy(self.hidden, seed=seed, lr=self.policy_lr * 3, table_lr=self.lr)
         else:
             path = Path(str(self.policy_path)) if self.policy_path else SHIPPED
             self.policy_source = str(path) if self.policy_path else f"shipped checkpoint ({path.name})"
-            pol = GraphPolicy.load(path, seed=seed, lr=self.policy_lr, table_lr=self.lr)
+            if self.mode == "zero_shot":    # inference only: the forward pass in numpy, no TensorFlow imported
+                pol = InferencePolicy.load(path)
+            else:
+                pol = GraphPolicy.load(path, seed=seed, lr=self.policy_lr, table_lr=self.lr)
         if getattr(context, "sink", None) is not None:
             context.sink.set_tags({"placer.mode": self.mode, "placer.refine": self.refine, "placer.policy": self.policy_source})
             print(f"rl: placer.mode={self.mode} placer.refine={self.refine}, policy: {self.policy_source}", flush=True)
         return pol
 
     def _search(self, prob: PlacementProblem, policy, g_assign: np.ndarray, seed: int, context: Any) -> str:
-        import tensorflow as tf
-
         from orchestrator.placement.learn.graph_policy import graph_inputs
 
         rng = np.random.default_rng(seed)
@@ -158,6 +161,8 @@ class RLPlacer:
             self.curve.append((self.used, self.best_t))
             if self.mode == "zero_shot":                     # no updates
                 return "policy"
+        import tensorflow as tf                              # only to train the policy
+
         self.table = tf.Variable(np.zeros(gi.mask.shape, np.float32))
         restored = "none"
         if self.checkpoint and Path(str(self.checkpoint)).exists():
