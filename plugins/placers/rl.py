@@ -161,7 +161,7 @@ class RLPlacer:
             self.curve.append((self.used, self.best_t))
             if self.mode == "zero_shot":                     # no updates
                 return "policy"
-        import tensorflow as tf                              # only to train the policy
+        import tensorflow as tf  # only to train the policy
 
         self.table = tf.Variable(np.zeros(gi.mask.shape, np.float32))
         restored = "none"
