@@ -28,7 +28,7 @@ class Bar:
         if self._bar is not None:
             self._bar.update(n)
             if postfix:
-                self._bar.set_postfix(postfix, refresh=False)
+                self._bar.set_postfix(postfix, refresh=n == 0)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -107,10 +107,36 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
         if "train.speedup_same_settings" in m and t.get("train.reference_method") == "tuned":
             lines.append(f"  untuned:  {_fmt(m['train.speedup_same_settings'])}x over one speed-1.0 worker with this "
                          "trial's own optimizer and lr (train.speedup_same_settings)")
+    lines += context_lines(m, t)
     if t.get("train.reached_target") == "false":
         lines.append(f"  target:   MISSED (test accuracy {_fmt(outcome.get('target'))} not reached): {t.get('train.missed_target', '?')}")
     lines.append(f"  figures:  {_figures(t, outcome['runtime'])}")
     return "\n".join(lines + _where(outcome))
+
+
+def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
+    """A data-parallel trial's result in context: the same workers under balanced allreduce, the
+    capacity, the statistical limit, and a verdict (``orchestrator.sync.compare``)."""
+    out = []
+    sync = t.get("sync", "this strategy")
+    if "compare.time_to_target_s" in m:
+        src = t.get("compare.source", "computed")
+        out.append(f"  versus:   {t.get('compare.label', '?')}, on the same workers ({src}): "
+                   f"{_fmt(m['compare.time_to_target_s'], ' s')} to target, {_fmt(m.get('compare.speedup'))}x the tuned worker")
+    if "hardware.capacity" in m and "limit.speedup" in m:
+        out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds); statistical limit "
+                   f"{_fmt(m['limit.speedup'])}x the tuned worker ({t.get('limit.label', '?')}); "
+                   f"this trial reached {_fmt(m.get('train.fraction_of_limit'))} of it")
+    elif "hardware.capacity" in m and "workers" in m:
+        out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds)")
+    r = m.get("compare.speedup_over_it")
+    other = t.get("compare.label", "?").split(",")[0]
+    if r is not None and t.get("compare.source") != "this trial":
+        if r >= 1.0:
+            out.append(f"  verdict:  {sync} beat {other} on these workers: {r:.2f}x as fast to the target")
+        else:
+            out.append(f"  verdict:  {other} wins on these workers: {1 / r:.2f}x faster to the target than {sync}")
+    return out
 
 
 def _where(outcome: dict[str, Any]) -> list[str]:

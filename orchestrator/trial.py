@@ -20,6 +20,7 @@ from orchestrator.errors import ConfigError, InfeasiblePlacementError, Interrupt
 from orchestrator.execution.training import TrainContext, TrainResult, TrainSettings, log_final
 from orchestrator.phases.placement import PlacementPhase, single_device
 from orchestrator.progress import enabled as progress_enabled
+from orchestrator.sync.compare import trial_context
 from orchestrator.sync.run import train as train_sync
 from orchestrator.sync.strategy import SyncStrategy
 
@@ -142,9 +143,7 @@ class Trial:
                                       hardware=self.hardware, output_dir=output_dir, show_progress=self.show_progress,
                                       dataset=self._dataset)
 
-    @property
-    def has_sync(self) -> bool:
-        return self.sync is not None
+    has_sync = property(lambda self: self.sync is not None)
 
     def context(self, model_spec, sink=None) -> TrialContext:
         """What a plugin may use of this trial (``orchestrator.api.TrialContext``)."""
@@ -308,6 +307,7 @@ class Trial:
             ctx.worker_step_time_s = self._worker_step_times(cluster, model_spec, placed, sink)
             result: TrainResult = train_sync(self.sync, ctx)
             reference = result.reference_time_to_target_s     # its tags: orchestrator.sync.reference
+            result.extra_metrics.update(trial_context(self.sync, self.cfg, ctx, result))   # vs allreduce, limit
         else:
             result, reference = self._train_one_worker(ctx, placed)
         speedup = None

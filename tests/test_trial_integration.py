@@ -98,6 +98,13 @@ def test_the_mission_command_runs_on_the_defaults(workdir):
     assert {"placement.step_time_s", "placement.measured_step_time_s", "rl.best_step_time_s"} <= set(m)
     assert "(placed" in tags["sync.base_time"]
     assert m["speedup"] == m["train.speedup"]
+    # the reference study's setting by default: unequal workers; the result in context (issue 30)
+    assert m["hardware.capacity"] == pytest.approx(2.75) and m["workers"] == 4
+    assert tags["compare.label"].startswith("allreduce, sync.balance=static") and m["compare.time_to_target_s"] > 0
+    assert m["compare.speedup_over_it"] == pytest.approx(m["compare.time_to_target_s"] / m["train.time_to_target_s"])
+    assert m["limit.time_to_target_s"] > 0 and m["train.fraction_of_limit"] > 0
+    for line in ("  versus:   allreduce", "  limits:   capacity 2.75", "  verdict:  "):
+        assert line in out.stdout, out.stdout
 
 
 @pytest.mark.slow

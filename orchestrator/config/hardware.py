@@ -28,8 +28,11 @@ class HardwareConfig(Schema):
     name: str = option("", "the hardware adapter that builds the cluster (hardware.name)")
     workers: int | None = option(None, "data-parallel workers W (null: 1, or 4 when a sync strategy is given; "
                                     "multi-host presets: one per host)", min=1)
-    worker_speeds: Any = option(None, "relative speed per worker (null: all 1.0); slower workers are emulated")
-    speed_pattern: Any = option(None, "with worker_speeds null: speeds cycled over the W workers, e.g. [1, 0.5, 0.25]")
+    worker_speeds: Any = option(None, "relative speed per worker (null: speed_pattern's); slower workers are emulated")
+    speed_pattern: Any = option(None, "with worker_speeds null: speeds cycled over the W workers, e.g. [1, 0.5, 0.25] "
+                                "(null: all 1.0, except a sync trial that sets neither workers nor speeds: the "
+                                "default cluster, 4 workers of speeds 1, 0.5, 0.25, 1, the reference study's "
+                                "unequal machines)")
     stragglers: Any = option(None, "transient stragglers: {probability: 0.1, slowdown: 4.0}")
     network: NetworkConfig = option(factory=NetworkConfig, help="data-parallel links (virtual clock); per worker: "
                                     "workers: {2: {bandwidth_Gbps: 1}}")

@@ -59,6 +59,10 @@ class TrainConfig(Schema):
     reference_extend: int = option(2, "reference=tuned: where an optimizer's best lr is the largest (smallest) of its "
                                    "reference_grid list, go on x2 (/2) while it improves, at most this many steps (0: the "
                                    "grid only)", min=0)
+    compare_with: str | None = option(None, "a data-parallel trial that reached its target also runs this sync strategy "
+                                      "with its tuned defaults (conf/sync/NAME.yaml) on the same workers, and the "
+                                      "statistical limit there (virtual clock; cached in the tracking store; "
+                                      "orchestrator/sync/compare.py); conf/config.yaml sets allreduce, null: none")
     stop: str = option("target", "target: stop when reached (or at the budget); budget: run the whole budget",
                        choices=("target", "budget"))
     eval_every: int | None = option(None, "evaluate on the test split every this many batch_size-sample updates (a round "

@@ -9,6 +9,10 @@ from typing import Any
 from orchestrator.errors import ConfigError
 
 DEFAULT_WORKERS_WITH_SYNC = 4
+# A data-parallel trial that names neither a worker count nor speeds runs on the default cluster: 4
+# unequal workers, the reference study's setting (the pattern cycled: speeds 1, 0.5, 0.25, 1; capacity
+# 2.75). ``hardware.workers=N`` alone gives N equal workers; ``hardware.speed_pattern=[1]`` 4 equal ones.
+DEFAULT_SPEED_PATTERN_WITH_SYNC = (1.0, 0.5, 0.25)
 
 
 MAX_WORKERS = 1_000_000   # a sanity bound on the config; memory and rank limits are checked per runtime
@@ -26,6 +30,8 @@ def worker_layout(hw_cfg: Any, has_sync: bool) -> list[float]:
     w = hw_cfg.get("workers")
     speeds = hw_cfg.get("worker_speeds")
     pattern = hw_cfg.get("speed_pattern")
+    if speeds is None and pattern is None and w is None and has_sync:
+        pattern = list(DEFAULT_SPEED_PATTERN_WITH_SYNC)
     if speeds is None and pattern:
         if isinstance(pattern, (str, bytes)) or not hasattr(pattern, "__getitem__") or hasattr(pattern, "keys"):
             raise ConfigError(f"hardware.speed_pattern={pattern!r} must be a list of numbers")
