@@ -100,6 +100,9 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
             ref = f"{t.get('placement.baseline', 'the baseline placement')} ({key})"
         spread = (f" (seeds {_fmt(m['train.speedup_min'])}-{_fmt(m['train.speedup_max'])}x)"
                   if "train.speedup_min" in m and "train.speedup_max" in m else "")
+        if outcome["runtime"] == "mpi" and "train.speedup" in m:
+            ref += (" (estimated: the reference runs on the virtual clock with the per-rank step time measured "
+                    "in this MPI run, under its contention)")
         lines.append(f"  speedup:  {_fmt(m['speedup'])}x{spread} relative to {ref}")
         if "train.reference_time_to_target_s" in m and "train.speedup" in m and "train.time_to_target_s" in m:
             lines.append(f"  times:    {_fmt(m['train.time_to_target_s'], ' s')} to target, the reference "

@@ -153,9 +153,7 @@ class Trial:
 
     @property
     def runtime_kind(self) -> str:
-        if self.sync is not None:
-            return str(self.cfg.sync.get("runtime", "virtual"))
-        return "local"
+        return str(self.cfg.sync.get("runtime", "virtual")) if self.sync is not None else "local"
 
     def run_name(self) -> str:
         custom = (self.cfg.get("tracking") or {}).get("run_name")
@@ -262,7 +260,6 @@ class Trial:
         """In an Optuna sweep, the objective goes on the study's trial before the run is marked FINISHED,
         so a sweep interrupted from here on resumes with this trial COMPLETE, not FAIL."""
         from orchestrator.tracking.sweep import note_trial_value
-
         try:
             note_trial_value(self.cfg, value)
         except Exception as exc:  # the study is a convenience for resuming; the trial is recorded
@@ -294,7 +291,6 @@ class Trial:
 
     def _load_dataset(self):
         from orchestrator.data import load_mnist
-
         ds = self.dataset_cfg
         return load_mnist(ds.path, seed=number(self.cfg.get("seed", 0), "seed", int),
                           test_fraction=ds.test_fraction, limit=ds.limit)
@@ -311,8 +307,9 @@ class Trial:
         else:
             result, reference = self._train_one_worker(ctx, placed)
         speedup = None
-        if reference is not None and result.time_to_target_s:
-            speedup = reference / result.time_to_target_s
+        mine = result.extra_metrics.pop("train.estimated_time_to_target_s", None) or result.time_to_target_s
+        if reference is not None and mine:
+            speedup = reference / mine
         return log_final(result, sink, speedup=speedup, reference_time_to_target_s=reference,
                          num_classes=model_spec.num_classes)
 
@@ -378,8 +375,11 @@ class Trial:
         if result.updates_to_target is not None and placed.measured_baseline is not None:
             # Placement does not change the arithmetic, so the reference needs the same number of
             # updates; each takes the baseline placement's measured step time.
+            # both sides the same way: updates to target x each placement's measured step time
             reference = result.updates_to_target * placed.measured_baseline.step_time_s
-            ctx.sink.set_tags({"train.reference": "updates to target x baseline placement's measured step time"})
+            result.extra_metrics["train.estimated_time_to_target_s"] = result.updates_to_target * placed.measured_step_s
+            ctx.sink.set_tags({"train.reference": "estimated, both sides alike: updates to target x the baseline "
+                                                  "placement's measured step time, over x this placement's"})
         return result, reference
 
     def _simulated_step_times(self, ctx: TrainContext, placed) -> tuple[float, float, str]:

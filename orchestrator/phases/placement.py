@@ -164,12 +164,26 @@ class PlacementPhase:
             raise InfeasiblePlacementError(f"placer {self.names['placer']}'s placement does not fit in memory: {over}")
         base_label, base_placement, base = self.baseline(graph, worker, evaluator, model_spec)
         objective = getattr(evaluator, "objective", "step")
+        fallback = {}
+        if (reward != "simulated" and base is not None and base.feasible and base_placement is not None
+                and base.value < verdict.value):
+            # a measured search can end slower than the baseline (noise, a budget too small): say so and
+            # keep the better placement; the search's own answer stays in placement.searched_*
+            print(f"placement: {self.names['placer']}'s answer measured {verdict.step_time_s:.4g} s per step, slower than "
+                  f"the baseline ({base_label}: {base.step_time_s:.4g} s); keeping the baseline's placement "
+                  "(raise placer.budget_s, or use placer.reward=simulated)", flush=True)
+            fallback = {"placement.searched_step_time_s": verdict.step_time_s,
+                        "placement.searched_speedup": base.value / verdict.value}
+            placement, verdict = base_placement, base
+            placement.save(path)
+            sink.log_artifact(path)
+            sink.set_tags({"placement.fallback": f"the search's answer was slower than {base_label}; the baseline kept"})
         m = {
             "placement.step_time_s": verdict.step_time_s,
             "placement.search_time_s": search_time,
             "placement.evaluations": float(searched),
             "placement.devices_used": float(len(set(placement.assignment.values()))),
-            **search_m,
+            **search_m, **fallback,
         }
         if objective == "pipeline":
             m["placement.time_per_sample_s"] = verdict.time_per_sample_s

@@ -24,8 +24,10 @@ def _plt():
 
 
 def evaluated_by(records: Iterable[RunRecord]) -> str:
-    """'simulated', 'measured', or 'simulated and measured' for a title."""
-    kinds = sorted({r.tag("evaluator", "unknown") for r in records})
+    """'simulated', 'emulated', 'measured', or e.g. 'emulated and measured' for a title (``figures_kind``)."""
+    from orchestrator.tracking.runs import figures_kind
+
+    kinds = sorted({figures_kind(r.tags) for r in records})
     return " and ".join(kinds) if kinds else "no runs"
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError
+from orchestrator.tracking.runs import figures_kind, speedup_over
 
 # (key, header, value function); the order of the table's columns.
 COLUMNS = [
@@ -38,8 +39,10 @@ COLUMNS = [
     ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
     ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
     ("speedup", "speedup", lambda r: r.metric("speedup")),
+    ("speedup_over", "speedup over", lambda r: speedup_over(r.tags, r.metrics)),
     ("time_to_target_s", "time to target (s)", lambda r: r.metric("train.time_to_target_s")),
     ("final_test_accuracy", "final accuracy", lambda r: r.metric("train.final_test_accuracy")),
+    ("figures", "figures", lambda r: figures_kind(r.tags)),
     ("evaluator", "evaluator", lambda r: r.tag("evaluator", "")),
     ("runtime", "runtime", lambda r: r.tag("runtime", "")),
 ]

@@ -89,3 +89,32 @@ def load(client, experiment_ids: list[str] | None = None, parent_run_id: str | N
         exp_ids = experiment_ids if experiment_ids is not None else list(names)
         runs = _search(client, exp_ids) if exp_ids else []
     return [record(r, names.get(r.info.experiment_id, r.info.experiment_id), client) for r in runs if not is_sweep(r)]
+
+
+def figures_kind(tags: dict[str, str]) -> str:
+    """What a run's figures are: simulated (a cost model), emulated (real gradients on a virtual
+    clock) or measured (wall clock on real devices)."""
+    if tags.get("runtime") == "plan":
+        return "simulated"
+    clock = tags.get("train.clock")
+    if clock == "virtual":
+        return "emulated"
+    if clock == "wall":
+        return "measured"
+    return "simulated" if tags.get("evaluator") == "simulated" or tags.get("cluster.simulated") == "true" else "measured"
+
+
+def speedup_over(tags: dict[str, str], metrics: dict[str, float]) -> str | None:
+    """What a run's ``speedup`` is over, in a few words (a report column)."""
+    if "speedup" not in metrics:
+        return None
+    if "train.speedup" in metrics:
+        ref = tags.get("train.reference", "")
+        if tags.get("train.reference_method") == "tuned":
+            return "tuned 1 worker"
+        if tags.get("train.reference_method") == "same":
+            return "1 worker, same settings"
+        if ref.startswith("this trial"):
+            return "itself (baseline)"
+        return "baseline placement's steps" if "baseline placement" in ref else (ref[:40] or "?")
+    return f"placement: {tags.get('placement.baseline', 'baseline')}"[:60]

@@ -18,7 +18,8 @@ def gantt(result: SimResult, path: str | Path, title: str = "") -> Path:
     if result.schedule is None:
         raise ValueError("the result has no schedule: simulate with schedule=True")
     return gantt_events(result.schedule, path,
-                        title or f"step {result.makespan_s:.6g} s" + ("" if result.feasible else " (infeasible: memory)"))
+                        title or f"simulated step {result.makespan_s:.6g} s (cost model)"
+                        + ("" if result.feasible else " (infeasible: memory)"))
 
 
 def _colour(ev: dict[str, Any], cmap: Callable[[int], tuple[float, ...]]) -> str | tuple[float, ...]:
