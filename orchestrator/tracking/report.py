@@ -55,6 +55,22 @@ def rows(records) -> list[dict]:
     return [{k: fn(r) for k, _, fn in COLUMNS} | {k: fn(r) for k, fn in EXTRA} for r in records]
 
 
+def verdict(records, metric: str, direction: str = "maximize") -> str:
+    """One line: which trial won on ``metric`` and by how much over the runner-up."""
+    scored = [(r.metrics[metric], r) for r in records if r.status == "FINISHED" and r.metrics.get(metric) is not None]
+    if not scored:
+        return f"verdict:  no trial reported {metric} (each failed or missed its target)"
+    scored.sort(key=lambda x: x[0], reverse=direction == "maximize")
+    (v, best), rest = scored[0], scored[1:]
+    kind = figures_kind(best.tags)
+    line = f"verdict:  {best.name} wins on {metric} = {v:.4g} ({kind})"
+    if rest:
+        v2, second = rest[0]
+        ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
+        line += f", {ratio:.3g}x the runner-up {second.name} ({v2:.4g})"
+    return line + f"; {len(scored)} of {len(records)} trials reported it"
+
+
 def _cell(v) -> str:
     if v is None:
         return "-"

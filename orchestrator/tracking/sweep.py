@@ -96,8 +96,11 @@ class SweepCallback(Callback):
         try:  # end the sweep with its comparison, as `python -m orchestrator.report --parent` prints it
             from orchestrator.tracking import report, runs
 
-            print(f"\nsweep {self.parent_run_id} ({len(children)} trials):\n"
-                  + report.table(report.rows(runs.load(client, parent_run_id=self.parent_run_id))), flush=True)
+            records = runs.load(client, parent_run_id=self.parent_run_id)
+            objective = config.get("objective") or {}
+            print(f"\nsweep {self.parent_run_id} ({len(children)} trials):\n" + report.table(report.rows(records))
+                  + "\n" + report.verdict(records, str(objective.get("metric", "speedup")),
+                                          str(objective.get("direction", "maximize"))), flush=True)
         except Exception as exc:
             print(f"sweep comparison not printed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         client.set_terminated(self.parent_run_id, status=sweep_status)
