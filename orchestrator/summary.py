@@ -87,9 +87,12 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
                      f"(baseline {_fmt(m.get('placement.baseline_time_per_sample_s'), ' s')}, lower bound "
                      f"{_fmt(m.get('placement.lower_bound_s'), ' s')}); one step {_fmt(m.get('placement.step_time_s'), ' s')}")
     elif "placement.step_time_s" in m:
-        lines.append(f"  placement: step time {_fmt(m['placement.step_time_s'], ' s')} "
-                     f"(baseline {_fmt(m.get('placement.baseline_step_time_s'), ' s')}, lower bound "
-                     f"{_fmt(m.get('placement.lower_bound_s'), ' s')})")
+        step, base, lb = m["placement.step_time_s"], m.get("placement.baseline_step_time_s"), m.get("placement.lower_bound_s")
+        gain = (f"; {t.get('placer', 'the placer')} {100 * (base / step - 1):+.1f}% over {t.get('placement.baseline', 'it')}"
+                if base and step else "")
+        gap = f", {100 * (step / lb - 1):.1f}% above the bound" if lb and step else ""
+        lines.append(f"  placement: step time {_fmt(step, ' s')} (baseline {_fmt(base, ' s')}, lower bound "
+                     f"{_fmt(lb, ' s')}{gain}{gap})")
     if "speedup" in m:
         if "train.speedup" in m:
             ref = t.get("train.reference", "the reference run")
