@@ -25,6 +25,9 @@ incumbent and the best placement seen is kept, so the result is never worse than
 optimum (``placer.seed_contiguous``; the DP of ``placer=optimal``, at most
 ``placer.contiguous_time_limit_s``).
 
+The search stops as soon as the best placement reaches the evaluator's certified lower bound (it is
+optimal; meta ``stopped_at_bound``).
+
 ``placer.refine``: ``local`` (the default, ``auto``, except for ``zero_shot``, which is no search) gives the rest of the budget (at least
 ``placer.local_fraction``) to an iterated local search on the best placement: first-improvement
 moves of each atom, then of runs of 2-16 consecutive atoms (topological order), to each other
@@ -98,20 +101,29 @@ class RLPlacer:
                     g_assign, g_variant = dp.assign.copy(), "contiguous-dp"
                     self._new_best(prob, dp.assign, t)
         self.interrupted, restored, self.policy_t = False, "none", math.inf
+        # a placement at the evaluator's certified lower bound is optimal: the search stops there
+        bound_parts = getattr(evaluator, "bound_parts", None)
+        self.bound = float(bound_parts()[0]) if callable(bound_parts) else 0.0
         policy, self.table = self._policy(seed, context), None
         try:
             restored = self._search(prob, policy, g_assign, seed, context)
-            if self.refine == "local":
+            if self.refine == "local" and not self._at_bound():
                 self._local(prob, context, seed)
         except KeyboardInterrupt:
             self.interrupted = True
+        if getattr(context, "sink", None) is not None:
+            context.sink.log_metrics({"rl.best_step_time_s": self.best_t}, step=len(self.history))
         if self.checkpoint and self.mode != "zero_shot":
             policy.save(self.checkpoint, table=None if self.table is None else self.table.numpy())
         return prob.placement(self.best, placer="rl", greedy_step_time_s=min(g_times.values()), start=g_variant,
                               contiguous_s=self.contiguous_s, mode=self.mode, refine=self.refine,
                               policy=self.policy_source, policy_step_time_s=self.policy_t,
                               evaluations=self.used, search_s=time.perf_counter() - t0,
-                              updates=len(self.history), interrupted=self.interrupted, restored=restored)
+                              updates=len(self.history), interrupted=self.interrupted, restored=restored,
+                              stopped_at_bound=self._at_bound())
+
+    def _at_bound(self) -> bool:
+        return self.bound > 0 and self.best_t <= self.bound * (1 + 1e-9)
 
     # -- the policy ------------------------------------------------------------------------------
     def _policy(self, seed: int, context: Any):
@@ -159,7 +171,7 @@ class RLPlacer:
             fin = times[np.isfinite(times)]
             self.history.append((self.best_t, float(fin.mean()) if len(fin) else math.inf))
             self.curve.append((self.used, self.best_t))
-            if self.mode == "zero_shot":                     # no updates
+            if self.mode == "zero_shot" or self._at_bound():   # no updates (at the bound: nothing to gain)
                 return "policy"
         import tensorflow as tf  # only to train the policy
 
@@ -177,6 +189,8 @@ class RLPlacer:
         baseline = None
         bar = _bar(context, updates * self.batch, "rl")
         for upd in range(updates):
+            if self._at_bound():
+                break
             ro = policy.sample(gi, self.batch, rng, self.table.numpy(), traced=True)
             acts = ro.actions
             times = score(acts)
