@@ -301,6 +301,13 @@ def collect(strategy: SyncStrategy, run_dir: Path, opts: SyncOptions,
                       {int(k): v for k, v in res["update_staleness"].items()}, sum(r["pushes"] for r in ranks),
                       res["pushes_applied"], res["bound_max"])
     stats.pushes_dropped = int(res.get("pushes_dropped", 0))
+    if server:
+        stats.server_metrics = dict(server.get("server_metrics") or {})
+        stats.dropped = list(server.get("rejected_by_worker") or [0] * w)
+    else:
+        stats.dropped = [int(r.get("dropped", 0)) for r in ranks]
+    # the strategy's own metrics, as each rank's instance computed them (the server's first)
+    stats.rank_metrics = [r.get("strategy_metrics") or {} for r in ([server] if server else []) + ranks]
     return result, stats, ranks
 
 

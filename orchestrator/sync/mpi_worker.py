@@ -78,7 +78,8 @@ class Job:
 
 
 class Stretch:
-    """Sleeps so that a worker's iteration lasts ``compute * slowdown / speed`` (seeded stragglers;
+    """Sleeps so that a worker's iteration lasts ``compute * slowdown * jitter / speed`` (seeded stragglers and
+    ``hardware.jitter``, emulated as delays: a factor below 1 cannot shorten a real computation;
     the speed follows ``hardware.speed_changes`` in wall seconds since the rank started), or, with
     ``hardware.emulated_step_s = E``, at least ``E * cm(b) / cm(batch_size) * slowdown / speed``: a
     speed-1.0 rank's iteration of ``train.batch_size`` samples lasts E, the rest of it asleep. Plus
@@ -89,15 +90,21 @@ class Stretch:
         self.emulated, self.cm, self.batch_size = job.opts.emulated_step_s, job.cm, job.settings.batch_size
         self.p, self.k = job.opts.straggler_p, job.opts.straggler_slowdown
         self.rng = np.random.default_rng([job.settings.seed, 7919, worker])
+        self.sigma = job.opts.jitter_sigma        # hardware.jitter: the same lognormal factor as the virtual clock's
+        self.jitter_rng = np.random.default_rng([job.settings.seed, 104729, worker])
         self.worker, self.inject, self.iteration = worker, job.inject, 0
         self.compute: list[float] = []
         self.t_start = time.perf_counter()
+        self.defer, self.pending = False, 0.0   # defer: add the emulated sleep to ``pending`` instead of sleeping
 
     def after_compute(self, compute_s: float, batch: int | None = None) -> float:
         """Sleep as the emulated device would; returns the iteration's emulated compute seconds."""
         self.iteration += 1
         self.compute.append(compute_s)
+        from orchestrator.sync.core import jitter_factor
+
         slow = self.k if self.p > 0 and self.rng.random() < self.p else 1.0
+        slow *= jitter_factor(self.jitter_rng, self.sigma)
         speed = self.sched.speed(self.worker, time.perf_counter() - self.t_start)
         if self.emulated:
             ratio = self.cm.time(batch or self.batch_size) / self.cm.time(self.batch_size)
@@ -117,9 +124,27 @@ class Stretch:
             import signal
 
             os.kill(os.getpid(), int(kill.get("signal", signal.SIGKILL)))
-        if extra > 0:
+        if self.defer:                     # a quorum round: the sleep waits for the round's close
+            self.pending += max(0.0, extra)
+        elif extra > 0:
             time.sleep(extra)
         return compute_s + max(0.0, extra)
+
+
+def _own_metrics(job: Job, stats, result=None) -> dict:
+    """What this rank's strategy instance adds in ``metrics()`` beyond the engine's keys, computed on the
+    rank's own view (its worker's statistics, or the server's); sent back in ``rank{r}.json``."""
+    from orchestrator.execution.training import TrainResult
+
+    if result is None:
+        result = TrainResult(0, 0.0, 0, math.nan, None, None, "wall")
+    return job.strategy.own_metrics(result, stats)
+
+
+def _rank_stats(iterations: int, wait_s: float, **kw):
+    from orchestrator.sync.virtual import SyncStats
+
+    return SyncStats([iterations], [wait_s], **kw)
 
 
 def _warm_up(rt, data, batch: int) -> None:
@@ -173,9 +198,26 @@ def run_collective(job: Job) -> None:
 
     if rank == 0:
         evaluate()
+    quorum = int(strat.quorum(w))
+    stretch.defer = quorum < w
+    dropped = 0
     while True:
-        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples, optimizer)
-        mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
+        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples, optimizer, step)
+        if quorum < w:
+            # backup workers, emulated: every rank computes, then all learn each rank's emulated finish time; the
+            # round closes at the quorum-th, everyone sleeps until then and the late ranks' vectors weigh 0
+            t_round, stretch.pending = time.perf_counter(), 0.0
+            vec = strat.local(rank, theta, grad, rnd)
+            done = time.perf_counter() - t_round + stretch.pending
+            finish = hvd.allgather(tf.constant([done], tf.float64)).numpy()
+            first = sorted(range(w), key=lambda r: (finish[r], r))[:quorum]
+            rnd = dataclasses.replace(rnd, contributors=tuple(sorted(first)))
+            close = float(finish[first[-1]])
+            time.sleep(max(0.0, t_round + close - time.perf_counter()))
+            dropped += rank not in rnd.contributors
+            mine = np.float32(strat.weights(rnd)[rank] if rank in rnd.contributors else 0.0) * vec
+        else:
+            mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
         t0 = time.perf_counter()
         reduced = hvd.allreduce(tf.constant(mine), op=hvd.Sum).numpy()
         wait_s += time.perf_counter() - t0
@@ -192,13 +234,21 @@ def run_collective(job: Job) -> None:
             stop = int(tracker.should_stop(step, time.perf_counter() - t_start - eval_s))
         if int(hvd.broadcast(tf.constant([stop]), root_rank=0).numpy()[0]):
             break
-    job.write(f"rank{rank}.json", {"iterations": step * h, "wait_s": wait_s, "pushes": step,
-                                   "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff})
+    result = None
     if rank == 0:
         if not tracker.history or tracker.history[-1].step != step:
             evaluate()
         elapsed = time.perf_counter() - t_start - eval_s
-        job.write("result.json", _result(tracker, step, elapsed, samples, {"0": step * w}, {}, 0.0, step * w))
+        result = tracker.result(step, elapsed, samples, "wall")
+    own = _own_metrics(job, _rank_stats(step * h, wait_s, batches=[batch], pushes_made=step, pushes_applied=step),
+                       result)
+    job.write(f"rank{rank}.json", {"iterations": (step - dropped) * h, "wait_s": wait_s, "pushes": step,
+                                   "dropped": dropped, "applied": step - dropped,
+                                   "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff,
+                                   "strategy_metrics": own})
+    if rank == 0:
+        job.write("result.json", _result(tracker, step, elapsed, samples, {"0": step * quorum}, {}, 0.0,
+                                         step * quorum))
 
 
 def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied, dropped: int = 0) -> dict:
@@ -210,6 +260,8 @@ def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, appl
 
 # -- parameter server (async, delay-sync, ...) ------------------------------------------------------
 def run_server(job: Job, comm) -> None:
+    from orchestrator.sync.server import REJECTED
+
     rt, data = job.runtime_and_data()
     comm.Barrier()  # every rank has TensorFlow and the data loaded: the clock starts now
     w, o = job.opts.workers, job.opts
@@ -263,6 +315,8 @@ def run_server(job: Job, comm) -> None:
                 with gate.cond:
                     gate.completed_push(i, float(hdr[3]))
                     gate.cond.notify_all()
+                if applied == REJECTED:  # too stale for the server's rule (computed, sent, not applied)
+                    continue
                 if applied % every == 0:
                     evaluate()
                 elif tracker.budget_spent(applied, time.perf_counter() - t_start - eval_s[0]):
@@ -284,9 +338,16 @@ def run_server(job: Job, comm) -> None:
         evaluate()
     from orchestrator.sync.server import histogram_dict
 
+    server_metrics = server.metrics()
+    stats = _rank_stats(0, 0.0, gap_histogram=dict(gate.gap_histogram), update_staleness=dict(server.update_staleness),
+                        pushes_applied=server.version, pushes_dropped=sum(dropped), bound_max=gate.max_bound_used,
+                        batches=list(balancer.batches), rebalances=balancer.rebalances, server_metrics=server_metrics)
+    result = tracker.result(server.version, elapsed, server.samples, "wall")
     job.write("rank0.json", {"iterations": 0, "wait_s": 0.0, "pushes_by_worker": server.pushes_by_worker,
                              "gate_completed": gate.completed, "gate_wait_s": wait_s,
-                             "batches": balancer.batches, "rebalances": balancer.rebalances})
+                             "rejected_by_worker": server.rejected_by_worker,
+                             "batches": balancer.batches, "rebalances": balancer.rebalances,
+                             "server_metrics": server_metrics, "strategy_metrics": _own_metrics(job, stats, result)})
     if job.inject.get("audit"):
         np.save(job.out / "theta0.npy", theta0)
         np.save(job.out / "theta_final.npy", server.params)
@@ -331,7 +392,9 @@ def run_worker(job: Job, comm, rank: int) -> None:
         iterations += 1
     if job.inject.get("audit"):
         np.save(job.out / f"pushed{rank}.npy", pushed)
-    job.write(f"rank{rank}.json", {"iterations": iterations, "pushes": iterations,
+    own = _own_metrics(job, _rank_stats(iterations, 0.0, batches=[int(go[2]) or job.batches[i]],
+                                        pushes_made=iterations))
+    job.write(f"rank{rank}.json", {"iterations": iterations, "pushes": iterations, "strategy_metrics": own,
                                    "compute_median_s": float(np.median(stretch.compute)) if stretch.compute else math.nan})
 
 
