@@ -171,3 +171,24 @@ def test_the_options_compose_with_their_schema(name, key, value):
     assert cfg.sync.name == name and cfg.sync[key] == value and cfg.hardware.jitter.sigma == 0.3
     strat = strategy(cfg.sync)
     assert strat.options(cfg).jitter_sigma == 0.3
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_backup_workers_on_mpi_ranks_drop_the_emulated_straggler(tmp_path):
+    """Emulated speeds (a speed-1 iteration lasts 0.1 s, rank 2 runs at 0.2: 0.5 s): with one backup worker
+    every round closes at the fast ranks' 0.1 s, the slow rank's vector weighs 0, and the replicas agree."""
+    from orchestrator.data import load_mnist
+    from orchestrator.sync.mpi import train_mpi
+    from orchestrator.sync.virtual import make_context
+
+    cfg = {"hardware": {"workers": 3, "worker_speeds": [1.0, 1.0, 0.2], "emulated_step_s": 0.1},
+           "sync": {"name": "backup", "backup_workers": 1, "runtime": "mpi", "timeout_s": 180, "balance": "none"},
+           "train": {"budget_updates": 24, "eval_every": 24, "eval_samples": 100, "stop": "budget",
+                     "batch_size": 16}}
+    strat = strategy(cfg["sync"])
+    ctx = make_context(cfg, tmp_path, dataset=load_mnist(limit=2000))
+    result, stats = train_mpi(strat, strat.options(cfg), ctx, inject={"verify_every": 1})
+    assert result.updates == 8 and stats.dropped == [0, 0, 8]
+    assert result.extra_metrics["sync.replica_max_diff"] == 0.0
+    assert result.elapsed_s < 8 * 0.3                      # allreduce would wait 8 x 0.5 s for the slow rank
