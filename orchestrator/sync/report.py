@@ -120,7 +120,7 @@ def plot_breakdown(stats, path: Path, label: str, kind: str = "simulated (virtua
     except ImportError:
         return None
     rows = time_breakdown(stats)
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * len(rows) + 2.5), 3.4))
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(rows) + 3.5), 3.6))
     bottom = [0.0] * len(rows)
     colours = {"compute": "#4c72b0", "wait": "#dd8452", "comm": "#55a868", "queue": "#c44e52"}
     names = {"compute": "compute", "wait": "waiting (barrier / staleness gate)", "comm": "communication",
@@ -134,9 +134,9 @@ def plot_breakdown(stats, path: Path, label: str, kind: str = "simulated (virtua
     ax.set_xticks(range(len(rows)))
     ax.set_xlabel("worker")
     ax.set_ylabel("seconds")
-    ax.set_title(f"{label}: where the time went, {kind}", fontsize=8)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"{label}\nwhere each worker's time went, {kind}", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
