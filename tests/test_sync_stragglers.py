@@ -192,3 +192,6 @@ def test_backup_workers_on_mpi_ranks_drop_the_emulated_straggler(tmp_path):
     assert result.updates == 8 and stats.dropped == [0, 0, 8]
     assert result.extra_metrics["sync.replica_max_diff"] == 0.0
     assert result.elapsed_s < 8 * 0.3                      # allreduce would wait 8 x 0.5 s for the slow rank
+    # the time breakdown, emulated: the slow rank's compute ends at each round's close (about the fast ones')
+    assert stats.breakdown_kind == "emulated (MPI ranks, wall clock)"
+    assert 0.5 * 8 * 0.1 < stats.compute_s[0] and stats.compute_s[2] < 1.5 * stats.compute_s[0]

@@ -84,6 +84,7 @@ class Stretch:
         self.compute: list[float] = []
         self.t_start = time.perf_counter()
         self.defer, self.pending = False, 0.0   # defer: add the emulated sleep to ``pending`` instead of sleeping
+        self.busy_s = 0.0                        # emulated compute seconds so far (the time breakdown's compute)
 
     def after_compute(self, compute_s: float, batch: int | None = None) -> float:
         """Sleep as the emulated device would; returns the iteration's emulated compute seconds."""
@@ -112,6 +113,7 @@ class Stretch:
             import signal
 
             os.kill(os.getpid(), int(kill.get("signal", signal.SIGKILL)))
+        self.busy_s += compute_s + max(0.0, extra)
         if self.defer:                     # a quorum round: the sleep waits for the round's close
             self.pending += max(0.0, extra)
         elif extra > 0:

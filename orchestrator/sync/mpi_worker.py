@@ -90,7 +90,9 @@ def run_collective(job: Job) -> None:
             rnd = dataclasses.replace(rnd, contributors=tuple(sorted(first)))
             close = float(finish[first[-1]])
             time.sleep(max(0.0, t_round + close - time.perf_counter()))
-            dropped += rank not in rnd.contributors
+            if rank not in rnd.contributors:   # abandoned at the close: its compute ends there
+                dropped += 1
+                stretch.busy_s -= max(0.0, done - close)
             mine = np.float32(strat.weights(rnd)[rank] if rank in rnd.contributors else 0.0) * vec
         else:
             mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
@@ -119,6 +121,7 @@ def run_collective(job: Job) -> None:
     own = _own_metrics(job, _rank_stats(step * h, wait_s, batches=[batch], pushes_made=step, pushes_applied=step),
                        result)
     job.write(f"rank{rank}.json", {"iterations": (step - dropped) * h, "wait_s": wait_s, "pushes": step,
+                                   "compute_s": stretch.busy_s,
                                    "dropped": dropped, "applied": step - dropped,
                                    "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff,
                                    "strategy_metrics": own})
@@ -264,6 +267,7 @@ def run_worker(job: Job, comm, rank: int) -> None:
     own = _own_metrics(job, _rank_stats(iterations, 0.0, batches=[int(go[2]) or job.batches[i]],
                                         pushes_made=iterations))
     job.write(f"rank{rank}.json", {"iterations": iterations, "pushes": iterations, "strategy_metrics": own,
+                                   "compute_s": stretch.busy_s,
                                    "compute_median_s": float(np.median(stretch.compute)) if stretch.compute else math.nan})
 
 

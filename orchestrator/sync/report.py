@@ -69,8 +69,9 @@ def write_artifacts(result: TrainResult, stats, out_dir: Path, label: str, sink)
         "worker_wait_s": list(stats.wait_s),
     }, indent=1))
     paths = [hist, _plot(result, out_dir / "sync_convergence.png", label)]
-    if result.clock == "virtual" and getattr(stats, "compute_s", None):
-        paths.append(plot_breakdown(stats, out_dir / "sync_time_breakdown.png", label))
+    if getattr(stats, "compute_s", None):
+        paths.append(plot_breakdown(stats, out_dir / "sync_time_breakdown.png", label,
+                                    getattr(stats, "breakdown_kind", "simulated (virtual clock)")))
     for p in paths:
         if p is not None:
             sink.log_artifact(p)
@@ -102,7 +103,8 @@ def time_breakdown(stats) -> list[dict[str, float]]:
     """Per worker, where its run's time went (seconds on the run's clock): ``compute`` (its gradients;
     a backup worker's abandoned work included), ``wait`` (at the barrier, or held by the staleness gate),
     ``comm`` (all-reduce, or push and pull on the links) less ``queue`` (its messages waiting in the
-    server's shard queues)."""
+    server's shard queues). Under MPI (wall clock) ``wait`` is the time blocked in the all-reduce (the
+    slowest rank and the transfer together) or at the staleness gate, ``comm`` the rest of the run."""
     w = len(stats.iterations)
     per = lambda key: list(getattr(stats, key, None) or [0.0] * w)  # noqa: E731
     compute, wait, comm, queue = per("compute_s"), per("wait_s"), per("comm_s"), per("queue_s")

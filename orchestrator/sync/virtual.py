@@ -52,6 +52,7 @@ class SyncStats:
     rebalances: int = 0
     capacity: float = 1.0                       # time-averaged sum of speeds (reference speed 1.0)
     server_metrics: dict[str, float] = field(default_factory=dict)   # the server rule's own (ParameterServer.metrics)
+    breakdown_kind: str = "simulated (virtual clock)"      # what the time breakdown's figure is
     rank_metrics: list[dict[str, float]] | None = None   # MPI: each rank's SyncStrategy.own_metrics (None: virtual)
 
 
