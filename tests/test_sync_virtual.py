@@ -184,7 +184,8 @@ def test_plugin_writes_metrics_and_artifacts(mnist, tmp_path):
     assert m["sync.worker0.iterations"] + m["sync.worker1.iterations"] == result.updates
     assert result.clock == "virtual" and result.time_to_target_s is not None
     assert result.reference_time_to_target_s is not None and ctx.sink.tags["train.reference_method"] == "same"
-    assert sorted(p.rsplit("/", 1)[-1] for p in ctx.sink.artifacts) == ["sync_convergence.png", "sync_staleness.json"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in ctx.sink.artifacts) == ["sync_convergence.png", "sync_staleness.json",
+                                                                     "sync_time_breakdown.png"]
 
 
 def test_a_push_in_flight_when_training_stops_is_dropped():

@@ -34,6 +34,8 @@ class HardwareConfig(Schema):
                                 "default cluster, 4 workers of speeds 1, 0.5, 0.25, 1, the reference study's "
                                 "unequal machines)")
     stragglers: Any = option(None, "transient stragglers: {probability: 0.1, slowdown: 4.0}")
+    jitter: Any = option(None, "step-time jitter: {distribution: lognormal, sigma: 0.3}: every compute time x "
+                         "exp(sigma Z - sigma^2/2), mean 1 (docs/sync.md)")
     network: NetworkConfig = option(factory=NetworkConfig, help="data-parallel links (virtual clock); per worker: "
                                     "workers: {2: {bandwidth_Gbps: 1}}")
     speed_changes: Any = option(None, "mid-run speed changes: [{worker: 2, at_s: 5.0, speed: 0.25}] (run clock seconds)")

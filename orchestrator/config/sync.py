@@ -34,7 +34,8 @@ class SyncConfig(Schema):
     per_sample_s: float | None = option(None, "virtual: t1 of the compute model, seconds per sample", gt=0)
     overlap: bool = option(False, "virtual: overlap communication with compute (a round lasts max(compute, "
                            "all-reduce))")
-    fp16: bool = option(False, "virtual: send gradients and parameters as 16-bit floats (half the bytes)")
+    fp16: bool = option(False, "virtual: messages of 16-bit floats, 2 bytes a parameter instead of 4 (the default "
+                        "message size, SyncStrategy.dense_bytes)")
     timeout_s: float = option(600.0, "mpi: the trial fails (WorkerFailedError) after this many seconds", gt=0)
     hostfile: str | None = option(None, "mpi: an Open MPI hostfile (null: all ranks on this host)")
     oversubscribe: bool = option(False, "mpi: allow more ranks than the hostfile's slots (or 4 x this machine's cores)")

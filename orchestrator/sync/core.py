@@ -52,6 +52,7 @@ class SyncOptions:
     speeds: list[float] = field(default_factory=lambda: [1.0] * 4)
     straggler_p: float = 0.0              # transient straggler probability per iteration
     straggler_slowdown: float = 1.0       # a transient straggler's iteration is this many times longer
+    jitter_sigma: float = 0.0             # hardware.jitter: each compute time x LogNormal(-sigma^2/2, sigma) (mean 1)
     staleness: float = 0.0                # s; math.inf for async
     push_lr: str | float = "scaled"       # push weight: "scaled", "lr", "lr/staleness", or a multiplier
     balance: str = "static"               # batch split: none (equal), static (nominal speeds), online (measured)
@@ -67,7 +68,6 @@ class SyncOptions:
     per_sample_s: float | None = None     # t1 of the compute model
     shards: int = 1                       # parameter-server shards (each with its own link)
     overlap: bool = False                 # allreduce overlapped with the backward pass
-    fp16: bool = False                    # gradients / parameters sent as 16-bit floats
     network: dict | None = None           # hardware.network (plain); see costmodel.Network
     speed_changes: list = field(default_factory=list)   # [(worker, at_s, speed)]
     emulated_step_s: float | None = None  # mpi: a speed-1.0 iteration lasts at least this long
@@ -152,10 +152,42 @@ class SyncOptions:
                    warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
                    global_batch_max=train.global_batch_max,
                    base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=int(opt("shards")),
-                   overlap=bool(c.overlap), fp16=bool(c.fp16), network=network,
+                   overlap=bool(c.overlap), network=network, jitter_sigma=parse_jitter(_get(cfg, "hardware.jitter", None)),
                    speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in changes], emulated_step_s=emulated,
                    timeout_s=float(c.timeout_s), hostfile=hostfile, delay_compensation=dc,
                    delay_compensation_mode=str(opt("delay_compensation_mode")))
+
+
+JITTER_DISTRIBUTIONS = ("lognormal",)
+
+
+def parse_jitter(node: Any) -> float:
+    """``hardware.jitter: {distribution: lognormal, sigma: S}``: every compute time is multiplied by an
+    independent ``exp(S Z - S^2 / 2)``, ``Z ~ N(0, 1)``: a lognormal factor of mean 1 (the mean step time
+    stays, its spread grows with S; the median factor is ``exp(-S^2/2)``, the 99th percentile
+    ``exp(2.33 S - S^2/2)``). Step times of shared clusters are right-skewed, and a lognormal is the usual
+    fit (Dutta et al. 2018, "Slow and stale gradients can win the race"). Returns S (0: no jitter)."""
+    if node is None:
+        return 0.0
+    if not hasattr(node, "get"):
+        raise ConfigError(f"hardware.jitter={node!r} must be a mapping {{distribution: lognormal, sigma: S}}")
+    unknown = sorted(set(node.keys()) - {"distribution", "sigma"})
+    if unknown:
+        raise ConfigError(f"unknown key hardware.jitter.{unknown[0]} (hardware.jitter accepts: distribution, sigma)")
+    dist = str(node.get("distribution", "lognormal"))
+    if dist not in JITTER_DISTRIBUTIONS:
+        raise ConfigError(f"hardware.jitter.distribution={dist!r} is not one of {', '.join(JITTER_DISTRIBUTIONS)}")
+    sigma = number(node.get("sigma", 0.0), "hardware.jitter.sigma")
+    if not 0.0 <= sigma <= 5.0:
+        raise ConfigError(f"hardware.jitter.sigma={sigma:g} must be in [0, 5]")
+    return float(sigma)
+
+
+def jitter_factor(rng: Any, sigma: float) -> float:
+    """One draw of the jitter factor ``exp(sigma Z - sigma^2/2)`` (1.0 without jitter, drawing nothing)."""
+    if sigma <= 0:
+        return 1.0
+    return math.exp(sigma * float(rng.standard_normal()) - 0.5 * sigma * sigma)
 
 
 def tracked_settings(strategy: Any, opts: SyncOptions, settings):

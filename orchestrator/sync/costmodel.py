@@ -101,6 +101,30 @@ def allreduce_s(nbytes: float, net: Network, workers: list[int] | None = None) -
     return ring_allreduce_s(nbytes, len(links), min(l.bandwidth for l in links), max(l.latency_s for l in links))
 
 
+def allgather_s(nbytes: float, net: Network, workers: list[int] | None = None) -> float:
+    """Ring all-gather of one message of ``nbytes`` from each of the W workers (every worker ends with all W):
+    ``(W-1)`` steps, each moving one message on every link, ``(W-1) (n / B + L)`` on the slowest link. What a
+    sparse collective costs (top-k values and indices cannot be summed on the way, Renggli et al. 2019
+    "SparCML"; Lin et al. 2018 "Deep Gradient Compression")."""
+    links = net.workers if workers is None else [net.workers[i] for i in workers]
+    if len(links) <= 1 or nbytes <= 0:
+        return 0.0
+    bw, lat = min(l.bandwidth for l in links), max(l.latency_s for l in links)
+    return (len(links) - 1) * (nbytes / bw + lat)
+
+
+COLLECTIVES = ("ring_allreduce", "ring_allgather")
+
+
+def collective_s(kind: str, nbytes: float, net: Network) -> float:
+    """One collective round's communication: ``ring_allreduce`` (dense sums) or ``ring_allgather`` (sparse messages)."""
+    if kind == "ring_allgather":
+        return allgather_s(nbytes, net)
+    if kind != "ring_allreduce":
+        raise ConfigError(f"a strategy's collective={kind!r} is not one of {', '.join(COLLECTIVES)}")
+    return allreduce_s(nbytes, net)
+
+
 @dataclass
 class FifoLink:
     """One direction of a shared link: messages are served one at a time in arrival order."""
@@ -128,23 +152,28 @@ class ServerLinks:
     nbytes: float
     inbound: list[FifoLink] = field(default_factory=list)
     outbound: list[FifoLink] = field(default_factory=list)
+    queued_s: list[float] = field(default_factory=list)     # per worker: seconds its messages waited in a shard queue
 
     def __post_init__(self):
         s = self.net.server
         self.inbound = [FifoLink(s.bandwidth, s.latency_s) for _ in range(self.shards)]
         self.outbound = [FifoLink(s.bandwidth, s.latency_s) for _ in range(self.shards)]
+        self.queued_s = [0.0] * len(self.net.workers)
 
-    def _transfer(self, queues: list[FifoLink], worker: int, now: float) -> float:
-        part = self.nbytes / self.shards
+    def _transfer(self, queues: list[FifoLink], worker: int, now: float, nbytes: float | None) -> float:
+        n = self.nbytes if nbytes is None else nbytes
+        part = n / self.shards
         own = self.net.workers[worker]
+        self.queued_s[worker] += max(max(now, q.free_at) - now for q in queues)   # before its slice starts
         done = max(q.send(now, part) for q in queues)            # every shard's slice, each queued
-        return max(done, now + own.time(self.nbytes))             # the worker's own link carries it all
+        return max(done, now + own.time(n))                       # the worker's own link carries it all
 
-    def push(self, worker: int, now: float) -> float:
-        return self._transfer(self.inbound, worker, now)
+    def push(self, worker: int, now: float, nbytes: float | None = None) -> float:
+        """A push of ``nbytes`` (default: the dense model's ``self.nbytes``) starting at ``now``; returns its end."""
+        return self._transfer(self.inbound, worker, now, nbytes)
 
-    def pull(self, worker: int, now: float) -> float:
-        return self._transfer(self.outbound, worker, now)
+    def pull(self, worker: int, now: float, nbytes: float | None = None) -> float:
+        return self._transfer(self.outbound, worker, now, nbytes)
 
     def utilisation(self, elapsed: float) -> float:
         """Busy fraction of the busiest shard direction over the run."""

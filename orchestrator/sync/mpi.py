@@ -301,6 +301,17 @@ def collect(strategy: SyncStrategy, run_dir: Path, opts: SyncOptions,
                       {int(k): v for k, v in res["update_staleness"].items()}, sum(r["pushes"] for r in ranks),
                       res["pushes_applied"], res["bound_max"])
     stats.pushes_dropped = int(res.get("pushes_dropped", 0))
+    if server:
+        stats.server_metrics = dict(server.get("server_metrics") or {})
+        stats.dropped = list(server.get("rejected_by_worker") or [0] * w)
+    else:
+        stats.dropped = [int(r.get("dropped", 0)) for r in ranks]
+    # where each rank's time went (wall clock): its emulated compute, its waiting (in the all-reduce: the slowest
+    # rank and the transfer; or at the staleness gate), the rest (messages to and from the server, overheads)
+    stats.compute_s = [float(r.get("compute_s", 0.0)) for r in ranks]
+    stats.comm_s = [max(0.0, result.elapsed_s - c - wt) for c, wt in zip(stats.compute_s, wait)]
+    # the strategy's own metrics, as each rank's instance computed them (the server's first)
+    stats.rank_metrics = [r.get("strategy_metrics") or {} for r in ([server] if server else []) + ranks]
     return result, stats, ranks
 
 
@@ -321,6 +332,9 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
     stats.batches = server.get("batches") or Job(str(next(run_dir.glob("job-*.json")))).batches
     stats.rebalances = int(server.get("rebalances", 0))
     stats.capacity = opts.schedule().capacity(result.elapsed_s)
+    emulated = (opts.emulated_step_s or opts.straggler_p > 0 or opts.jitter_sigma > 0 or opts.speed_changes
+                or any(v != 1.0 for v in opts.speeds))
+    stats.breakdown_kind = ("emulated" if emulated else "measured") + " (MPI ranks, wall clock)"
     if not strategy.uses_server:  # every rank holds a replica: they must agree
         result.extra_metrics["sync.replica_max_diff"] = max(r["replica_max_diff"] for r in rank_info)
     result.compute_model = measured_base(opts, ctx, rank_info, stats.batches)

@@ -13,7 +13,6 @@ Each rank writes ``rank{r}.json``; rank 0 writes ``result.json``. A failing rank
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -24,109 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.sync.mpi_job import Job, Stretch, _own_metrics, _rank_stats, _result, _warm_up
+
+__all__ = ["Job", "Stretch", "main"]
+
 REQ, GO, PARAMS, HDR, GRAD = 1, 2, 3, 4, 5
-
-
-class Job:
-    def __init__(self, path: str):
-        from orchestrator.execution.training import TrainSettings
-        from orchestrator.sync.balance import Balancer
-        from orchestrator.sync.core import SyncOptions
-        from orchestrator.sync.costmodel import ComputeModel
-        from orchestrator.sync.strategy import load_ref
-
-        spec = json.loads(Path(path).read_text())
-        self.raw = spec
-        self.strategy = load_ref(spec["strategy"])(spec.get("cfg_sync") or {})
-        self.opts = o = SyncOptions(**spec["opts"])
-        self.settings = s = TrainSettings(**spec["settings"])
-        self.out = Path(spec["out_dir"])
-        # the compute model's shape (for batch-size ratios and balancing); its scale cancels out
-        self.cm = (ComputeModel(o.step_overhead_s or 0.0, o.per_sample_s) if o.per_sample_s is not None
-                   else ComputeModel.linear(1.0, s.batch_size))
-        # ranks of a collective decide nothing alone: an online split stays at its static start
-        balance = o.balance if self.strategy.uses_server or o.balance != "online" else "static"
-        self.balancer = Balancer(balance, o.speeds, o.total_batch(s.batch_size), s.batch_size, self.cm, o.balance_every)
-        self.batches = self.balancer.batches
-        self.weights = (self.strategy.push_weights(s.lr, self.batches, o, s.batch_size) if self.strategy.uses_server
-                        else [])
-        self.inject = spec.get("inject", {})
-
-    def runtime_and_data(self):
-        from orchestrator import plugins
-        from orchestrator.data import load_mnist
-        from orchestrator.execution.runtime import ModelRuntime, configure_threads
-
-        configure_threads(int(os.environ.get("TF_NUM_INTRAOP_THREADS", "1")), 1)
-        data = load_mnist(self.raw.get("dataset_path"), seed=self.raw.get("dataset_seed", 0),
-                          test_fraction=self.raw.get("dataset_test_fraction", 0.2), limit=self.raw.get("dataset_limit"))
-        model_cfg = self.raw.get("model_cfg") or {"name": "cnn"}
-        spec = plugins.load("model", model_cfg.get("name", "cnn"))(model_cfg)
-        rt = ModelRuntime(spec, seed=self.settings.seed, lr=self.settings.lr)
-        return rt, data
-
-    def tracker(self):
-        from orchestrator.execution.training import ConvergenceTracker, NullSink
-        from orchestrator.sync.core import tracked_settings
-
-        return ConvergenceTracker(tracked_settings(self.strategy, self.opts, self.settings), NullSink())
-
-    def write(self, name: str, payload: dict) -> None:
-        tmp = self.out / (name + ".tmp")
-        tmp.write_text(json.dumps(payload))
-        tmp.replace(self.out / name)
-
-
-class Stretch:
-    """Sleeps so that a worker's iteration lasts ``compute * slowdown / speed`` (seeded stragglers;
-    the speed follows ``hardware.speed_changes`` in wall seconds since the rank started), or, with
-    ``hardware.emulated_step_s = E``, at least ``E * cm(b) / cm(batch_size) * slowdown / speed``: a
-    speed-1.0 rank's iteration of ``train.batch_size`` samples lasts E, the rest of it asleep. Plus
-    injected delays (tests): ``inject.sleep = {worker, every, seconds}``, ``inject.random_max_s``."""
-
-    def __init__(self, job: Job, worker: int):
-        self.sched = job.opts.schedule()
-        self.emulated, self.cm, self.batch_size = job.opts.emulated_step_s, job.cm, job.settings.batch_size
-        self.p, self.k = job.opts.straggler_p, job.opts.straggler_slowdown
-        self.rng = np.random.default_rng([job.settings.seed, 7919, worker])
-        self.worker, self.inject, self.iteration = worker, job.inject, 0
-        self.compute: list[float] = []
-        self.t_start = time.perf_counter()
-
-    def after_compute(self, compute_s: float, batch: int | None = None) -> float:
-        """Sleep as the emulated device would; returns the iteration's emulated compute seconds."""
-        self.iteration += 1
-        self.compute.append(compute_s)
-        slow = self.k if self.p > 0 and self.rng.random() < self.p else 1.0
-        speed = self.sched.speed(self.worker, time.perf_counter() - self.t_start)
-        if self.emulated:
-            ratio = self.cm.time(batch or self.batch_size) / self.cm.time(self.batch_size)
-            extra = max(0.0, self.emulated * ratio * slow / speed - compute_s)
-        else:
-            extra = compute_s * (slow / speed - 1.0)
-        sl = self.inject.get("sleep")
-        if sl and sl["worker"] == self.worker and self.iteration % sl["every"] == 0:
-            extra += sl["seconds"]
-        if self.inject.get("random_max_s"):
-            extra += self.rng.random() * self.inject["random_max_s"]
-        fail = self.inject.get("fail")
-        if fail and fail["worker"] == self.worker and self.iteration >= fail["after"]:
-            raise RuntimeError(f"injected failure at iteration {self.iteration}")
-        kill = self.inject.get("kill")  # a rank killed by a signal (the OOM killer, kill -9)
-        if kill and kill["worker"] == self.worker and self.iteration >= kill["after"]:
-            import signal
-
-            os.kill(os.getpid(), int(kill.get("signal", signal.SIGKILL)))
-        if extra > 0:
-            time.sleep(extra)
-        return compute_s + max(0.0, extra)
-
-
-def _warm_up(rt, data, batch: int) -> None:
-    """Trace the gradient function (two batch sizes, so that later sizes reuse a relaxed trace) before
-    the clock starts: tracing is start-up cost, not an iteration's."""
-    for b in (batch, batch + 1):
-        rt.gradient(data.x_train[:b], data.y_train[:b])
 
 
 # -- collective rounds (Horovod) ------------------------------------------------------------------
@@ -173,9 +74,28 @@ def run_collective(job: Job) -> None:
 
     if rank == 0:
         evaluate()
+    quorum = int(strat.quorum(w))
+    stretch.defer = quorum < w
+    dropped = 0
     while True:
-        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples, optimizer)
-        mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
+        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples, optimizer, step)
+        if quorum < w:
+            # backup workers, emulated: every rank computes, then all learn each rank's emulated finish time; the
+            # round closes at the quorum-th, everyone sleeps until then and the late ranks' vectors weigh 0
+            t_round, stretch.pending = time.perf_counter(), 0.0
+            vec = strat.local(rank, theta, grad, rnd)
+            done = time.perf_counter() - t_round + stretch.pending
+            finish = hvd.allgather(tf.constant([done], tf.float64)).numpy()
+            first = sorted(range(w), key=lambda r: (finish[r], r))[:quorum]
+            rnd = dataclasses.replace(rnd, contributors=tuple(sorted(first)))
+            close = float(finish[first[-1]])
+            time.sleep(max(0.0, t_round + close - time.perf_counter()))
+            if rank not in rnd.contributors:   # abandoned at the close: its compute ends there
+                dropped += 1
+                stretch.busy_s -= max(0.0, done - close)
+            mine = np.float32(strat.weights(rnd)[rank] if rank in rnd.contributors else 0.0) * vec
+        else:
+            mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
         t0 = time.perf_counter()
         reduced = hvd.allreduce(tf.constant(mine), op=hvd.Sum).numpy()
         wait_s += time.perf_counter() - t0
@@ -192,24 +112,28 @@ def run_collective(job: Job) -> None:
             stop = int(tracker.should_stop(step, time.perf_counter() - t_start - eval_s))
         if int(hvd.broadcast(tf.constant([stop]), root_rank=0).numpy()[0]):
             break
-    job.write(f"rank{rank}.json", {"iterations": step * h, "wait_s": wait_s, "pushes": step,
-                                   "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff})
+    result = None
     if rank == 0:
         if not tracker.history or tracker.history[-1].step != step:
             evaluate()
         elapsed = time.perf_counter() - t_start - eval_s
-        job.write("result.json", _result(tracker, step, elapsed, samples, {"0": step * w}, {}, 0.0, step * w))
-
-
-def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied, dropped: int = 0) -> dict:
-    return {"updates": updates, "elapsed_s": elapsed, "samples": samples,
-            "history": [dataclasses.asdict(p) for p in tracker.history],
-            "gap_histogram": gaps, "update_staleness": upd_staleness, "bound_max": bound, "pushes_applied": applied,
-            "pushes_dropped": dropped}
+        result = tracker.result(step, elapsed, samples, "wall")
+    own = _own_metrics(job, _rank_stats(step * h, wait_s, batches=[batch], pushes_made=step, pushes_applied=step),
+                       result)
+    job.write(f"rank{rank}.json", {"iterations": (step - dropped) * h, "wait_s": wait_s, "pushes": step,
+                                   "compute_s": stretch.busy_s,
+                                   "dropped": dropped, "applied": step - dropped,
+                                   "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff,
+                                   "strategy_metrics": own})
+    if rank == 0:
+        job.write("result.json", _result(tracker, step, elapsed, samples, {"0": step * quorum}, {}, 0.0,
+                                         step * quorum))
 
 
 # -- parameter server (async, delay-sync, ...) ------------------------------------------------------
 def run_server(job: Job, comm) -> None:
+    from orchestrator.sync.server import REJECTED
+
     rt, data = job.runtime_and_data()
     comm.Barrier()  # every rank has TensorFlow and the data loaded: the clock starts now
     w, o = job.opts.workers, job.opts
@@ -263,6 +187,8 @@ def run_server(job: Job, comm) -> None:
                 with gate.cond:
                     gate.completed_push(i, float(hdr[3]))
                     gate.cond.notify_all()
+                if applied == REJECTED:  # too stale for the server's rule (computed, sent, not applied)
+                    continue
                 if applied % every == 0:
                     evaluate()
                 elif tracker.budget_spent(applied, time.perf_counter() - t_start - eval_s[0]):
@@ -284,9 +210,16 @@ def run_server(job: Job, comm) -> None:
         evaluate()
     from orchestrator.sync.server import histogram_dict
 
+    server_metrics = server.metrics()
+    stats = _rank_stats(0, 0.0, gap_histogram=dict(gate.gap_histogram), update_staleness=dict(server.update_staleness),
+                        pushes_applied=server.version, pushes_dropped=sum(dropped), bound_max=gate.max_bound_used,
+                        batches=list(balancer.batches), rebalances=balancer.rebalances, server_metrics=server_metrics)
+    result = tracker.result(server.version, elapsed, server.samples, "wall")
     job.write("rank0.json", {"iterations": 0, "wait_s": 0.0, "pushes_by_worker": server.pushes_by_worker,
                              "gate_completed": gate.completed, "gate_wait_s": wait_s,
-                             "batches": balancer.batches, "rebalances": balancer.rebalances})
+                             "rejected_by_worker": server.rejected_by_worker,
+                             "batches": balancer.batches, "rebalances": balancer.rebalances,
+                             "server_metrics": server_metrics, "strategy_metrics": _own_metrics(job, stats, result)})
     if job.inject.get("audit"):
         np.save(job.out / "theta0.npy", theta0)
         np.save(job.out / "theta_final.npy", server.params)
@@ -331,7 +264,10 @@ def run_worker(job: Job, comm, rank: int) -> None:
         iterations += 1
     if job.inject.get("audit"):
         np.save(job.out / f"pushed{rank}.npy", pushed)
-    job.write(f"rank{rank}.json", {"iterations": iterations, "pushes": iterations,
+    own = _own_metrics(job, _rank_stats(iterations, 0.0, batches=[int(go[2]) or job.batches[i]],
+                                        pushes_made=iterations))
+    job.write(f"rank{rank}.json", {"iterations": iterations, "pushes": iterations, "strategy_metrics": own,
+                                   "compute_s": stretch.busy_s,
                                    "compute_median_s": float(np.median(stretch.compute)) if stretch.compute else math.nan})
 
 

@@ -28,6 +28,17 @@ def sync_metrics(stats) -> dict[str, float]:
             m[f"sync.worker{i}.{key}"] = float(v)
         if per:
             m[f"sync.{key}"] = float(sum(per) / len(per))      # mean per worker
+    queued = getattr(stats, "queue_s", None) or []
+    if any(queued):
+        for i, v in enumerate(queued):
+            m[f"sync.worker{i}.queue_s"] = float(v)
+        m["sync.queue_s"] = float(sum(queued) / len(queued))
+    dropped = getattr(stats, "dropped", None) or []
+    if dropped:
+        m["sync.gradients_dropped"] = float(sum(dropped))
+        if any(dropped):
+            for i, v in enumerate(dropped):
+                m[f"sync.worker{i}.dropped"] = float(v)
     if getattr(stats, "server_utilisation", None) is not None:
         m["sync.server_utilisation"] = float(stats.server_utilisation)
     m.update(getattr(stats, "server_metrics", None) or {})
@@ -58,6 +69,9 @@ def write_artifacts(result: TrainResult, stats, out_dir: Path, label: str, sink)
         "worker_wait_s": list(stats.wait_s),
     }, indent=1))
     paths = [hist, _plot(result, out_dir / "sync_convergence.png", label)]
+    if getattr(stats, "compute_s", None):
+        paths.append(plot_breakdown(stats, out_dir / "sync_time_breakdown.png", label,
+                                    getattr(stats, "breakdown_kind", "simulated (virtual clock)")))
     for p in paths:
         if p is not None:
             sink.log_artifact(p)
@@ -83,5 +97,50 @@ def _plot(result: TrainResult, path: Path, label: str) -> Path | None:
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def time_breakdown(stats) -> list[dict[str, float]]:
+    """Per worker, where its run's time went (seconds on the run's clock): ``compute`` (its gradients;
+    a backup worker's abandoned work included), ``wait`` (at the barrier, or held by the staleness gate),
+    ``comm`` (all-reduce, or push and pull on the links) less ``queue`` (its messages waiting in the
+    server's shard queues). Under MPI (wall clock) ``wait`` is the time blocked in the all-reduce (the
+    slowest rank and the transfer together) or at the staleness gate, ``comm`` the rest of the run."""
+    w = len(stats.iterations)
+    per = lambda key: list(getattr(stats, key, None) or [0.0] * w)  # noqa: E731
+    compute, wait, comm, queue = per("compute_s"), per("wait_s"), per("comm_s"), per("queue_s")
+    return [{"compute": compute[i], "wait": wait[i], "comm": max(0.0, comm[i] - queue[i]), "queue": queue[i]}
+            for i in range(w)]
+
+
+def plot_breakdown(stats, path: Path, label: str, kind: str = "simulated (virtual clock)") -> Path | None:
+    """One stacked bar per worker: compute, waiting, communication, server queueing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = time_breakdown(stats)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(rows) + 3.5), 3.6))
+    bottom = [0.0] * len(rows)
+    colours = {"compute": "#4c72b0", "wait": "#dd8452", "comm": "#55a868", "queue": "#c44e52"}
+    names = {"compute": "compute", "wait": "waiting (barrier / staleness gate)", "comm": "communication",
+             "queue": "server queueing"}
+    for part in ("compute", "wait", "comm", "queue"):
+        vals = [r[part] for r in rows]
+        if not any(vals):
+            continue
+        ax.bar(range(len(rows)), vals, bottom=bottom, color=colours[part], label=names[part])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(rows)))
+    ax.set_xlabel("worker")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"{label}\nwhere each worker's time went, {kind}", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path

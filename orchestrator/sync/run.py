@@ -41,7 +41,7 @@ def train(strategy: SyncStrategy, ctx: TrainContext) -> TrainResult:
         _log_reference(result, ref, ctx)
     else:
         ctx.sink.set_tags({"train.reference": "not computed: this trial missed its target (no speedup to measure)"})
-    result.extra_metrics.update(strategy.metrics(result, stats))
+    result.extra_metrics.update(run_metrics(strategy, result, stats))
     m = result.extra_metrics
     label = strategy.label(opts)
     if "sync.speedup" in m:
@@ -49,6 +49,17 @@ def train(strategy: SyncStrategy, ctx: TrainContext) -> TrainResult:
               f"capacity {stats.capacity:.2f}, scaling efficiency {m['sync.scaling_efficiency']:.2f}", flush=True)
     write_artifacts(result, stats, ctx.output_dir, label, ctx.sink)
     return result
+
+
+def run_metrics(strategy: SyncStrategy, result: TrainResult, stats) -> dict[str, float]:
+    """The strategy's ``sync.*`` metrics. Virtual runtime: ``strategy.metrics`` of the instance that ran every
+    worker. MPI: the engine's keys from the gathered statistics, plus what the ranks' instances added in
+    ``metrics()`` (``own_metrics``), combined by ``strategy.gather_metrics``; the server rule's
+    ``ParameterServer.metrics()`` arrive in ``stats.server_metrics`` on both runtimes."""
+    if stats.rank_metrics is None:
+        return strategy.metrics(result, stats)
+    return {**SyncStrategy.metrics(strategy, result, stats),
+            **strategy.gather_metrics([m for m in stats.rank_metrics if m])}
 
 
 def _run_once(strategy: SyncStrategy, opts, ctx: TrainContext):

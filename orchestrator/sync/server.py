@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+REJECTED = -1   # what ``ParameterServer.push`` returns for a push its rule did not admit (too stale)
+
 
 class StalenessGate:
     """The staleness rule: worker i may start an iteration only while ``c_i - min_j c_j <= s``.
@@ -84,8 +86,11 @@ class ParameterServer:
     A push of gradient ``g`` from worker i is applied through the server's update rule (``optimizer``,
     an ``orchestrator.execution.optim.Optimizer``: plain SGD unless told otherwise; its state lives here) at
     the learning rate ``weight_i``. With ``damped`` a push computed on parameters ``tau`` versions old is
-    applied at ``weight_i / max(1, tau)`` (staleness-aware async SGD, Zhang et al. 2016). Subclasses change
-    the gradient before it is applied (``correct``) and may keep per-worker state on ``pull``."""
+    applied at ``weight_i / max(1, tau)`` (staleness-aware async SGD, Zhang et al. 2016). A push older than
+    ``max_delay`` versions (``tau > max_delay``; default inf) is not applied (``admit``; a staleness cut-off,
+    Ringmaster ASGD): ``push`` returns ``REJECTED`` and counts it in ``rejected_by_worker``. Subclasses change
+    the gradient before it is applied (``correct``), which pushes they admit (``admit``), and may keep
+    per-worker state on ``pull``."""
 
     def __init__(self, params: np.ndarray, weights: list[float], damped: bool = False, optimizer: Any = None):
         from orchestrator.execution.optim import Optimizer
@@ -98,11 +103,22 @@ class ParameterServer:
         self.pushes_by_worker = [0] * len(weights)
         self.samples = 0
         self.update_staleness: Counter[int] = Counter()  # versions applied between a worker's pull and push
+        self.max_delay = math.inf
+        self.rejected_by_worker = [0] * len(weights)
         self.lock = threading.Lock()
 
     def metrics(self) -> dict[str, float]:
-        """``sync.*`` metrics of this server's rule (a subclass adds its own; none here)."""
-        return {}
+        """``sync.*`` metrics of this server's rule (a subclass adds its own): with a finite ``max_delay``,
+        ``sync.pushes_rejected`` (pushes older than it, not applied) and their share of the pushes."""
+        if not math.isfinite(self.max_delay):
+            return {}
+        rejected = sum(self.rejected_by_worker)
+        return {"sync.pushes_rejected": float(rejected),
+                "sync.pushes_rejected_fraction": rejected / max(1, rejected + self.version)}
+
+    def admit(self, worker: int, tau: int) -> bool:
+        """Whether a push ``tau`` versions old is applied (under the lock): ``tau <= max_delay``."""
+        return tau <= self.max_delay
 
     def set_weights(self, weights: list[float]) -> None:
         with self.lock:
@@ -128,13 +144,17 @@ class ParameterServer:
 
     def push(self, worker: int, grad: np.ndarray, pulled_version: int, batch: int,
              closed: threading.Event | None = None) -> int | None:
-        """Apply ``worker``'s gradient (damped by staleness if asked); returns the new version.
+        """Apply ``worker``'s gradient (damped by staleness if asked); returns the new version, or ``REJECTED``
+        when ``admit`` refuses it (nothing applied).
         Once ``closed`` is set (training stopped: target reached or budget spent) a push still in flight is
         dropped and None returned, so the final parameters are the ones the stop was decided on."""
         with self.lock:
             if closed is not None and closed.is_set():
                 return None
             tau = self.version - pulled_version
+            if not self.admit(worker, tau):
+                self.rejected_by_worker[worker] += 1
+                return REJECTED
             weight = self.weights[worker] / np.float32(max(1, tau)) if self.damped else self.weights[worker]
             self.optimizer.step(self.params, self.correct(worker, grad), weight)
             self.update_staleness[tau] += 1
@@ -163,7 +183,8 @@ class DelayCompensatedServer(ParameterServer):
     def metrics(self) -> dict[str, float]:
         """``sync.dc_correction_ratio``: the median over pushes of ||lambda g (.) g (.) (w - w_pulled)|| / ||g||,
         how much the compensation changed the gradients it corrected (0: it did nothing)."""
-        return {"sync.dc_correction_ratio": float(np.median(self.ratios))} if self.ratios else {}
+        own = {"sync.dc_correction_ratio": float(np.median(self.ratios))} if self.ratios else {}
+        return {**super().metrics(), **own}
 
     def on_pull(self, worker: int | None) -> None:
         if worker is not None:

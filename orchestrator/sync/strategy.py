@@ -57,10 +57,20 @@ class Round:
     batch_size: int                 # train.batch_size
     samples_seen: float             # samples of every round before this one (drives the warm-up)
     optimizer: Optimizer            # the run's update rule and its state (train.optimizer)
+    index: int = 0                  # this round's number (0, 1, ...)
+    contributors: tuple[int, ...] | None = None   # whose vectors the round reduces (None: every worker's)
+
+    @property
+    def included(self) -> tuple[int, ...]:
+        """The workers whose vectors this round reduces: all, or the first ``quorum()`` to finish."""
+        return tuple(range(len(self.batches))) if self.contributors is None else self.contributors
 
     @property
     def total(self) -> int:
-        return int(sum(self.batches))
+        """The round's global batch: the samples of the workers it reduces."""
+        if self.contributors is None:
+            return int(sum(self.batches))
+        return int(sum(self.batches[i] for i in self.contributors))
 
     def lr(self, batch: float) -> float:
         """The learning rate of one step over ``batch`` samples (``core.scaled_lr``: scaling rule + warm-up)."""
@@ -105,10 +115,31 @@ class SyncStrategy(ABC):
         return SyncOptions.from_cfg(self.cfg_sync, cfg, self)
 
     def metrics(self, result: Any, stats: Any) -> dict[str, float]:
-        """``sync.*`` metrics of a finished run (override to add your own)."""
+        """``sync.*`` metrics of a finished run (override to add your own).
+
+        On the virtual runtime this instance ran every worker. Under MPI each rank's instance calls it at
+        the end of its run with that rank's view (``stats`` of its own worker or of the server; ``result``
+        without a reference); the keys it adds beyond this base method's are sent back and combined by
+        ``gather_metrics``, and the trial's instance adds the base keys from the gathered statistics."""
         from orchestrator.sync.report import scaling_metrics, sync_metrics
 
         return {**sync_metrics(stats), **scaling_metrics(result, stats.capacity)}
+
+    def own_metrics(self, result: Any, stats: Any) -> dict[str, float]:
+        """The keys ``metrics()`` adds beyond the engine's own (what an MPI rank sends back)."""
+        base = SyncStrategy.metrics(self, result, stats)
+        return {k: float(v) for k, v in self.metrics(result, stats).items() if k not in base}
+
+    def gather_metrics(self, per_rank: list[dict[str, float]]) -> dict[str, float]:
+        """Combine the ``own_metrics`` of the MPI ranks that computed them: by default the mean over the
+        ranks that reported a key (a per-worker rate or a constant stays what it is); override for sums
+        or maxima."""
+        keys = sorted({k for m in per_rank for k in m})
+        return {k: float(np.mean([m[k] for m in per_rank if k in m])) for k in keys}
+
+    def dense_bytes(self, parameters: int) -> float:
+        """Bytes of the whole model as one message: 4 per parameter (float32), 2 with ``sync.fp16``."""
+        return float(parameters * (2 if getattr(self.config, "fp16", False) else 4))
 
     @classmethod
     def ref(cls) -> str:
@@ -133,6 +164,7 @@ class CollectiveStrategy(SyncStrategy):
 
     uses_server = False
     Config = SyncConfig
+    collective: ClassVar[str] = "ring_allreduce"   # how the virtual clock charges a round: ring_allreduce | ring_allgather
 
     def staleness_bound(self) -> float:
         return 0.0
@@ -140,6 +172,18 @@ class CollectiveStrategy(SyncStrategy):
     def local_steps(self) -> int:
         """Gradient evaluations of each worker per round (H)."""
         return 1
+
+    def quorum(self, workers: int) -> int:
+        """How many workers' vectors close a round: the first ``quorum`` to finish are reduced, the late
+        ones are dropped (backup workers, Chen et al. 2016). Default: every worker."""
+        return workers
+
+    def message_bytes(self, rnd: Round, parameters: int) -> float:
+        """Bytes of one worker's vector in this round's collective (what the virtual clock charges): the
+        dense model by default (``dense_bytes``: float32, or float16 with ``sync.fp16``). A compressing
+        strategy returns its message's size (e.g. top-k: k values and k indices), and with
+        ``collective = "ring_allgather"`` the clock charges an all-gather of it instead of a ring all-reduce."""
+        return self.dense_bytes(parameters)
 
     def samples_per_update(self, opts: SyncOptions, batch_size: int) -> float:
         return self.local_steps() * opts.total_batch(batch_size)
@@ -149,8 +193,9 @@ class CollectiveStrategy(SyncStrategy):
         return grad(theta)
 
     def weights(self, rnd: Round) -> list[float]:
-        """The all-reduce's weight of each worker's vector."""
-        return [b / rnd.total for b in rnd.batches]
+        """The all-reduce's weight of each worker's vector (0 for a worker the round does not reduce)."""
+        inc = set(rnd.included)
+        return [b / rnd.total if i in inc else 0.0 for i, b in enumerate(rnd.batches)]
 
     def apply(self, theta: np.ndarray, reduced: np.ndarray, rnd: Round) -> np.ndarray:
         """The new parameters from the reduced vector (may update ``theta`` in place and return it)."""
@@ -167,6 +212,14 @@ class ServerStrategy(SyncStrategy):
 
     def samples_per_update(self, opts: SyncOptions, batch_size: int) -> float:
         return opts.total_batch(batch_size) / opts.workers
+
+    def push_bytes(self, worker: int, iteration: int, parameters: int) -> float:
+        """Bytes of ``worker``'s push at its ``iteration`` (0, 1, ...): the dense gradient by default."""
+        return self.dense_bytes(parameters)
+
+    def pull_bytes(self, worker: int, iteration: int, parameters: int) -> float:
+        """Bytes of ``worker``'s pull at its ``iteration``: the dense parameters by default."""
+        return self.dense_bytes(parameters)
 
     def push_weights(self, lr: float, batches: list[int], opts: SyncOptions, batch_size: int) -> list[float]:
         """The learning rate each worker's push is applied with (``sync.push_lr``, ``core.push_weights``)."""

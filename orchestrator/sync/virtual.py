@@ -16,6 +16,7 @@ updates of ``train.batch_size`` samples (``core.tracked_settings``): a round ove
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass, field
 
@@ -23,9 +24,10 @@ import numpy as np
 
 from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 from orchestrator.sync.balance import Balancer
-from orchestrator.sync.core import SyncOptions, tracked_settings
-from orchestrator.sync.costmodel import ComputeModel, ServerLinks, allreduce_s
+from orchestrator.sync.core import SyncOptions, jitter_factor, tracked_settings
+from orchestrator.sync.costmodel import ComputeModel, ServerLinks, collective_s
 from orchestrator.sync.limits import check_virtual_memory
+from orchestrator.sync.server import REJECTED
 from orchestrator.sync.strategy import Round, SyncStrategy
 
 
@@ -44,23 +46,30 @@ class SyncStats:
     batches: list[int] = field(default_factory=list)
     compute_s: list[float] = field(default_factory=list)
     comm_s: list[float] = field(default_factory=list)
+    queue_s: list[float] = field(default_factory=list)      # of comm_s: waiting in the server's shard queues
+    dropped: list[int] = field(default_factory=list)        # gradients computed but not applied (late, too stale)
     server_utilisation: float | None = None
     rebalances: int = 0
     capacity: float = 1.0                       # time-averaged sum of speeds (reference speed 1.0)
     server_metrics: dict[str, float] = field(default_factory=dict)   # the server rule's own (ParameterServer.metrics)
+    breakdown_kind: str = "simulated (virtual clock)"      # what the time breakdown's figure is
+    rank_metrics: list[dict[str, float]] | None = None   # MPI: each rank's SyncStrategy.own_metrics (None: virtual)
 
 
 class _Clock:
-    """Per-worker compute durations from the compute model, speed changes and seeded transient stragglers."""
+    """Per-worker compute durations from the compute model, speed changes, seeded transient stragglers and
+    seeded step-time jitter (``hardware.jitter``: a lognormal factor of mean 1, its own random stream so that
+    the straggler draws do not change with it)."""
 
     def __init__(self, opts: SyncOptions, cm: ComputeModel, seed: int):
         self.cm, self.sched = cm, opts.schedule()
-        self.p, self.k = opts.straggler_p, opts.straggler_slowdown
+        self.p, self.k, self.sigma = opts.straggler_p, opts.straggler_slowdown, opts.jitter_sigma
         self.rngs = [np.random.default_rng([seed, 7919, i]) for i in range(opts.workers)]
+        self.jitter_rngs = [np.random.default_rng([seed, 104729, i]) for i in range(opts.workers)]
 
     def duration(self, i: int, batch: int, now: float) -> float:
         slow = self.k if self.p > 0 and self.rngs[i].random() < self.p else 1.0
-        return self.cm.time(batch, self.sched.speed(i, now)) * slow
+        return self.cm.time(batch, self.sched.speed(i, now)) * slow * jitter_factor(self.jitter_rngs[i], self.sigma)
 
 
 class VirtualRun:
@@ -82,9 +91,10 @@ class VirtualRun:
         n = settings.eval_samples or len(dataset.y_test)
         self.x_test, self.y_test = dataset.x_test[:n], dataset.y_test[:n]
         self.theta0 = runtime.get_flat()
-        self.nbytes = self.theta0.size * (2 if opts.fp16 else 4)
+        self.nbytes = strategy.dense_bytes(self.theta0.size)   # the dense model (the message-size hooks' default)
         self.net = opts.net()
-        self.stats = SyncStats([0] * w, [0.0] * w, batches=list(self.batches), compute_s=[0.0] * w, comm_s=[0.0] * w)
+        self.stats = SyncStats([0] * w, [0.0] * w, batches=list(self.batches), compute_s=[0.0] * w, comm_s=[0.0] * w,
+                               queue_s=[0.0] * w, dropped=[0] * w)
 
     @property
     def batches(self) -> list[int]:
@@ -127,30 +137,49 @@ class VirtualRun:
     def _collective(self):
         theta, t, step, w = self.theta0.copy(), 0.0, 0, self.o.workers
         tr, every, st, strat = self.tracker, self.tracker.s.eval_every, self.stats, self.strategy
-        comm = allreduce_s(self.nbytes, self.net)
+        n_params = self.theta0.size
         h = int(strat.local_steps())
+        quorum = int(strat.quorum(w))
+        if not 1 <= quorum <= w:
+            raise ValueError(f"{type(strat).__name__}.quorum({w}) = {quorum}: must be in [1, {w}]")
         optimizer = self.s.new_optimizer()          # train.optimizer: its state lives for the run
         while True:
             batches = list(self.batches)
-            rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples, optimizer)
-            weights = strat.weights(rnd)
+            rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples, optimizer, step)
             durs = [0.0] * w
             update = np.zeros_like(theta)
+            if quorum == w:
+                weights = strat.weights(rnd)
+                for i in range(w):
+                    update += np.float32(weights[i]) * strat.local(i, theta, self._timed_grad(i, batches[i], t, durs),
+                                                                   rnd)
+                included, close = range(w), max(durs)
+            else:   # the round closes when the quorum-th worker is done: the late ones' vectors are dropped
+                vecs = [strat.local(i, theta, self._timed_grad(i, batches[i], t, durs), rnd) for i in range(w)]
+                first = sorted(range(w), key=lambda i: (durs[i], i))[:quorum]
+                rnd = dataclasses.replace(rnd, contributors=tuple(sorted(first)))
+                weights = strat.weights(rnd)
+                for i in rnd.contributors:
+                    update += np.float32(weights[i]) * vecs[i]
+                included, close = rnd.contributors, durs[first[-1]]
+            comm = collective_s(strat.collective, strat.message_bytes(rnd, n_params), self.net)
+            step_s = max(close, comm) if self.o.overlap else close + comm
+            inc = set(included)
             for i in range(w):
-                update += np.float32(weights[i]) * strat.local(i, theta, self._timed_grad(i, batches[i], t, durs), rnd)
-            slowest = max(durs)
-            step_s = max(slowest, comm) if self.o.overlap else slowest + comm
-            for i in range(w):
-                st.wait_s[i] += slowest - durs[i]
-                st.compute_s[i] += durs[i]
-                st.comm_s[i] += step_s - slowest
-                st.iterations[i] += h
+                if i in inc:
+                    st.wait_s[i] += close - durs[i]
+                    st.compute_s[i] += durs[i]
+                    st.iterations[i] += h
+                else:                                   # abandoned at the close (its work is lost)
+                    st.compute_s[i] += close
+                    st.dropped[i] += 1
+                st.comm_s[i] += step_s - close
                 self.balancer.observe(i, batches[i], durs[i] / h)
             theta = strat.apply(theta, update, rnd)
             t, step, self.samples = t + step_s, step + 1, self.samples + h * rnd.total
             st.pushes_made += w
-            st.pushes_applied += w
-            st.gap_histogram[0] = st.gap_histogram.get(0, 0) + w
+            st.pushes_applied += len(inc)
+            st.gap_histogram[0] = st.gap_histogram.get(0, 0) + len(inc)
             if step % every == 0:
                 self._evaluate(step, t, theta)
             if tr.should_stop(step, t):
@@ -162,6 +191,7 @@ class VirtualRun:
         server = self.strategy.make_server(self.theta0, self._weights(), o, self.s.new_optimizer())
         gate = self.strategy.make_gate(o)
         links = ServerLinks(self.net, o.shards, self.nbytes)
+        strat, n_params = self.strategy, self.theta0.size
         heap: list[tuple[float, int, int, int]] = []          # (time, seq, kind, worker)
         COMPUTED, PUSHED = 0, 1
         snap: list = [None] * w
@@ -176,7 +206,7 @@ class VirtualRun:
         def start(i: int, now: float) -> None:
             gate.grant(i)
             snap[i], pulled[i] = server.pull(i)
-            ready = links.pull(i, now)
+            ready = links.pull(i, now, strat.pull_bytes(i, st.iterations[i], n_params))
             batch_of[i] = self.batches[i]
             dur = dur_of[i] = self.clock.duration(i, batch_of[i], ready)
             st.comm_s[i] += ready - now
@@ -190,16 +220,19 @@ class VirtualRun:
         while heap:
             t, _, kind, i = heapq.heappop(heap)
             if kind == COMPUTED:
-                done = links.push(i, t)
+                done = links.push(i, t, strat.push_bytes(i, st.iterations[i], n_params))
                 st.comm_s[i] += done - t
                 event(done, PUSHED, i)
                 continue
             grad = self._grad(i, snap[i], batch_of[i])
             st.pushes_made += 1
             version = server.push(i, grad, pulled[i], batch_of[i])
-            self.samples += batch_of[i]
             gate.completed_push(i, t - started[i])
             st.iterations[i] += 1
+            if version == REJECTED:                 # too stale for the server's rule: computed, not applied
+                st.dropped[i] += 1
+            else:
+                self.samples += batch_of[i]
             if self.balancer.observe(i, batch_of[i], dur_of[i]):
                 server.set_weights(self._weights())
             for j in sorted(blocked):
@@ -210,6 +243,8 @@ class VirtualRun:
                 start(i, t)
             else:
                 blocked[i] = t
+            if version == REJECTED:
+                continue
             if version % every == 0:
                 self._evaluate(version, t, server.params)
             if self.tracker.should_stop(version, t):
@@ -222,6 +257,7 @@ class VirtualRun:
         st.server_metrics = server.metrics()
         st.bound_max = gate.max_bound_used
         st.server_utilisation = links.utilisation(t)
+        st.queue_s = list(links.queued_s)
         self.server, self.gate = server, gate
         return server.version, t, server.params.copy()
 

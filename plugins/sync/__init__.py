@@ -1,4 +1,5 @@
-"""Built-in data-parallel sync strategies (allreduce, async parameter server, delay-sync)."""
+"""Built-in data-parallel sync strategies (allreduce, async parameter server, delay-sync, backup workers,
+async with a staleness cut-off)."""
 
 from orchestrator.hookspecs import hookimpl
 
@@ -9,10 +10,13 @@ def orchestrator_sync_strategies():
         "allreduce": "orchestrator_plugins.sync.strategies:AllReduce",
         "async": "orchestrator_plugins.sync.strategies:AsyncParameterServer",
         "delay": "orchestrator_plugins.sync.strategies:DelaySync",
+        "backup": "orchestrator_plugins.sync.strategies:BackupWorkers",
+        "async_cutoff": "orchestrator_plugins.sync.strategies:AsyncCutoff",
     }
 
 
 @hookimpl
 def orchestrator_config_schemas():
     return {f"sync/{name}": f"orchestrator_plugins.sync.config:{cls}" for name, cls in (
-        ("allreduce", "AllReduceConfig"), ("async", "AsyncConfig"), ("delay", "DelaySyncConfig"))}
+        ("allreduce", "AllReduceConfig"), ("async", "AsyncConfig"), ("delay", "DelaySyncConfig"),
+        ("backup", "BackupWorkersConfig"), ("async_cutoff", "AsyncCutoffConfig"))}

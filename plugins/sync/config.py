@@ -1,4 +1,4 @@
-"""Schemas of the built-in sync strategies (``+sync=allreduce|async|delay``), extending the engine's
+"""Schemas of the built-in sync strategies (``+sync=allreduce|async|delay|backup|async_cutoff``), extending the engine's
 ``SyncConfig`` / ``ServerSyncConfig``; registered by ``orchestrator_config_schemas`` in ``__init__``."""
 
 from __future__ import annotations
@@ -30,3 +30,21 @@ class DelaySyncConfig(ServerSyncConfig):
     dynamic_staleness: bool = option(False, "adapt s to the observed speed spread (ceil(slowest/fastest) - 1), "
                                      "DSSP-like")
     max_staleness: float = option(8.0, "upper end of the dynamic bound", min=0)
+
+
+@dataclass
+class BackupWorkersConfig(SyncConfig):
+    name: str = option("backup", "synchronous with backup workers (Chen et al. 2016): a round closes at the first "
+                       "W - b gradients, the late ones are dropped")
+    backup_workers: int = option(1, "b: late workers whose gradients a round does not wait for (0 = allreduce; "
+                                 "at most W - 1)", min=0)
+    balance: str = option("static", "batch split: none (equal) | static (by nominal speed) | online (re-derived from "
+                          "measured speeds)", choices=BALANCE)
+
+
+@dataclass
+class AsyncCutoffConfig(ServerSyncConfig):
+    name: str = option("async_cutoff", "asynchronous parameter server that drops a gradient older than max_delay "
+                       "updates (a staleness cut-off, Ringmaster ASGD)")
+    max_delay: int = option(16, "R: a push computed on parameters more than R applied updates old is dropped "
+                            "(R >= W - 1 keeps every push of equal workers)", min=0)

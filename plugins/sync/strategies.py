@@ -1,4 +1,4 @@
-"""The three built-in sync strategies, written against the same contract as a third-party one
+"""The built-in sync strategies, written against the same contract as a third-party one
 (``orchestrator.sync.strategy``): each says which family it belongs to and which rules it changes;
 the virtual and the MPI runtime run them all."""
 
@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import math
 
+from orchestrator.errors import ConfigError
 from orchestrator.sync.strategy import CollectiveStrategy, ServerStrategy, parse_staleness
-from orchestrator_plugins.sync.config import AllReduceConfig, AsyncConfig, DelaySyncConfig
+from orchestrator_plugins.sync.config import (
+    AllReduceConfig,
+    AsyncConfig,
+    AsyncCutoffConfig,
+    BackupWorkersConfig,
+    DelaySyncConfig,
+)
 
 
 class AllReduce(CollectiveStrategy):
@@ -38,3 +45,41 @@ class DelaySync(ServerStrategy):
 
     def staleness_bound(self) -> float:
         return parse_staleness(self.config.staleness)
+
+
+class BackupWorkers(CollectiveStrategy):
+    """Synchronous SGD with ``b`` backup workers (Chen, Pan, Monga, Bengio, Jozefowicz 2016, "Revisiting
+    Distributed Synchronous SGD"): of W workers, a round reduces the gradients of the first ``N = W - b`` to
+    finish and drops the rest, ``theta <- opt(theta, sum_{i in first N} (b_i / G_N) g_i, lr(G_N))`` with
+    ``G_N`` the samples of those N. A straggler then costs a round the N-th finishing time instead of the
+    slowest; the price is ``b`` gradients of work per round. ``b = 0`` is allreduce."""
+
+    name = "backup"
+    Config = BackupWorkersConfig
+
+    def quorum(self, workers: int) -> int:
+        b = int(self.config.backup_workers)
+        if b >= workers:
+            raise ConfigError(f"sync.backup_workers={b} must be < hardware.workers={workers}")
+        return workers - b
+
+    def options(self, cfg):
+        opts = super().options(cfg)
+        self.quorum(opts.workers)          # a bad b is one line before the run
+        return opts
+
+
+class AsyncCutoff(AsyncParameterServer):
+    """Asynchronous SGD with a staleness cut-off: the server applies a push at once unless the parameters it
+    was computed on are more than ``R = sync.max_delay`` updates old (``tau > R``), then drops it; the worker
+    pulls fresh parameters and goes on (the rule of Ringmaster ASGD, Maranjyan, Tyurin, Richtarik 2025, which
+    with a suitable R has the optimal time complexity of asynchronous SGD under arbitrary heterogeneous
+    compute times). ``R = inf`` is async."""
+
+    name = "async_cutoff"
+    Config = AsyncCutoffConfig
+
+    def make_server(self, theta0, weights, opts, optimizer=None):
+        server = super().make_server(theta0, weights, opts, optimizer)
+        server.max_delay = int(self.config.max_delay)
+        return server
