@@ -116,9 +116,10 @@ def _cluster_key(opts: Any, ctx: Any) -> list[Any]:
 
 
 def comparison_key(opts: Any, ctx: Any, settings: Any, sync_node: dict[str, Any]) -> str:
-    s = dataclasses.asdict(settings)
-    return _hash(["allreduce-comparison", _cluster_key(opts, ctx), s, sync_node,
-                  opts.batch_policy, opts.global_batch_max, opts.lr_rule, opts.warmup_samples])
+    """Everything the comparison's run depends on: its options (cluster, network, stragglers, jitter,
+    batch policy...), settings, model, data and the workers' step times."""
+    o = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("runtime", "timeout_s", "hostfile")}
+    return _hash(["comparison", o, _cluster_key(opts, ctx), dataclasses.asdict(settings), sync_node])
 
 
 def _comparison_setup(ctx: Any, name: str) -> tuple[DictConfig, Any, dict[str, Any]]:
