@@ -65,6 +65,7 @@ def _processes_of(cluster, job: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow   # a sweep through a launcher of child processes (76 s of the fast tier)
 def test_submitit_local_sweep_makes_one_parent_and_a_child_per_trial(tmp_path):
     """hydra/launcher=submitit_local (no scheduler): each trial in its own process, as on Slurm (into
     one SQLite store: two local writers; the Slurm tests use a server)."""

@@ -63,6 +63,9 @@ class TrainConfig(Schema):
                                       "with its tuned defaults (conf/sync/NAME.yaml) on the same workers, and the "
                                       "statistical limit there (virtual clock; cached in the tracking store; "
                                       "orchestrator/sync/compare.py); conf/config.yaml sets allreduce, null: none")
+    statistical_limit: bool = option(True, "a data-parallel trial on the virtual clock that reached its target also "
+                                     "measures S(G) and reports the statistical limit of synchronous data parallelism "
+                                     "on its workers (cached in the tracking store)")
     stop: str = option("target", "target: stop when reached (or at the budget); budget: run the whole budget",
                        choices=("target", "budget"))
     eval_every: int | None = option(None, "evaluate on the test split every this many batch_size-sample updates (a round "

@@ -280,7 +280,7 @@ def trial_context(strategy: Any, cfg: Any, ctx: Any, result: Any) -> dict[str, f
         out["compare.speedup_over_it"] = cmp.time_to_target_s / tt
         if ref_t:
             out["compare.speedup"] = ref_t / cmp.time_to_target_s
-    if opts.runtime == "virtual":
+    if opts.runtime == "virtual" and ((cfg.get("train") or {}).get("statistical_limit", True)):
         lim = statistical_limit(opts, ctx, result.reference, result.compute_model)
         if lim is not None and lim.time_to_target_s:
             out["limit.time_to_target_s"] = lim.time_to_target_s

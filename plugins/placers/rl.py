@@ -123,7 +123,7 @@ class RLPlacer:
                               stopped_at_bound=self._at_bound())
 
     def _at_bound(self) -> bool:
-        return self.bound > 0 and self.best_t <= self.bound * (1 + 1e-9)
+        return bool(self.bound > 0 and self.best_t <= self.bound * (1 + 1e-9))
 
     # -- the policy ------------------------------------------------------------------------------
     def _policy(self, seed: int, context: Any):
