@@ -21,6 +21,25 @@ from orchestrator.plan import GpuCluster, LayeredProfile
 
 
 def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
+    u_min = _min_update(profile, cluster)
+    return work_lp(profile, cluster, global_batch) + (u_min if math.isfinite(u_min) else 0.0)
+
+
+def _min_update(profile: LayeredProfile, cluster: GpuCluster) -> float:
+    u = math.inf
+    for (g, _), n in cluster.gpus.items():
+        if n <= 0 or g not in profile.times:
+            continue
+        per_node = cluster.gpu_type(g).gpus_per_node
+        for mbs in profile.micro_batches(g):
+            for tp in profile.tp_degrees(g, mbs):
+                if tp <= per_node:
+                    u = min(u, min(x[2] for x in profile.layer_times(g, mbs, tp)))
+    return u
+
+
+def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs: int | None = None) -> float:
+    """The work LP's optimum T* (seconds), over every micro-batch size or at ``mbs`` only."""
     from scipy.optimize import linprog
 
     types: dict[str, int] = {}
@@ -32,17 +51,19 @@ def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int)
     L, names = profile.num_layers, sorted(types)
     G = len(names)
     e = np.full((L, G), math.inf)
-    u_min = math.inf
     for gi, g in enumerate(names):
         per_node = cluster.gpu_type(g).gpus_per_node
-        for mbs in profile.micro_batches(g):
-            for tp in profile.tp_degrees(g, mbs):
+        for b in profile.micro_batches(g):
+            if mbs is not None and b != mbs:
+                continue
+            for tp in profile.tp_degrees(g, b):
                 if tp > per_node:
                     continue
-                t = profile.layer_times(g, mbs, tp)
+                t = profile.layer_times(g, b, tp)
                 for layer in range(L):
-                    e[layer, gi] = min(e[layer, gi], (t[layer][0] + t[layer][1]) * tp / mbs)
-                u_min = min(u_min, min(x[2] for x in t))
+                    e[layer, gi] = min(e[layer, gi], (t[layer][0] + t[layer][1]) * tp / b)
+    if not np.isfinite(e).any(axis=1).all():
+        return math.inf
     # variables: x (L x G, row-major), then T
     n = L * G + 1
     c = np.zeros(n)
@@ -58,4 +79,4 @@ def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int)
     res = linprog(c, A_ub=a_ub, b_ub=np.zeros(G), A_eq=a_eq, b_eq=np.ones(L), bounds=[(0, None)] * n, method="highs")
     if res.status != 0:
         return math.inf
-    return float(res.x[-1]) + (u_min if math.isfinite(u_min) else 0.0)
+    return float(res.x[-1])

@@ -28,7 +28,9 @@ from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Stage
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
-from orchestrator.planning.templates import Kind, templates
+from orchestrator.planning.templates import Kind, arrangements, kinds_of, template_groups
+
+CEILINGS = 6                        # all-reduce ceilings tried per template (quantiles of its segments' all-reduces)
 
 
 @dataclass
@@ -56,6 +58,12 @@ class Costs:
         self._send: dict[tuple[Kind, Kind, int], np.ndarray] = {}
         self._fits: dict[tuple[Kind, int, int, int, int], np.ndarray] = {}
         self._ar: dict[tuple[Kind, int], np.ndarray] = {}
+        self.layer_floor: dict[tuple[frozenset, int, int], tuple[float, float, float]] = {}
+        self._min_send: dict[tuple[Kind, Kind, int], float] = {}
+        self._rho: dict[int, dict] = {}
+        self._transfers: dict[int, list[float]] = {}
+        self._share: dict[tuple, float] = {}
+        self._ar_fn: dict[tuple[Kind, int], Any] = {}
 
     def prefix(self, kind: Kind, mbs: int) -> np.ndarray | None:
         key = (kind, mbs)
@@ -79,6 +87,69 @@ class Costs:
             self._send[key] = self._sends(a, b, mbs)
         return self._send[key]
 
+    def speed(self, kinds: tuple[Kind, ...], mbs: int) -> tuple[float, list[float]]:
+        """(T_ref, rho per stage) for ``_quick_bound``: ``rho_k = min_l t_l(k) / t_l(ref)`` over the layers
+        but the first and the last (an embedding and a head differ most between kinds; leaving layers out
+        keeps it a bound: the others must still be covered), the reference the first kind seen at ``mbs``."""
+        rho = self._rho.get(mbs)
+        if rho is None:
+            rho = self._rho[mbs] = {}
+        out = []
+        for k in kinds:
+            r = rho.get(k)
+            if r is None:
+                pre = self.prefix(k, mbs)
+                if "ref" not in rho and pre is not None:
+                    rho["ref"] = np.diff(pre)[1:-1] if len(pre) > 3 else np.diff(pre)
+                base = rho.get("ref")
+                if pre is None or base is None:
+                    r = math.inf
+                else:
+                    mine = np.diff(pre)[1:-1] if len(pre) > 3 else np.diff(pre)
+                    ok = base > 0
+                    r = float(np.min(mine[ok] / base[ok])) if ok.any() else math.inf
+                rho[k] = r
+            out.append(r)
+        base = rho.get("ref")
+        return (float(base.sum()) if base is not None else 0.0), out
+
+    def transfers(self, stages: int) -> list[float]:
+        """Per stage, the transfers per micro-batch the simulator charges (``send_factors``)."""
+        if stages not in self._transfers:
+            factors = getattr(self.sim, "send_factors", _blocking)
+            out = []
+            for s in range(stages):
+                f_in, f_out = factors(stages, s)
+                out.append((sum(f_in) if s > 0 else 0.0) + (sum(f_out) if s < stages - 1 else 0.0))
+            self._transfers[stages] = out
+        return self._transfers[stages]
+
+    def share_allreduce(self, kinds: frozenset, dp: int, stages: int) -> float:
+        """The all-reduce of ``1 / stages`` of the parameters on the cheapest of ``kinds`` (the largest stage
+        holds at least that share)."""
+        key = (kinds, dp, stages)
+        if key not in self._share:
+            best = math.inf
+            p1 = sum(self.profile.layer_sizes(1).params) / stages
+            for k in kinds:
+                self.allreduce(k, dp)
+                f = self._ar_fn.get((k, dp))
+                if f is None:
+                    best = 0.0
+                    break
+                pt = sum(self.profile.layer_sizes(k.tp).params) / stages
+                best = min(best, float(f(np.array([p1]), np.array([pt]))[0]) if np.ndim(f(p1, pt)) else float(f(p1, pt)))
+            self._share[key] = best if math.isfinite(best) else 0.0
+        return self._share[key]
+
+    def min_send(self, a: Kind, b: Kind, mbs: int) -> float:
+        """The cheapest transfer (activation or gradient) across any boundary between ``a`` and ``b``."""
+        key = (a, b, mbs)
+        if key not in self._min_send:
+            s = self.send(a, b, mbs)[:, 1:]
+            self._min_send[key] = float(s.min()) if s.size and np.isfinite(s).any() else 0.0
+        return self._min_send[key]
+
     def allreduce(self, kind: Kind, dp: int) -> np.ndarray:
         """ar[j, i]: the gradient all-reduce of layers j .. i-1 over ``dp`` replicas of ``kind``, by the
         simulator's own rule (``stage_allreduce``; 0 without one)."""
@@ -91,6 +162,7 @@ class Costs:
                 return self._ar[key]
             try:
                 f = rule(self.profile, kind.replica(), dp, self.cluster)
+                self._ar_fn[key] = f
             except UserError:                              # no link fit for this group: no stage of it
                 self._ar[key] = np.full((L + 1, L + 1), math.inf)
             else:
@@ -145,7 +217,8 @@ class Costs:
         return need(params, acts) <= limit
 
 
-def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1) -> tuple[float, tuple[int, ...]] | None:
+def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
+          limit: float = math.inf) -> tuple[float, tuple[int, ...]] | None:
     """(estimated iteration seconds, bounds) of the best contiguous split of the layers over ``kinds``
     (None: none fits). The estimate is ``(m - 1) B + sum_s t_s + A``: for each candidate ceiling ``A`` of
     the stages' all-reduces (stages above it excluded), the min-max split ``B`` then the least sum under it."""
@@ -171,9 +244,14 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1) 
         ok = costs.fits(k, mbs, S, s, m) & upper
         tables.append(np.where(ok, t, math.inf))
         ars.append(costs.allreduce(k, dp))
+    if math.isfinite(limit):                                             # a cheap lower bound first
+        B0 = _minmax(tables, L)
+        floor = max(float(np.min(np.stack([np.diagonal(a, 1) for a in ars]), axis=0).max()), 0.0)
+        if not math.isfinite(B0) or (m - 1) * B0 + B0 + floor >= limit:
+            return None
     ceilings = np.unique(np.concatenate([a[upper & np.isfinite(tb)] for a, tb in zip(ars, tables)]))
-    if len(ceilings) > 5:
-        ceilings = np.unique(np.quantile(ceilings, np.linspace(0, 1, 6)[1:], method="higher"))
+    if len(ceilings) > CEILINGS:
+        ceilings = np.unique(np.quantile(ceilings, np.linspace(0, 1, CEILINGS + 1)[1:], method="higher"))
     best_est, best_bounds = math.inf, None
     for ceiling in ceilings if len(ceilings) else [0.0]:
         tabs = [np.where(a <= ceiling * (1 + 1e-12), t, math.inf) for t, a in zip(tables, ars)]
@@ -181,7 +259,7 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1) 
         if got is None:
             continue
         B, total, bounds = got
-        est = (m - 1) * B + total + float(ceiling)
+        est = (m - 1) * B + total + max(float(a[bounds[s], bounds[s + 1]]) for s, a in enumerate(ars))
         if est < best_est:
             best_est, best_bounds = est, bounds
     return None if best_bounds is None else (best_est, best_bounds)
@@ -191,6 +269,14 @@ def _blocking(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float
     """Per micro-batch, (activation, gradient) transfers a stage pays at its input and at its output
     boundary: both, on both sides (blocking sends occupy both ends)."""
     return (1.0, 1.0), (1.0, 1.0)
+
+
+def _minmax(tables: list[np.ndarray], L: int) -> float:
+    best = np.full(L + 1, math.inf)
+    best[0] = 0.0
+    for t in tables:
+        best = np.min(np.maximum(best[:, None], t), axis=0)
+    return float(best[L])
 
 
 def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tuple[int, ...]] | None:
@@ -220,7 +306,8 @@ def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tu
 
 
 def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, evaluator: PlanEvaluator,
-           budget_s: float = 30.0, max_stages: int = 32, judged: int = 48) -> tuple[Plan, PlanEstimate, dict[str, float]]:
+           budget_s: float = 30.0, max_stages: int = 32, judged: int = 48,
+           slack: float = 0.05) -> tuple[Plan, PlanEstimate, dict[str, float]]:
     """The best plan found, its estimate, and counters (templates, split, judged, local moves)."""
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -229,26 +316,55 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     ranked: list[tuple[float, Candidate]] = []
     kth: list[float] = []                                             # the best ``judged`` estimates (a max-heap)
     n_templates = n_split = n_pruned = 0
-    seen: set[tuple[int, int, tuple[Kind, ...]]] = set()
-    for mbs, dp, kinds in templates(profile, cluster, B, max_stages):
-        if time.perf_counter() > deadline * 0.6 + t0 * 0.4:          # 60% of the budget for the templates
+    # best-first: groups (mbs, dp) and templates in one heap by a lower bound on their estimate; a group is
+    # expanded into its templates when it is popped; the search ends when the next bound cannot enter the
+    # best ``judged`` estimates (or at 60% of the budget)
+    heap: list[tuple[float, int, Any]] = []
+    tick = 0
+    lp = _per_mbs_lp(profile, cluster, B)
+    for mbs, dp, choices in template_groups(profile, cluster, B, max_stages):
+        lb = _group_bound(costs, cluster, mbs, dp, B, lp.get(mbs, 0.0), max_stages)
+        if math.isfinite(lb):
+            heapq.heappush(heap, (lb, tick := tick + 1, ("group", mbs, dp, choices)))
+    soft = t0 + 0.6 * budget_s
+    best_est = math.inf
+
+    def limit() -> float:
+        if objective.kind != "throughput":
+            return math.inf
+        return min(-kth[0] if len(kth) >= judged else math.inf, best_est * (1 + slack))
+
+    while heap and time.perf_counter() < soft:
+        lb, _, (what, mbs, dp, item) = heapq.heappop(heap)
+        if lb >= limit():
+            n_pruned += 1 + len(heap)
             break
-        if (mbs, dp, kinds) in seen:
-            continue
-        seen.add((mbs, dp, kinds))
-        n_templates += 1
         m = math.ceil(B / (mbs * dp))
-        if len(kth) >= judged and objective.kind == "throughput" and _quick_bound(costs, kinds, mbs, m) >= -kth[0]:
-            n_pruned += 1                                             # cannot enter the best ``judged``
+        if what == "group":                                           # its choices by their quick bound
+            floor_c = lp.get(mbs, 0.0) * mbs * dp / B
+            for choice in item:
+                kinds = tuple(k for blk in choice for k in blk)
+                qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c, pairs=True)
+                if qb < limit():
+                    heapq.heappush(heap, (qb, tick := tick + 1, ("choice", mbs, dp, choice)))
             continue
-        got = split(costs, kinds, mbs, m, dp)
+        if what == "choice":                                          # its arrangements
+            floor_c = lp.get(mbs, 0.0) * mbs * dp / B
+            for kinds in arrangements(list(item)):
+                n_templates += 1
+                qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c)
+                if qb < limit():
+                    heapq.heappush(heap, (qb, tick := tick + 1, ("template", mbs, dp, kinds)))
+            continue
+        got = split(costs, item, mbs, m, dp, limit=limit())
         if got is None:
             continue
         n_split += 1
         est, bounds = got
-        est += max(costs.update(k, mbs) for k in kinds)
-        cand = Candidate(mbs, dp, kinds, bounds, est)
+        est += max(costs.update(k, mbs) for k in item)
+        cand = Candidate(mbs, dp, item, bounds, est)
         ranked.append((_rank(objective, cand, cluster, est, B), cand))
+        best_est = min(best_est, est)
         heapq.heappush(kth, -est)
         if len(kth) > judged:
             heapq.heappop(kth)
@@ -290,15 +406,79 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     return best[1], best[2], stats
 
 
-def _quick_bound(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int) -> float:
-    """A lower bound on ``split``'s estimate: each layer at its cheapest kind of the template, the bottleneck
-    at least the average stage and the largest layer, no sends, no all-reduce."""
-    pres = [costs.prefix(k, mbs) for k in set(kinds)]
-    if any(p is None for p in pres):
+def _quick_bound(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int, floor_c: float = 0.0,
+                 pairs: bool = False) -> float:
+    """A lower bound on ``split``'s estimate ``(m - 1) max_s (c_s + k_s) + sum_s (c_s + k_s) + A + u``:
+
+    - stage ``s`` pays at least ``n_s`` transfers (the simulator's ``send_factors``) of the cheapest send
+      ``k`` between adjacent kinds (between any two when ``pairs``: the order is not fixed yet);
+    - the bottleneck ``C`` is at least the largest layer on its cheapest kind, ``floor_c`` (the work LP's
+      per-micro-batch floor), and the balance: stage ``s`` of kind ``k`` holds at most ``(C - n_s k) /
+      rho_k`` seconds of the reference kind's layers, ``rho_k`` the least ratio over the layers but the
+      first and the last, so ``C >= (T_ref + sum_s n_s k / rho_s) / sum_s 1 / rho_s``;
+    - the sum at least each layer on its cheapest kind plus the sends; the all-reduce at least the
+      largest layer's and the one of the largest stage's share of the parameters (``1 / S`` of them, on
+      the template's cheapest kind); the update the largest of the kinds'."""
+    key = (frozenset(kinds), mbs, dp)
+    got = costs.layer_floor.get(key)
+    if got is None:
+        pres = [costs.prefix(k, mbs) for k in key[0]]
+        if any(p is None for p in pres):
+            got = (math.inf, math.inf, math.inf, math.inf, math.inf)
+        else:
+            per_layer = np.min(np.stack([np.diff(p) for p in pres if p is not None]), axis=0)
+            ar = np.min(np.stack([np.diagonal(costs.allreduce(k, dp), 1) for k in key[0]]), axis=0)
+            upd = max(costs.update(k, mbs) for k in key[0])
+            got = (float(per_layer.sum()), float(per_layer.max()), max(float(ar.max()), 0.0), upd,
+                   min(costs.min_send(a, b, mbs) for a in key[0] for b in key[0]))
+        costs.layer_floor[key] = got
+    total, biggest, ar_layer, upd, k_all = got
+    if not math.isfinite(total):
         return math.inf
-    per_layer = np.min(np.stack([np.diff(p) for p in pres if p is not None]), axis=0)
-    total = float(per_layer.sum())
-    return (m - 1) * max(total / len(kinds), float(per_layer.max())) + total
+    S = len(kinds)
+    n = costs.transfers(S)
+    k = 0.0
+    if S > 1:
+        k = k_all if pairs else min(costs.min_send(a, b, mbs) for a, b in zip(kinds, kinds[1:]))
+    ref, rho = costs.speed(kinds, mbs)
+    inv = sum(1.0 / r for r in rho if r > 0)
+    balance = (ref + k * sum(ns / r for ns, r in zip(n, rho))) / inv if inv > 0 else math.inf
+    bottleneck = max(balance, biggest + k * min(n), floor_c)
+    ar_share = costs.share_allreduce(key[0], dp, S) if dp > 1 else 0.0
+    return (m - 1) * bottleneck + total + k * sum(n) + max(ar_layer, ar_share) + upd
+
+
+def _group_bound(costs: Costs, cluster: GpuCluster, mbs: int, dp: int, B: int, lp_s: float, max_stages: int) -> float:
+    """A lower bound on every template of the group (mbs, dp): ``_quick_bound`` with every kind of every
+    type, one stage (no send) or at most as many stages as the GPUs allow, each of its fastest kind."""
+    per_type = kinds_of(costs.profile, cluster, mbs)
+    ks = [k for kk in per_type.values() for k in kk if costs.prefix(k, mbs) is not None]
+    if not ks:
+        return math.inf
+    most = sum(cluster.gpus[key] // (dp * min(k.tp for k in kk)) for key, kk in per_type.items())
+    most = min(most, costs.profile.num_layers, max_stages)
+    if most < 1:
+        return math.inf
+    m = math.ceil(B / (mbs * dp))
+    floor_c = lp_s * mbs * dp / B
+    _quick_bound(costs, tuple(ks), mbs, m, dp, floor_c, pairs=True)
+    total, biggest, ar_layer, upd, kmin = costs.layer_floor[(frozenset(ks), mbs, dp)]
+    if not math.isfinite(total):
+        return math.inf
+    single = (m - 1) * max(total, floor_c) + total
+    multi = (m - 1) * max(total / most + kmin, biggest, floor_c) + total + 2 * kmin if most > 1 else math.inf
+    return min(single, multi) + ar_layer + min(costs.update(k, mbs) for k in ks)
+
+
+def _per_mbs_lp(profile: LayeredProfile, cluster: GpuCluster, B: int) -> dict[int, float]:
+    """Per micro-batch size, the work LP of ``bound.work_lp`` (0 where it cannot be solved)."""
+    from orchestrator.planning.bound import work_lp
+
+    out = {}
+    for mbs in sorted({m for (g, _) in cluster.gpus for m in profile.micro_batches(g)}):
+        t = work_lp(profile, cluster, B, mbs)
+        out[mbs] = t if math.isfinite(t) else 0.0
+    return out
 
 
 def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: float, batch: int) -> float:
