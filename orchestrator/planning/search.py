@@ -61,6 +61,9 @@ class Costs:
         self.layer_floor: dict[tuple[frozenset, int, int], tuple[float, float, float]] = {}
         self._min_send: dict[tuple[Kind, Kind, int], float] = {}
         self._rho: dict[int, dict] = {}
+        self._tables: dict[tuple, np.ndarray | None] = {}
+        L = profile.num_layers
+        self.upper = np.arange(L + 1)[None, :] > np.arange(L + 1)[:, None]
         self._transfers: dict[int, list[float]] = {}
         self._share: dict[tuple, float] = {}
         self._ar_fn: dict[tuple[Kind, int], Any] = {}
@@ -86,6 +89,35 @@ class Costs:
         if key not in self._send:
             self._send[key] = self._sends(a, b, mbs)
         return self._send[key]
+
+    def table(self, prev: Kind | None, kind: Kind, nxt: Kind | None, stages: int, stage: int, mbs: int,
+              m: int) -> np.ndarray | None:
+        """t[j, i]: a micro-batch's forward + backward of layers j .. i-1 on ``kind`` as stage ``stage`` of
+        ``stages`` plus its sends to ``prev`` and ``nxt`` (the simulator's ``send_factors``); +inf where the
+        segment does not fit in memory (None: no profile for ``kind`` at ``mbs``)."""
+        key = (prev, kind, nxt, stages, stage, mbs, m)
+        got = self._tables.get(key, False)
+        if got is not False:
+            return got
+        pre = self.prefix(kind, mbs)
+        if pre is None:
+            self._tables[key] = None
+            return None
+        factors = getattr(self.sim, "send_factors", _blocking)
+        t = pre[None, :] - pre[:, None]                                  # t[j, i] = compute of j..i-1
+        f_in, f_out = factors(stages, stage)
+        if prev is not None:                                             # at j: the activation in, its gradient out
+            into = self.send(prev, kind, mbs)
+            t = t + (f_in[0] * into[0] + f_in[1] * into[1])[:, None]
+        if nxt is not None:                                              # at i: the activation out, its gradient in
+            out = self.send(kind, nxt, mbs)
+            t = t + (f_out[0] * out[0] + f_out[1] * out[1])[None, :]
+        ok = self.fits(kind, mbs, stages, stage, m) & self.upper
+        t = np.where(ok, t, math.inf)
+        if len(self._tables) > 200_000:
+            self._tables.clear()
+        self._tables[key] = t
+        return t
 
     def speed(self, kinds: tuple[Kind, ...], mbs: int) -> tuple[float, list[float]]:
         """(T_ref, rho per stage) for ``_quick_bound``: ``rho_k = min_l t_l(k) / t_l(ref)`` over the layers
@@ -226,24 +258,12 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
     S = len(kinds)
     if S > L:
         return None
-    factors = getattr(costs.sim, "send_factors", _blocking)
-    tables, ars = [], []
-    upper = np.arange(L + 1)[None, :] > np.arange(L + 1)[:, None]
-    for s, k in enumerate(kinds):
-        pre = costs.prefix(k, mbs)
-        if pre is None:
-            return None
-        t = pre[None, :] - pre[:, None]                                  # t[j, i] = compute of j..i-1
-        f_in, f_out = factors(S, s)
-        if s > 0:                                                        # at j: the activation in, its gradient out
-            into = costs.send(kinds[s - 1], k, mbs)
-            t = t + (f_in[0] * into[0] + f_in[1] * into[1])[:, None]
-        if s < S - 1:                                                    # at i: the activation out, its gradient in
-            out = costs.send(k, kinds[s + 1], mbs)
-            t = t + (f_out[0] * out[0] + f_out[1] * out[1])[None, :]
-        ok = costs.fits(k, mbs, S, s, m) & upper
-        tables.append(np.where(ok, t, math.inf))
-        ars.append(costs.allreduce(k, dp))
+    tables = [costs.table(kinds[s - 1] if s else None, k, kinds[s + 1] if s < S - 1 else None, S, s, mbs, m)
+              for s, k in enumerate(kinds)]
+    if any(t is None for t in tables):
+        return None
+    ars = [costs.allreduce(k, dp) for k in kinds]
+    upper = costs.upper
     if math.isfinite(limit):                                             # a cheap lower bound first
         B0 = _minmax(tables, L)
         floor = max(float(np.min(np.stack([np.diagonal(a, 1) for a in ars]), axis=0).max()), 0.0)
@@ -316,58 +336,63 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     ranked: list[tuple[float, Candidate]] = []
     kth: list[float] = []                                             # the best ``judged`` estimates (a max-heap)
     n_templates = n_split = n_pruned = 0
-    # best-first: groups (mbs, dp) and templates in one heap by a lower bound on their estimate; a group is
-    # expanded into its templates when it is popped; the search ends when the next bound cannot enter the
-    # best ``judged`` estimates (or at 60% of the budget)
-    heap: list[tuple[float, int, Any]] = []
-    tick = 0
+    # best-first: groups (mbs, dp), choices (a block per type) and templates in one heap by a lower bound on
+    # their estimate, each expanded when popped; ends when the next bound cannot enter the best ``judged``
+    # estimates (nor come within ``slack`` of the best), or at 60% of the budget. Two passes: the narrow
+    # templates (one TP degree per type) give a good incumbent fast, then the wide ones (two per type).
     lp = _per_mbs_lp(profile, cluster, B)
-    for mbs, dp, choices in template_groups(profile, cluster, B, max_stages):
-        lb = _group_bound(costs, cluster, mbs, dp, B, lp.get(mbs, 0.0), max_stages)
-        if math.isfinite(lb):
-            heapq.heappush(heap, (lb, tick := tick + 1, ("group", mbs, dp, choices)))
     soft = t0 + 0.6 * budget_s
-    best_est = math.inf
+    best_est, found_s, narrow_s = math.inf, 0.0, 0.0
+    seen: set[tuple[int, int, tuple[Kind, ...]]] = set()
+    tick = 0
 
     def limit() -> float:
         if objective.kind != "throughput":
             return math.inf
         return min(-kth[0] if len(kth) >= judged else math.inf, best_est * (1 + slack))
 
-    while heap and time.perf_counter() < soft:
-        lb, _, (what, mbs, dp, item) = heapq.heappop(heap)
-        if lb >= limit():
-            n_pruned += 1 + len(heap)
-            break
-        m = math.ceil(B / (mbs * dp))
-        if what == "group":                                           # its choices by their quick bound
-            floor_c = lp.get(mbs, 0.0) * mbs * dp / B
-            for choice in item:
-                kinds = tuple(k for blk in choice for k in blk)
-                qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c, pairs=True)
-                if qb < limit():
-                    heapq.heappush(heap, (qb, tick := tick + 1, ("choice", mbs, dp, choice)))
-            continue
-        if what == "choice":                                          # its arrangements
-            floor_c = lp.get(mbs, 0.0) * mbs * dp / B
-            for kinds in arrangements(list(item)):
-                n_templates += 1
-                qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c)
-                if qb < limit():
-                    heapq.heappush(heap, (qb, tick := tick + 1, ("template", mbs, dp, kinds)))
-            continue
-        got = split(costs, item, mbs, m, dp, limit=limit())
-        if got is None:
-            continue
-        n_split += 1
-        est, bounds = got
-        est += max(costs.update(k, mbs) for k in item)
-        cand = Candidate(mbs, dp, item, bounds, est)
-        ranked.append((_rank(objective, cand, cluster, est, B), cand))
-        best_est = min(best_est, est)
-        heapq.heappush(kth, -est)
-        if len(kth) > judged:
-            heapq.heappop(kth)
+    for wide in (False, True):
+        heap: list[tuple[float, int, Any]] = []
+        for mbs, dp, choices in template_groups(profile, cluster, B, max_stages, wide):
+            lb = _group_bound(costs, cluster, mbs, dp, B, lp.get(mbs, 0.0), max_stages)
+            if math.isfinite(lb):
+                heapq.heappush(heap, (lb, tick := tick + 1, ("group", mbs, dp, choices)))
+        while heap and time.perf_counter() < soft:
+            lb, _, (what, mbs, dp, item) = heapq.heappop(heap)
+            if lb >= limit():
+                n_pruned += 1 + len(heap)
+                break
+            m = math.ceil(B / (mbs * dp))
+            if what == "group":                                       # its choices by their quick bound
+                floor_c = lp.get(mbs, 0.0) * mbs * dp / B
+                for choice in item:
+                    kinds = tuple(k for blk in choice for k in blk)
+                    qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c, pairs=True)
+                    if qb < limit():
+                        heapq.heappush(heap, (qb, tick := tick + 1, ("choice", mbs, dp, choice)))
+                continue
+            if what == "choice":                                      # its arrangements, at the choice's bound
+                for kinds in arrangements(list(item)):
+                    if (mbs, dp, kinds) not in seen:
+                        seen.add((mbs, dp, kinds))
+                        n_templates += 1
+                        heapq.heappush(heap, (lb, tick := tick + 1, ("template", mbs, dp, kinds)))
+                continue
+            got = split(costs, item, mbs, m, dp, limit=limit())
+            if got is None:
+                continue
+            n_split += 1
+            est, bounds = got
+            est += max(costs.update(k, mbs) for k in item)
+            cand = Candidate(mbs, dp, item, bounds, est)
+            ranked.append((_rank(objective, cand, cluster, est, B), cand))
+            if est < best_est:
+                best_est, found_s = est, time.perf_counter() - t0
+        if not wide:
+            narrow_s = time.perf_counter() - t0
+            heapq.heappush(kth, -est)
+            if len(kth) > judged:
+                heapq.heappop(kth)
     ranked.sort(key=lambda x: x[0])
     best: tuple[float, Plan, PlanEstimate] | None = None
     n_judged = 0
@@ -402,6 +427,7 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
                 break
     stats = {"plan.templates": float(n_templates), "plan.templates_split": float(n_split),
              "plan.templates_pruned": float(n_pruned),
+             "plan.best_template_found_s": found_s, "plan.narrow_pass_s": narrow_s,
              "plan.templates_judged": float(n_judged), "plan.local_moves": float(moves)}
     return best[1], best[2], stats
 

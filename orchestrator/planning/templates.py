@@ -35,7 +35,7 @@ def kinds_of(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> dict[tup
     return out
 
 
-def blocks(kinds: list[Kind], units: int, cap: int) -> list[tuple[Kind, ...]]:
+def blocks(kinds: list[Kind], units: int, cap: int, wide: bool = True) -> list[tuple[Kind, ...]]:
     """The stage sequences one GPU type can contribute to a template whose columns have ``units`` of its GPUs
     (its GPUs // dp): every multiset of at most two of its TP degrees that no stage of its smallest degree
     can be added to (or, with one degree, one stage less), at most ``cap`` stages; with two degrees in both
@@ -49,7 +49,7 @@ def blocks(kinds: list[Kind], units: int, cap: int) -> list[tuple[Kind, ...]]:
         for n in (na, na - 1):
             if n > 0:
                 out.add((a,) * n)
-        for b in ks[i + 1:]:
+        for b in ks[i + 1:] if wide else ():
             for nb in range(1, min(units // b.tp, cap) + 1):
                 left = units - nb * b.tp
                 n = min(left // a.tp, cap - nb)
@@ -73,7 +73,8 @@ def arrangements(chosen: list[tuple[Kind, ...]]):
             yield head[:-1] + rest + head[-1:]
 
 
-def template_groups(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, max_stages: int):
+def template_groups(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, max_stages: int,
+                    wide: bool = True):
     """(mbs, dp, generator of choices), one group per micro-batch size and data-parallel degree: a choice is
     one block per GPU type (``blocks``); its templates are the blocks' arrangements (``arrangements``).
     The groups are produced cheaply; the search expands only those whose lower bound is promising."""
@@ -88,12 +89,12 @@ def template_groups(profile: LayeredProfile, cluster: GpuCluster, global_batch: 
             units = {key: cluster.gpus[key] // dp for key in per_type}
             if all(u < min(k.tp for k in per_type[key]) for key, u in units.items()):
                 break                                    # dp too large for every type
-            yield mbs, dp, _group(per_type, units, cap)
+            yield mbs, dp, _group(per_type, units, cap, wide)
 
 
-def _group(per_type, units, cap):
+def _group(per_type, units, cap, wide):
     """The choices of one block per type (at least one not empty, at most ``cap`` stages in all)."""
-    options = [blocks(ks, units[key], cap) for key, ks in per_type.items()]
+    options = [blocks(ks, units[key], cap, wide) for key, ks in per_type.items()]
     for choice in _product(options):
         if any(choice) and sum(len(b) for b in choice) <= cap:
             yield choice
