@@ -342,24 +342,25 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     # templates (one TP degree per type) give a good incumbent fast, then the wide ones (two per type).
     lp = _per_mbs_lp(profile, cluster, B)
     soft = t0 + 0.6 * budget_s
-    best_est, found_s, narrow_s = math.inf, 0.0, 0.0
+    best_rank, found_s, narrow_s = math.inf, 0.0, 0.0
     seen: set[tuple[int, int, tuple[Kind, ...]]] = set()
     tick = 0
 
     def limit() -> float:
-        if objective.kind != "throughput":
-            return math.inf
-        return min(-kth[0] if len(kth) >= judged else math.inf, best_est * (1 + slack))
+        """No template whose priority (a lower bound on its rank) reaches this can enter the best ``judged``."""
+        return min(-kth[0] if len(kth) >= judged else math.inf, best_rank * (1 + slack))
 
     for wide in (False, True):
         heap: list[tuple[float, int, Any]] = []
         for mbs, dp, choices in template_groups(profile, cluster, B, max_stages, wide):
             lb = _group_bound(costs, cluster, mbs, dp, B, lp.get(mbs, 0.0), max_stages)
+            cheapest = dp * min((k.tp * _price(cluster, k) for ks in kinds_of(profile, cluster, mbs).values()
+                                 for k in ks), default=0.0)
             if math.isfinite(lb):
-                heapq.heappush(heap, (lb, tick := tick + 1, ("group", mbs, dp, choices)))
+                heapq.heappush(heap, (_priority(objective, lb, cheapest), tick := tick + 1, ("group", mbs, dp, choices)))
         while heap and time.perf_counter() < soft:
-            lb, _, (what, mbs, dp, item) = heapq.heappop(heap)
-            if lb >= limit():
+            pr, _, (what, mbs, dp, item) = heapq.heappop(heap)
+            if pr >= limit():
                 n_pruned += 1 + len(heap)
                 break
             m = math.ceil(B / (mbs * dp))
@@ -367,32 +368,39 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
                 floor_c = lp.get(mbs, 0.0) * mbs * dp / B
                 for choice in item:
                     kinds = tuple(k for blk in choice for k in blk)
+                    usd_h = dp * sum(k.tp * _price(cluster, k) for k in kinds)
                     qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c, pairs=True)
-                    if qb < limit():
-                        heapq.heappush(heap, (qb, tick := tick + 1, ("choice", mbs, dp, choice)))
+                    if not _may_admit(objective, qb, usd_h, B):
+                        continue
+                    p = _priority(objective, qb, usd_h)
+                    if p < limit():
+                        heapq.heappush(heap, (p, tick := tick + 1, ("choice", mbs, dp, choice)))
                 continue
             if what == "choice":                                      # its arrangements, at the choice's bound
                 for kinds in arrangements(list(item)):
                     if (mbs, dp, kinds) not in seen:
                         seen.add((mbs, dp, kinds))
                         n_templates += 1
-                        heapq.heappush(heap, (lb, tick := tick + 1, ("template", mbs, dp, kinds)))
+                        heapq.heappush(heap, (pr, tick := tick + 1, ("template", mbs, dp, kinds)))
                 continue
-            got = split(costs, item, mbs, m, dp, limit=limit())
+            got = split(costs, item, mbs, m, dp, limit=limit() if objective.kind != "cost" else math.inf)
             if got is None:
                 continue
             n_split += 1
             est, bounds = got
             est += max(costs.update(k, mbs) for k in item)
             cand = Candidate(mbs, dp, item, bounds, est)
-            ranked.append((_rank(objective, cand, cluster, est, B), cand))
-            if est < best_est:
-                best_est, found_s = est, time.perf_counter() - t0
-        if not wide:
-            narrow_s = time.perf_counter() - t0
-            heapq.heappush(kth, -est)
+            rank = _rank(objective, cand, cluster, est, B)
+            ranked.append((rank, cand))
+            if not math.isfinite(rank):
+                continue
+            if rank < best_rank:
+                best_rank, found_s = rank, time.perf_counter() - t0
+            heapq.heappush(kth, -rank)
             if len(kth) > judged:
                 heapq.heappop(kth)
+        if not wide:
+            narrow_s = time.perf_counter() - t0
     ranked.sort(key=lambda x: x[0])
     best: tuple[float, Plan, PlanEstimate] | None = None
     n_judged = 0
@@ -505,6 +513,25 @@ def _per_mbs_lp(profile: LayeredProfile, cluster: GpuCluster, B: int) -> dict[in
         t = work_lp(profile, cluster, B, mbs)
         out[mbs] = t if math.isfinite(t) else 0.0
     return out
+
+
+def _price(cluster: GpuCluster, kind: Kind) -> float:
+    return cluster.gpu_type(kind.gpu).usd_per_gpu_hour or 0.0
+
+
+def _priority(objective: PlanObjective, bound: float, usd_h: float) -> float:
+    """A lower bound on ``_rank`` from a lower bound on the iteration and the USD per hour (cost: their
+    product; otherwise the time)."""
+    return bound * usd_h if objective.kind == "cost" else bound
+
+
+def _may_admit(objective: PlanObjective, bound: float, usd_h: float, batch: int) -> bool:
+    """False when no template of this choice can meet the objective's constraint."""
+    if objective.kind == "budget" and objective.max_usd_per_hour is not None:
+        return usd_h <= objective.max_usd_per_hour
+    if objective.kind == "cost" and objective.min_samples_per_s is not None:
+        return batch / bound >= objective.min_samples_per_s
+    return True
 
 
 def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: float, batch: int) -> float:
