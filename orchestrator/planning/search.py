@@ -40,6 +40,7 @@ class Candidate:
     kinds: tuple[Kind, ...]
     bounds: tuple[int, ...]          # stage s holds layers bounds[s] .. bounds[s+1]-1
     estimate_s: float                # the DP's estimate of the iteration (for ranking only)
+    bottleneck_s: float = 0.0        # its slowest stage's micro-batch (compute and sends)
 
     def plan(self) -> Plan:
         stages = tuple(Stage(tuple(range(self.bounds[s], self.bounds[s + 1])), (k.replica(),) * self.dp)
@@ -250,8 +251,8 @@ class Costs:
 
 
 def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
-          limit: float = math.inf) -> tuple[float, tuple[int, ...]] | None:
-    """(estimated iteration seconds, bounds) of the best contiguous split of the layers over ``kinds``
+          limit: float = math.inf) -> tuple[float, tuple[int, ...], float] | None:
+    """(estimated iteration seconds, bounds, bottleneck) of the best contiguous split of the layers over ``kinds``
     (None: none fits). The estimate is ``(m - 1) B + sum_s t_s + A``: for each candidate ceiling ``A`` of
     the stages' all-reduces (stages above it excluded), the min-max split ``B`` then the least sum under it."""
     L = costs.profile.num_layers
@@ -272,7 +273,7 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
     ceilings = np.unique(np.concatenate([a[upper & np.isfinite(tb)] for a, tb in zip(ars, tables)]))
     if len(ceilings) > CEILINGS:
         ceilings = np.unique(np.quantile(ceilings, np.linspace(0, 1, CEILINGS + 1)[1:], method="higher"))
-    best_est, best_bounds = math.inf, None
+    best_est, best_bounds, best_b = math.inf, None, 0.0
     for ceiling in ceilings if len(ceilings) else [0.0]:
         tabs = [np.where(a <= ceiling * (1 + 1e-12), t, math.inf) for t, a in zip(tables, ars)]
         got = _minmax_then_sum(tabs, L)
@@ -281,8 +282,8 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
         B, total, bounds = got
         est = (m - 1) * B + total + max(float(a[bounds[s], bounds[s + 1]]) for s, a in enumerate(ars))
         if est < best_est:
-            best_est, best_bounds = est, bounds
-    return None if best_bounds is None else (best_est, best_bounds)
+            best_est, best_bounds, best_b = est, bounds, B
+    return None if best_bounds is None else (best_est, best_bounds, best_b)
 
 
 def _blocking(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:  # noqa: ARG001
@@ -327,7 +328,7 @@ def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tu
 
 def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, evaluator: PlanEvaluator,
            budget_s: float = 30.0, max_stages: int = 32, judged: int = 48,
-           slack: float = 0.05) -> tuple[Plan, PlanEstimate, dict[str, float]]:
+           slack: float = 0.05, fill: int = 16) -> tuple[Plan, PlanEstimate, dict[str, float]]:
     """The best plan found, its estimate, and counters (templates, split, judged, local moves)."""
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -387,9 +388,9 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
             if got is None:
                 continue
             n_split += 1
-            est, bounds = got
+            est, bounds, neck = got
             est += max(costs.update(k, mbs) for k in item)
-            cand = Candidate(mbs, dp, item, bounds, est)
+            cand = Candidate(mbs, dp, item, bounds, est, neck)
             rank = _rank(objective, cand, cluster, est, B)
             ranked.append((rank, cand))
             if not math.isfinite(rank):
@@ -415,6 +416,27 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
         score = objective.score(est)
         if best is None or score < best[0]:
             best = (score, plan, est)
+    # mixed replicas from the GPUs the templates leave idle (``_fill``): scanned over the ranked templates
+    # (to 75% of the budget), estimated by the template's bottleneck, the ``fill`` most promising judged
+    n_filled = 0
+    filled: list[tuple[float, int, Plan]] = []
+    for _, cand in ranked:
+        if time.perf_counter() > t0 + 0.75 * budget_s or fill <= 0 or objective.kind == "cost":
+            break
+        for plan, m_new in _fill(cand, costs, cluster, B):
+            m_old = math.ceil(B / (cand.mbs * cand.dp))
+            filled.append((cand.estimate_s - (m_old - m_new) * cand.bottleneck_s, len(filled), plan))
+    for _, _, plan in sorted(filled)[:fill]:
+        if time.perf_counter() > deadline:
+            break
+        est = evaluator.try_evaluate(plan)
+        n_judged += 1
+        if est is None:
+            continue
+        score = objective.score(est)
+        if best is None or score < best[0] - 1e-12:
+            best = (score, plan, est)
+            n_filled += 1
     if best is None or not math.isfinite(best[0]):
         from orchestrator.errors import InfeasiblePlacementError
 
@@ -436,7 +458,8 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     stats = {"plan.templates": float(n_templates), "plan.templates_split": float(n_split),
              "plan.templates_pruned": float(n_pruned),
              "plan.best_template_found_s": found_s, "plan.narrow_pass_s": narrow_s,
-             "plan.templates_judged": float(n_judged), "plan.local_moves": float(moves)}
+             "plan.templates_judged": float(n_judged), "plan.local_moves": float(moves),
+             "plan.filled": float(n_filled)}
     return best[1], best[2], stats
 
 
@@ -544,6 +567,69 @@ def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: f
     if objective.kind == "budget" and objective.max_usd_per_hour is not None and usd_h > objective.max_usd_per_hour:
         return math.inf
     return est + 1e-9 * gpus
+
+
+def _fill(cand: Candidate, costs: Costs, cluster: GpuCluster, batch: int):
+    """Plans of ``cand`` with ``d`` more replicas in every stage (so fewer micro-batches), taken from the GPUs
+    the template leaves idle, of any type and TP degree whose replica runs the stage's layers (and its
+    sends) within the template's bottleneck and fits in memory: mixed GPU types inside a data-parallel group,
+    each replica as fast as the stage's own. For each micro-batch count below the template's, the least
+    ``d`` that reaches it, while the GPUs last."""
+    S, mbs, dp, b = len(cand.kinds), cand.mbs, cand.dp, cand.bounds
+    m = math.ceil(batch / (mbs * dp))
+    left = dict(cluster.gpus)
+    for k in cand.kinds:
+        left[(k.gpu, k.zone)] = left.get((k.gpu, k.zone), 0) - dp * k.tp
+    if not any(v > 0 for v in left.values()):
+        return
+    pool = [k for key, ks in kinds_of(costs.profile, cluster, mbs).items() if left.get(key, 0) > 0 for k in ks]
+    tables = [costs.table(cand.kinds[s - 1] if s else None, k, cand.kinds[s + 1] if s < S - 1 else None, S, s, mbs, m)
+              for s, k in enumerate(cand.kinds)]
+    if any(t is None for t in tables):
+        return
+    ceiling = max(float(t[b[s], b[s + 1]]) for s, t in enumerate(tables)) * (1 + 1e-9)
+    # per stage, the extra kinds that keep it within the bottleneck, fewest GPUs first (then the larger TP)
+    fits: list[list[Kind]] = []
+    for s in range(S):
+        ok = []
+        for k in pool:
+            t = costs.table(cand.kinds[s - 1] if s else None, k, cand.kinds[s + 1] if s < S - 1 else None, S, s, mbs, m)
+            if t is not None and float(t[b[s], b[s + 1]]) <= ceiling:
+                ok.append(k)
+        if not ok:
+            return
+        fits.append(sorted(ok, key=lambda k: (k.tp, -k.tp)))
+    target = m - 1
+    while target >= 1:
+        d = math.ceil(batch / (mbs * target)) - dp
+        extra = _allocate(fits, left, d)
+        if extra is None:
+            return
+        stages = tuple(Stage(tuple(range(b[s], b[s + 1])), (cand.kinds[s].replica(),) * dp + tuple(k.replica() for k in extra[s]))
+                       for s in range(S))
+        yield Plan([Pipeline(stages)], mbs), math.ceil(batch / (mbs * (dp + d)))
+        target = math.ceil(batch / (mbs * (dp + d))) - 1
+
+
+def _allocate(fits: list[list[Kind]], left: dict, d: int) -> list[list[Kind]] | None:
+    """``d`` extra replicas per stage from the GPUs ``left``, each stage's from its allowed kinds in order
+    (stages with the fewest choices first); None when the GPUs run out."""
+    have = dict(left)
+    out: list[list[Kind]] = [[] for _ in fits]
+    for s in sorted(range(len(fits)), key=lambda s: len(fits[s])):
+        need = d
+        for k in fits[s]:
+            key = (k.gpu, k.zone)
+            n = min(need, max(have.get(key, 0), 0) // k.tp)
+            if n > 0:
+                out[s] += [k] * n
+                have[key] -= n * k.tp
+                need -= n
+            if need == 0:
+                break
+        if need > 0:
+            return None
+    return out
 
 
 def _neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):
