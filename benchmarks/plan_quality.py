@@ -27,7 +27,8 @@ DATA = ROOT.parent / "shared" / "workloads" / "sailor"
 CLUSTERS = {"32 A100-40": {"A100-40": 32}, "32 A100-40 + 96 V100-16": {"A100-40": 32, "V100-16": 96},
             "80 A100-40 + 240 V100-16": {"A100-40": 80, "V100-16": 240},
             "128 A100-40 + 384 V100-16": {"A100-40": 128, "V100-16": 384},
-            "16 GH-96": {"GH-96": 16}, "32 A100-80": {"A100-80": 32}}
+            "16 GH-96": {"GH-96": 16}, "32 A100-80": {"A100-80": 32},
+            "24 A100-40 + 40 V100-16": {"A100-40": 24, "V100-16": 40}}      # not in the issue: counts that do not divide
 PUBLISHED = {"32 A100-40": "a32", "32 A100-40 + 96 V100-16": "a32_v96", "80 A100-40 + 240 V100-16": "a80_v240",
              "128 A100-40 + 384 V100-16": "a128_v384"}
 
@@ -54,6 +55,7 @@ def main() -> int:
           "figures simulated (s/iteration); bound: the certified lower bound (docs/plans.md)\n")
     print(f"| cluster | planner | {args.judge} s/it | {other} s/it | fits | search s | gap to bound |")
     print("|---|---|---|---|---|---|---|")
+    plans = []
     for name in args.clusters:
         cluster = GpuCluster.from_directory(args.data).with_gpus(CLUSTERS[name])
         bound = lower_bound(profile, cluster, args.batch)
@@ -84,6 +86,11 @@ def main() -> int:
             search = f"{dt:.1f}" if isinstance(dt, float) else "-"
             print(f"| {name} | {pname} | {est.iteration_s:.3f} | {alt:.3f} | {'yes' if est.fits else 'NO'} | {search} | {gap} |")
         print(f"| {name} | *bound* | {bound:.3f} | | | | |")
+        plans.append((name, rows[0][1]))
+    print("\nThe joint planner's plans (stage: layers, replicas x GPU type (TP degree)):\n")
+    for name, plan in plans:
+        if plan is not None:
+            print(f"- {name}: {plan.describe()}")
     return 0
 
 

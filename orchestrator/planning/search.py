@@ -109,10 +109,10 @@ class Costs:
         f_in, f_out = factors(stages, stage)
         if prev is not None:                                             # at j: the activation in, its gradient out
             into = self.send(prev, kind, mbs)
-            t = t + (f_in[0] * into[0] + f_in[1] * into[1])[:, None]
+            t = t + _weighted(f_in, into)[:, None]
         if nxt is not None:                                              # at i: the activation out, its gradient in
             out = self.send(kind, nxt, mbs)
-            t = t + (f_out[0] * out[0] + f_out[1] * out[1])[None, :]
+            t = t + _weighted(f_out, out)[None, :]
         ok = self.fits(kind, mbs, stages, stage, m) & self.upper
         t = np.where(ok, t, math.inf)
         if len(self._tables) > 200_000:
@@ -284,6 +284,15 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
         if est < best_est:
             best_est, best_bounds, best_b = est, bounds, B
     return None if best_bounds is None else (best_est, best_bounds, best_b)
+
+
+def _weighted(factors: tuple[float, float], sends: np.ndarray) -> np.ndarray:
+    """factors[0] x activation + factors[1] x gradient, a term with factor 0 counting 0 even where +inf."""
+    out = np.zeros(sends.shape[1])
+    for f, row in zip(factors, sends):
+        if f:
+            out = out + f * row
+    return out
 
 
 def _blocking(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:  # noqa: ARG001
