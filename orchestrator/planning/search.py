@@ -642,11 +642,11 @@ def _allocate(fits: list[list[Kind]], left: dict, d: int) -> list[list[Kind]] | 
 
 
 def _neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):
-    """The plan with one replica more or less in every stage (where the GPUs allow), or one layer moved
-    across one stage boundary."""
+    """The plan with one replica more or less in every stage (where the GPUs allow; a mixed stage keeps its
+    mix), or one layer moved across one stage boundary."""
     p = plan.pipelines[0]
-    for d in (1, -1):
-        stages = tuple(Stage(s.layers, s.replicas[:1] * (s.dp + d)) for s in p.stages)
+    for d in (1, -1):                                   # a copy of each stage's last replica, or the last dropped
+        stages = tuple(Stage(s.layers, s.replicas + s.replicas[-1:] if d > 0 else s.replicas[:-1]) for s in p.stages)
         cand = Plan([Pipeline(stages)], plan.mbs)
         if all(s.dp >= 1 for s in stages) and all(n <= cluster.gpus.get(k, 0) for k, n in cand.gpus_used().items()):
             yield cand
