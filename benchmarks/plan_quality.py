@@ -5,6 +5,7 @@ outputs in shared/workloads/sailor/planner-plans) are scored the same way; the c
 
     python benchmarks/plan_quality.py                 # OPT-350M, global batch 1024, the clusters of issue 28
     python benchmarks/plan_quality.py --judge project
+    python benchmarks/plan_quality.py --gpus A100-40=16,V100-16=48 --budget 10     # clusters of your own
 """
 
 from __future__ import annotations
@@ -48,7 +49,16 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--clusters", nargs="*", default=list(CLUSTERS))
+    ap.add_argument("--gpus", action="append", default=[], metavar="TYPE=N,TYPE=N",
+                    help="a cluster of your own (repeatable), e.g. A100-40=16,V100-16=48; replaces --clusters")
+    ap.add_argument("--budget", type=float, default=None, help="planner.budget_s of the joint planner (default 30)")
     args = ap.parse_args()
+    if args.gpus:
+        args.clusters = []
+        for spec in args.gpus:
+            gpus = {k: int(v) for k, v in (x.split("=") for x in spec.split(","))}
+            args.clusters.append(" + ".join(f"{n} {k}" for k, n in gpus.items()))
+            CLUSTERS[args.clusters[-1]] = gpus
     profile = LayeredProfile.from_directory(args.data, "OPT-350")
     other = "project" if args.judge == "sailor" else "sailor"
     print(f"OPT-350M, global batch {args.batch}; plans searched with the {args.judge} simulator as judge; all "
@@ -64,7 +74,8 @@ def main() -> int:
             ev = PlanEvaluator(simulator(args.judge), profile, cluster, args.batch)
             t0 = time.perf_counter()
             try:
-                plan = cls({}).plan(profile, cluster, PlanObjective(), ev)
+                cfg = {"budget_s": args.budget} if args.budget and pname == "joint" else {}
+                plan = cls(cfg).plan(profile, cluster, PlanObjective(), ev)
             except UserError as exc:
                 rows.append((pname, None, None, False, time.perf_counter() - t0, str(exc)[:60]))
                 continue
