@@ -1,7 +1,9 @@
 """The search behind ``+planner=joint``: templates of one pipeline (a micro-batch size, a data-parallel
-degree ``dp`` and a sequence of stage kinds, each a GPU type with its own TP degree), the best contiguous
-layer split of each template by dynamic programming, the most promising templates judged by the trial's
-simulator, then a local search on the best plans (docs/plans.md, "The joint planner").
+degree ``dp`` and a sequence of stage kinds, each a GPU type with its own TP degree), visited best-first by
+lower bounds on their estimate (groups ``(mbs, dp)``, then choices of a block per type, then arrangements),
+the best contiguous layer split of each template by dynamic programming, the most promising templates judged
+by the trial's simulator, plans with mixed GPU types inside a stage made of the GPUs a template leaves idle
+(``mixed.fill_plans``), then a local search on the best plan (docs/plans.md, "The joint planner").
 
 For a template of ``S`` stage kinds the split minimises the bottleneck, then the sum (1F1B's
 ``T ~ (m - 1) max_s t_s + sum_s t_s``; ``t_s`` a micro-batch's forward, backward and boundary sends on
@@ -24,11 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Stage
+from orchestrator.planning.costs import Costs
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
+from orchestrator.planning.mixed import fill_plans
+from orchestrator.planning.prune import _group_bound, _may_admit, _per_mbs_lp, _price, _priority, _quick_bound
 from orchestrator.planning.templates import Kind, arrangements, kinds_of, template_groups
+
+__all__ = ["CEILINGS", "Candidate", "Costs", "search", "split"]
 
 CEILINGS = 6                        # all-reduce ceilings tried per template (quantiles of its segments' all-reduces)
 
@@ -46,208 +52,6 @@ class Candidate:
         stages = tuple(Stage(tuple(range(self.bounds[s], self.bounds[s + 1])), (k.replica(),) * self.dp)
                        for s, k in enumerate(self.kinds))
         return Plan([Pipeline(stages)], self.mbs)
-
-
-class Costs:
-    """Per (kind, mbs): prefix sums of a micro-batch's forward + backward per layer; per boundary the
-    seconds of one activation across it; memory per segment by the simulator's rule."""
-
-    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, sim: Any):
-        self.profile, self.cluster, self.sim = profile, cluster, sim
-        self._prefix: dict[tuple[Kind, int], np.ndarray | None] = {}
-        self._update: dict[tuple[Kind, int], float] = {}
-        self._send: dict[tuple[Kind, Kind, int], np.ndarray] = {}
-        self._fits: dict[tuple[Kind, int, int, int, int], np.ndarray] = {}
-        self._ar: dict[tuple[Kind, int], np.ndarray] = {}
-        self.layer_floor: dict[tuple[frozenset, int, int], tuple[float, float, float]] = {}
-        self._min_send: dict[tuple[Kind, Kind, int], float] = {}
-        self._rho: dict[int, dict] = {}
-        self._tables: dict[tuple, np.ndarray | None] = {}
-        L = profile.num_layers
-        self.upper = np.arange(L + 1)[None, :] > np.arange(L + 1)[:, None]
-        self._transfers: dict[int, list[float]] = {}
-        self._share: dict[tuple, float] = {}
-        self._ar_fn: dict[tuple[Kind, int], Any] = {}
-
-    def prefix(self, kind: Kind, mbs: int) -> np.ndarray | None:
-        key = (kind, mbs)
-        if key not in self._prefix:
-            if not self.profile.has(kind.gpu, mbs, kind.tp):
-                self._prefix[key] = None
-            else:
-                t = self.profile.layer_times(kind.gpu, mbs, kind.tp)
-                self._prefix[key] = np.concatenate([[0.0], np.cumsum([f + b for f, b, _ in t])])
-                self._update[key] = float(max(u for _, _, u in t))
-        return self._prefix[key]
-
-    def update(self, kind: Kind, mbs: int) -> float:
-        self.prefix(kind, mbs)
-        return self._update.get((kind, mbs), 0.0)
-
-    def send(self, a: Kind, b: Kind, mbs: int) -> np.ndarray:
-        """Seconds across each boundary (column = the first layer after it): [activation, gradient]."""
-        key = (a, b, mbs)
-        if key not in self._send:
-            self._send[key] = self._sends(a, b, mbs)
-        return self._send[key]
-
-    def table(self, prev: Kind | None, kind: Kind, nxt: Kind | None, stages: int, stage: int, mbs: int,
-              m: int) -> np.ndarray | None:
-        """t[j, i]: a micro-batch's forward + backward of layers j .. i-1 on ``kind`` as stage ``stage`` of
-        ``stages`` plus its sends to ``prev`` and ``nxt`` (the simulator's ``send_factors``); +inf where the
-        segment does not fit in memory (None: no profile for ``kind`` at ``mbs``)."""
-        key = (prev, kind, nxt, stages, stage, mbs, m)
-        got = self._tables.get(key, False)
-        if got is not False:
-            return got
-        pre = self.prefix(kind, mbs)
-        if pre is None:
-            self._tables[key] = None
-            return None
-        factors = getattr(self.sim, "send_factors", _blocking)
-        t = pre[None, :] - pre[:, None]                                  # t[j, i] = compute of j..i-1
-        f_in, f_out = factors(stages, stage)
-        if prev is not None:                                             # at j: the activation in, its gradient out
-            into = self.send(prev, kind, mbs)
-            t = t + _weighted(f_in, into)[:, None]
-        if nxt is not None:                                              # at i: the activation out, its gradient in
-            out = self.send(kind, nxt, mbs)
-            t = t + _weighted(f_out, out)[None, :]
-        ok = self.fits(kind, mbs, stages, stage, m) & self.upper
-        t = np.where(ok, t, math.inf)
-        if len(self._tables) > 200_000:
-            self._tables.clear()
-        self._tables[key] = t
-        return t
-
-    def speed(self, kinds: tuple[Kind, ...], mbs: int) -> tuple[float, list[float]]:
-        """(T_ref, rho per stage) for ``_quick_bound``: ``rho_k = min_l t_l(k) / t_l(ref)`` over the layers
-        but the first and the last (an embedding and a head differ most between kinds; leaving layers out
-        keeps it a bound: the others must still be covered), the reference the first kind seen at ``mbs``."""
-        rho = self._rho.get(mbs)
-        if rho is None:
-            rho = self._rho[mbs] = {}
-        out = []
-        for k in kinds:
-            r = rho.get(k)
-            if r is None:
-                pre = self.prefix(k, mbs)
-                if "ref" not in rho and pre is not None:
-                    rho["ref"] = np.diff(pre)[1:-1] if len(pre) > 3 else np.diff(pre)
-                base = rho.get("ref")
-                if pre is None or base is None:
-                    r = math.inf
-                else:
-                    mine = np.diff(pre)[1:-1] if len(pre) > 3 else np.diff(pre)
-                    ok = base > 0
-                    r = float(np.min(mine[ok] / base[ok])) if ok.any() else math.inf
-                rho[k] = r
-            out.append(r)
-        base = rho.get("ref")
-        return (float(base.sum()) if base is not None else 0.0), out
-
-    def transfers(self, stages: int) -> list[float]:
-        """Per stage, the transfers per micro-batch the simulator charges (``send_factors``)."""
-        if stages not in self._transfers:
-            factors = getattr(self.sim, "send_factors", _blocking)
-            out = []
-            for s in range(stages):
-                f_in, f_out = factors(stages, s)
-                out.append((sum(f_in) if s > 0 else 0.0) + (sum(f_out) if s < stages - 1 else 0.0))
-            self._transfers[stages] = out
-        return self._transfers[stages]
-
-    def share_allreduce(self, kinds: frozenset, dp: int, stages: int) -> float:
-        """The all-reduce of ``1 / stages`` of the parameters on the cheapest of ``kinds`` (the largest stage
-        holds at least that share)."""
-        key = (kinds, dp, stages)
-        if key not in self._share:
-            best = math.inf
-            p1 = sum(self.profile.layer_sizes(1).params) / stages
-            for k in kinds:
-                self.allreduce(k, dp)
-                f = self._ar_fn.get((k, dp))
-                if f is None:
-                    best = 0.0
-                    break
-                pt = sum(self.profile.layer_sizes(k.tp).params) / stages
-                best = min(best, float(f(np.array([p1]), np.array([pt]))[0]) if np.ndim(f(p1, pt)) else float(f(p1, pt)))
-            self._share[key] = best if math.isfinite(best) else 0.0
-        return self._share[key]
-
-    def min_send(self, a: Kind, b: Kind, mbs: int) -> float:
-        """The cheapest transfer (activation or gradient) across any boundary between ``a`` and ``b``."""
-        key = (a, b, mbs)
-        if key not in self._min_send:
-            s = self.send(a, b, mbs)[:, 1:]
-            self._min_send[key] = float(s.min()) if s.size and np.isfinite(s).any() else 0.0
-        return self._min_send[key]
-
-    def allreduce(self, kind: Kind, dp: int) -> np.ndarray:
-        """ar[j, i]: the gradient all-reduce of layers j .. i-1 over ``dp`` replicas of ``kind``, by the
-        simulator's own rule (``stage_allreduce``; 0 without one)."""
-        key = (kind, dp)
-        if key not in self._ar:
-            L = self.profile.num_layers
-            rule = getattr(self.sim, "stage_allreduce", None)
-            if rule is None or dp <= 1:
-                self._ar[key] = np.zeros((L + 1, L + 1))
-                return self._ar[key]
-            try:
-                f = rule(self.profile, kind.replica(), dp, self.cluster)
-                self._ar_fn[key] = f
-            except UserError:                              # no link fit for this group: no stage of it
-                self._ar[key] = np.full((L + 1, L + 1), math.inf)
-            else:
-                p1 = np.concatenate([[0.0], np.cumsum(self.profile.layer_sizes(1).params)])
-                pt = np.concatenate([[0.0], np.cumsum(self.profile.layer_sizes(kind.tp).params)])
-                a1, at = p1[None, :] - p1[:, None], pt[None, :] - pt[:, None]
-                self._ar[key] = np.where(a1 > 0, f(np.maximum(a1, 0.0), np.maximum(at, 0.0)), 0.0)
-        return self._ar[key]
-
-    def _sends(self, a: Kind, b: Kind, mbs: int) -> np.ndarray:
-        """Row 0: the activation across boundary ``i`` (layer i-1's output); row 1: the gradient sent back
-        across it, by the simulator's rule (``boundary_time`` and ``gradient_layer``)."""
-        sizes = np.array(self.profile.layer_sizes(1).act_output) * self.profile.float_bytes * mbs
-        L = len(sizes)
-        act = np.concatenate([[sizes[0]], sizes])                         # act[i] = output of layer i-1
-        grad_layer = getattr(self.sim, "gradient_layer", lambda i: i - 1)  # Sailor: the stage's first layer
-        grad = np.array([sizes[min(max(grad_layer(i), 0), L - 1)] for i in range(L + 1)])
-        rule = getattr(self.sim, "boundary_time", None)
-        out = np.zeros((2, L + 1))
-        try:
-            for row, nbytes in enumerate((act, grad)):
-                if rule is not None:
-                    out[row] = rule(a.replica(), b.replica(), nbytes, self.cluster)
-                else:
-                    link = self.cluster.network.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu,
-                                                           min(b.tp, b.node_gpus))
-                    out[row] = link.time(nbytes)
-        except UserError:
-            return np.full((2, L + 1), math.inf)
-        out[:, 0] = 0.0
-        return np.where(np.isfinite(out) & (out >= 0), out, math.inf)
-
-    def fits(self, kind: Kind, mbs: int, stages: int, stage: int, micro_batches: int) -> np.ndarray:
-        """fits[j, i]: layers j .. i-1 on ``kind`` as stage ``stage`` of ``stages`` (True where it fits)."""
-        key = (kind, mbs, stages, stage, micro_batches)
-        if key not in self._fits:
-            self._fits[key] = self._fit_table(kind, mbs, stages, stage, micro_batches)
-        return self._fits[key]
-
-    def _fit_table(self, kind: Kind, mbs: int, stages: int, stage: int, micro_batches: int) -> np.ndarray:
-        L = self.profile.num_layers
-        rule = getattr(self.sim, "stage_memory", None)
-        ok = np.ones((L + 1, L + 1), dtype=bool)
-        if rule is None:
-            return ok
-        sizes = self.profile.layer_sizes(kind.tp)
-        p = np.concatenate([[0.0], np.cumsum(sizes.params)])
-        a = np.concatenate([[0.0], np.cumsum(sizes.act_mem)])
-        need, limit = rule(self.profile, kind.tp, kind.gpu, mbs, stages, stage, micro_batches, self.cluster)
-        params = p[None, :] - p[:, None]
-        acts = a[None, :] - a[:, None]
-        return need(params, acts) <= limit
 
 
 def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
@@ -284,21 +88,6 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
         if est < best_est:
             best_est, best_bounds, best_b = est, bounds, B
     return None if best_bounds is None else (best_est, best_bounds, best_b)
-
-
-def _weighted(factors: tuple[float, float], sends: np.ndarray) -> np.ndarray:
-    """factors[0] x activation + factors[1] x gradient, a term with factor 0 counting 0 even where +inf."""
-    out = np.zeros(sends.shape[1])
-    for f, row in zip(factors, sends):
-        if f:
-            out = out + f * row
-    return out
-
-
-def _blocking(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:  # noqa: ARG001
-    """Per micro-batch, (activation, gradient) transfers a stage pays at its input and at its output
-    boundary: both, on both sides (blocking sends occupy both ends)."""
-    return (1.0, 1.0), (1.0, 1.0)
 
 
 def _minmax(tables: list[np.ndarray], L: int) -> float:
@@ -425,14 +214,14 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
         score = objective.score(est)
         if best is None or score < best[0]:
             best = (score, plan, est)
-    # mixed replicas from the GPUs the templates leave idle (``_fill``): scanned over the ranked templates
+    # mixed replicas from the GPUs the templates leave idle (``fill_plans``): scanned over the ranked templates
     # (to 75% of the budget), estimated by the template's bottleneck, the ``fill`` most promising judged
     n_filled = 0
     filled: list[tuple[float, int, Plan]] = []
     for _, cand in ranked:
         if time.perf_counter() > t0 + 0.75 * budget_s or fill <= 0 or objective.kind == "cost":
             break
-        for plan, m_new in _fill(cand, costs, cluster, B):
+        for plan, m_new in fill_plans(cand, costs, cluster, B):
             m_old = math.ceil(B / (cand.mbs * cand.dp))
             filled.append((cand.estimate_s - (m_old - m_new) * cand.bottleneck_s, len(filled), plan))
     for _, _, plan in sorted(filled)[:fill]:
@@ -472,100 +261,6 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     return best[1], best[2], stats
 
 
-def _quick_bound(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int, floor_c: float = 0.0,
-                 pairs: bool = False) -> float:
-    """A lower bound on ``split``'s estimate ``(m - 1) max_s (c_s + k_s) + sum_s (c_s + k_s) + A + u``:
-
-    - stage ``s`` pays at least ``n_s`` transfers (the simulator's ``send_factors``) of the cheapest send
-      ``k`` between adjacent kinds (between any two when ``pairs``: the order is not fixed yet);
-    - the bottleneck ``C`` is at least the largest layer on its cheapest kind, ``floor_c`` (the work LP's
-      per-micro-batch floor), and the balance: stage ``s`` of kind ``k`` holds at most ``(C - n_s k) /
-      rho_k`` seconds of the reference kind's layers, ``rho_k`` the least ratio over the layers but the
-      first and the last, so ``C >= (T_ref + sum_s n_s k / rho_s) / sum_s 1 / rho_s``;
-    - the sum at least each layer on its cheapest kind plus the sends; the all-reduce at least the
-      largest layer's and the one of the largest stage's share of the parameters (``1 / S`` of them, on
-      the template's cheapest kind); the update the largest of the kinds'."""
-    key = (frozenset(kinds), mbs, dp)
-    got = costs.layer_floor.get(key)
-    if got is None:
-        pres = [costs.prefix(k, mbs) for k in key[0]]
-        if any(p is None for p in pres):
-            got = (math.inf, math.inf, math.inf, math.inf, math.inf)
-        else:
-            per_layer = np.min(np.stack([np.diff(p) for p in pres if p is not None]), axis=0)
-            ar = np.min(np.stack([np.diagonal(costs.allreduce(k, dp), 1) for k in key[0]]), axis=0)
-            upd = max(costs.update(k, mbs) for k in key[0])
-            got = (float(per_layer.sum()), float(per_layer.max()), max(float(ar.max()), 0.0), upd,
-                   min(costs.min_send(a, b, mbs) for a in key[0] for b in key[0]))
-        costs.layer_floor[key] = got
-    total, biggest, ar_layer, upd, k_all = got
-    if not math.isfinite(total):
-        return math.inf
-    S = len(kinds)
-    n = costs.transfers(S)
-    k = 0.0
-    if S > 1:
-        k = k_all if pairs else min(costs.min_send(a, b, mbs) for a, b in zip(kinds, kinds[1:]))
-    ref, rho = costs.speed(kinds, mbs)
-    inv = sum(1.0 / r for r in rho if r > 0)
-    balance = (ref + k * sum(ns / r for ns, r in zip(n, rho))) / inv if inv > 0 else math.inf
-    bottleneck = max(balance, biggest + k * min(n), floor_c)
-    ar_share = costs.share_allreduce(key[0], dp, S) if dp > 1 else 0.0
-    return (m - 1) * bottleneck + total + k * sum(n) + max(ar_layer, ar_share) + upd
-
-
-def _group_bound(costs: Costs, cluster: GpuCluster, mbs: int, dp: int, B: int, lp_s: float, max_stages: int) -> float:
-    """A lower bound on every template of the group (mbs, dp): ``_quick_bound`` with every kind of every
-    type, one stage (no send) or at most as many stages as the GPUs allow, each of its fastest kind."""
-    per_type = kinds_of(costs.profile, cluster, mbs)
-    ks = [k for kk in per_type.values() for k in kk if costs.prefix(k, mbs) is not None]
-    if not ks:
-        return math.inf
-    most = sum(cluster.gpus[key] // (dp * min(k.tp for k in kk)) for key, kk in per_type.items())
-    most = min(most, costs.profile.num_layers, max_stages)
-    if most < 1:
-        return math.inf
-    m = math.ceil(B / (mbs * dp))
-    floor_c = lp_s * mbs * dp / B
-    _quick_bound(costs, tuple(ks), mbs, m, dp, floor_c, pairs=True)
-    total, biggest, ar_layer, upd, kmin = costs.layer_floor[(frozenset(ks), mbs, dp)]
-    if not math.isfinite(total):
-        return math.inf
-    single = (m - 1) * max(total, floor_c) + total
-    multi = (m - 1) * max(total / most + kmin, biggest, floor_c) + total + 2 * kmin if most > 1 else math.inf
-    return min(single, multi) + ar_layer + min(costs.update(k, mbs) for k in ks)
-
-
-def _per_mbs_lp(profile: LayeredProfile, cluster: GpuCluster, B: int) -> dict[int, float]:
-    """Per micro-batch size, the work LP of ``bound.work_lp`` (0 where it cannot be solved)."""
-    from orchestrator.planning.bound import work_lp
-
-    out = {}
-    for mbs in sorted({m for (g, _) in cluster.gpus for m in profile.micro_batches(g)}):
-        t = work_lp(profile, cluster, B, mbs)
-        out[mbs] = t if math.isfinite(t) else 0.0
-    return out
-
-
-def _price(cluster: GpuCluster, kind: Kind) -> float:
-    return cluster.gpu_type(kind.gpu).usd_per_gpu_hour or 0.0
-
-
-def _priority(objective: PlanObjective, bound: float, usd_h: float) -> float:
-    """A lower bound on ``_rank`` from a lower bound on the iteration and the USD per hour (cost: their
-    product; otherwise the time)."""
-    return bound * usd_h if objective.kind == "cost" else bound
-
-
-def _may_admit(objective: PlanObjective, bound: float, usd_h: float, batch: int) -> bool:
-    """False when no template of this choice can meet the objective's constraint."""
-    if objective.kind == "budget" and objective.max_usd_per_hour is not None:
-        return usd_h <= objective.max_usd_per_hour
-    if objective.kind == "cost" and objective.min_samples_per_s is not None:
-        return batch / bound >= objective.min_samples_per_s
-    return True
-
-
 def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: float, batch: int) -> float:
     gpus = cand.dp * sum(k.tp for k in cand.kinds)
     usd_h = cand.dp * sum(k.tp * (cluster.gpu_type(k.gpu).usd_per_gpu_hour or 0.0) for k in cand.kinds)
@@ -576,69 +271,6 @@ def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: f
     if objective.kind == "budget" and objective.max_usd_per_hour is not None and usd_h > objective.max_usd_per_hour:
         return math.inf
     return est + 1e-9 * gpus
-
-
-def _fill(cand: Candidate, costs: Costs, cluster: GpuCluster, batch: int):
-    """Plans of ``cand`` with ``d`` more replicas in every stage (so fewer micro-batches), taken from the GPUs
-    the template leaves idle, of any type and TP degree whose replica runs the stage's layers (and its
-    sends) within the template's bottleneck and fits in memory: mixed GPU types inside a data-parallel group,
-    each replica as fast as the stage's own. For each micro-batch count below the template's, the least
-    ``d`` that reaches it, while the GPUs last."""
-    S, mbs, dp, b = len(cand.kinds), cand.mbs, cand.dp, cand.bounds
-    m = math.ceil(batch / (mbs * dp))
-    left = dict(cluster.gpus)
-    for k in cand.kinds:
-        left[(k.gpu, k.zone)] = left.get((k.gpu, k.zone), 0) - dp * k.tp
-    if not any(v > 0 for v in left.values()):
-        return
-    pool = [k for key, ks in kinds_of(costs.profile, cluster, mbs).items() if left.get(key, 0) > 0 for k in ks]
-    tables = [costs.table(cand.kinds[s - 1] if s else None, k, cand.kinds[s + 1] if s < S - 1 else None, S, s, mbs, m)
-              for s, k in enumerate(cand.kinds)]
-    if any(t is None for t in tables):
-        return
-    ceiling = max(float(t[b[s], b[s + 1]]) for s, t in enumerate(tables)) * (1 + 1e-9)
-    # per stage, the extra kinds that keep it within the bottleneck, fewest GPUs first (then the larger TP)
-    fits: list[list[Kind]] = []
-    for s in range(S):
-        ok = []
-        for k in pool:
-            t = costs.table(cand.kinds[s - 1] if s else None, k, cand.kinds[s + 1] if s < S - 1 else None, S, s, mbs, m)
-            if t is not None and float(t[b[s], b[s + 1]]) <= ceiling:
-                ok.append(k)
-        if not ok:
-            return
-        fits.append(sorted(ok, key=lambda k: (k.tp, -k.tp)))
-    target = m - 1
-    while target >= 1:
-        d = math.ceil(batch / (mbs * target)) - dp
-        extra = _allocate(fits, left, d)
-        if extra is None:
-            return
-        stages = tuple(Stage(tuple(range(b[s], b[s + 1])), (cand.kinds[s].replica(),) * dp + tuple(k.replica() for k in extra[s]))
-                       for s in range(S))
-        yield Plan([Pipeline(stages)], mbs), math.ceil(batch / (mbs * (dp + d)))
-        target = math.ceil(batch / (mbs * (dp + d))) - 1
-
-
-def _allocate(fits: list[list[Kind]], left: dict, d: int) -> list[list[Kind]] | None:
-    """``d`` extra replicas per stage from the GPUs ``left``, each stage's from its allowed kinds in order
-    (stages with the fewest choices first); None when the GPUs run out."""
-    have = dict(left)
-    out: list[list[Kind]] = [[] for _ in fits]
-    for s in sorted(range(len(fits)), key=lambda s: len(fits[s])):
-        need = d
-        for k in fits[s]:
-            key = (k.gpu, k.zone)
-            n = min(need, max(have.get(key, 0), 0) // k.tp)
-            if n > 0:
-                out[s] += [k] * n
-                have[key] -= n * k.tp
-                need -= n
-            if need == 0:
-                break
-        if need > 0:
-            return None
-    return out
 
 
 def _neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):

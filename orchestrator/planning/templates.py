@@ -1,5 +1,8 @@
 """The templates the joint planner splits (``orchestrator.planning.search``): one pipeline of ``dp`` replicas
-per stage at micro-batch size ``mbs``, and a sequence of stage kinds (a GPU type with its TP degree)."""
+per stage at micro-batch size ``mbs``, and a sequence of stage kinds (a GPU type with its TP degree): each
+GPU type contributes a block of stages (``blocks``), the blocks arranged in every order (``arrangements``),
+produced lazily per group ``(mbs, dp)`` (``template_groups``) so that the search expands only the groups
+its bounds find promising."""
 
 from __future__ import annotations
 
