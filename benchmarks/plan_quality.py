@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--gpus", action="append", default=[], metavar="TYPE=N,TYPE=N",
                     help="a cluster of your own (repeatable), e.g. A100-40=16,V100-16=48; replaces --clusters")
     ap.add_argument("--budget", type=float, default=None, help="planner.budget_s of the joint planner (default 30)")
+    ap.add_argument("--decompose", action="store_true",
+                    help="also where each joint plan's time goes on Sailor's formula (compute, sends, bubble, all-reduce)")
     args = ap.parse_args()
     if args.gpus:
         args.clusters = []
@@ -102,7 +104,30 @@ def main() -> int:
     for name, plan in plans:
         if plan is not None:
             print(f"- {name}: {plan.describe()}")
+    if args.decompose:
+        print("\nWhere the joint plans' time goes on Sailor's formula T = (m - 1) C + sum_s (c_s + k_s) + u + T_sync "
+              "(C: the slowest stage's micro-batch c + k; simulated):\n")
+        print("| cluster | joint s/it | bound | m | m x bottleneck compute (vs bound) | m x bottleneck sends | bubble | all-reduce |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, plan in plans:
+            if plan is not None:
+                print(decompose(name, plan, profile, GpuCluster.from_directory(args.data).with_gpus(CLUSTERS[name]), args.batch))
     return 0
+
+
+def decompose(name: str, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, batch: int) -> str:
+    """One row: the plan's Sailor time split into the bottleneck's compute and sends over ``m`` micro-batches,
+    the bubble (the other stages' micro-batch) and the all-reduce."""
+    e = simulator("sailor").estimate(plan, profile, cluster, batch)
+    stages = [f for f in e.stages if f.pipeline == 0]
+    m = stages[0].micro_batches
+    ck = [(f.compute_s / m, f.send_s / m) for f in stages]
+    b = max(range(len(ck)), key=lambda i: sum(ck[i]))
+    bubble = sum(c + k for c, k in ck) - sum(ck[b])
+    lb, t = lower_bound(profile, cluster, batch), e.iteration_s
+    return (f"| {name} | {t:.3f} | {lb:.3f} | {m} | {m * ck[b][0]:.3f} ({100 * (m * ck[b][0] / lb - 1):+.0f}%) | "
+            f"{m * ck[b][1]:.3f} ({100 * m * ck[b][1] / t:.0f}%) | {bubble:.3f} ({100 * bubble / t:.0f}%) | "
+            f"{e.sync_s:.3f} ({100 * e.sync_s / t:.0f}%) |")
 
 
 if __name__ == "__main__":
