@@ -1,15 +1,26 @@
 """A certified lower bound on the iteration time of any plan of a model on a cluster (docs/plans.md, "The
-bound"): the work every sample needs, spread over the cluster's GPUs at their best per-GPU efficiency, as a
-linear program, plus the optimizer step no plan avoids.
+bound"): the work every sample needs, spread over the cluster's GPUs at the best per-GPU efficiency a
+memory-feasible replica can reach, as a linear program per micro-batch size, plus the optimizer step.
 
-    e_l(g) = min over (mbs, tp) of (fwd_l + bwd_l)(g, mbs, tp) x tp / mbs      GPU-seconds per sample
-    minimise T  s.t.  sum_g x_lg = 1 (every layer's work done),  x >= 0,
-                      B x sum_l e_l(g) x_lg <= N_g x T   (no GPU type busier than T)
-    bound = T* + min over entries of update_s
+For a micro-batch size ``b`` (one per plan) and a GPU type ``g``:
 
-Valid for both simulators over plans whose every stage runs its pipeline's micro-batches on its own replicas
-(each replica's compute at least the profile's, a GPU busy at most the iteration): the bubble, the sends and
-the all-reduces only add to it."""
+    cap(g, tp, b)   the most contiguous layers one replica of ``tp`` GPUs can hold (the memory rule of
+                    either simulator, whichever is looser, with one micro-batch in flight)
+    whole(g, tp, b) the whole model fits on one such replica (a one-stage pipeline: no sends)
+    kappa(g, tp, b) the cheapest transfer of one activation (the smallest layer output) between such a
+                    replica and any replica of the cluster, on either simulator
+    e_l(g, b) = min over tp of tp / b x (fwd_l + bwd_l)(g, b, tp) + [not whole] kappa / cap   GPU-s per sample
+    T*(b) = min T  s.t.  sum_g x_lg = 1,  x >= 0,  B sum_l e_l(g, b) x_lg <= N_g T   for every type g
+    bound = min over b of T*(b) + min update_s
+
+Why it holds (both simulators, plans whose every stage runs its pipeline's micro-batches on its own
+replicas): a replica of stage ``s`` is busy at least ``m (c_r + k_s)`` (``m`` its micro-batches, ``c_r``
+their forward and backward, ``k_s`` the transfers each costs it; Sailor's ``(m-1) max + sum`` and the
+project's schedule both contain it), and its micro-batches carry its share of the pipeline's samples. A
+replica that is not the whole pipeline sends or receives at least one activation per micro-batch (``k_s
+>= kappa``) and holds at most ``cap`` layers, so ``k_s >= sum over its layers of kappa / cap``: charging
+``kappa / cap`` to each layer never exceeds what the replica pays. Summing over a type's GPUs gives the
+LP's constraint; bubbles, the rest of the sends and the all-reduces only add."""
 
 from __future__ import annotations
 
@@ -17,34 +28,121 @@ import math
 
 import numpy as np
 
-from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.errors import UserError
+from orchestrator.plan import GpuCluster, LayeredProfile, Replica
 
 
 def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
-    from scipy.optimize import linprog
+    u_min = _min_update(profile, cluster)
+    t = min((work_lp(profile, cluster, global_batch, b) for b in _micro_batches(profile, cluster)), default=math.inf)
+    return t + (u_min if math.isfinite(u_min) else 0.0)
 
-    types: dict[str, int] = {}
-    for (gpu, _), n in cluster.gpus.items():
-        if n > 0 and gpu in profile.times:
-            types[gpu] = types.get(gpu, 0) + n
-    if not types:
-        return math.inf
-    L, names = profile.num_layers, sorted(types)
-    G = len(names)
-    e = np.full((L, G), math.inf)
-    u_min = math.inf
-    for gi, g in enumerate(names):
+
+def _micro_batches(profile: LayeredProfile, cluster: GpuCluster) -> list[int]:
+    return sorted({b for (g, _), n in cluster.gpus.items() if n > 0 for b in profile.micro_batches(g)})
+
+
+def _min_update(profile: LayeredProfile, cluster: GpuCluster) -> float:
+    u = math.inf
+    for (g, _), n in cluster.gpus.items():
+        if n <= 0 or g not in profile.times:
+            continue
         per_node = cluster.gpu_type(g).gpus_per_node
         for mbs in profile.micro_batches(g):
             for tp in profile.tp_degrees(g, mbs):
-                if tp > per_node:
-                    continue
-                t = profile.layer_times(g, mbs, tp)
-                for layer in range(L):
-                    e[layer, gi] = min(e[layer, gi], (t[layer][0] + t[layer][1]) * tp / mbs)
-                u_min = min(u_min, min(x[2] for x in t))
-    # variables: x (L x G, row-major), then T
-    n = L * G + 1
+                if tp <= per_node:
+                    u = min(u, min(x[2] for x in profile.layer_times(g, mbs, tp)))
+    return u
+
+
+def _simulators():
+    from orchestrator.planning.sailor import SailorSimulator
+    from orchestrator.planning.simulator import ProjectSimulator
+
+    return SailorSimulator(), ProjectSimulator()
+
+
+def capacity(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> tuple[int, bool]:
+    """(the most contiguous layers a replica of ``tp`` GPUs of ``gpu`` holds at ``mbs``, whether it holds the
+    whole model), by the looser of the two simulators' memory rules with one micro-batch in flight."""
+    L = profile.num_layers
+    sizes = profile.layer_sizes(tp)
+    p = np.concatenate([[0.0], np.cumsum(sizes.params)])
+    a = np.concatenate([[0.0], np.cumsum(sizes.act_mem)])
+    params, acts = p[None, :] - p[:, None], a[None, :] - a[:, None]
+    ok = np.zeros((L + 1, L + 1), dtype=bool)
+    for sim in _simulators():
+        try:
+            need, limit = sim.stage_memory(profile, tp, gpu, mbs, 1, 0, 1, cluster)
+        except UserError:
+            continue
+        ok |= need(params, acts) <= limit
+    span = np.arange(L + 1)[None, :] - np.arange(L + 1)[:, None]
+    fit = np.where(ok & (span > 0), span, 0)
+    return int(fit.max()), bool(ok[0, L])
+
+
+def min_transfer(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> float:
+    """The cheapest transfer of one activation (the smallest layer output at ``mbs``) from or to a replica of
+    ``tp`` GPUs of ``gpu``, over every partner replica the cluster offers and both simulators (>= 0)."""
+    nbytes = min(profile.layer_sizes(1).act_output) * profile.float_bytes * mbs
+    zone_of = {g: z for (g, z), n in cluster.gpus.items() if n > 0}
+    me = Replica(gpu, tp, cluster.gpu_type(gpu).gpus_per_node, zone_of.get(gpu, cluster.zone))
+    best = math.inf
+    for (g, z), n in cluster.gpus.items():
+        if n <= 0:
+            continue
+        per_node = cluster.gpu_type(g).gpus_per_node
+        for t in (1, 2, 4, 8, 16):
+            if t > per_node:
+                break
+            other = Replica(g, t, per_node, z)
+            for sim in _simulators():
+                for a, b in ((me, other), (other, me)):
+                    try:
+                        x = float(np.asarray(sim.boundary_time(a, b, nbytes, cluster)))
+                    except UserError:
+                        continue
+                    if math.isfinite(x):
+                        best = min(best, max(x, 0.0))
+    return best if math.isfinite(best) else 0.0
+
+
+def per_sample_costs(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> tuple[list[str], np.ndarray]:
+    """(GPU types, e[l, g]): the LP's GPU-seconds per sample of layer ``l`` on type ``g`` at ``mbs``."""
+    types = sorted({g for (g, _), n in cluster.gpus.items() if n > 0 and g in profile.times})
+    L = profile.num_layers
+    e = np.full((L, len(types)), math.inf)
+    for gi, g in enumerate(types):
+        if mbs not in profile.times[g]:
+            continue
+        per_node = cluster.gpu_type(g).gpus_per_node
+        for tp in profile.tp_degrees(g, mbs):
+            if tp > per_node:
+                continue
+            cap, whole = capacity(profile, cluster, g, tp, mbs)
+            if cap < 1:
+                continue
+            penalty = 0.0 if whole else min_transfer(profile, cluster, g, tp, mbs) / cap
+            t = profile.layer_times(g, mbs, tp)
+            for layer in range(L):
+                e[layer, gi] = min(e[layer, gi], (t[layer][0] + t[layer][1] + penalty) * tp / mbs)
+    return types, e
+
+
+def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs: int) -> float:
+    """The work LP's optimum T*(mbs) in seconds (inf: no memory-feasible replica covers some layer)."""
+    from scipy.optimize import linprog
+
+    names, e = per_sample_costs(profile, cluster, mbs)
+    if not names or not np.isfinite(e).any(axis=1).all():
+        return math.inf
+    counts = {g: 0 for g in names}
+    for (g, _), n in cluster.gpus.items():
+        if g in counts:
+            counts[g] += n
+    L, G = e.shape
+    n = L * G + 1                                     # variables: x (L x G, row-major), then T
     c = np.zeros(n)
     c[-1] = 1.0
     a_eq = np.zeros((L, n))
@@ -52,10 +150,9 @@ def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int)
         a_eq[layer, layer * G:(layer + 1) * G] = 1.0
     a_ub = np.zeros((G, n))
     for gi, g in enumerate(names):
-        for layer in range(L):
-            a_ub[gi, layer * G + gi] = global_batch * (e[layer, gi] if math.isfinite(e[layer, gi]) else 1e30)
-        a_ub[gi, -1] = -types[g]
+        a_ub[gi, np.arange(L) * G + gi] = global_batch * np.where(np.isfinite(e[:, gi]), e[:, gi], 1e30)
+        a_ub[gi, -1] = -counts[g]
     res = linprog(c, A_ub=a_ub, b_ub=np.zeros(G), A_eq=a_eq, b_eq=np.ones(L), bounds=[(0, None)] * n, method="highs")
     if res.status != 0:
         return math.inf
-    return float(res.x[-1]) + (u_min if math.isfinite(u_min) else 0.0)
+    return float(res.x[-1])

@@ -1,7 +1,9 @@
 """The search behind ``+planner=joint``: templates of one pipeline (a micro-batch size, a data-parallel
-degree ``dp`` and a sequence of stage kinds, each a GPU type with its own TP degree), the best contiguous
-layer split of each template by dynamic programming, the most promising templates judged by the trial's
-simulator, then a local search on the best plans (docs/plans.md, "The joint planner").
+degree ``dp`` and a sequence of stage kinds, each a GPU type with its own TP degree), visited best-first by
+lower bounds on their estimate (groups ``(mbs, dp)``, then choices of a block per type, then arrangements),
+the best contiguous layer split of each template by dynamic programming, the most promising templates judged
+by the trial's simulator, plans with mixed GPU types inside a stage made of the GPUs a template leaves idle
+(``mixed.fill_plans``), then a local search on the best plan (docs/plans.md, "The joint planner").
 
 For a template of ``S`` stage kinds the split minimises the bottleneck, then the sum (1F1B's
 ``T ~ (m - 1) max_s t_s + sum_s t_s``; ``t_s`` a micro-batch's forward, backward and boundary sends on
@@ -24,11 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Stage
+from orchestrator.planning.costs import Costs
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
-from orchestrator.planning.templates import Kind, templates
+from orchestrator.planning.mixed import fill_plans
+from orchestrator.planning.prune import _group_bound, _may_admit, _per_mbs_lp, _price, _priority, _quick_bound
+from orchestrator.planning.templates import Kind, arrangements, kinds_of, template_groups
+
+__all__ = ["CEILINGS", "Candidate", "Costs", "search", "split"]
+
+CEILINGS = 6                        # all-reduce ceilings tried per template (quantiles of its segments' all-reduces)
 
 
 @dataclass
@@ -38,6 +46,7 @@ class Candidate:
     kinds: tuple[Kind, ...]
     bounds: tuple[int, ...]          # stage s holds layers bounds[s] .. bounds[s+1]-1
     estimate_s: float                # the DP's estimate of the iteration (for ranking only)
+    bottleneck_s: float = 0.0        # its slowest stage's micro-batch (compute and sends)
 
     def plan(self) -> Plan:
         stages = tuple(Stage(tuple(range(self.bounds[s], self.bounds[s + 1])), (k.replica(),) * self.dp)
@@ -45,152 +54,48 @@ class Candidate:
         return Plan([Pipeline(stages)], self.mbs)
 
 
-class Costs:
-    """Per (kind, mbs): prefix sums of a micro-batch's forward + backward per layer; per boundary the
-    seconds of one activation across it; memory per segment by the simulator's rule."""
-
-    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, sim: Any):
-        self.profile, self.cluster, self.sim = profile, cluster, sim
-        self._prefix: dict[tuple[Kind, int], np.ndarray | None] = {}
-        self._update: dict[tuple[Kind, int], float] = {}
-        self._send: dict[tuple[Kind, Kind, int], np.ndarray] = {}
-        self._fits: dict[tuple[Kind, int, int, int, int], np.ndarray] = {}
-        self._ar: dict[tuple[Kind, int], np.ndarray] = {}
-
-    def prefix(self, kind: Kind, mbs: int) -> np.ndarray | None:
-        key = (kind, mbs)
-        if key not in self._prefix:
-            if not self.profile.has(kind.gpu, mbs, kind.tp):
-                self._prefix[key] = None
-            else:
-                t = self.profile.layer_times(kind.gpu, mbs, kind.tp)
-                self._prefix[key] = np.concatenate([[0.0], np.cumsum([f + b for f, b, _ in t])])
-                self._update[key] = float(max(u for _, _, u in t))
-        return self._prefix[key]
-
-    def update(self, kind: Kind, mbs: int) -> float:
-        self.prefix(kind, mbs)
-        return self._update.get((kind, mbs), 0.0)
-
-    def send(self, a: Kind, b: Kind, mbs: int) -> np.ndarray:
-        """Seconds across each boundary (column = the first layer after it): [activation, gradient]."""
-        key = (a, b, mbs)
-        if key not in self._send:
-            self._send[key] = self._sends(a, b, mbs)
-        return self._send[key]
-
-    def allreduce(self, kind: Kind, dp: int) -> np.ndarray:
-        """ar[j, i]: the gradient all-reduce of layers j .. i-1 over ``dp`` replicas of ``kind``, by the
-        simulator's own rule (``stage_allreduce``; 0 without one)."""
-        key = (kind, dp)
-        if key not in self._ar:
-            L = self.profile.num_layers
-            rule = getattr(self.sim, "stage_allreduce", None)
-            if rule is None or dp <= 1:
-                self._ar[key] = np.zeros((L + 1, L + 1))
-                return self._ar[key]
-            try:
-                f = rule(self.profile, kind.replica(), dp, self.cluster)
-            except UserError:                              # no link fit for this group: no stage of it
-                self._ar[key] = np.full((L + 1, L + 1), math.inf)
-            else:
-                p1 = np.concatenate([[0.0], np.cumsum(self.profile.layer_sizes(1).params)])
-                pt = np.concatenate([[0.0], np.cumsum(self.profile.layer_sizes(kind.tp).params)])
-                a1, at = p1[None, :] - p1[:, None], pt[None, :] - pt[:, None]
-                self._ar[key] = np.where(a1 > 0, f(np.maximum(a1, 0.0), np.maximum(at, 0.0)), 0.0)
-        return self._ar[key]
-
-    def _sends(self, a: Kind, b: Kind, mbs: int) -> np.ndarray:
-        """Row 0: the activation across boundary ``i`` (layer i-1's output); row 1: the gradient sent back
-        across it, by the simulator's rule (``boundary_time`` and ``gradient_layer``)."""
-        sizes = np.array(self.profile.layer_sizes(1).act_output) * self.profile.float_bytes * mbs
-        L = len(sizes)
-        act = np.concatenate([[sizes[0]], sizes])                         # act[i] = output of layer i-1
-        grad_layer = getattr(self.sim, "gradient_layer", lambda i: i - 1)  # Sailor: the stage's first layer
-        grad = np.array([sizes[min(max(grad_layer(i), 0), L - 1)] for i in range(L + 1)])
-        rule = getattr(self.sim, "boundary_time", None)
-        out = np.zeros((2, L + 1))
-        try:
-            for row, nbytes in enumerate((act, grad)):
-                if rule is not None:
-                    out[row] = rule(a.replica(), b.replica(), nbytes, self.cluster)
-                else:
-                    link = self.cluster.network.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu,
-                                                           min(b.tp, b.node_gpus))
-                    out[row] = link.time(nbytes)
-        except UserError:
-            return np.full((2, L + 1), math.inf)
-        out[:, 0] = 0.0
-        return np.where(np.isfinite(out) & (out >= 0), out, math.inf)
-
-    def fits(self, kind: Kind, mbs: int, stages: int, stage: int, micro_batches: int) -> np.ndarray:
-        """fits[j, i]: layers j .. i-1 on ``kind`` as stage ``stage`` of ``stages`` (True where it fits)."""
-        key = (kind, mbs, stages, stage, micro_batches)
-        if key not in self._fits:
-            self._fits[key] = self._fit_table(kind, mbs, stages, stage, micro_batches)
-        return self._fits[key]
-
-    def _fit_table(self, kind: Kind, mbs: int, stages: int, stage: int, micro_batches: int) -> np.ndarray:
-        L = self.profile.num_layers
-        rule = getattr(self.sim, "stage_memory", None)
-        ok = np.ones((L + 1, L + 1), dtype=bool)
-        if rule is None:
-            return ok
-        sizes = self.profile.layer_sizes(kind.tp)
-        p = np.concatenate([[0.0], np.cumsum(sizes.params)])
-        a = np.concatenate([[0.0], np.cumsum(sizes.act_mem)])
-        need, limit = rule(self.profile, kind.tp, kind.gpu, mbs, stages, stage, micro_batches, self.cluster)
-        params = p[None, :] - p[:, None]
-        acts = a[None, :] - a[:, None]
-        return need(params, acts) <= limit
-
-
-def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1) -> tuple[float, tuple[int, ...]] | None:
-    """(estimated iteration seconds, bounds) of the best contiguous split of the layers over ``kinds``
+def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
+          limit: float = math.inf) -> tuple[float, tuple[int, ...], float] | None:
+    """(estimated iteration seconds, bounds, bottleneck) of the best contiguous split of the layers over ``kinds``
     (None: none fits). The estimate is ``(m - 1) B + sum_s t_s + A``: for each candidate ceiling ``A`` of
     the stages' all-reduces (stages above it excluded), the min-max split ``B`` then the least sum under it."""
     L = costs.profile.num_layers
     S = len(kinds)
     if S > L:
         return None
-    factors = getattr(costs.sim, "send_factors", _blocking)
-    tables, ars = [], []
-    upper = np.arange(L + 1)[None, :] > np.arange(L + 1)[:, None]
-    for s, k in enumerate(kinds):
-        pre = costs.prefix(k, mbs)
-        if pre is None:
+    tables = [costs.table(kinds[s - 1] if s else None, k, kinds[s + 1] if s < S - 1 else None, S, s, mbs, m)
+              for s, k in enumerate(kinds)]
+    if any(t is None for t in tables):
+        return None
+    ars = [costs.allreduce(k, dp) for k in kinds]
+    upper = costs.upper
+    if math.isfinite(limit):                                             # a cheap lower bound first
+        B0 = _minmax(tables, L)
+        floor = max(float(np.min(np.stack([np.diagonal(a, 1) for a in ars]), axis=0).max()), 0.0)
+        if not math.isfinite(B0) or (m - 1) * B0 + B0 + floor >= limit:
             return None
-        t = pre[None, :] - pre[:, None]                                  # t[j, i] = compute of j..i-1
-        f_in, f_out = factors(S, s)
-        if s > 0:                                                        # at j: the activation in, its gradient out
-            into = costs.send(kinds[s - 1], k, mbs)
-            t = t + (f_in[0] * into[0] + f_in[1] * into[1])[:, None]
-        if s < S - 1:                                                    # at i: the activation out, its gradient in
-            out = costs.send(k, kinds[s + 1], mbs)
-            t = t + (f_out[0] * out[0] + f_out[1] * out[1])[None, :]
-        ok = costs.fits(k, mbs, S, s, m) & upper
-        tables.append(np.where(ok, t, math.inf))
-        ars.append(costs.allreduce(k, dp))
     ceilings = np.unique(np.concatenate([a[upper & np.isfinite(tb)] for a, tb in zip(ars, tables)]))
-    if len(ceilings) > 5:
-        ceilings = np.unique(np.quantile(ceilings, np.linspace(0, 1, 6)[1:], method="higher"))
-    best_est, best_bounds = math.inf, None
+    if len(ceilings) > CEILINGS:
+        ceilings = np.unique(np.quantile(ceilings, np.linspace(0, 1, CEILINGS + 1)[1:], method="higher"))
+    best_est, best_bounds, best_b = math.inf, None, 0.0
     for ceiling in ceilings if len(ceilings) else [0.0]:
         tabs = [np.where(a <= ceiling * (1 + 1e-12), t, math.inf) for t, a in zip(tables, ars)]
         got = _minmax_then_sum(tabs, L)
         if got is None:
             continue
         B, total, bounds = got
-        est = (m - 1) * B + total + float(ceiling)
+        est = (m - 1) * B + total + max(float(a[bounds[s], bounds[s + 1]]) for s, a in enumerate(ars))
         if est < best_est:
-            best_est, best_bounds = est, bounds
-    return None if best_bounds is None else (best_est, best_bounds)
+            best_est, best_bounds, best_b = est, bounds, B
+    return None if best_bounds is None else (best_est, best_bounds, best_b)
 
 
-def _blocking(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:  # noqa: ARG001
-    """Per micro-batch, (activation, gradient) transfers a stage pays at its input and at its output
-    boundary: both, on both sides (blocking sends occupy both ends)."""
-    return (1.0, 1.0), (1.0, 1.0)
+def _minmax(tables: list[np.ndarray], L: int) -> float:
+    best = np.full(L + 1, math.inf)
+    best[0] = 0.0
+    for t in tables:
+        best = np.min(np.maximum(best[:, None], t), axis=0)
+    return float(best[L])
 
 
 def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tuple[int, ...]] | None:
@@ -220,7 +125,8 @@ def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tu
 
 
 def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, evaluator: PlanEvaluator,
-           budget_s: float = 30.0, max_stages: int = 32, judged: int = 48) -> tuple[Plan, PlanEstimate, dict[str, float]]:
+           budget_s: float = 30.0, max_stages: int = 32, judged: int = 48,
+           slack: float = 0.05, fill: int = 16) -> tuple[Plan, PlanEstimate, dict[str, float]]:
     """The best plan found, its estimate, and counters (templates, split, judged, local moves)."""
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -229,29 +135,71 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     ranked: list[tuple[float, Candidate]] = []
     kth: list[float] = []                                             # the best ``judged`` estimates (a max-heap)
     n_templates = n_split = n_pruned = 0
+    # best-first: groups (mbs, dp), choices (a block per type) and templates in one heap by a lower bound on
+    # their estimate, each expanded when popped; ends when the next bound cannot enter the best ``judged``
+    # estimates (nor come within ``slack`` of the best), or at 60% of the budget. Two passes: the narrow
+    # templates (one TP degree per type) give a good incumbent fast, then the wide ones (two per type).
+    lp = _per_mbs_lp(profile, cluster, B)
+    soft = t0 + 0.6 * budget_s
+    best_rank, found_s, narrow_s = math.inf, 0.0, 0.0
     seen: set[tuple[int, int, tuple[Kind, ...]]] = set()
-    for mbs, dp, kinds in templates(profile, cluster, B, max_stages):
-        if time.perf_counter() > deadline * 0.6 + t0 * 0.4:          # 60% of the budget for the templates
-            break
-        if (mbs, dp, kinds) in seen:
-            continue
-        seen.add((mbs, dp, kinds))
-        n_templates += 1
-        m = math.ceil(B / (mbs * dp))
-        if len(kth) >= judged and objective.kind == "throughput" and _quick_bound(costs, kinds, mbs, m) >= -kth[0]:
-            n_pruned += 1                                             # cannot enter the best ``judged``
-            continue
-        got = split(costs, kinds, mbs, m, dp)
-        if got is None:
-            continue
-        n_split += 1
-        est, bounds = got
-        est += max(costs.update(k, mbs) for k in kinds)
-        cand = Candidate(mbs, dp, kinds, bounds, est)
-        ranked.append((_rank(objective, cand, cluster, est, B), cand))
-        heapq.heappush(kth, -est)
-        if len(kth) > judged:
-            heapq.heappop(kth)
+    tick = 0
+
+    def limit() -> float:
+        """No template whose priority (a lower bound on its rank) reaches this can enter the best ``judged``."""
+        return min(-kth[0] if len(kth) >= judged else math.inf, best_rank * (1 + slack))
+
+    for wide in (False, True):
+        heap: list[tuple[float, int, Any]] = []
+        for mbs, dp, choices in template_groups(profile, cluster, B, max_stages, wide):
+            lb = _group_bound(costs, cluster, mbs, dp, B, lp.get(mbs, 0.0), max_stages)
+            cheapest = dp * min((k.tp * _price(cluster, k) for ks in kinds_of(profile, cluster, mbs).values()
+                                 for k in ks), default=0.0)
+            if math.isfinite(lb):
+                heapq.heappush(heap, (_priority(objective, lb, cheapest), tick := tick + 1, ("group", mbs, dp, choices)))
+        while heap and time.perf_counter() < soft:
+            pr, _, (what, mbs, dp, item) = heapq.heappop(heap)
+            if pr >= limit():
+                n_pruned += 1 + len(heap)
+                break
+            m = math.ceil(B / (mbs * dp))
+            if what == "group":                                       # its choices by their quick bound
+                floor_c = lp.get(mbs, 0.0) * mbs * dp / B
+                for choice in item:
+                    kinds = tuple(k for blk in choice for k in blk)
+                    usd_h = dp * sum(k.tp * _price(cluster, k) for k in kinds)
+                    qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c, pairs=True)
+                    if not _may_admit(objective, qb, usd_h, B):
+                        continue
+                    p = _priority(objective, qb, usd_h)
+                    if p < limit():
+                        heapq.heappush(heap, (p, tick := tick + 1, ("choice", mbs, dp, choice)))
+                continue
+            if what == "choice":                                      # its arrangements, at the choice's bound
+                for kinds in arrangements(list(item)):
+                    if (mbs, dp, kinds) not in seen:
+                        seen.add((mbs, dp, kinds))
+                        n_templates += 1
+                        heapq.heappush(heap, (pr, tick := tick + 1, ("template", mbs, dp, kinds)))
+                continue
+            got = split(costs, item, mbs, m, dp, limit=limit() if objective.kind != "cost" else math.inf)
+            if got is None:
+                continue
+            n_split += 1
+            est, bounds, neck = got
+            est += max(costs.update(k, mbs) for k in item)
+            cand = Candidate(mbs, dp, item, bounds, est, neck)
+            rank = _rank(objective, cand, cluster, est, B)
+            ranked.append((rank, cand))
+            if not math.isfinite(rank):
+                continue
+            if rank < best_rank:
+                best_rank, found_s = rank, time.perf_counter() - t0
+            heapq.heappush(kth, -rank)
+            if len(kth) > judged:
+                heapq.heappop(kth)
+        if not wide:
+            narrow_s = time.perf_counter() - t0
     ranked.sort(key=lambda x: x[0])
     best: tuple[float, Plan, PlanEstimate] | None = None
     n_judged = 0
@@ -266,6 +214,27 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
         score = objective.score(est)
         if best is None or score < best[0]:
             best = (score, plan, est)
+    # mixed replicas from the GPUs the templates leave idle (``fill_plans``): scanned over the ranked templates
+    # (to 75% of the budget), estimated by the template's bottleneck, the ``fill`` most promising judged
+    n_filled = 0
+    filled: list[tuple[float, int, Plan]] = []
+    for _, cand in ranked:
+        if time.perf_counter() > t0 + 0.75 * budget_s or fill <= 0 or objective.kind == "cost":
+            break
+        for plan, m_new in fill_plans(cand, costs, cluster, B):
+            m_old = math.ceil(B / (cand.mbs * cand.dp))
+            filled.append((cand.estimate_s - (m_old - m_new) * cand.bottleneck_s, len(filled), plan))
+    for _, _, plan in sorted(filled)[:fill]:
+        if time.perf_counter() > deadline:
+            break
+        est = evaluator.try_evaluate(plan)
+        n_judged += 1
+        if est is None:
+            continue
+        score = objective.score(est)
+        if best is None or score < best[0] - 1e-12:
+            best = (score, plan, est)
+            n_filled += 1
     if best is None or not math.isfinite(best[0]):
         from orchestrator.errors import InfeasiblePlacementError
 
@@ -286,19 +255,10 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
                 break
     stats = {"plan.templates": float(n_templates), "plan.templates_split": float(n_split),
              "plan.templates_pruned": float(n_pruned),
-             "plan.templates_judged": float(n_judged), "plan.local_moves": float(moves)}
+             "plan.best_template_found_s": found_s, "plan.narrow_pass_s": narrow_s,
+             "plan.templates_judged": float(n_judged), "plan.local_moves": float(moves),
+             "plan.filled": float(n_filled)}
     return best[1], best[2], stats
-
-
-def _quick_bound(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int) -> float:
-    """A lower bound on ``split``'s estimate: each layer at its cheapest kind of the template, the bottleneck
-    at least the average stage and the largest layer, no sends, no all-reduce."""
-    pres = [costs.prefix(k, mbs) for k in set(kinds)]
-    if any(p is None for p in pres):
-        return math.inf
-    per_layer = np.min(np.stack([np.diff(p) for p in pres if p is not None]), axis=0)
-    total = float(per_layer.sum())
-    return (m - 1) * max(total / len(kinds), float(per_layer.max())) + total
 
 
 def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: float, batch: int) -> float:
@@ -314,11 +274,11 @@ def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: f
 
 
 def _neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):
-    """The plan with one replica more or less in every stage (where the GPUs allow), or one layer moved
-    across one stage boundary."""
+    """The plan with one replica more or less in every stage (where the GPUs allow; a mixed stage keeps its
+    mix), or one layer moved across one stage boundary."""
     p = plan.pipelines[0]
-    for d in (1, -1):
-        stages = tuple(Stage(s.layers, s.replicas[:1] * (s.dp + d)) for s in p.stages)
+    for d in (1, -1):                                   # a copy of each stage's last replica, or the last dropped
+        stages = tuple(Stage(s.layers, s.replicas + s.replicas[-1:] if d > 0 else s.replicas[:-1]) for s in p.stages)
         cand = Plan([Pipeline(stages)], plan.mbs)
         if all(s.dp >= 1 for s in stages) and all(n <= cluster.gpus.get(k, 0) for k, n in cand.gpus_used().items()):
             yield cand
