@@ -4,17 +4,14 @@ leaves idle become extra replicas of its stages, each as fast as the stage's own
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 from orchestrator.plan import GpuCluster, Pipeline, Plan, Stage
 from orchestrator.planning.costs import Costs
 from orchestrator.planning.templates import Kind, kinds_of
 
-if TYPE_CHECKING:
-    from orchestrator.planning.search import Candidate
 
-
-def fill_plans(cand: Candidate, costs: Costs, cluster: GpuCluster, batch: int):
+def fill_plans(cand: Any, costs: Costs, cluster: GpuCluster, batch: int):
     """Plans of ``cand`` with ``d`` more replicas in every stage (so fewer micro-batches), taken from the GPUs
     the template leaves idle, of any type and TP degree whose replica runs the stage's layers (and its
     sends) within the template's bottleneck and fits in memory: mixed GPU types inside a data-parallel group,
