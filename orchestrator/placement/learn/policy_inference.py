@@ -83,7 +83,10 @@ def static_numpy(V: dict[str, F32Array], rounds: int, gi: GraphInputs, table: np
 
     f32 = np.float32
     A = len(gi.x)
-    relu = lambda a: np.maximum(a, f32(0.0))           # noqa: E731
+
+    def relu(a: Any) -> Any:
+        return np.maximum(a, f32(0.0))
+
     ed = relu(gi.e @ V["Wd"] + V["bd"])                                           # [D, H]
     h = relu(gi.x @ V["W0"] + ed.mean(0, keepdims=True, dtype=f32) @ V["Wc"] + V["b0"])
     w = gi.w.astype(f32)
