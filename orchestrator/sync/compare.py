@@ -13,7 +13,8 @@ key counts, never a virtual estimate.
 
 **The statistical limit** (Shallue et al. 2019; McCandlish et al. 2018): a global batch G needs S(G)
 updates to the target (one speed-1.0 worker at batch G, the tuned reference's optimizer, the lr tuned
-per G on lr_ref x sqrt(G/64) x {1/2, 1, 2}; S(64) is the reference itself), and one synchronous step of
+per G on lr_ref x sqrt(G/64) x {1, 2, 1/2}, the smaller one skipped when the larger won; S(64) is the
+reference itself; each run stops once it cannot beat the best S(G) x T so far), and one synchronous step of
 G on the k fastest workers takes T_k(G) = max_i t(b_i, v_i) + allreduce(model bytes, k) with b split so
 that they finish together (``costmodel.balanced_batches``). The limit is
 ``min over (G, k) of S(G) x T_k(G)``, G = 64, 128, ... up to min(512, W x train.batch_size): the best
@@ -243,7 +244,10 @@ def statistical_limit(opts: Any, ctx: Any, ref: Any, cm: Any) -> Figure | None:
     for G in Gs[1:]:
         T, kbest = step_time(list(opts.speeds), G, cm, nbytes, opts.network)
         lr0 = ref.lr * math.sqrt(G / s.batch_size)
-        for lr in (lr0, lr0 / 2, lr0 * 2):
+        tried: dict[float, float | None] = {}
+        for lr in (lr0, lr0 * 2, lr0 / 2):
+            if lr == lr0 / 2 and tried.get(lr0 * 2) is not None and (tried.get(lr0) is None or tried[lr0 * 2] < tried[lr0]):
+                continue                 # the larger lr won: the smaller is not tried
             cap_updates = int(min(samples_budget // G, PRUNE * best_t / T + 1))
             if cap_updates < 1:
                 continue
@@ -255,7 +259,7 @@ def statistical_limit(opts: Any, ctx: Any, ref: Any, cm: Any) -> Figure | None:
                                          eval_every=max(1, s.eval_every * s.batch_size // G))
                 r, _ = VirtualRun(SingleWorker(), ropts, rs, rts[seed], ctx.dataset, cm, NullSink()).run()
                 ups.append(r.updates_to_target)
-            med = median_time(ups)
+            med = tried[lr] = median_time(ups)
             if med is not None and med * T < best_t:
                 best_t, where = med * T, f"G={G} on the {kbest} fastest worker(s), {ref.optimizer} lr={lr:.3g}"
     fig = Figure(best_t, f"synchronous, {where}; S(G) measured for G = {', '.join(str(g) for g in Gs)} with "

@@ -12,8 +12,9 @@ of its list, the tuning goes on past it, x2 (/2) at a time while that improves, 
 ``train.reference_extend`` steps (issue 20 found Fashion-MNIST's best Adam lr at the top of the default
 grid); the cells it added are in the grid's times like the others.
 
-Each cell's seeds stop once they pass 1.5x the best median so far (they cannot win; the median of a
-cell stays exact whenever it is within that margin). The result is cached in the process and in the
+Each cell's seed runs stop once they pass the best median so far: they cannot win (a median below the best
+needs more than half of its seeds below it), so the chosen cell is exactly the one an unpruned search
+picks; a cell that stopped shows as missed (None) in the grid's times. The result is cached in the process and in the
 tracking store: the trial's run carries ``train.reference_key`` (a hash of everything the reference
 depends on) and the reference's tags, and a later trial with the same key reads them back instead of
 recomputing (``source`` says which).
@@ -33,7 +34,7 @@ from typing import Any
 from orchestrator.execution.training import NullSink, TrainSettings
 from orchestrator.sync.core import SyncOptions
 
-PRUNE = 1.5     # a seed run stops at this multiple of the best median so far
+PRUNE = 1.0     # a seed run stops at this multiple of the best median so far (past it, it cannot win)
 
 
 @dataclass
@@ -109,7 +110,7 @@ def cells(settings: TrainSettings, method: str, grid: dict[str, list[float]]) ->
     if method == "same":
         return [own]
     rest = [(o, float(lr)) for o, lrs in grid.items() for lr in lrs if (o, float(lr)) != own]
-    # the most promising first (the own optimizer, nearest lr first), so that the 1.5x pruning cuts
+    # the most promising first (the own optimizer, nearest lr first), so that the pruning cuts
     # the others short; the order cannot change the result, only its cost
     rest.sort(key=lambda c: (c[0] != own[0], abs(math.log(c[1] / own[1])) if own[1] > 0 else 0.0))
     return [own] + rest
