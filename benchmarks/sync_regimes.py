@@ -148,7 +148,6 @@ def run_regime(args) -> tuple[str, dict]:
     cells: dict = {}
     best = None
     for strategy in STRATEGIES:
-        name = STRATEGIES[strategy][0]
         cands = lrs or [None]
         cell = None
         for lr in cands:
@@ -160,7 +159,6 @@ def run_regime(args) -> tuple[str, dict]:
             if med is not None and (best is None or med < best):
                 best = med
         cells[strategy] = cell
-        del name
     return regime, cells
 
 
