@@ -1,0 +1,319 @@
+"""The regime map of data-parallel sync strategies (issue 29, item 5): in which regime each strategy wins.
+
+Emulated: virtual clock, real gradients of the MNIST CNN, the fixed compute model
+``t = 0.0009 s + b x 0.000195 s`` of a speed-1.0 worker (``benchmarks/sync_tuned.py``'s), W = 8 workers,
+time to the target accuracy on the virtual clock (the crossing interpolated, evaluation every 1,024 samples).
+
+Regimes: a base (8 equal workers, no stragglers, no jitter, 10 Gbit/s) and one factor varied at a time
+(speeds 1, 1/2, 1/4 cycled; transient stragglers p = 0.1 / 0.2 at 5x; lognormal jitter sigma 0.5; 1 Gbit/s
+links), plus combined "bad" regimes. Strategies: each at its ``conf/sync/NAME.yaml`` defaults (not re-tuned
+per regime): allreduce (static balancing), backup workers b = 1, 2, async, async with a staleness cut-off,
+delay-sync. A seed's run stops at ``--cap`` x the best median of its regime so far (it cannot win; shown as
+``> x``).
+
+    PYTHONPATH=. python benchmarks/sync_regimes.py --seeds 2 --jobs 2 \\
+        --write docs/benchmarks/sync_regimes.md --plot docs/benchmarks/sync_regimes.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+T0, T1 = 0.0009, 0.000195
+W = 8
+MIXED = (1.0, 0.5, 0.25)
+CADENCE = 1024            # samples between evaluations (MNIST's dataset.eval_every x 64)
+BUDGET = 400_000          # samples a run may train
+
+# label -> (speeds, straggler p, jitter sigma, bandwidth Gbit/s)
+REGIMES = {
+    "base: 8 equal": ("equal", 0.0, 0.0, 10),
+    "mixed speeds": ("mixed", 0.0, 0.0, 10),
+    "stragglers p=0.1 x5": ("equal", 0.1, 0.0, 10),
+    "stragglers p=0.2 x5": ("equal", 0.2, 0.0, 10),
+    "jitter sigma=0.5": ("equal", 0.0, 0.5, 10),
+    "1 Gbit/s": ("equal", 0.0, 0.0, 1),
+    "stragglers 0.2 + jitter 0.5": ("equal", 0.2, 0.5, 10),
+    "bad: mixed + p=0.2 + jitter 0.5 + 1 Gbit/s": ("mixed", 0.2, 0.5, 1),
+}
+# label -> (strategy name = conf/sync/NAME.yaml, sync overrides)
+STRATEGIES = {
+    "allreduce": ("allreduce", {}),
+    "backup b=1": ("backup", {"backup_workers": 1}),
+    "backup b=2": ("backup", {"backup_workers": 2}),
+    "async": ("async", {}),
+    "async cut-off": ("async_cutoff", {}),
+    "delay-sync": ("delay", {}),
+}
+
+
+def conf_defaults(name: str) -> tuple[dict, dict]:
+    """The ``sync`` and ``train`` sections of ``conf/sync/NAME.yaml`` (what ``+sync=NAME`` brings)."""
+    import yaml
+
+    d = yaml.safe_load((ROOT / "conf" / "sync" / f"{name}.yaml").read_text())
+    return dict(d.get("sync") or {}), dict(d.get("train") or {})
+
+
+def regime_hardware(regime: str) -> dict:
+    speeds, p, sigma, bw = REGIMES[regime]
+    hw: dict = {"workers": W, "worker_speeds": [1.0] * W if speeds == "equal" else [MIXED[i % 3] for i in range(W)],
+                "network": {"bandwidth_Gbps": bw}}
+    if p:
+        hw["stragglers"] = {"probability": p, "slowdown": 5.0}
+    if sigma:
+        hw["jitter"] = {"distribution": "lognormal", "sigma": sigma}
+    return hw
+
+
+class Bench:
+    def __init__(self, target: float):
+        from orchestrator.data import load_mnist
+        from orchestrator.sync.costmodel import ComputeModel
+        from orchestrator.sync.virtual import make_context
+
+        self.ds = load_mnist(None)
+        self.target = target
+        self.cm = ComputeModel(T0, T1)
+        self.ctx = make_context({"train": {"target_accuracy": target}}, tempfile.mkdtemp(prefix="sync-regimes-"),
+                                dataset=self.ds)
+        self._rt: dict[int, tuple] = {}
+
+    def runtime(self, seed: int):
+        from orchestrator.execution.runtime import ModelRuntime
+
+        if seed not in self._rt:
+            rt = ModelRuntime(self.ctx.model, seed=seed, lr=0.1)
+            self._rt[seed] = (rt, rt.get_flat())
+        rt, theta0 = self._rt[seed]
+        rt.set_flat(theta0)
+        return rt
+
+    def run(self, regime: str, strategy: str, seed: int, cap_s: float | None, lr: float | None = None) -> dict:
+        """One run; returns its time to target (None: missed or stopped at ``cap_s``) and the per-worker
+        time breakdown (``sync.worker*.compute_s / wait_s / comm_s / queue_s``)."""
+        from orchestrator import plugins
+        from orchestrator.execution.training import TrainSettings
+        from orchestrator.sync.virtual import VirtualRun
+
+        name, over = STRATEGIES[strategy]
+        sync, train = conf_defaults(name)
+        sync = {**sync, **over, "name": name, "step_overhead_s": T0, "per_sample_s": T1}
+        if lr is not None:
+            train["lr"] = lr
+        cfg = {"hardware": regime_hardware(regime), "sync": sync, "train": train}
+        strat = plugins.load("sync", name)(cfg["sync"])
+        opts = strat.options(cfg)
+        s = TrainSettings(batch_size=64, lr=float(train["lr"]), optimizer=str(train["optimizer"]),
+                          target_accuracy=self.target, stop="target", eval_every=CADENCE // 64,
+                          budget_updates=BUDGET // 64, seed=seed, budget_s=cap_s)
+        t = time.time()
+        r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
+        m = strat.metrics(r, st)
+        per = {k: [m.get(f"sync.worker{i}.{k}", 0.0) for i in range(W)] for k in ("compute_s", "wait_s", "comm_s", "queue_s")}
+        out = {"time": r.time_to_target_s, "updates": r.updates_to_target, "wall": time.time() - t, "per": per,
+               "dropped": m.get("sync.gradients_dropped", 0.0) + m.get("sync.pushes_rejected", 0.0),
+               "lr": float(train["lr"])}
+        print(f"  {regime} | {strategy} seed {seed} lr {train['lr']}: {out['time']} ({out['wall']:.0f} s wall)", flush=True)
+        return out
+
+
+def median_time(times) -> float | None:
+    m = statistics.median(math.inf if t is None else t for t in times)
+    return None if math.isinf(m) else float(m)
+
+
+def run_regime(args) -> tuple[str, dict]:
+    """Every strategy of one regime (allreduce first: the others' runs stop at cap x the best median so far)."""
+    regime, seeds, target, cap, lrs = args
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    b = Bench(target)
+    cells: dict = {}
+    best = None
+    for strategy in STRATEGIES:
+        cands = lrs or [None]
+        cell = None
+        for lr in cands:
+            runs = [b.run(regime, strategy, seed, None if best is None else cap * best, lr) for seed in range(seeds)]
+            med = median_time([r["time"] for r in runs])
+            c = {"median": med, "runs": runs, "lr": runs[0]["lr"], "cap": None if best is None else cap * best}
+            if cell is None or (med is not None and (cell["median"] is None or med < cell["median"])):
+                cell = c
+            if med is not None and (best is None or med < best):
+                best = med
+        cells[strategy] = cell
+    return regime, cells
+
+
+def breakdown(cell: dict) -> dict:
+    """Seed 0's per-worker seconds: the mean over workers and the range of the wait."""
+    per = cell["runs"][0]["per"]
+    mean = {k: sum(v) / len(v) for k, v in per.items()}
+    return {**mean, "wait_max": max(per["wait_s"]), "wait_min": min(per["wait_s"])}
+
+
+def fmt(cell: dict) -> str:
+    if cell["median"] is not None:
+        return f"{cell['median']:.3f}"
+    return f"> {cell['cap']:.2f}" if cell["cap"] else "missed"
+
+
+def table(results: dict) -> tuple[list[str], list[tuple[str, str, float | None]]]:
+    names = list(STRATEGIES)
+    lines = ["| regime | " + " | ".join(names) + " | best | best / allreduce |", "|---|" + "---|" * (len(names) + 2)]
+    verdicts = []
+    for regime, cells in results.items():
+        meds = {s: cells[s]["median"] for s in names if s in cells}
+        reached = {s: t for s, t in meds.items() if t is not None}
+        win = min(reached, key=reached.get) if reached else None
+        ar = meds.get("allreduce")
+        margin = ar / reached[win] if win and ar else None
+        row = [f"**{fmt(cells[s])}**" if s == win else fmt(cells[s]) for s in names]
+        lines.append(f"| {regime} | " + " | ".join(row) + f" | {win or '-'} | "
+                     + (f"{margin:.2f}x" if margin else "-") + " |")
+        verdicts.append((regime, win or "-", margin))
+    return lines, verdicts
+
+
+def breakdown_table(results: dict) -> list[str]:
+    lines = ["| regime | strategy | updates to target | compute | wait (min-max over workers) | comm | queue | "
+             "gradients dropped |", "|---|---|---|---|---|---|---|---|"]
+    for regime, cells in results.items():
+        for s, cell in cells.items():
+            r0 = cell["runs"][0]
+            bd = breakdown(cell)
+            upd = "-" if r0["updates"] is None else f"{r0['updates']:.0f}"
+            lines.append(f"| {regime} | {s} | {upd} | {bd['compute_s']:.3f} | "
+                         f"{bd['wait_s']:.3f} ({bd['wait_min']:.3f}-{bd['wait_max']:.3f}) | {bd['comm_s']:.3f} | "
+                         f"{bd['queue_s']:.3f} | {r0['dropped']:.0f} |")
+    return lines
+
+
+def plot(results: dict, path: Path, target: float, seeds: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import LinearSegmentedColormap, LogNorm
+
+    names, regimes = list(STRATEGIES), list(results)
+    ratio = np.full((len(regimes), len(names)), np.nan)
+    for i, reg in enumerate(regimes):
+        ar = results[reg]["allreduce"]["median"]
+        for j, s in enumerate(names):
+            t = results[reg][s]["median"]
+            if t is not None and ar:
+                ratio[i, j] = ar / t
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(regimes) + 2.2))
+    cmap = LinearSegmentedColormap.from_list("rb", ["#b2182b", "#f7f7f7", "#2166ac"])
+    cmap.set_bad("#cccccc")
+    lim = max(2.0, float(np.nanmax(np.abs(np.log2(ratio)))) if np.isfinite(ratio).any() else 2.0)
+    im = ax.imshow(ratio, cmap=cmap, norm=LogNorm(vmin=2 ** -lim, vmax=2 ** lim), aspect="auto")
+    palette = dict(zip(names, plt.cm.tab10.colors))
+    for i, reg in enumerate(regimes):
+        reached = {s: results[reg][s]["median"] for s in names if results[reg][s]["median"] is not None}
+        win = min(reached, key=reached.get) if reached else None
+        for j, s in enumerate(names):
+            c = results[reg][s]
+            txt = fmt(c) + " s" + (f"\n{ratio[i, j]:.2f}x" if np.isfinite(ratio[i, j]) else "")
+            ax.text(j, i, txt, ha="center", va="center", fontsize=7.5, fontweight="bold" if s == win else "normal")
+            if s == win:
+                ax.add_patch(plt.Rectangle((j - 0.48, i - 0.48), 0.96, 0.96, fill=False, lw=2.5, ec=palette[s]))
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_yticks(range(len(regimes)),
+                  [f"{r}  [best: {min((s for s in names if results[r][s]['median'] is not None), key=lambda s: results[r][s]['median'], default='-')}]"
+                   for r in regimes], fontsize=8)
+    cb = fig.colorbar(im, ax=ax, label="speedup over allreduce (allreduce time / this time)")
+    ticks = [2.0 ** k for k in range(-math.ceil(lim), math.ceil(lim) + 1) if abs(k) <= lim]
+    cb.set_ticks(ticks, labels=[f"{t:g}x" for t in ticks])
+    cb.minorticks_off()
+    ax.set_title(f"Sync strategy regime map, W = {W}, MNIST to {target:.0%}, virtual s to target "
+                 f"(median of {seeds} seed(s); best boxed)\nemulated: virtual clock, real gradients", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--target", type=float, default=0.97)
+    ap.add_argument("--cap", type=float, default=2.0, help="stop a run at this x the regime's best median so far")
+    ap.add_argument("--jobs", type=int, default=1, help="regimes run in parallel processes")
+    ap.add_argument("--regimes", default=None, help="indices into REGIMES (comma-separated; default all)")
+    ap.add_argument("--strategies", default=None, help="labels of STRATEGIES (comma-separated; default all)")
+    ap.add_argument("--lrs", default=None, help="tune lr over these (e.g. 0.004,0.008); default each conf's")
+    ap.add_argument("--cache", type=Path, default=None, help="keep each regime's cells in this JSON and reuse them")
+    ap.add_argument("--write", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None)
+    a = ap.parse_args(argv)
+    global STRATEGIES
+    if a.strategies:
+        STRATEGIES = {k: STRATEGIES[k] for k in a.strategies.split(",")}
+    regimes = [list(REGIMES)[int(i)] for i in a.regimes.split(",")] if a.regimes else list(REGIMES)
+    lrs = [float(x) for x in a.lrs.split(",")] if a.lrs else None
+    cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
+    t_start = time.time()
+    todo = [(r, a.seeds, a.target, a.cap, lrs) for r in regimes if r not in cache]
+    if a.jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(a.jobs) as pool:
+            for reg, cells in pool.imap_unordered(run_regime, todo):
+                cache[reg] = cells
+                if a.cache:
+                    a.cache.write_text(json.dumps(cache, indent=1))
+    else:
+        for args in todo:
+            reg, cells = run_regime(args)
+            cache[reg] = cells
+            if a.cache:
+                a.cache.write_text(json.dumps(cache, indent=1))
+    wall = time.time() - t_start
+    results = {r: cache[r] for r in regimes}
+    tab, verdicts = table(results)
+    cmd = "PYTHONPATH=. python benchmarks/sync_regimes.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = [f"# Sync strategies: the regime map (emulated: virtual clock, real gradients; {time.strftime('%Y-%m-%d')})", "",
+             f"W = {W} workers, MNIST CNN to {a.target:.0%}, time to target in virtual seconds, median of {a.seeds} "
+             f"seed(s) (a missed target counts as infinitely slow); compute model t = {T0} s + b x {T1} s per speed-1.0 "
+             f"worker; evaluation every {CADENCE} samples, crossing interpolated. A run stops at {a.cap:g}x the best "
+             "median of its regime so far (`> x`: stopped there, it cannot win). Bold: the best of the row; "
+             "best / allreduce: allreduce's time over the best's.", "",
+             f"Command (wall time {wall / 60:.1f} min on a shared 2-core machine"
+             f"{'' if not cache or len(todo) == len(regimes) else ', partly from --cache'}):", "",
+             f"    {cmd}", "", *tab, "",
+             "Best strategy per regime: " + "; ".join(f"{r}: **{w}**" + (f" ({m:.2f}x allreduce)" if m else "")
+                                                    for r, w, m in verdicts) + ".", "",
+             "![regime map](sync_regimes.png)", "",
+             "## Where the time goes (seed 0, mean seconds per worker up to the stop)", "",
+             *breakdown_table(results), ""]
+    text = "\n".join(lines) + "\n"
+    print(text, flush=True)
+    print(f"wall {wall:.0f} s")
+    if a.write:
+        a.write.write_text(text)
+    if a.plot:
+        plot(results, a.plot, a.target, a.seeds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
