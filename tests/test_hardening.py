@@ -209,3 +209,20 @@ def test_the_summary_of_a_pipeline_placement_speaks_in_time_per_sample():
     outcome["tags"]["placement.objective"] = "step"
     text = trial_summary(outcome, "speedup", 1.183)
     assert "placement: step time 0.2179 s (baseline 0.2179 s" in text and "(placement.baseline_step_time_s)" in text, text
+
+
+def test_a_measured_search_slower_than_its_baseline_returns_the_baseline():
+    """Issue 30: a measured-reward search whose answer measured slower than the baseline keeps the baseline's
+    placement; a faster answer, an unfit or missing baseline keep the search's."""
+    from types import SimpleNamespace as V
+
+    from orchestrator.phases.placement import keep_baseline
+
+    searched = V(value=0.12, feasible=True)
+    placement = object()
+    assert keep_baseline(searched, V(value=0.10, feasible=True), placement)
+    assert not keep_baseline(searched, V(value=0.13, feasible=True), placement)
+    assert not keep_baseline(searched, V(value=0.10, feasible=False), placement)
+    assert not keep_baseline(searched, V(value=float("nan"), feasible=True), placement)
+    assert not keep_baseline(searched, None, placement)
+    assert not keep_baseline(searched, V(value=0.10, feasible=True), None)

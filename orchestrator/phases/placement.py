@@ -164,9 +164,8 @@ class PlacementPhase:
             raise InfeasiblePlacementError(f"placer {self.names['placer']}'s placement does not fit in memory: {over}")
         base_label, base_placement, base = self.baseline(graph, worker, evaluator, model_spec)
         objective = getattr(evaluator, "objective", "step")
-        fallback = {}
-        if (reward != "simulated" and base is not None and base.feasible and base_placement is not None
-                and base.value < verdict.value):
+        fallback: dict[str, float] = {}
+        if reward != "simulated" and keep_baseline(verdict, base, base_placement):
             # a measured search can end slower than the baseline (noise, a budget too small): say so and
             # keep the better placement; the search's own answer stays in placement.searched_*
             print(f"placement: {self.names['placer']}'s answer measured {verdict.step_time_s:.4g} s per step, slower than "
@@ -319,3 +318,9 @@ class PlacementPhase:
             return None
         return placer.place(graph, worker, None, context).check(graph), strategy
 
+
+def keep_baseline(searched, base, base_placement) -> bool:
+    """A measured search's answer is replaced by the baseline's placement when the baseline fits and measured
+    faster (lower objective value): the trial never returns a placement slower than the one it is compared with."""
+    return (base is not None and base_placement is not None and bool(base.feasible)
+            and math.isfinite(base.value) and base.value < searched.value)
