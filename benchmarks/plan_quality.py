@@ -70,7 +70,7 @@ def main() -> int:
     plans = []
     for name in args.clusters:
         cluster = GpuCluster.from_directory(args.data).with_gpus(CLUSTERS[name])
-        bound = lower_bound(profile, cluster, args.batch)
+        bound = lower_bound(profile, cluster, args.batch, args.judge)
         rows = []
         for pname, cls in planners().items():
             ev = PlanEvaluator(simulator(args.judge), profile, cluster, args.batch)
@@ -124,7 +124,7 @@ def decompose(name: str, plan: Plan, profile: LayeredProfile, cluster: GpuCluste
     ck = [(f.compute_s / m, f.send_s / m) for f in stages]
     b = max(range(len(ck)), key=lambda i: sum(ck[i]))
     bubble = sum(c + k for c, k in ck) - sum(ck[b])
-    lb, t = lower_bound(profile, cluster, batch), e.iteration_s
+    lb, t = lower_bound(profile, cluster, batch, "sailor"), e.iteration_s
     return (f"| {name} | {t:.3f} | {lb:.3f} | {m} | {m * ck[b][0]:.3f} ({100 * (m * ck[b][0] / lb - 1):+.0f}%) | "
             f"{m * ck[b][1]:.3f} ({100 * m * ck[b][1] / t:.0f}%) | {bubble:.3f} ({100 * bubble / t:.0f}%) | "
             f"{e.sync_s:.3f} ({100 * e.sync_s / t:.0f}%) |")

@@ -29,13 +29,33 @@ import math
 import numpy as np
 
 from orchestrator.errors import UserError
-from orchestrator.plan import GpuCluster, LayeredProfile, Replica
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica
 
 
-def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
+def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
+                plan: Plan | None = None) -> float:
+    """The bound on either simulator (``simulator=None``: the work LP, valid for both); with
+    ``simulator="sailor"`` also the tighter bound on Sailor's formula (``sailor_lower_bound``), unless
+    ``plan`` is given and is not one Sailor's formula scores honestly (``sailor_scores_honestly``)."""
     u_min = _min_update(profile, cluster)
     t = min((work_lp(profile, cluster, global_batch, b) for b in _micro_batches(profile, cluster)), default=math.inf)
-    return t + (u_min if math.isfinite(u_min) else 0.0)
+    t += u_min if math.isfinite(u_min) else 0.0
+    if simulator == "sailor" and (plan is None or sailor_scores_honestly(plan)):
+        t = max(t, sailor_lower_bound(profile, cluster, global_batch))
+    return t
+
+
+def sailor_scores_honestly(plan: Plan) -> bool:
+    """Whether Sailor's formula charges ``plan`` all the work it does: every stage has at least as many
+    replicas as its pipeline's first (Sailor counts micro-batches by the first stage's replicas and charges
+    each stage one micro-batch's time), the last pipeline's first stage has at most the average of the
+    pipelines' first stages (Sailor counts micro-batches by the last one), and every TP group sits on one
+    machine (Sailor drops the computation of a TP group across machines)."""
+    firsts = [p.stages[0].dp for p in plan.pipelines]
+    if firsts[-1] * len(firsts) > sum(firsts):
+        return False
+    return all(s.dp >= p.stages[0].dp and all(r.machines == 1 for r in s.replicas)
+               for p in plan.pipelines for s in p.stages)
 
 
 def _micro_batches(profile: LayeredProfile, cluster: GpuCluster) -> list[int]:
@@ -156,3 +176,209 @@ def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs
     if res.status != 0:
         return math.inf
     return float(res.x[-1])
+
+
+# -- Sailor's metric: a tighter bound for the plans it scores honestly ----------------------------------------
+
+def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+                       detail: dict[str, float] | None = None) -> float:
+    """A lower bound on Sailor's figure (``planner.simulator=sailor``) of every plan it scores honestly
+    (docs/plans.md, "The bound on Sailor's metric"): every stage has at least as many replicas as its
+    pipeline's first, the last pipeline's first stage at most the average, TP groups inside one machine.
+
+    For a micro-batch size ``b`` and ``N = P dp_0`` columns (``m = ceil(B / (b N))``, Sailor's count):
+
+        C(b, N)  the column LP: the slowest stage's micro-batch, with the columns' memory (``column_lp``)
+        W(b)     = sum_l min over kinds of (fwd_l + bwd_l)(g, b, tp)   one micro-batch through every layer
+        A(N)     = min(ring_N(MM(floor(G / N)) / 4), [N not prime] ring_2+(largest layer))
+        bound    = min over b, N of (m - 1) C + max(C, W) + min update + A(N)
+
+    with ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
+    parts, ``G`` the cluster's GPUs and each ring Sailor's bucketed ring on the fastest one-GPU link."""
+    u_min = _min_update(profile, cluster)
+    u_min = u_min if math.isfinite(u_min) else 0.0
+    G = sum(n for n in cluster.gpus.values() if n > 0)
+    if G < 1:
+        return math.inf
+    ar = _sailor_allreduce_floor(profile, cluster, G)
+    best, where = math.inf, (0, 0, 0.0, 0.0)
+    grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
+    for b in _micro_batches(profile, cluster):
+        w = _one_pass(profile, cluster, b)
+        per_column = [column_lp(profile, cluster, b, n) for n in grid]     # C(n) / n, nondecreasing in n
+        for i, n0 in enumerate(grid):
+            v = per_column[i]
+            if not math.isfinite(v):
+                break                                      # the columns' memory: no more columns fit
+            top = grid[i + 1] if i + 1 < len(grid) else G + 1
+            for n in range(n0, top):
+                m = math.ceil(global_batch / (b * n))
+                c = v * n
+                t = (m - 1) * c + max(c, w) + u_min + ar[n]
+                if t < best:
+                    best, where = t, (b, n, c, w)
+    if detail is not None and math.isfinite(best):
+        b, n, c, w = where
+        m = math.ceil(global_batch / (b * n))
+        detail.update({"mbs": b, "columns": n, "micro_batches": m, "work_s": m * c, "bubble_s": max(c, w) - c,
+                       "update_s": u_min, "allreduce_s": ar[n]})
+    return best
+
+
+def column_lp(profile: LayeredProfile, cluster: GpuCluster, mbs: int, columns: int) -> float:
+    """C(b, N) / N: the least bottleneck per column over ``N`` columns (each a chain of replicas holding every
+    layer once), relaxed: x_lk the share of the columns that run layer ``l`` on kind ``k = (g, tp)``,
+
+        min C  s.t.  sum_k x_lk = 1,  N sum_{l, k of g} x_lk e_lk <= N_g C,  N sum_{l, k of g} x_lk tp w_lk <= N_g
+
+    with ``e_lk = tp ((fwd + bwd)_l + [not whole] kappa / cap)`` the GPU-seconds of a micro-batch (as in the
+    work LP) and ``w_lk`` the layer's share of one replica's memory (the looser simulator's rule, one
+    micro-batch in flight): a replica holds layers whose shares sum to at most 1 on its ``tp`` GPUs.
+    Returns +inf where the columns cannot hold the model."""
+    from scipy.optimize import linprog
+
+    kinds: list[tuple[str, int]] = []
+    e_cols, w_cols = [], []
+    sizes_of = {}
+    for g, tp in _kinds(profile, cluster, mbs):
+        cap, whole = capacity(profile, cluster, g, tp, mbs)
+        if cap < 1:
+            continue
+        penalty = 0.0 if whole else min_transfer(profile, cluster, g, tp, mbs) / cap
+        t = profile.layer_times(g, mbs, tp)
+        sizes = sizes_of.setdefault(tp, profile.layer_sizes(tp))
+        share = np.full(profile.num_layers, math.inf)
+        for sim in _simulators():
+            try:
+                need, limit = sim.stage_memory(profile, tp, g, mbs, 1, 0, 1, cluster)
+            except UserError:
+                continue
+            fixed = float(need(0.0, 0.0))
+            if limit <= fixed:
+                continue
+            p = np.asarray(sizes.params, dtype=float)
+            a = np.asarray(sizes.act_mem, dtype=float)
+            share = np.minimum(share, (np.asarray(need(p, a), dtype=float) - fixed) / (limit - fixed))
+        if not np.isfinite(share).all():
+            continue
+        kinds.append((g, tp))
+        e_cols.append(np.array([(f + bw + penalty) * tp for f, bw, _ in t]))
+        w_cols.append(tp * np.maximum(share, 0.0))
+    if not kinds:
+        return math.inf
+    types = sorted({g for g, _ in kinds})
+    counts = {g: sum(n for (gg, _), n in cluster.gpus.items() if gg == g) for g in types}
+    L, K = profile.num_layers, len(kinds)
+    n = L * K + 1
+    c = np.zeros(n)
+    c[-1] = 1.0
+    a_eq = np.zeros((L, n))
+    for layer in range(L):
+        a_eq[layer, layer * K:(layer + 1) * K] = 1.0
+    a_ub = np.zeros((2 * len(types), n))
+    b_ub = np.zeros(2 * len(types))
+    for ti, g in enumerate(types):
+        for ki, (gk, _) in enumerate(kinds):
+            if gk != g:
+                continue
+            a_ub[2 * ti, np.arange(L) * K + ki] = columns * e_cols[ki]
+            a_ub[2 * ti + 1, np.arange(L) * K + ki] = columns * w_cols[ki]
+        a_ub[2 * ti, -1] = -counts[g]
+        b_ub[2 * ti + 1] = counts[g]
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(L), bounds=[(0, None)] * n, method="highs")
+    if res.status != 0:
+        return math.inf
+    return float(res.x[-1]) / columns * (1 - 1e-9)
+
+
+def _kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int):
+    for (g, _), n in cluster.gpus.items():
+        if n <= 0 or g not in profile.times or mbs not in profile.times[g]:
+            continue
+        per_node = cluster.gpu_type(g).gpus_per_node
+        for tp in profile.tp_degrees(g, mbs):
+            if tp <= min(per_node, n):
+                yield g, tp
+
+
+def _one_pass(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> float:
+    """W(b): a micro-batch's forward + backward through every layer, each on its fastest kind (a pipeline's
+    ``sum_s c_s`` is at least this)."""
+    best = np.full(profile.num_layers, math.inf)
+    for g, tp in _kinds(profile, cluster, mbs):
+        t = np.array([f + bw for f, bw, _ in profile.layer_times(g, mbs, tp)])
+        best = np.minimum(best, t)
+    return float(best.sum()) if np.isfinite(best).all() else 0.0
+
+
+def _minmax_parts(sizes: np.ndarray, parts: int) -> float:
+    """The least largest part of a contiguous split of ``sizes`` into at most ``parts`` parts (bisection on
+    the answer with a greedy check; the value returned is at most the optimum)."""
+    parts = max(1, min(parts, len(sizes)))
+    lo, hi = float(sizes.max()), float(sizes.sum())
+
+    def need(cap: float) -> int:
+        k, run = 1, 0.0
+        for x in sizes:
+            if run + x > cap:
+                k, run = k + 1, x
+            else:
+                run += x
+        return k
+
+    for _ in range(100):
+        if hi - lo <= 1e-9 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if need(mid) <= parts:
+            hi = mid
+        else:
+            lo = mid
+    return lo * (1 - 1e-9)
+
+
+def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int) -> list[float]:
+    """A(N) for N = 0 .. G (A(0) = A(1) = 0): the least ``T_sync`` of Sailor's formula over plans of ``N``
+    columns. One pipeline (N = dp_0): its largest stage (at least ``MM(floor(G / N))`` bytes: each stage
+    has at least ``N`` GPUs) all-reduced over at least ``N`` replicas, the bytes divided by at most 4 (the
+    smallest TP degree, capped at 4 as published). ``P >= 2`` pipelines (``P`` divides ``N``): the ring
+    across them carries the longest pipeline's largest stage, at least the largest layer, undivided. Each
+    ring is the cheapest over the cluster's one-GPU inter-node links, every ring size from the least allowed
+    to ``G`` and a grid of sizes from the least to the model's bytes (the fits' times rise with the size
+    there; the grid keeps the floor honest if one did not)."""
+    from orchestrator.hardware.links import bucketed_allreduce_time
+    from orchestrator.planning.sailor import BUCKET_BYTES, _raw
+
+    fb = profile.float_bytes
+    params = np.array(profile.layer_sizes(1).params, dtype=float) * fb
+    present = [(g, z) for (g, z), n in cluster.gpus.items() if n > 0]
+    links = []
+    for ga, za in present:
+        for gb, zb in present:
+            try:
+                links.append(_raw(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
+            except UserError:
+                continue
+    if not links:
+        return [0.0] * (G + 1)
+    cache: dict[float, np.ndarray] = {}
+
+    def ring(nbytes: float, least: int) -> float:
+        if nbytes not in cache:
+            sizes = np.geomspace(nbytes, max(nbytes, params.sum()), 48)
+            per_k = np.full(G + 2, math.inf)
+            for k in range(2, G + 1):
+                for link in links:
+                    t = float(np.min(np.asarray(bucketed_allreduce_time(link, sizes, k, BUCKET_BYTES), dtype=float)))
+                    per_k[k] = min(per_k[k], t)
+            cache[nbytes] = np.minimum.accumulate(per_k[::-1])[::-1]          # the least over ring sizes >= k
+        t = float(cache[nbytes][max(least, 2)])
+        return max(t, 0.0) if math.isfinite(t) else 0.0
+
+    largest_layer = ring(float(params.max()), 2)
+    out = [0.0, 0.0]
+    for n in range(2, G + 1):
+        one = ring(_minmax_parts(params, G // n) / 4.0, n)
+        many = largest_layer if any(n % p == 0 for p in range(2, n)) else math.inf
+        out.append(min(one, many))
+    return out

@@ -94,7 +94,7 @@ class PlanningPhase:
         metrics.update(getattr(self.planner, "stats", {}) or {})
         from orchestrator.planning.bound import lower_bound
 
-        bound = lower_bound(profile, cluster, batch)
+        bound = lower_bound(profile, cluster, batch, est.simulator, plan)
         if bound < float("inf"):
             metrics["plan.bound_iteration_s"] = bound
             metrics["plan.optimality_gap"] = est.iteration_s / bound - 1.0
