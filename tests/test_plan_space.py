@@ -166,5 +166,9 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     detail: dict[str, float] = {}
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
     b = sailor_lower_bound(profile, cluster, 1024, detail)
-    assert b == pytest.approx(3.330, abs=2e-3)
-    assert detail["allreduce_s"] > 0.05
+    assert b == pytest.approx(3.390, abs=2e-3)
+    assert lower_bound(profile, cluster, 1024) == pytest.approx(3.221, abs=2e-3)       # the work bound alone
+    assert detail["allreduce_s"] > 0.05 and detail["columns"] == 16
+    # plans of one pipeline only, or of several only: each at least the bound over both
+    assert sailor_lower_bound(profile, cluster, 1024, pipelines="one") >= b - 1e-12
+    assert sailor_lower_bound(profile, cluster, 1024, pipelines="several") >= b - 1e-12

@@ -40,20 +40,27 @@ def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
     u_min = _min_update(profile, cluster)
     t = min((work_lp(profile, cluster, global_batch, b) for b in _micro_batches(profile, cluster)), default=math.inf)
     t += u_min if math.isfinite(u_min) else 0.0
-    if simulator == "sailor" and (plan is None or sailor_scores_honestly(plan)):
+    if simulator == "sailor" and (plan is None or sailor_scores_honestly(plan, profile, cluster)):
         t = max(t, sailor_lower_bound(profile, cluster, global_batch))
     return t
 
 
-def sailor_scores_honestly(plan: Plan) -> bool:
+def sailor_scores_honestly(plan: Plan, profile: LayeredProfile | None = None, cluster: GpuCluster | None = None) -> bool:
     """Whether Sailor's formula charges ``plan`` all the work it does: every stage has at least as many
     replicas as its pipeline's first (Sailor counts micro-batches by the first stage's replicas and charges
     each stage one micro-batch's time), the last pipeline's first stage has at most the average of the
     pipelines' first stages (Sailor counts micro-batches by the last one), and every TP group sits on one
-    machine (Sailor drops the computation of a TP group across machines)."""
+    machine (Sailor drops the computation of a TP group across machines); and, given the profile and the
+    cluster, the ring across pipelines Sailor charges (the longest pipeline's stages) is at least the one
+    any pipeline's stages need (``cross_pipeline_undercharge``)."""
     firsts = [p.stages[0].dp for p in plan.pipelines]
     if firsts[-1] * len(firsts) > sum(firsts):
         return False
+    if profile is not None and cluster is not None and len(plan.pipelines) > 1:
+        from orchestrator.planning.sailor import cross_pipeline_undercharge
+
+        if cross_pipeline_undercharge(plan, profile, cluster) > 1e-12:
+            return False
     return all(s.dp >= p.stages[0].dp and all(r.machines == 1 for r in s.replicas)
                for p in plan.pipelines for s in p.stages)
 
@@ -181,36 +188,37 @@ def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs
 # -- Sailor's metric: a tighter bound for the plans it scores honestly ----------------------------------------
 
 def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
-                       detail: dict[str, float] | None = None) -> float:
+                       detail: dict[str, float] | None = None, pipelines: str = "any") -> float:
     """A lower bound on Sailor's figure (``planner.simulator=sailor``) of every plan it scores honestly
-    (docs/plans.md, "The bound on Sailor's metric"): every stage has at least as many replicas as its
-    pipeline's first, the last pipeline's first stage at most the average, TP groups inside one machine.
+    (docs/plans.md, "The bound on Sailor's metric", ``sailor_scores_honestly``): every stage has at least as
+    many replicas as its pipeline's first, the last pipeline's first stage at most the average, TP groups
+    inside one machine, the ring across pipelines at least what every pipeline's stages need.
 
     For a micro-batch size ``b`` and ``N = P dp_0`` columns (``m = ceil(B / (b N))``, Sailor's count):
 
         C(b, N)  the column LP: the slowest stage's micro-batch, with the columns' memory (``column_lp``)
         W(b)     = sum_l min over kinds of (fwd_l + bwd_l)(g, b, tp)   one micro-batch through every layer
-        A(N)     = min(ring_N(MM(floor(G / N)) / 4), [N not prime] ring_2+(largest layer))
+        A(N)     = min(ring_N(max(P / floor(G / N), MM(floor(G / N)) / 4)), ring_2+(MM(floor(G / N))))
         bound    = min over b, N of (m - 1) C + max(C, W) + min update + A(N)
 
-    with ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
+    ``pipelines="one"`` or ``"several"``: the bound over plans of one pipeline, or of two or more, only.
+    With ``P`` the parameter bytes, ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
     parts, ``G`` the cluster's GPUs and each ring Sailor's bucketed ring on the fastest one-GPU link."""
     u_min = _min_update(profile, cluster)
     u_min = u_min if math.isfinite(u_min) else 0.0
     G = sum(n for n in cluster.gpus.values() if n > 0)
     if G < 1:
         return math.inf
-    ar = _sailor_allreduce_floor(profile, cluster, G)
+    ar = _sailor_allreduce_floor(profile, cluster, G, pipelines)
     best, where = math.inf, (0, 0, 0.0, 0.0)
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
     for b in _micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
-        per_column = [column_lp(profile, cluster, b, n) for n in grid]     # C(n) / n, nondecreasing in n
         for i, n0 in enumerate(grid):
-            v = per_column[i]
+            top = grid[i + 1] if i + 1 < len(grid) else G + 1
+            v = column_lp(profile, cluster, b, n0, top - 1)              # C(n) / n for n0 <= n < top
             if not math.isfinite(v):
                 break                                      # the columns' memory: no more columns fit
-            top = grid[i + 1] if i + 1 < len(grid) else G + 1
             for n in range(n0, top):
                 m = math.ceil(global_batch / (b * n))
                 c = v * n
@@ -225,70 +233,84 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     return best
 
 
-def column_lp(profile: LayeredProfile, cluster: GpuCluster, mbs: int, columns: int) -> float:
-    """C(b, N) / N: the least bottleneck per column over ``N`` columns (each a chain of replicas holding every
-    layer once), relaxed: x_lk the share of the columns that run layer ``l`` on kind ``k = (g, tp)``,
+def column_lp(profile: LayeredProfile, cluster: GpuCluster, mbs: int, columns: int, most: int | None = None) -> float:
+    """C(b, N) / N, for every N from ``columns`` to ``most`` (default: ``columns``): the least bottleneck per
+    column over N columns (each a chain of replicas, one per stage, holding every layer once), relaxed:
+    x_lk the share of the columns that run layer ``l`` on kind ``k = (g, tp)``, ``V_g`` the GPU-seconds of
+    type g per column and per unit of C (``n_g C / N`` with ``n_g`` the GPUs of g in the columns),
 
-        min C  s.t.  sum_k x_lk = 1,  N sum_{l, k of g} x_lk e_lk <= N_g C,  N sum_{l, k of g} x_lk tp w_lk <= N_g
+        min v  s.t.  sum_k x_lk = 1,  sum_{l, k of g} x_lk e_lk <= V_g,  V_g <= N_g v,
+                     sum_g V_g <= most L tp_max v,  columns sum_{l, k of g} x_lk w_lk <= N_g
 
     with ``e_lk = tp ((fwd + bwd)_l + [not whole] kappa / cap)`` the GPU-seconds of a micro-batch (as in the
-    work LP) and ``w_lk`` the layer's share of one replica's memory (the looser simulator's rule, one
-    micro-batch in flight): a replica holds layers whose shares sum to at most 1 on its ``tp`` GPUs.
-    Returns +inf where the columns cannot hold the model."""
+    work LP), ``w_lk`` the layer's share of one replica's memory times ``tp`` (the looser simulator's rule,
+    one micro-batch in flight: a replica holds layers whose shares sum to at most 1 on its ``tp`` GPUs) and
+    ``L tp_max`` the most GPUs a column can hold (at most L stages, one replica of at most ``tp_max`` GPUs
+    each). Every N in the range has C(b, N) / N at least this (the memory row is loosest at the fewest
+    columns, the GPU row at the most). +inf where the columns cannot hold the model."""
     from scipy.optimize import linprog
 
+    most = columns if most is None else most
     kinds: list[tuple[str, int]] = []
     e_cols, w_cols = [], []
-    sizes_of = {}
     for g, tp in _kinds(profile, cluster, mbs):
         cap, whole = capacity(profile, cluster, g, tp, mbs)
         if cap < 1:
             continue
         penalty = 0.0 if whole else min_transfer(profile, cluster, g, tp, mbs) / cap
-        t = profile.layer_times(g, mbs, tp)
-        sizes = sizes_of.setdefault(tp, profile.layer_sizes(tp))
-        share = np.full(profile.num_layers, math.inf)
-        for sim in _simulators():
-            try:
-                need, limit = sim.stage_memory(profile, tp, g, mbs, 1, 0, 1, cluster)
-            except UserError:
-                continue
-            fixed = float(need(0.0, 0.0))
-            if limit <= fixed:
-                continue
-            p = np.asarray(sizes.params, dtype=float)
-            a = np.asarray(sizes.act_mem, dtype=float)
-            share = np.minimum(share, (np.asarray(need(p, a), dtype=float) - fixed) / (limit - fixed))
-        if not np.isfinite(share).all():
+        share = _memory_share(profile, cluster, g, tp, mbs)
+        if share is None:
             continue
         kinds.append((g, tp))
-        e_cols.append(np.array([(f + bw + penalty) * tp for f, bw, _ in t]))
-        w_cols.append(tp * np.maximum(share, 0.0))
+        e_cols.append(np.array([(f + bw + penalty) * tp for f, bw, _ in profile.layer_times(g, mbs, tp)]))
+        w_cols.append(tp * share)
     if not kinds:
         return math.inf
     types = sorted({g for g, _ in kinds})
     counts = {g: sum(n for (gg, _), n in cluster.gpus.items() if gg == g) for g in types}
-    L, K = profile.num_layers, len(kinds)
-    n = L * K + 1
+    tp_max = max(tp for _, tp in kinds)
+    L, K, G = profile.num_layers, len(kinds), len(types)
+    n = L * K + G + 1                                 # x (L x K, row-major), V (G), v
     c = np.zeros(n)
     c[-1] = 1.0
     a_eq = np.zeros((L, n))
     for layer in range(L):
         a_eq[layer, layer * K:(layer + 1) * K] = 1.0
-    a_ub = np.zeros((2 * len(types), n))
-    b_ub = np.zeros(2 * len(types))
+    a_ub = np.zeros((3 * G + 1, n))
+    b_ub = np.zeros(3 * G + 1)
     for ti, g in enumerate(types):
         for ki, (gk, _) in enumerate(kinds):
-            if gk != g:
-                continue
-            a_ub[2 * ti, np.arange(L) * K + ki] = columns * e_cols[ki]
-            a_ub[2 * ti + 1, np.arange(L) * K + ki] = columns * w_cols[ki]
-        a_ub[2 * ti, -1] = -counts[g]
-        b_ub[2 * ti + 1] = counts[g]
+            if gk == g:
+                a_ub[3 * ti, np.arange(L) * K + ki] = e_cols[ki]
+                a_ub[3 * ti + 1, np.arange(L) * K + ki] = columns * w_cols[ki]
+        a_ub[3 * ti, L * K + ti] = -1.0
+        b_ub[3 * ti + 1] = counts[g]
+        a_ub[3 * ti + 2, L * K + ti] = 1.0
+        a_ub[3 * ti + 2, -1] = -counts[g]
+    a_ub[3 * G, L * K:L * K + G] = 1.0
+    a_ub[3 * G, -1] = -most * L * tp_max
     res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(L), bounds=[(0, None)] * n, method="highs")
     if res.status != 0:
         return math.inf
-    return float(res.x[-1]) / columns * (1 - 1e-9)
+    return float(res.x[-1]) * (1 - 1e-9)
+
+
+def _memory_share(profile: LayeredProfile, cluster: GpuCluster, g: str, tp: int, mbs: int) -> np.ndarray | None:
+    """Each layer's share of one replica's memory (the looser simulator's rule, one micro-batch in flight):
+    a replica holds layers whose shares sum to at most 1."""
+    sizes = profile.layer_sizes(tp)
+    p = np.asarray(sizes.params, dtype=float)
+    a = np.asarray(sizes.act_mem, dtype=float)
+    share = np.full(profile.num_layers, math.inf)
+    for sim in _simulators():
+        try:
+            need, limit = sim.stage_memory(profile, tp, g, mbs, 1, 0, 1, cluster)
+        except UserError:
+            continue
+        fixed = float(need(0.0, 0.0))
+        if limit > fixed:
+            share = np.minimum(share, (np.asarray(need(p, a), dtype=float) - fixed) / (limit - fixed))
+    return np.maximum(share, 0.0) if np.isfinite(share).all() else None
 
 
 def _kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int):
@@ -337,11 +359,13 @@ def _minmax_parts(sizes: np.ndarray, parts: int) -> float:
     return lo * (1 - 1e-9)
 
 
-def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int) -> list[float]:
+def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int, pipelines: str = "any") -> list[float]:
     """A(N) for N = 0 .. G (A(0) = A(1) = 0): the least ``T_sync`` of Sailor's formula over plans of ``N``
-    columns. One pipeline (N = dp_0): its largest stage (at least ``MM(floor(G / N))`` bytes: each stage
-    has at least ``N`` GPUs) all-reduced over at least ``N`` replicas, the bytes divided by at most 4 (the
-    smallest TP degree, capped at 4 as published). ``P >= 2`` pipelines (``P`` divides ``N``): the ring
+    columns. One pipeline (N = dp_0): some stage ``s`` all-reduces at least ``P_s / min(4, tp_s)`` bytes
+    over at least ``N`` replicas. Take the column with the fewest GPUs, ``n <= floor(G / N)``: its replica
+    of stage ``s`` has ``tp_s`` at least the stage's smallest TP degree, and ``max_s P_s / tp_s >= sum_s
+    P_s / sum_s tp_s = P / n`` (the mediant), so the bytes are at least ``P / floor(G / N)``; and at least
+    ``MM(floor(G / N)) / 4`` (each stage has at least ``N`` GPUs). ``P >= 2`` pipelines (``P`` divides ``N``): the ring
     across them carries the longest pipeline's largest stage, at least the largest layer, undivided. Each
     ring is the cheapest over the cluster's one-GPU inter-node links, every ring size from the least allowed
     to ``G`` and a grid of sizes from the least to the model's bytes (the fits' times rise with the size
@@ -375,10 +399,10 @@ def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int
         t = float(cache[nbytes][max(least, 2)])
         return max(t, 0.0) if math.isfinite(t) else 0.0
 
-    largest_layer = ring(float(params.max()), 2)
-    out = [0.0, 0.0]
+    out = [0.0, math.inf if pipelines == "several" else 0.0]
     for n in range(2, G + 1):
-        one = ring(_minmax_parts(params, G // n) / 4.0, n)
-        many = largest_layer if any(n % p == 0 for p in range(2, n)) else math.inf
-        out.append(min(one, many))
+        one = ring(max(_minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n)
+        many = ring(_minmax_parts(params, G // n), 2)                        # P pipelines, 2 <= P <= N
+        out.append({"one": one, "several": many}.get(pipelines, min(one, many)))
     return out
+
