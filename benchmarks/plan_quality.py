@@ -21,8 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.errors import UserError  # noqa: E402
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
-from orchestrator.planning.bound import lower_bound, sailor_scores_honestly  # noqa: E402
+from orchestrator.planning.bound import lower_bound  # noqa: E402
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator  # noqa: E402
+from orchestrator.planning.sailor_bound import plan_bound, sailor_scores_honestly  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "workloads" / "sailor"
 CLUSTERS = {"32 A100-40": {"A100-40": 32}, "32 A100-40 + 96 V100-16": {"A100-40": 32, "V100-16": 96},
@@ -70,7 +71,7 @@ def main() -> int:
     plans = []
     for name in args.clusters:
         cluster = GpuCluster.from_directory(args.data).with_gpus(CLUSTERS[name])
-        bound = lower_bound(profile, cluster, args.batch, args.judge)
+        bound = plan_bound(profile, cluster, args.batch, args.judge)
         generic = lower_bound(profile, cluster, args.batch)           # for plans Sailor's formula under-charges
         rows = []
         for pname, cls in planners().items():
@@ -128,7 +129,7 @@ def decompose(name: str, plan: Plan, profile: LayeredProfile, cluster: GpuCluste
     ck = [(f.compute_s / m, f.send_s / m) for f in stages]
     b = max(range(len(ck)), key=lambda i: sum(ck[i]))
     bubble = sum(c + k for c, k in ck) - sum(ck[b])
-    lb, t = lower_bound(profile, cluster, batch, "sailor"), e.iteration_s
+    lb, t = plan_bound(profile, cluster, batch, "sailor"), e.iteration_s
     return (f"| {name} | {t:.3f} | {lb:.3f} | {m} | {m * ck[b][0]:.3f} ({100 * (m * ck[b][0] / lb - 1):+.0f}%) | "
             f"{m * ck[b][1]:.3f} ({100 * m * ck[b][1] / t:.0f}%) | {bubble:.3f} ({100 * bubble / t:.0f}%) | "
             f"{e.sync_s:.3f} ({100 * e.sync_s / t:.0f}%) |")

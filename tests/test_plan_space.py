@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Replica, Stage
-from orchestrator.planning.bound import lower_bound, sailor_lower_bound, sailor_scores_honestly
+from orchestrator.planning.bound import lower_bound
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
+from orchestrator.planning.sailor_bound import plan_bound, sailor_lower_bound, sailor_scores_honestly
 
 SAILOR = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "sailor"
 pytestmark = pytest.mark.skipif(not SAILOR.is_dir(), reason="needs ../shared/workloads/sailor")
@@ -130,7 +131,7 @@ def test_the_sailor_bound_is_below_the_exhaustive_optimum(profile, gpus):
     cluster = _cluster(gpus)
     batch = 64
     best = _exhaustive(profile, cluster, batch)
-    bound = lower_bound(profile, cluster, batch, "sailor")
+    bound = plan_bound(profile, cluster, batch, "sailor")
     assert math.isfinite(best)
     assert lower_bound(profile, cluster, batch) <= bound <= best
 
@@ -141,7 +142,7 @@ def test_the_sailor_bound_is_below_every_published_plan_it_covers(profile):
         cluster = _cluster(doc["cluster"])
         plan = Plan.from_sailor(doc)
         t = simulator("sailor").estimate(plan, profile, cluster, doc["gbs"]).iteration_s
-        bound = lower_bound(profile, cluster, doc["gbs"], "sailor", plan)
+        bound = plan_bound(profile, cluster, doc["gbs"], "sailor", plan)
         assert bound <= t, f.name
 
 
@@ -152,7 +153,7 @@ def test_the_sailor_bound_is_below_the_planners_plans_and_tighter_than_the_work_
 
     for gpus in ({"A100-40": 8, "V100-16": 16}, {"A100-40": 4, "V100-16": 12}, {"GH-96": 8}):
         cluster = _cluster(gpus)
-        bound = lower_bound(profile, cluster, 1024, "sailor")
+        bound = plan_bound(profile, cluster, 1024, "sailor")
         assert lower_bound(profile, cluster, 1024) < bound
         for cls, cfg in ((JointPlanner, {"budget_s": 1.0}), (AMPPlanner, {}), (MetisPlanner, {})):
             ev = PlanEvaluator(simulator("sailor"), profile, cluster, 1024)

@@ -2,7 +2,7 @@
 each its own pipeline with its own data-parallel degree and stage structure, sharing the cluster's GPUs,
 the global batch split between them by their throughput (a load-balanced split; the project's simulator
 runs each pipeline's ``batch``). On Sailor's metric a plan is kept only if the formula scores it honestly
-(``bound.sailor_scores_honestly``: every pipeline runs ``ceil(B / (mbs dp_0,last P))`` micro-batches and the
+(``sailor_bound.sailor_scores_honestly``: every pipeline runs ``ceil(B / (mbs dp_0,last P))`` micro-batches and the
 ring across pipelines must carry every pipeline's stages)."""
 
 from __future__ import annotations

@@ -238,8 +238,8 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     # several pipeline classes: two of the best templates side by side, the batch split by their speed
     n_classes = n_class_tried = n_class_refused = 0
     if classes and objective.kind != "cost" and best is not None:
-        from orchestrator.planning.bound import sailor_scores_honestly
         from orchestrator.planning.classes import class_plans
+        from orchestrator.planning.sailor_bound import sailor_scores_honestly
 
         honest_only = getattr(evaluator.sim, "name", "") == "sailor"
         for plan in class_plans(ranked, cluster, B):
@@ -266,7 +266,7 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     improved = True
     honest = getattr(evaluator.sim, "name", "") != "sailor"
     if not honest:
-        from orchestrator.planning.bound import sailor_scores_honestly
+        from orchestrator.planning.sailor_bound import sailor_scores_honestly
     while improved and time.perf_counter() < deadline:
         improved = False
         for plan in _neighbours(best[1], profile.num_layers, cluster):
