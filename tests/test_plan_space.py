@@ -173,3 +173,23 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     # plans of one pipeline only, or of several only: each at least the bound over both
     assert sailor_lower_bound(profile, cluster, 1024, pipelines="one") >= b - 1e-12
     assert sailor_lower_bound(profile, cluster, 1024, pipelines="several") >= b - 1e-12
+
+
+def test_joint_tries_pipeline_classes_and_refuses_what_sailors_formula_under_charges(profile):
+    from orchestrator.planning.search import _neighbours, search
+
+    cluster = _cluster({"A100-40": 8, "V100-16": 16})
+    ev = PlanEvaluator(simulator("sailor"), profile, cluster, 1024)
+    plan, est, stats = search(profile, cluster, PlanObjective(), ev, budget_s=4.0)
+    assert est.fits and sailor_scores_honestly(plan, profile, cluster)
+    assert stats["plan.class_plans_judged"] + stats["plan.class_plans_refused"] > 0
+    # the local search offers a stage its own degree, on top of the moves of every stage at once
+    moves = list(_neighbours(plan, profile.num_layers, _cluster({"A100-40": 80, "V100-16": 160})))
+    degrees = {tuple(s.dp for s in m.pipelines[0].stages) for m in moves}
+    assert len(plan.pipelines[0].stages) > 1 and any(len(set(d)) > 1 for d in degrees)
+    # the project's simulator runs each pipeline's batch: there two pipelines with their own shares win
+    ev = PlanEvaluator(simulator("project"), profile, cluster, 1024)
+    two, est2, stats = search(profile, cluster, PlanObjective(), ev, budget_s=4.0)
+    assert est2.fits and stats["plan.class_plans_refused"] == 0 and stats["plan.pipeline_classes"] >= 1
+    assert len(two.pipelines) == 2 and sum(p.batch for p in two.pipelines) == 1024
+    assert est2.iteration_s < simulator("project").estimate(plan, profile, cluster, 1024).iteration_s
