@@ -231,9 +231,11 @@ def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int
     over at least ``N`` replicas. Take the column with the fewest GPUs, ``n <= floor(G / N)``: its replica
     of stage ``s`` has ``tp_s`` at least the stage's smallest TP degree, and ``max_s P_s / tp_s >= sum_s
     P_s / sum_s tp_s = P / n`` (the mediant), so the bytes are at least ``P / floor(G / N)``; and at least
-    ``MM(floor(G / N)) / 4`` (each stage has at least ``N`` GPUs). ``P >= 2`` pipelines (``P`` divides ``N``): the ring
-    across them carries the longest pipeline's largest stage, at least the largest layer, undivided. Each
-    ring is the cheapest over the cluster's one-GPU inter-node links, every ring size from the least allowed
+    ``MM(floor(G / N)) / 4`` (each stage has at least ``N`` GPUs). ``P >= 2`` pipelines (``N = P dp_0,last``,
+    ``2 <= P <= N``): the ring across them carries the longest pipeline's stages undivided, and for a plan
+    Sailor scores honestly that is at least what any pipeline's stages need; the plan has at least ``N``
+    columns on at most ``G`` GPUs, so some column has at most ``floor(G / N)`` GPUs, its pipeline at most that
+    many stages, and a stage of at least ``MM(floor(G / N))`` bytes. Each ring is the cheapest over the cluster's one-GPU inter-node links, every ring size from the least allowed
     to ``G`` and a grid of sizes from the least to the model's bytes (the fits' times rise with the size
     there; the grid keeps the floor honest if one did not)."""
     from orchestrator.planning.sailor import BUCKET_BYTES, _raw
