@@ -8,6 +8,7 @@ ring across pipelines must carry every pipeline's stages)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.plan import GpuCluster, Pipeline, Plan, Stage
@@ -31,7 +32,8 @@ def _pipeline(cand: Any, dp: int, batch: int | None) -> Pipeline:
     return Pipeline(stages, batch)
 
 
-def class_plans(ranked: list[Any], cluster: GpuCluster, batch: int, top: int = 10, shares: tuple[float, ...] = (0.25, 0.5, 0.75)):
+def class_plans(ranked: list[Any], cluster: GpuCluster, batch: int, top: int = 10,
+                shares: tuple[float, ...] = (0.25, 0.5, 0.75)) -> Iterator[Plan]:
     """Plans of two pipelines from two of the ``top`` templates (same micro-batch size): the first gets a
     share of its largest data-parallel degree on the cluster, the second the most the GPUs left allow; the
     smaller degree last (Sailor counts micro-batches by the last pipeline's); the batch split in proportion
@@ -39,9 +41,9 @@ def class_plans(ranked: list[Any], cluster: GpuCluster, batch: int, top: int = 1
     seen = set()
     cands = []
     for _, c in ranked:
-        key = (c.mbs, c.kinds, c.bounds)
-        if key not in seen and math.isfinite(c.estimate_s):
-            seen.add(key)
+        ident = (c.mbs, c.kinds, c.bounds)
+        if ident not in seen and math.isfinite(c.estimate_s):
+            seen.add(ident)
             cands.append(c)
         if len(cands) >= top:
             break
