@@ -197,13 +197,16 @@ class Plan:
     def to_sailor(self) -> dict[str, Any]:
         pipelines = []
         for p in self.pipelines:
-            pipelines.append({
+            entry: dict[str, Any] = {
                 "num_stages": len(p.stages),
                 "layers_per_stage": [list(s.layers) for s in p.stages],
                 "dp": [s.dp for s in p.stages],
                 "tmp_per_stage": [[[[[r.gpu, r.node_gpus, r.zone]] * r.machines, r.tp] for r in s.replicas]
                                   for s in p.stages],
-            })
+            }
+            if p.batch is not None:                  # an extra key (Sailor's code reads the keys it knows)
+                entry["batch"] = p.batch
+            pipelines.append(entry)
         out: dict[str, Any] = {"mbs": self.mbs, "pipeline_list": pipelines}
         if self.global_batch is not None:
             out["gbs"] = self.global_batch
@@ -230,7 +233,7 @@ class Plan:
                     if int(dp) != len(reps):
                         raise WorkloadError(f"{where}: pipeline {i} stage {j}: dp {dp} but {len(reps)} replicas listed")
                     stages.append(Stage(tuple(int(x) for x in lay), tuple(reps)))
-                pipelines.append(Pipeline(tuple(stages)))
+                pipelines.append(Pipeline(tuple(stages), None if p.get("batch") is None else int(p["batch"])))
             meta = {k: v for k, v in doc.items() if k not in ("pipeline_list", "mbs")}
             gbs = doc.get("gbs")
             return cls(pipelines, int(doc["mbs"]), None if gbs is None else int(gbs), "1f1b", meta)

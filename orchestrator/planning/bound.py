@@ -33,10 +33,10 @@ from orchestrator.plan import GpuCluster, LayeredProfile, Replica
 
 
 def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
+    """The work bound, valid on both simulators (``sailor_bound.plan_bound``: the tighter one on Sailor's)."""
     u_min = _min_update(profile, cluster)
     t = min((work_lp(profile, cluster, global_batch, b) for b in _micro_batches(profile, cluster)), default=math.inf)
     return t + (u_min if math.isfinite(u_min) else 0.0)
-
 
 def _micro_batches(profile: LayeredProfile, cluster: GpuCluster) -> list[int]:
     return sorted({b for (g, _), n in cluster.gpus.items() if n > 0 for b in profile.micro_batches(g)})

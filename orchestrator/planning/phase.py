@@ -92,9 +92,9 @@ class PlanningPhase:
         est = evaluator.evaluate(plan, timeline=True)
         metrics = self.metrics(plan, est, search_s, evaluator)
         metrics.update(getattr(self.planner, "stats", {}) or {})
-        from orchestrator.planning.bound import lower_bound
+        from orchestrator.planning.sailor_bound import plan_bound
 
-        bound = lower_bound(profile, cluster, batch)
+        bound = plan_bound(profile, cluster, batch, est.simulator, plan)
         if bound < float("inf"):
             metrics["plan.bound_iteration_s"] = bound
             metrics["plan.optimality_gap"] = est.iteration_s / bound - 1.0

@@ -145,6 +145,16 @@ class SailorSimulator:
         return params * multiplier + act * (len(p.stages) - stage) + KERNEL_BYTES
 
 
+def cross_pipeline_undercharge(plan: Plan, profile: LayeredProfile, cluster: GpuCluster) -> float:
+    """Seconds by which Sailor's ring across pipelines (the longest pipeline's stages only) falls short of
+    the ring another pipeline's stages would need (0 for one pipeline, or when the longest is the largest)."""
+    if len(plan.pipelines) <= 1:
+        return 0.0
+    params1, fb, net = profile.layer_sizes(1).params, profile.float_bytes, cluster.network
+    charged = _cross_pipeline(plan, params1, fb, net)
+    return max(0.0, max(_cross_pipeline(plan, params1, fb, net, p) for p in plan.pipelines) - charged)
+
+
 def _megatron_ar(profile: LayeredProfile, mbs: int, r, layer: int, net) -> float:
     """A layer's time for a TP group across machines, as published (``get_comm_time_megatron_ar``): only
     its TP all-reduces (the computation term is computed there and dropped), one for the embedding, two for
@@ -206,10 +216,12 @@ def _stage_allreduce(p, params1, fb: int, net) -> list[float]:
     return out
 
 
-def _cross_pipeline(plan: Plan, params1, fb: int, net) -> float:
+def _cross_pipeline(plan: Plan, params1, fb: int, net, pipeline=None) -> float:
+    """The ring across the pipelines, over the stages of the longest pipeline as published (or of
+    ``pipeline``: what the ring would carry if that pipeline's stages were charged)."""
     if len(plan.pipelines) <= 1:
         return 0.0
-    longest = max(plan.pipelines, key=lambda p: len(p.stages))
+    longest = pipeline if pipeline is not None else max(plan.pipelines, key=lambda p: len(p.stages))
     t = 0.0
     for s in longest.stages:
         size = sum(params1[layer] * fb for layer in s.layers)

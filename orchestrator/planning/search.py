@@ -126,7 +126,7 @@ def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tu
 
 def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, evaluator: PlanEvaluator,
            budget_s: float = 30.0, max_stages: int = 32, judged: int = 48,
-           slack: float = 0.05, fill: int = 16) -> tuple[Plan, PlanEstimate, dict[str, float]]:
+           slack: float = 0.05, fill: int = 16, classes: bool = True) -> tuple[Plan, PlanEstimate, dict[str, float]]:
     """The best plan found, its estimate, and counters (templates, split, judged, local moves)."""
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -235,6 +235,28 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
         if best is None or score < best[0] - 1e-12:
             best = (score, plan, est)
             n_filled += 1
+    # several pipeline classes: two of the best templates side by side, the batch split by their speed
+    n_classes = n_class_tried = n_class_refused = 0
+    if classes and objective.kind != "cost" and best is not None:
+        from orchestrator.planning.classes import class_plans
+        from orchestrator.planning.sailor_bound import sailor_scores_honestly
+
+        honest_only = getattr(evaluator.sim, "name", "") == "sailor"
+        for plan in class_plans(ranked, cluster, B):
+            if time.perf_counter() > t0 + 0.85 * budget_s:
+                break
+            if honest_only and not sailor_scores_honestly(plan, profile, cluster):
+                n_class_refused += 1
+                continue
+            est = evaluator.try_evaluate(plan)
+            n_judged += 1
+            n_class_tried += 1
+            if est is None:
+                continue
+            score = objective.score(est)
+            if score < best[0] - 1e-12:
+                best = (score, plan, est)
+                n_classes += 1
     if best is None or not math.isfinite(best[0]):
         from orchestrator.errors import InfeasiblePlacementError
 
@@ -242,11 +264,16 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
                                        f"and meets planner.objective={objective.kind}")
     moves = 0
     improved = True
+    honest = getattr(evaluator.sim, "name", "") != "sailor"
+    if not honest:
+        from orchestrator.planning.sailor_bound import sailor_scores_honestly
     while improved and time.perf_counter() < deadline:
         improved = False
         for plan in _neighbours(best[1], profile.num_layers, cluster):
             if time.perf_counter() > deadline:
                 break
+            if not honest and not sailor_scores_honestly(plan, profile, cluster):
+                continue                                # Sailor's formula would under-charge it
             est = evaluator.try_evaluate(plan)
             moves += 1
             if est is not None and objective.score(est) < best[0] - 1e-12:
@@ -257,7 +284,8 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
              "plan.templates_pruned": float(n_pruned),
              "plan.best_template_found_s": found_s, "plan.narrow_pass_s": narrow_s,
              "plan.templates_judged": float(n_judged), "plan.local_moves": float(moves),
-             "plan.filled": float(n_filled)}
+             "plan.filled": float(n_filled), "plan.pipeline_classes": float(n_classes),
+             "plan.class_plans_judged": float(n_class_tried), "plan.class_plans_refused": float(n_class_refused)}
     return best[1], best[2], stats
 
 
@@ -274,20 +302,48 @@ def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: f
 
 
 def _neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):
-    """The plan with one replica more or less in every stage (where the GPUs allow; a mixed stage keeps its
-    mix), or one layer moved across one stage boundary."""
-    p = plan.pipelines[0]
-    for d in (1, -1):                                   # a copy of each stage's last replica, or the last dropped
-        stages = tuple(Stage(s.layers, s.replicas + s.replicas[-1:] if d > 0 else s.replicas[:-1]) for s in p.stages)
-        cand = Plan([Pipeline(stages)], plan.mbs)
-        if all(s.dp >= 1 for s in stages) and all(n <= cluster.gpus.get(k, 0) for k, n in cand.gpus_used().items()):
-            yield cand
-    for s in range(len(p.stages) - 1):
-        a, b = p.stages[s], p.stages[s + 1]
-        for d in (-1, 1):
-            cut = b.layers[0] + d
-            if a.layers[0] < cut <= a.layers[-1] + 1 and cut <= b.layers[-1]:
-                stages = list(p.stages)
-                stages[s] = Stage(tuple(range(a.layers[0], cut)), a.replicas)
-                stages[s + 1] = Stage(tuple(range(cut, b.layers[-1] + 1)), b.replicas)
-                yield Plan([Pipeline(tuple(stages))], plan.mbs)
+    """Per pipeline (the others kept): one replica more or less in every stage (where the GPUs allow; a
+    mixed stage keeps its mix), one replica more or less in one stage (a stage's own DP degree), one layer
+    moved across one stage boundary; with two pipelines or more, a micro-batch's worth of each replica
+    column moved between two pipelines' batch shares."""
+    P = len(plan.pipelines)
+
+    def with_pipeline(i: int, new: Pipeline) -> Plan:
+        return Plan([new if j == i else q for j, q in enumerate(plan.pipelines)], plan.mbs)
+
+    def within(cand: Plan) -> bool:
+        return all(n <= cluster.gpus.get(k, 0) for k, n in cand.gpus_used().items())
+
+    for pi, p in enumerate(plan.pipelines):
+        for d in (1, -1):                               # a copy of each stage's last replica, or the last dropped
+            stages = tuple(Stage(s.layers, s.replicas + s.replicas[-1:] if d > 0 else s.replicas[:-1]) for s in p.stages)
+            cand = with_pipeline(pi, Pipeline(stages, p.batch))
+            if all(s.dp >= 1 for s in stages) and within(cand):
+                yield cand
+        for si, st in enumerate(p.stages):              # one stage's own degree
+            for d in (1, -1):
+                reps = st.replicas + st.replicas[-1:] if d > 0 else st.replicas[:-1]
+                if not reps or len(p.stages) == 1:
+                    continue
+                stages = tuple(Stage(s.layers, reps) if j == si else s for j, s in enumerate(p.stages))
+                cand = with_pipeline(pi, Pipeline(stages, p.batch))
+                if within(cand):
+                    yield cand
+        for s in range(len(p.stages) - 1):
+            a, b = p.stages[s], p.stages[s + 1]
+            for d in (-1, 1):
+                cut = b.layers[0] + d
+                if a.layers[0] < cut <= a.layers[-1] + 1 and cut <= b.layers[-1]:
+                    stages = list(p.stages)
+                    stages[s] = Stage(tuple(range(a.layers[0], cut)), a.replicas)
+                    stages[s + 1] = Stage(tuple(range(cut, b.layers[-1] + 1)), b.replicas)
+                    yield with_pipeline(pi, Pipeline(tuple(stages), p.batch))
+    if P > 1 and all(q.batch is not None for q in plan.pipelines):
+        for i in range(P):
+            for j in range(P):
+                step = plan.mbs * plan.pipelines[i].stages[0].dp
+                bi, bj = plan.pipelines[i].batch, plan.pipelines[j].batch
+                if i != j and bi is not None and bj is not None and bi - step >= 1:
+                    moved = [Pipeline(q.stages, bi - step if k == i else bj + step if k == j else q.batch)
+                             for k, q in enumerate(plan.pipelines)]
+                    yield Plan(moved, plan.mbs)

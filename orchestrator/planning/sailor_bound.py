@@ -1,0 +1,279 @@
+"""The bound on Sailor's metric (docs/plans.md, "The bound on Sailor's metric"): for the plans Sailor's
+formula scores honestly (``sailor_scores_honestly``), a lower bound on its figure from the columns of
+replicas (``column_lp``), the fill and drain of one pipeline, the all-reduce no plan of ``N`` columns avoids
+(``_sailor_allreduce_floor``) and the update; at least the work bound of ``bound.py``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from orchestrator.errors import UserError
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.planning.bound import _micro_batches, _min_update, _simulators, capacity, lower_bound, min_transfer
+
+
+def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
+               plan: Plan | None = None) -> float:
+    """The bound a plan's figure is compared with: the work bound (``bound.lower_bound``, valid on both
+    simulators), and on ``simulator="sailor"`` the larger of it and ``sailor_lower_bound``, unless ``plan``
+    is given and Sailor's formula does not score it honestly (``sailor_scores_honestly``)."""
+    t = lower_bound(profile, cluster, global_batch)
+    if simulator == "sailor" and (plan is None or sailor_scores_honestly(plan, profile, cluster)):
+        t = max(t, sailor_lower_bound(profile, cluster, global_batch))
+    return t
+
+
+def sailor_scores_honestly(plan: Plan, profile: LayeredProfile | None = None, cluster: GpuCluster | None = None) -> bool:
+    """Whether Sailor's formula charges ``plan`` all the work it does: every stage has at least as many
+    replicas as its pipeline's first (Sailor counts micro-batches by the first stage's replicas and charges
+    each stage one micro-batch's time), the last pipeline's first stage has at most the average of the
+    pipelines' first stages (Sailor counts micro-batches by the last one), and every TP group sits on one
+    machine (Sailor drops the computation of a TP group across machines); and, given the profile and the
+    cluster, the ring across pipelines Sailor charges (the longest pipeline's stages) is at least the one
+    any pipeline's stages need (``cross_pipeline_undercharge``)."""
+    firsts = [p.stages[0].dp for p in plan.pipelines]
+    if firsts[-1] * len(firsts) > sum(firsts):
+        return False
+    if profile is not None and cluster is not None and len(plan.pipelines) > 1:
+        from orchestrator.planning.sailor import cross_pipeline_undercharge
+
+        if cross_pipeline_undercharge(plan, profile, cluster) > 1e-12:
+            return False
+    return all(s.dp >= p.stages[0].dp and all(r.machines == 1 for r in s.replicas)
+               for p in plan.pipelines for s in p.stages)
+
+
+def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+                       detail: dict[str, float] | None = None, pipelines: str = "any") -> float:
+    """A lower bound on Sailor's figure (``planner.simulator=sailor``) of every plan it scores honestly
+    (docs/plans.md, "The bound on Sailor's metric", ``sailor_scores_honestly``): every stage has at least as
+    many replicas as its pipeline's first, the last pipeline's first stage at most the average, TP groups
+    inside one machine, the ring across pipelines at least what every pipeline's stages need.
+
+    For a micro-batch size ``b`` and ``N = P dp_0`` columns (``m = ceil(B / (b N))``, Sailor's count):
+
+        C(b, N)  the column LP: the slowest stage's micro-batch, with the columns' memory (``column_lp``)
+        W(b)     = sum_l min over kinds of (fwd_l + bwd_l)(g, b, tp)   one micro-batch through every layer
+        A(N)     = min(ring_N(max(P / floor(G / N), MM(floor(G / N)) / 4)), ring_2+(MM(floor(G / N))))
+        bound    = min over b, N of (m - 1) C + max(C, W) + min update + A(N)
+
+    ``pipelines="one"`` or ``"several"``: the bound over plans of one pipeline, or of two or more, only.
+    With ``P`` the parameter bytes, ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
+    parts, ``G`` the cluster's GPUs and each ring Sailor's bucketed ring on the fastest one-GPU link."""
+    u_min = _min_update(profile, cluster)
+    u_min = u_min if math.isfinite(u_min) else 0.0
+    G = sum(n for n in cluster.gpus.values() if n > 0)
+    if G < 1:
+        return math.inf
+    ar = _sailor_allreduce_floor(profile, cluster, G, pipelines)
+    best, where = math.inf, (0, 0, 0.0, 0.0)
+    grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
+    for b in _micro_batches(profile, cluster):
+        w = _one_pass(profile, cluster, b)
+        data = column_kinds(profile, cluster, b)
+        for i, n0 in enumerate(grid):
+            top = grid[i + 1] if i + 1 < len(grid) else G + 1
+            v = column_lp(profile, cluster, b, n0, top - 1, data)        # C(n) / n for n0 <= n < top
+            if not math.isfinite(v):
+                break                                      # the columns' memory: no more columns fit
+            for n in range(n0, top):
+                m = math.ceil(global_batch / (b * n))
+                c = v * n
+                t = (m - 1) * c + max(c, w) + u_min + ar[n]
+                if t < best:
+                    best, where = t, (b, n, c, w)
+    if detail is not None and math.isfinite(best):
+        b, n, c, w = where
+        m = math.ceil(global_batch / (b * n))
+        detail.update({"mbs": b, "columns": n, "micro_batches": m, "work_s": m * c, "bubble_s": max(c, w) - c,
+                       "update_s": u_min, "allreduce_s": ar[n]})
+    return best
+
+
+def column_kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> tuple[list[tuple[str, int]], list[np.ndarray], list[np.ndarray]]:
+    """(kinds (g, tp), e per kind, tp x w per kind) of ``column_lp`` at micro-batch size ``mbs``."""
+    kinds: list[tuple[str, int]] = []
+    e_cols, w_cols = [], []
+    for g, tp in _kinds(profile, cluster, mbs):
+        cap, whole = capacity(profile, cluster, g, tp, mbs)
+        if cap < 1:
+            continue
+        penalty = 0.0 if whole else min_transfer(profile, cluster, g, tp, mbs) / cap
+        share = _memory_share(profile, cluster, g, tp, mbs)
+        if share is None:
+            continue
+        kinds.append((g, tp))
+        e_cols.append(np.array([(f + bw + penalty) * tp for f, bw, _ in profile.layer_times(g, mbs, tp)]))
+        w_cols.append(tp * share)
+    return kinds, e_cols, w_cols
+
+
+def column_lp(profile: LayeredProfile, cluster: GpuCluster, mbs: int, columns: int, most: int | None = None,
+              data: tuple | None = None) -> float:
+    """C(b, N) / N, for every N from ``columns`` to ``most`` (default: ``columns``): the least bottleneck per
+    column over N columns (each a chain of replicas, one per stage, holding every layer once), relaxed:
+    x_lk the share of the columns that run layer ``l`` on kind ``k = (g, tp)``, ``V_g`` the GPU-seconds of
+    type g per column and per unit of C (``n_g C / N`` with ``n_g`` the GPUs of g in the columns),
+
+        min v  s.t.  sum_k x_lk = 1,  sum_{l, k of g} x_lk e_lk <= V_g,  V_g <= N_g v,
+                     sum_g V_g <= most L tp_max v,  columns sum_{l, k of g} x_lk w_lk <= N_g
+
+    with ``e_lk = tp ((fwd + bwd)_l + [not whole] kappa / cap)`` the GPU-seconds of a micro-batch (as in the
+    work LP), ``w_lk`` the layer's share of one replica's memory times ``tp`` (the looser simulator's rule,
+    one micro-batch in flight: a replica holds layers whose shares sum to at most 1 on its ``tp`` GPUs) and
+    ``L tp_max`` the most GPUs a column can hold (at most L stages, one replica of at most ``tp_max`` GPUs
+    each). Every N in the range has C(b, N) / N at least this (the memory row is loosest at the fewest
+    columns, the GPU row at the most). +inf where the columns cannot hold the model."""
+    from scipy.optimize import linprog
+
+    most = columns if most is None else most
+    kinds, e_cols, w_cols = data if data is not None else column_kinds(profile, cluster, mbs)
+    if not kinds:
+        return math.inf
+    types = sorted({g for g, _ in kinds})
+    counts = {g: sum(n for (gg, _), n in cluster.gpus.items() if gg == g) for g in types}
+    tp_max = max(tp for _, tp in kinds)
+    L, K, G = profile.num_layers, len(kinds), len(types)
+    n = L * K + G + 1                                 # x (L x K, row-major), V (G), v
+    c = np.zeros(n)
+    c[-1] = 1.0
+    a_eq = np.zeros((L, n))
+    for layer in range(L):
+        a_eq[layer, layer * K:(layer + 1) * K] = 1.0
+    a_ub = np.zeros((3 * G + 1, n))
+    b_ub = np.zeros(3 * G + 1)
+    for ti, g in enumerate(types):
+        for ki, (gk, _) in enumerate(kinds):
+            if gk == g:
+                a_ub[3 * ti, np.arange(L) * K + ki] = e_cols[ki]
+                a_ub[3 * ti + 1, np.arange(L) * K + ki] = columns * w_cols[ki]
+        a_ub[3 * ti, L * K + ti] = -1.0
+        b_ub[3 * ti + 1] = counts[g]
+        a_ub[3 * ti + 2, L * K + ti] = 1.0
+        a_ub[3 * ti + 2, -1] = -counts[g]
+    a_ub[3 * G, L * K:L * K + G] = 1.0
+    a_ub[3 * G, -1] = -most * L * tp_max
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(L), bounds=[(0, None)] * n, method="highs")
+    if res.status != 0:
+        return math.inf
+    return float(res.x[-1]) * (1 - 1e-9)
+
+
+def _memory_share(profile: LayeredProfile, cluster: GpuCluster, g: str, tp: int, mbs: int) -> np.ndarray | None:
+    """Each layer's share of one replica's memory (the looser simulator's rule, one micro-batch in flight):
+    a replica holds layers whose shares sum to at most 1."""
+    sizes = profile.layer_sizes(tp)
+    p = np.asarray(sizes.params, dtype=float)
+    a = np.asarray(sizes.act_mem, dtype=float)
+    share = np.full(profile.num_layers, math.inf)
+    for sim in _simulators():
+        try:
+            need, limit = sim.stage_memory(profile, tp, g, mbs, 1, 0, 1, cluster)
+        except UserError:
+            continue
+        fixed = float(need(0.0, 0.0))
+        if limit > fixed:
+            share = np.minimum(share, (np.asarray(need(p, a), dtype=float) - fixed) / (limit - fixed))
+    return np.maximum(share, 0.0) if np.isfinite(share).all() else None
+
+
+def _kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int):
+    for (g, _), n in cluster.gpus.items():
+        if n <= 0 or g not in profile.times or mbs not in profile.times[g]:
+            continue
+        per_node = cluster.gpu_type(g).gpus_per_node
+        for tp in profile.tp_degrees(g, mbs):
+            if tp <= min(per_node, n):
+                yield g, tp
+
+
+def _one_pass(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> float:
+    """W(b): a micro-batch's forward + backward through every layer, each on its fastest kind (a pipeline's
+    ``sum_s c_s`` is at least this)."""
+    best = np.full(profile.num_layers, math.inf)
+    for g, tp in _kinds(profile, cluster, mbs):
+        t = np.array([f + bw for f, bw, _ in profile.layer_times(g, mbs, tp)])
+        best = np.minimum(best, t)
+    return float(best.sum()) if np.isfinite(best).all() else 0.0
+
+
+def _minmax_parts(sizes: np.ndarray, parts: int) -> float:
+    """The least largest part of a contiguous split of ``sizes`` into at most ``parts`` parts (bisection on
+    the answer with a greedy check; the value returned is at most the optimum)."""
+    parts = max(1, min(parts, len(sizes)))
+    lo, hi = float(sizes.max()), float(sizes.sum())
+
+    def need(cap: float) -> int:
+        k, run = 1, 0.0
+        for x in sizes:
+            if run + x > cap:
+                k, run = k + 1, x
+            else:
+                run += x
+        return k
+
+    for _ in range(100):
+        if hi - lo <= 1e-9 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if need(mid) <= parts:
+            hi = mid
+        else:
+            lo = mid
+    return lo * (1 - 1e-9)
+
+
+def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int, pipelines: str = "any") -> list[float]:
+    """A(N) for N = 0 .. G (A(0) = A(1) = 0): the least ``T_sync`` of Sailor's formula over plans of ``N``
+    columns. One pipeline (N = dp_0): some stage ``s`` all-reduces at least ``P_s / min(4, tp_s)`` bytes
+    over at least ``N`` replicas. Take the column with the fewest GPUs, ``n <= floor(G / N)``: its replica
+    of stage ``s`` has ``tp_s`` at least the stage's smallest TP degree, and ``max_s P_s / tp_s >= sum_s
+    P_s / sum_s tp_s = P / n`` (the mediant), so the bytes are at least ``P / floor(G / N)``; and at least
+    ``MM(floor(G / N)) / 4`` (each stage has at least ``N`` GPUs). ``P >= 2`` pipelines (``N = P dp_0,last``,
+    ``2 <= P <= N``): the ring across them carries the longest pipeline's stages undivided, and for a plan
+    Sailor scores honestly that is at least what any pipeline's stages need; the plan has at least ``N``
+    columns on at most ``G`` GPUs, so some column has at most ``floor(G / N)`` GPUs, its pipeline at most that
+    many stages, and a stage of at least ``MM(floor(G / N))`` bytes. Each ring is the cheapest over the cluster's one-GPU inter-node links, every ring size from the least allowed
+    to ``G`` and a grid of sizes from the least to the model's bytes (the fits' times rise with the size
+    there; the grid keeps the floor honest if one did not)."""
+    from orchestrator.planning.sailor import BUCKET_BYTES, _raw
+
+    fb = profile.float_bytes
+    params = np.array(profile.layer_sizes(1).params, dtype=float) * fb
+    present = [(g, z) for (g, z), n in cluster.gpus.items() if n > 0]
+    links = []
+    for ga, za in present:
+        for gb, zb in present:
+            try:
+                links.append(_raw(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
+            except UserError:
+                continue
+    if not links:
+        return [0.0] * (G + 1)
+    cache: dict[float, np.ndarray] = {}
+
+    ks = np.arange(2, G + 1, dtype=float)[None, :]
+
+    def ring(nbytes: float, least: int) -> float:
+        if nbytes not in cache:
+            sizes = np.geomspace(nbytes, max(nbytes, params.sum()), 48)[:, None]
+            full = np.floor(sizes / BUCKET_BYTES)                     # Sailor's buckets, in turn (bucketed ring)
+            rest = sizes - full * BUCKET_BYTES
+            per_k = np.full(G + 2, math.inf)
+            for link in links:
+                t = 2.0 * (ks - 1) * (full * np.asarray(link.time(np.full_like(ks, BUCKET_BYTES) / ks))
+                                      + np.asarray(link.time(rest / ks)))
+                per_k[2:G + 1] = np.minimum(per_k[2:G + 1], t.min(axis=0))
+            cache[nbytes] = np.minimum.accumulate(per_k[::-1])[::-1]          # the least over ring sizes >= k
+        t = float(cache[nbytes][max(least, 2)])
+        return max(t, 0.0) if math.isfinite(t) else 0.0
+
+    out = [0.0, math.inf if pipelines == "several" else 0.0]
+    for n in range(2, G + 1):
+        one = ring(max(_minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n)
+        many = ring(_minmax_parts(params, G // n), 2)                        # P pipelines, 2 <= P <= N
+        out.append({"one": one, "several": many}.get(pipelines, min(one, many)))
+    return out
+
