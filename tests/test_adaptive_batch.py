@@ -160,3 +160,19 @@ def test_the_cli_refuses_adaptive_under_mpi_in_one_line(workdir):
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert lines == ["error: train.batch_policy=adaptive is available on sync.runtime=virtual only"], out.stderr
     assert not (workdir / "mlflow.db").exists() or all(r.info.status != "RUNNING" for r in store_runs(workdir))
+
+
+def test_the_summary_names_the_fixed_batch_limit_and_the_fixed_comparison():
+    from orchestrator.summary import context_lines
+
+    m = {"compare.time_to_target_s": 8.0, "compare.speedup": 4.0, "compare.speedup_over_it": 1.25,
+         "hardware.capacity": 9.75, "limit.speedup": 4.1, "train.fraction_of_limit": 1.2, "workers": 16.0}
+    t = {"sync": "allreduce", "compare.label": "allreduce, sync.balance=static, fixed batch hybrid G <= 256, its tuned "
+         "defaults adam lr=0.008", "compare.source": "computed", "limit.label": "synchronous, G=256 on ..."}
+    plain = "\n".join(context_lines(m, t))
+    assert "statistical limit 4.1x" in plain and "fixed-batch" not in plain
+    lines = context_lines(m, {**t, "train.batch_policy": "adaptive"})
+    limits = next(ln for ln in lines if ln.startswith("  limits:"))
+    assert "fixed-batch limit 4.1x the tuned worker" in limits and "this trial reached 1.2 of it" in limits
+    verdict = next(ln for ln in lines if ln.startswith("  verdict:"))
+    assert "allreduce with the adaptive batch beat allreduce at its fixed batch" in verdict
