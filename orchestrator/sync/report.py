@@ -176,17 +176,20 @@ def plot_batch(history, result: TrainResult, path: Path, label: str, kind: str =
     ax.set_xlabel(f"time [s, {result.clock} clock]")
     ax.set_ylabel("global batch (samples)", color="#4c72b0")
     ax.set_yscale("log", base=2)
+    if result.time_to_target_s is not None:
+        ax.axvline(result.time_to_target_s, color="grey", ls="--", lw=0.8, label="target reached")
+    handles, labels = ax.get_legend_handles_labels()
     noise = [(h[1], h[3]) for h in history if h[3] is not None and h[3] != float("inf")]
     if noise:
         ax2 = ax.twinx()
-        ax2.plot([n[0] for n in noise], [max(n[1], 1e-3) for n in noise], ".", color="#dd8452", ms=3,
+        ax2.plot([n[0] for n in noise], [max(n[1], 1e-3) for n in noise], "o-", color="#dd8452", ms=3, lw=0.6,
                  label="gradient noise scale B_noise")
         ax2.set_yscale("log")
         ax2.set_ylabel("B_noise (samples)", color="#dd8452")
-    if result.time_to_target_s is not None:
-        ax.axvline(result.time_to_target_s, color="grey", ls="--", lw=0.8, label="target reached")
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
     ax.set_title(f"{label}\nadaptive global batch (goodput, Pollux), {kind}", fontsize=8)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(handles, labels, fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
