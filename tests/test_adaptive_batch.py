@@ -176,3 +176,14 @@ def test_the_summary_names_the_fixed_batch_limit_and_the_fixed_comparison():
     assert "fixed-batch limit 4.1x the tuned worker" in limits and "this trial reached 1.2 of it" in limits
     verdict = next(ln for ln in lines if ln.startswith("  verdict:"))
     assert "allreduce with the adaptive batch beat allreduce at its fixed batch" in verdict
+
+
+def test_adams_preconditioner_for_the_preconditioned_noise_scale():
+    from orchestrator.execution.optim import Optimizer, OptimizerSettings
+
+    adam = Optimizer(OptimizerSettings("adam"))
+    assert adam.preconditioner() is None                     # no second moment yet
+    adam.step(np.zeros(3, np.float32), np.array([1.0, 2.0, 0.0], np.float32), 0.1)
+    # v_hat = g^2 after one step (bias-corrected): 1 / (|g| + eps)
+    np.testing.assert_allclose(adam.preconditioner(), [1.0, 0.5, 1e8], rtol=1e-5)
+    assert Optimizer(OptimizerSettings("sgd")).preconditioner() is None

@@ -54,6 +54,10 @@ class TrainConfig(Schema):
                                             "train.adaptive_max_batch", min=1)
     adaptive_max_batch: int = option(1024, "batch_policy=adaptive: the largest global batch", min=1)
     adaptive_every: int = option(20, "batch_policy=adaptive: rounds between two choices of the global batch", min=1)
+    adaptive_noise: str = option("simple", "batch_policy=adaptive: the noise scale of the raw gradients (simple) "
+                                 "| of the gradients divided by Adam's preconditioner sqrt(v)+eps (preconditioned, as "
+                                 "Pollux does for Adam; the raw ones for the other optimizers)",
+                                 choices=("simple", "preconditioned"))
     adaptive_ema: float = option(0.9, "batch_policy=adaptive: decay of the moving averages of |G|^2 and tr(Sigma) "
                                  "per round (the noise scale is their ratio)", min=0, lt=1)
     target_accuracy: float | None = option(None, "a fraction; train.time_to_target_s is logged when reached (null: the "

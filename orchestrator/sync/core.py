@@ -67,6 +67,7 @@ class SyncOptions:
     adaptive_max_batch: int = 1024        # adaptive: the largest global batch
     adaptive_every: int = 20              # adaptive: rounds between choices of the global batch
     adaptive_ema: float = 0.9             # adaptive: decay of the EMAs of |G|^2 and tr(Sigma)
+    adaptive_noise: str = "simple"        # adaptive: simple | preconditioned (by Adam's sqrt(v)+eps)
     base_time_s: float | None = None      # virtual: one speed-1.0 iteration at the base batch (None: measure)
     step_overhead_s: float | None = None  # t0 of the compute model (with per_sample_s; None: fit / linear)
     per_sample_s: float | None = None     # t1 of the compute model
@@ -177,7 +178,7 @@ class SyncOptions:
                    warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
                    global_batch_max=train.global_batch_max, adaptive_min_batch=train.adaptive_min_batch,
                    adaptive_max_batch=train.adaptive_max_batch, adaptive_every=train.adaptive_every,
-                   adaptive_ema=train.adaptive_ema,
+                   adaptive_ema=train.adaptive_ema, adaptive_noise=train.adaptive_noise,
                    base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=int(opt("shards")),
                    overlap=bool(c.overlap), network=network, jitter_sigma=parse_jitter(_get(cfg, "hardware.jitter", None)),
                    speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in changes], emulated_step_s=emulated,

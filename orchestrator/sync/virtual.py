@@ -101,6 +101,7 @@ class VirtualRun:
         self.adaptive = self._adaptive() if opts.batch_policy == "adaptive" and not strategy.uses_server else None
         self._capture: tuple[list[float | None], np.ndarray] | None = None   # this round's |g_i|^2, sum_i b_i g_i
         self._comm_s, self._now = 0.0, 0.0
+        self._precond: np.ndarray | None = None   # adaptive_noise=preconditioned: Adam's 1/(sqrt(v)+eps) this round
 
     def _adaptive(self) -> AdaptiveBatch:
         """``train.batch_policy=adaptive``: the chooser, its throughput from this run's cost model."""
@@ -135,7 +136,7 @@ class VirtualRun:
             durs[i] += self.clock.duration(i, batch, t + durs[i])
             g = self._grad(i, params, batch)
             if self._capture is not None and self._capture[0][i] is None:   # the round's first gradient, at theta
-                g64 = g.astype(np.float64)
+                g64 = g.astype(np.float64) if self._precond is None else g * self._precond
                 self._capture[0][i] = float(np.dot(g64, g64))
                 self._capture[1][:] += batch * g64
             return g
@@ -178,6 +179,10 @@ class VirtualRun:
             durs = [0.0] * w
             if ada is not None:
                 self._capture = ([None] * w, np.zeros(n_params, dtype=np.float64))
+                if self.o.adaptive_noise == "preconditioned":
+                    self._precond = optimizer.preconditioner()
+                    if self._precond is None and self.s.optimizer == "adam":
+                        self._capture = None        # before Adam's first step: no preconditioner to measure with
             update = np.zeros_like(theta)
             if quorum == w:
                 weights = strat.weights(rnd)
