@@ -56,12 +56,17 @@ class Bench:
         from orchestrator.sync.virtual import make_context
 
         self.name, self.seeds = dataset, seeds
+        self.adaptive_min: int | None = None       # train.adaptive_min_batch of the adaptive row (None: its default)
         self.ds = load_mnist(PATH[dataset])
         self.cm = ComputeModel(T0, T1)
         self.ctx = make_context({"train": {"target_accuracy": TARGET[dataset]}}, tempfile.mkdtemp(), dataset=self.ds)
         self.results_path = results
         self.results: dict[str, dict] = json.loads(results.read_text()) if results and results.exists() else {}
         self._rt: dict[int, tuple] = {}
+
+    @property
+    def adaptive_label(self) -> str:
+        return "adaptive" + (f" (min batch {self.adaptive_min})" if self.adaptive_min else "")
 
     def runtime(self, seed: int):
         from orchestrator.execution.runtime import ModelRuntime
@@ -79,7 +84,8 @@ class Bench:
         from orchestrator.execution.training import TrainSettings
         from orchestrator.sync.virtual import VirtualRun
 
-        key = f"{self.name}|{cluster}|{policy}|{G}|{opt}|{lr:g}|{seed}"
+        key = f"{self.name}|{cluster}|{policy}|{G}|{opt}|{lr:g}|{seed}" + (f"|min{self.adaptive_min}" if
+                                                                             policy == "adaptive" and self.adaptive_min else "")
         old = self.results.get(key)
         if old is not None and (old["time"] is not None or (old["cap"] is not None and cap_s is not None
                                                              and old["cap"] >= cap_s)):
@@ -88,6 +94,8 @@ class Bench:
         train = {"optimizer": opt, "lr": lr, "batch_policy": policy}
         if policy == "hybrid":
             train["global_batch_max"] = G
+        elif self.adaptive_min:
+            train["adaptive_min_batch"] = self.adaptive_min
         cfg = {"hardware": {"workers": len(speeds), "worker_speeds": list(speeds)},
                "sync": {"name": "allreduce", "balance": "static", "step_overhead_s": T0, "per_sample_s": T1},
                "train": train}
@@ -120,7 +128,7 @@ class Bench:
                 cap = 1.5 * best[0] if math.isfinite(best[0]) else None
                 res.append(self.run(cluster, policy, G, opt, lr, seed, cap))
             med = median([r["time"] for r in res])
-            label = f"fixed G={G}" if policy == "hybrid" else "adaptive"
+            label = f"fixed G={G}" if policy == "hybrid" else self.adaptive_label
             print(f"  {self.name} {cluster} {label} {opt} {lr:g}: {med} {[r['time'] for r in res]}"
                   + (f" batches {[r['final_batch'] for r in res]} noise {[r['noise'] for r in res]}"
                      if policy == "adaptive" else ""), flush=True)
@@ -129,7 +137,7 @@ class Bench:
             return res
 
         for policy, G in order:
-            label = f"fixed G={G}" if policy == "hybrid" else "adaptive"
+            label = f"fixed G={G}" if policy == "hybrid" else self.adaptive_label
             rows[label] = {(opt, lr): cell(policy, G, opt, lr) for opt, lr in grid}
         return rows
 
@@ -163,7 +171,7 @@ def table(dataset: str, cluster: str, rows: dict, seeds: int) -> list[str]:
             continue
         ratio = f"{best[0] / base[0]:.3f}x" if base else "-"
         chosen = "-"
-        if label == "adaptive":
+        if label.startswith("adaptive"):
             chosen = ", ".join(f"{r['batches'][0]}-{r['final_batch']} (B_noise {r['noise'][0] if r['noise'] else '?'})"
                                for r in best[5] if r["time"] is not None)
         lines.append(f"| {label}{' (baseline)' if label == base_label else ''} | {best[3]} {best[4]:g} | "
@@ -178,6 +186,7 @@ def main(argv=None) -> int:
     p.add_argument("--fixed", default="256,512,128", help="fixed global batches (the first is run first)")
     p.add_argument("--grid", default="adam:0.002,adam:0.004", help="optimizer:lr cells, the same for every row")
     p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--adaptive-min", type=int, default=None, help="train.adaptive_min_batch of the adaptive row")
     p.add_argument("--results", default=None, help="a JSON file of finished runs (read, and extended)")
     p.add_argument("--write", default=None, help="write the tables (markdown) here")
     a = p.parse_args(argv)
@@ -185,9 +194,11 @@ def main(argv=None) -> int:
     fixed = [int(g) for g in a.fixed.split(",") if g]
     lines = ["Every figure here is **simulated** (virtual clock; real gradients of the MNIST CNN; compute model "
              f"t = {T0} s + b x {T1} s at speed 1; 10 Gbit/s). `benchmarks/adaptive_batch.py --datasets {a.datasets} "
-             f"--clusters {a.clusters} --fixed {a.fixed} --grid {a.grid} --seeds {a.seeds}`.", ""]
+             f"--clusters {a.clusters} --fixed {a.fixed} --grid {a.grid} --seeds {a.seeds}"
+             + (f" --adaptive-min {a.adaptive_min}" if a.adaptive_min else "") + "`.", ""]
     for ds in a.datasets.split(","):
         bench = Bench(ds, a.seeds, Path(a.results) if a.results else None)
+        bench.adaptive_min = a.adaptive_min
         for cl in a.clusters.split(","):
             rows = bench.cluster(cl, fixed, grid)
             t = table(ds, cl, rows, a.seeds)
