@@ -130,13 +130,18 @@ def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
         out.append(f"  versus:   {t.get('compare.label', '?')}, on the same workers ({src}): "
                    f"{_fmt(m['compare.time_to_target_s'], ' s')} to target, {_fmt(m.get('compare.speedup'))}x the tuned worker")
     if "hardware.capacity" in m and "limit.speedup" in m:
-        out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds); statistical limit "
-                   f"{_fmt(m['limit.speedup'])}x the tuned worker ({t.get('limit.label', '?')}); "
+        adaptive = t.get("train.batch_policy") == "adaptive"
+        kind = "fixed-batch limit" if adaptive else "statistical limit"
+        what = "the best synchronous time at any one global batch, which an adaptive batch may pass: " if adaptive else ""
+        out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds); {kind} "
+                   f"{_fmt(m['limit.speedup'])}x the tuned worker ({what}{t.get('limit.label', '?')}); "
                    f"this trial reached {_fmt(m.get('train.fraction_of_limit'))} of it")
     elif "hardware.capacity" in m and "workers" in m:
         out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds)")
     r = m.get("compare.speedup_over_it")
     other = t.get("compare.label", "?").split(",")[0]
+    if t.get("train.batch_policy") == "adaptive":
+        sync, other = f"{sync} with the adaptive batch", f"{other} at its fixed batch"
     if r is not None and t.get("compare.source") != "this trial":
         if r >= 1.0:
             out.append(f"  verdict:  {sync} beat {other} on these workers: {r:.2f}x as fast to the target")

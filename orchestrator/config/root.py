@@ -42,9 +42,24 @@ class TrainConfig(Schema):
     warmup_updates: int = option(20, "linear warm-up to the scaled lr over this many batch_size-sample updates (0: none)", min=0)
     batch_policy: str = option("per_worker", "per_worker: global batch G = W x batch_size (weak scaling) | global: "
                                "G = batch_size split over the workers (strong) | hybrid: G = min(W x batch_size, "
-                               "train.global_batch_max)", choices=("per_worker", "global", "hybrid"))
+                               "train.global_batch_max) | adaptive: G follows the measured gradient noise scale, "
+                               "chosen by goodput (Pollux) every train.adaptive_every rounds between "
+                               "train.adaptive_min_batch and train.adaptive_max_batch (collective strategies, "
+                               "sync.runtime=virtual; docs/sync.md)",
+                               choices=("per_worker", "global", "hybrid", "adaptive"))
     global_batch_max: int = option(512, "batch_policy=hybrid: the largest global batch (near the critical batch); the "
                                    "workers split it by speed (sync.balance)", min=1)
+    adaptive_min_batch: int | None = option(None, "batch_policy=adaptive: the smallest global batch and the first one "
+                                            "(null: max(train.batch_size, W)); the candidates are it x 2^k up to "
+                                            "train.adaptive_max_batch", min=1)
+    adaptive_max_batch: int = option(1024, "batch_policy=adaptive: the largest global batch", min=1)
+    adaptive_every: int = option(20, "batch_policy=adaptive: rounds between two choices of the global batch", min=1)
+    adaptive_noise: str = option("simple", "batch_policy=adaptive: the noise scale of the raw gradients (simple) "
+                                 "| of the gradients divided by Adam's preconditioner sqrt(v)+eps (preconditioned, as "
+                                 "Pollux does for Adam; the raw ones for the other optimizers)",
+                                 choices=("simple", "preconditioned"))
+    adaptive_ema: float = option(0.9, "batch_policy=adaptive: decay of the moving averages of |G|^2 and tr(Sigma) "
+                                 "per round (the noise scale is their ratio)", min=0, lt=1)
     target_accuracy: float | None = option(None, "a fraction; train.time_to_target_s is logged when reached (null: the "
                                            "dataset's, dataset.target_accuracy)", min=0, max=1)
     seeds: int = option(1, "run the training with seeds seed .. seed+k-1; train.time_to_target_s and train.speedup are "

@@ -62,6 +62,14 @@ class Optimizer:
         self._v: np.ndarray | None = None
         self._m: np.ndarray | None = None
 
+    def preconditioner(self) -> np.ndarray | None:
+        """Adam's ``1 / (sqrt(v_hat) + eps)`` (the bias-corrected second moment) once it has state; None for
+        the other rules (and before Adam's first step)."""
+        if self.s.name != "adam" or self._v is None or self.t == 0:
+            return None
+        v_hat = self._v / (1.0 - self.s.beta2 ** self.t)
+        return 1.0 / (np.sqrt(v_hat) + self.s.eps)
+
     def step(self, theta: np.ndarray, grad: np.ndarray, lr: float) -> np.ndarray:
         """Update ``theta`` in place with ``grad`` at learning rate ``lr``; returns ``theta``."""
         s, lr32 = self.s, np.float32(lr)

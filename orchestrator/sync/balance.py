@@ -77,12 +77,22 @@ class Balancer:
         self.mode, self.total, self.cm, self.every, self.alpha = mode, total, cm, max(1, every), alpha
         w = len(speeds)
         self.estimate = list(speeds) if mode != "none" else [1.0] * w
-        if mode == "none":
-            self.batches = [total // w + (1 if i < total % w else 0) for i in range(w)]
-        else:
-            self.batches = balanced_batches(self.estimate, total, cm)
+        self.batches = self.split(total)
         self.rebalances = 0
         self._seen = 0
+
+    def split(self, total: int) -> list[int]:
+        """How ``total`` samples would be split now: equal shares (``none``), else balanced on the
+        speeds known (nominal, or the measured estimate in ``online`` mode)."""
+        w = len(self.estimate)
+        if self.mode == "none":
+            return [total // w + (1 if i < total % w else 0) for i in range(w)]
+        return balanced_batches(self.estimate, total, self.cm)
+
+    def set_total(self, total: int) -> None:
+        """A new global batch (``train.batch_policy=adaptive``), split as the current one is."""
+        self.total = total
+        self.batches = self.split(total)
 
     def observe(self, worker: int, batch: int, duration: float) -> bool:
         """One measured iteration; returns True when the split was re-derived (online mode)."""

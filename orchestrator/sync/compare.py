@@ -145,6 +145,9 @@ def is_the_comparison(strategy: Any, opts: Any, ctx: Any, name: str) -> str | No
     if (settings.optimizer, float(settings.lr)) != (ctx.settings.optimizer, float(ctx.settings.lr)) or any(
             getattr(strategy.config, k, v) != v for k, v in sync_node.items() if k not in ("name", "runtime")):
         return None
+    mine = (ctx.cfg or {}).get("train") or {}
+    if any(k in mine and mine[k] != v for k, v in strategy_defaults(name)["train"].items()):
+        return None               # another batch policy (adaptive, a cap of its own): not the comparison
     return comparison_key(opts, ctx, settings, sync_node)
 
 
@@ -183,6 +186,10 @@ def comparison(strategy: Any, opts: Any, ctx: Any, result: Any, name: str) -> Fi
 def _label(ctx: Any, name: str) -> str:
     d = strategy_defaults(name)
     split = f", sync.balance={d['sync']['balance']}" if "balance" in d["sync"] else ""
+    policy = d["train"].get("batch_policy")
+    if policy:
+        split += f", fixed batch {policy}" + (f" G <= {d['train']['global_batch_max']}"
+                                                if policy == "hybrid" and "global_batch_max" in d["train"] else "")
     return (f"{name}{split}, its tuned defaults {d['train'].get('optimizer', ctx.settings.optimizer)} "
             f"lr={d['train'].get('lr', ctx.settings.lr)}")
 
@@ -276,6 +283,8 @@ def trial_context(strategy: Any, cfg: Any, ctx: Any, result: Any) -> dict[str, f
     if result.time_to_target_s is None:
         return out
     opts = dataclasses.replace(strategy.options(cfg), workers=len(speeds), speeds=speeds)
+    if opts.batch_policy == "adaptive":     # the summary names the limit of one global batch for what it is
+        ctx.sink.set_tags({"train.batch_policy": "adaptive"})
     tt, ref_t = result.time_to_target_s, result.reference_time_to_target_s
     name = compare_with(cfg)
     cmp = comparison(strategy, opts, ctx, result, name) if name else None

@@ -63,6 +63,11 @@ class SyncOptions:
     warmup_samples: int = 0               # train.warmup_updates x train.batch_size: linear warm-up (Goyal et al.)
     batch_policy: str = "per_worker"      # per_worker: G = W x batch_size; global: G = batch_size; hybrid: capped
     global_batch_max: int = 512           # hybrid: G = min(W x batch_size, global_batch_max)
+    adaptive_min_batch: int | None = None  # adaptive: the smallest (and first) global batch (None: max(batch_size, W))
+    adaptive_max_batch: int = 1024        # adaptive: the largest global batch
+    adaptive_every: int = 20              # adaptive: rounds between choices of the global batch
+    adaptive_ema: float = 0.9             # adaptive: decay of the EMAs of |G|^2 and tr(Sigma)
+    adaptive_noise: str = "simple"        # adaptive: simple | preconditioned (by Adam's sqrt(v)+eps)
     base_time_s: float | None = None      # virtual: one speed-1.0 iteration at the base batch (None: measure)
     step_overhead_s: float | None = None  # t0 of the compute model (with per_sample_s; None: fit / linear)
     per_sample_s: float | None = None     # t1 of the compute model
@@ -96,11 +101,23 @@ class SyncOptions:
         critical batch, strong beyond it). The workers split G by speed (``sync.balance``)."""
         if self.batch_policy == "per_worker":
             return self.workers * batch_size
+        if self.batch_policy == "adaptive":       # the first batch; the runtime re-decides it (sync.adaptive)
+            return self.adaptive_range(batch_size)[0]
         total = batch_size if self.batch_policy == "global" else min(self.workers * batch_size, self.global_batch_max)
         if total < self.workers:
             raise ConfigError(f"train.batch_policy={self.batch_policy}: a global batch of {total} < {self.workers} "
                               "workers (raise train.batch_size / train.global_batch_max)")
         return total
+
+    def adaptive_range(self, batch_size: int) -> tuple[int, int]:
+        """``train.batch_policy=adaptive``: the smallest and the largest global batch it may choose."""
+        low = self.adaptive_min_batch if self.adaptive_min_batch is not None else max(batch_size, self.workers)
+        if low < self.workers:
+            raise ConfigError(f"train.adaptive_min_batch={low} < {self.workers} workers (each needs a sample)")
+        if self.adaptive_max_batch < low:
+            raise ConfigError(f"train.adaptive_max_batch={self.adaptive_max_batch} < the smallest global batch {low} "
+                              "(train.adaptive_min_batch, else max(train.batch_size, W))")
+        return low, self.adaptive_max_batch
 
     @classmethod
     def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> SyncOptions:
@@ -145,17 +162,31 @@ class SyncOptions:
         dc = float(opt("delay_compensation"))
         if opt("push_lr") is None:
             raise ConfigError("sync.push_lr=null is not accepted (scaled, lr, lr/staleness, or a number > 0)")
-        return cls(name=name, runtime=c.runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
+        if train.batch_policy == "adaptive":
+            if strategy.uses_server:
+                raise ConfigError(f"train.batch_policy=adaptive needs a collective strategy (allreduce, backup, ...): "
+                                  f"sync={name} is a parameter server, whose pushes have no round to measure it on")
+            if c.runtime != "virtual":
+                raise ConfigError("train.batch_policy=adaptive is available on sync.runtime=virtual only")
+            if workers < 2:
+                raise ConfigError("train.batch_policy=adaptive needs hardware.workers >= 2 (the noise scale is measured "
+                                  "from the workers' gradients)")
+        out = cls(name=name, runtime=c.runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
                    staleness=float(strategy.staleness_bound()), push_lr=opt("push_lr"), balance=c.balance,
                    balance_every=c.balance_every, dynamic_staleness=bool(opt("dynamic_staleness")),
                    max_staleness=float(opt("max_staleness")), lr_rule=train.lr_scaling,
                    warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
-                   global_batch_max=train.global_batch_max,
+                   global_batch_max=train.global_batch_max, adaptive_min_batch=train.adaptive_min_batch,
+                   adaptive_max_batch=train.adaptive_max_batch, adaptive_every=train.adaptive_every,
+                   adaptive_ema=train.adaptive_ema, adaptive_noise=train.adaptive_noise,
                    base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=int(opt("shards")),
                    overlap=bool(c.overlap), network=network, jitter_sigma=parse_jitter(_get(cfg, "hardware.jitter", None)),
                    speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in changes], emulated_step_s=emulated,
                    timeout_s=float(c.timeout_s), hostfile=hostfile, delay_compensation=dc,
                    delay_compensation_mode=str(opt("delay_compensation_mode")))
+        if out.batch_policy == "adaptive":
+            out.adaptive_range(train.batch_size)   # a bad range is one line before the run
+        return out
 
 
 JITTER_DISTRIBUTIONS = ("lognormal",)
@@ -197,6 +228,8 @@ def tracked_settings(strategy: Any, opts: SyncOptions, settings):
     same sample counts."""
     import dataclasses
 
+    if opts.batch_policy == "adaptive":   # rounds of changing size: the runtime counts samples itself
+        return settings
     k = strategy.samples_per_update(opts, settings.batch_size) / settings.batch_size
     return dataclasses.replace(settings, eval_every=max(1, round(settings.eval_every / k)),
                                budget_updates=None if settings.budget_updates is None

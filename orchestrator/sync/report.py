@@ -43,6 +43,15 @@ def sync_metrics(stats) -> dict[str, float]:
         m["sync.server_utilisation"] = float(stats.server_utilisation)
     m.update(getattr(stats, "server_metrics", None) or {})
     m["sync.rebalances"] = float(getattr(stats, "rebalances", 0))
+    hist = getattr(stats, "batch_history", None) or []
+    if hist:       # train.batch_policy=adaptive (the series: train.global_batch, sync.noise_scale by round)
+        m["train.global_batch_first"] = float(hist[0][2])
+        m["train.global_batch_final"] = float(hist[-1][2])
+        m["train.global_batch_max_chosen"] = float(max(h[2] for h in hist))
+        m["train.global_batch_changes"] = float(sum(1 for a, b in zip(hist, hist[1:]) if a[2] != b[2]))
+        noise = [h[3] for h in hist if h[3] is not None and h[3] != float("inf")]
+        if noise:
+            m["sync.noise_scale_final"] = float(noise[-1])
     m["sync.capacity"] = float(getattr(stats, "capacity", len(stats.iterations)))
     return m
 
@@ -72,6 +81,9 @@ def write_artifacts(result: TrainResult, stats, out_dir: Path, label: str, sink)
     if getattr(stats, "compute_s", None):
         paths.append(plot_breakdown(stats, out_dir / "sync_time_breakdown.png", label,
                                     getattr(stats, "breakdown_kind", "simulated (virtual clock)")))
+    if getattr(stats, "batch_history", None):
+        paths.append(plot_batch(stats.batch_history, result, out_dir / "batch_over_time.png", label,
+                                getattr(stats, "breakdown_kind", "simulated (virtual clock)")))
     for p in paths:
         if p is not None:
             sink.log_artifact(p)
@@ -142,5 +154,44 @@ def plot_breakdown(stats, path: Path, label: str, kind: str = "simulated (virtua
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_batch(history, result: TrainResult, path: Path, label: str, kind: str = "simulated (virtual clock)") -> Path | None:
+    """``train.batch_policy=adaptive``: the global batch chosen over the run's time (a step line) and the
+    gradient noise scale it was chosen from (right axis), with the time to target marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    end = max(result.elapsed_s, history[-1][1])
+    ts = [h[1] for h in history] + [end]
+    ms = [h[2] for h in history] + [history[-1][2]]
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    ax.step(ts, ms, where="post", color="#4c72b0", label="global batch")
+    ax.set_xlabel(f"time [s, {result.clock} clock]")
+    ax.set_ylabel("global batch (samples)", color="#4c72b0")
+    ax.set_yscale("log", base=2)
+    if result.time_to_target_s is not None:
+        ax.axvline(result.time_to_target_s, color="grey", ls="--", lw=0.8, label="target reached")
+    handles, labels = ax.get_legend_handles_labels()
+    noise = [(h[1], h[3]) for h in history if h[3] is not None and h[3] != float("inf")]
+    if noise:
+        ax2 = ax.twinx()
+        ax2.plot([n[0] for n in noise], [max(n[1], 1e-3) for n in noise], "o-", color="#dd8452", ms=3, lw=0.6,
+                 label="gradient noise scale B_noise")
+        ax2.set_yscale("log")
+        ax2.set_ylabel("B_noise (samples)", color="#dd8452")
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax.set_title(f"{label}\nadaptive global batch (goodput, Pollux), {kind}", fontsize=8)
+    ax.legend(handles, labels, fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path

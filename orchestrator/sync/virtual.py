@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
+from orchestrator.sync.adaptive import AdaptiveBatch, NoiseScale
 from orchestrator.sync.balance import Balancer
 from orchestrator.sync.core import SyncOptions, jitter_factor, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, ServerLinks, collective_s
@@ -54,6 +55,8 @@ class SyncStats:
     server_metrics: dict[str, float] = field(default_factory=dict)   # the server rule's own (ParameterServer.metrics)
     breakdown_kind: str = "simulated (virtual clock)"      # what the time breakdown's figure is
     rank_metrics: list[dict[str, float]] | None = None   # MPI: each rank's SyncStrategy.own_metrics (None: virtual)
+    batch_history: list[tuple[int, float, int, float | None]] = field(default_factory=list)
+    # train.batch_policy=adaptive: (round, virtual s, global batch from then on, noise scale) at each decision
 
 
 class _Clock:
@@ -95,6 +98,25 @@ class VirtualRun:
         self.net = opts.net()
         self.stats = SyncStats([0] * w, [0.0] * w, batches=list(self.batches), compute_s=[0.0] * w, comm_s=[0.0] * w,
                                queue_s=[0.0] * w, dropped=[0] * w)
+        self.adaptive = self._adaptive() if opts.batch_policy == "adaptive" and not strategy.uses_server else None
+        self._capture: tuple[list[float | None], np.ndarray] | None = None   # this round's |g_i|^2, sum_i b_i g_i
+        self._comm_s, self._now = 0.0, 0.0
+        self._precond: np.ndarray | None = None   # adaptive_noise=preconditioned: Adam's 1/(sqrt(v)+eps) this round
+
+    def _adaptive(self) -> AdaptiveBatch:
+        """``train.batch_policy=adaptive``: the chooser, its throughput from this run's cost model."""
+        low, high = self.o.adaptive_range(self.s.batch_size)
+        h = int(self.strategy.local_steps())
+
+        def step_time(m: int) -> float:
+            b = self.balancer.split(m)
+            speeds = (self.balancer.estimate if self.o.balance == "online"
+                      else [self.clock.sched.speed(i, self._now) for i in range(self.o.workers)])
+            compute = h * max(self.cm.time(bi, v) for bi, v in zip(b, speeds))
+            return max(compute, self._comm_s) if self.o.overlap else compute + self._comm_s
+
+        return AdaptiveBatch(low, high, self.s.batch_size, self.o.adaptive_every, step_time,
+                             samples=lambda m: float(h * m), noise=NoiseScale(decay=self.o.adaptive_ema))
 
     @property
     def batches(self) -> list[int]:
@@ -112,7 +134,12 @@ class VirtualRun:
         """Worker i's gradient for this round: each call also adds one compute duration to ``durs[i]``."""
         def grad(params: np.ndarray) -> np.ndarray:
             durs[i] += self.clock.duration(i, batch, t + durs[i])
-            return self._grad(i, params, batch)
+            g = self._grad(i, params, batch)
+            if self._capture is not None and self._capture[0][i] is None:   # the round's first gradient, at theta
+                g64 = g.astype(np.float64) if self._precond is None else g * self._precond
+                self._capture[0][i] = float(np.dot(g64, g64))
+                self._capture[1][:] += batch * g64
+            return g
 
         return grad
 
@@ -143,10 +170,19 @@ class VirtualRun:
         if not 1 <= quorum <= w:
             raise ValueError(f"{type(strat).__name__}.quorum({w}) = {quorum}: must be in [1, {w}]")
         optimizer = self.s.new_optimizer()          # train.optimizer: its state lives for the run
+        ada, next_eval = self.adaptive, every
+        if ada is not None:
+            self._log_batch(0, 0.0, ada.current, None)
         while True:
             batches = list(self.batches)
             rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples, optimizer, step)
             durs = [0.0] * w
+            if ada is not None:
+                self._capture = ([None] * w, np.zeros(n_params, dtype=np.float64))
+                if self.o.adaptive_noise == "preconditioned":
+                    self._precond = optimizer.preconditioner()
+                    if self._precond is None and self.s.optimizer == "adam":
+                        self._capture = None        # before Adam's first step: no preconditioner to measure with
             update = np.zeros_like(theta)
             if quorum == w:
                 weights = strat.weights(rnd)
@@ -180,10 +216,47 @@ class VirtualRun:
             st.pushes_made += w
             st.pushes_applied += len(inc)
             st.gap_histogram[0] = st.gap_histogram.get(0, 0) + len(inc)
-            if step % every == 0:
+            if ada is None:
+                if step % every == 0:
+                    self._evaluate(step, t, theta)
+                if tr.should_stop(step, t):
+                    return step, t, theta
+                continue
+            # adaptive: rounds differ in size, so evaluations and the budget count batch_size-sample updates
+            self._comm_s, self._now = comm, t
+            self._observe_noise(batches)
+            new = ada.after_round(step - 1, t)
+            if (step % ada.every) == 0:
+                self._log_batch(step, t, new, ada.noise.value)
+            if new is not None:
+                self.balancer.set_total(new)
+            done = int(self.samples // self.s.batch_size)
+            if done >= next_eval:
                 self._evaluate(step, t, theta)
-            if tr.should_stop(step, t):
+                next_eval = (done // every + 1) * every
+            if tr.should_stop(done, t):
                 return step, t, theta
+
+    def _observe_noise(self, batches: list[int]) -> None:
+        """The round's noise-scale estimate from the workers' first gradients (``sync.adaptive.NoiseScale``)."""
+        sq, acc = self._capture if self._capture is not None else ([], None)
+        if acc is None or any(v is None for v in sq):
+            return
+        big = float(sum(batches))
+        small = float(len(batches) / sum(1.0 / b for b in batches))
+        mean = acc / big
+        assert self.adaptive is not None
+        self.adaptive.noise.add(float(np.mean(sq)), small, float(np.dot(mean, mean)), big)
+
+    def _log_batch(self, step: int, t: float, new: int | None, noise: float | None) -> None:
+        """``train.global_batch`` (the batch from this round on) and ``sync.noise_scale``, at round ``step``."""
+        assert self.adaptive is not None
+        m = self.adaptive.current if new is None else new
+        self.stats.batch_history.append((step, t, m, noise))
+        out = {"train.global_batch": float(m)}
+        if noise is not None and np.isfinite(noise):
+            out["sync.noise_scale"] = float(noise)
+        self.tracker.sink.log_metrics(out, step=step)
 
     # -- parameter server (async, delay-sync, ...) ---------------------------------------------
     def _push_loop(self):

@@ -1,0 +1,213 @@
+"""The adaptive global batch against the best fixed one (issue 29 item 6). Simulated: the virtual clock with
+the fixed compute model of ``benchmarks/sync_tuned.py`` (``t = 0.0009 s + b x 0.000195 s`` on a speed-1.0
+worker), the default 10 Gbit/s network, real gradients of the MNIST CNN.
+
+For each cluster (8 equal workers; 16 mixed, speeds 1, 1/2, 1/4 cycled) and dataset (Fashion-MNIST to 90%,
+MNIST to 97%), balanced allreduce (``sync.balance=static``) runs
+
+- **fixed**: every global batch G of ``--fixed`` (``train.batch_policy=hybrid``, ``global_batch_max=G``,
+  ``batch_size=64``: the lr is for 64 samples and scaled by sqrt(G/64), 20 warm-up updates), and
+- **adaptive**: ``train.batch_policy=adaptive`` (the noise scale and goodput, its defaults: from
+  max(64, W) up to 1024, re-decided every 20 rounds),
+
+each at every lr of ``--grid`` (the same grid for both: the same tuning budget), ``--seeds`` seeds; a cell is
+the median time to target over the seeds (a miss is infinitely slow), a row the best cell. A seed's run stops
+at 1.5x the best median of its cluster so far (it cannot win; the rule of sync_tuned.py), so a stopped cell
+shows as missed. Evaluations every 8,192 samples (Fashion-MNIST) / 1,024 (MNIST), the crossing interpolated.
+
+    PYTHONPATH=. python benchmarks/adaptive_batch.py                         # Fashion-MNIST, both clusters
+    PYTHONPATH=. python benchmarks/adaptive_batch.py --datasets mnist --clusters 8eq --write docs/benchmarks/adaptive_batch.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+T0, T1 = 0.0009, 0.000195
+MIXED = (1.0, 0.5, 0.25)
+CLUSTERS = {"8eq": [1.0] * 8, "16mixed": [MIXED[i % 3] for i in range(16)]}
+CLUSTER_LABEL = {"8eq": "W=8 equal", "16mixed": "W=16 mixed (1, 1/2, 1/4)"}
+TARGET = {"mnist": 0.97, "fashion_mnist": 0.90}
+CADENCE = {"mnist": 1024, "fashion_mnist": 8192}
+BUDGET = {"mnist": 400_000, "fashion_mnist": 1_200_000}
+PATH = {"mnist": None, "fashion_mnist": "/usr/share/datasets/fashion-mnist"}
+
+
+def median(times: list[float | None]) -> float | None:
+    from orchestrator.sync.reference import median_time
+
+    return median_time(times)
+
+
+class Bench:
+    def __init__(self, dataset: str, seeds: int, results: Path | None):
+        from orchestrator.data import load_mnist
+        from orchestrator.sync.costmodel import ComputeModel
+        from orchestrator.sync.virtual import make_context
+
+        self.name, self.seeds = dataset, seeds
+        self.adaptive_min: int | None = None       # train.adaptive_min_batch of the adaptive row (None: its default)
+        self.ds = load_mnist(PATH[dataset])
+        self.cm = ComputeModel(T0, T1)
+        self.ctx = make_context({"train": {"target_accuracy": TARGET[dataset]}}, tempfile.mkdtemp(), dataset=self.ds)
+        self.results_path = results
+        self.results: dict[str, dict] = json.loads(results.read_text()) if results and results.exists() else {}
+        self._rt: dict[int, tuple] = {}
+
+    @property
+    def adaptive_label(self) -> str:
+        return "adaptive" + (f" (min batch {self.adaptive_min})" if self.adaptive_min else "")
+
+    def runtime(self, seed: int):
+        from orchestrator.execution.runtime import ModelRuntime
+
+        if seed not in self._rt:
+            rt = ModelRuntime(self.ctx.model, seed=seed, lr=0.1)
+            self._rt[seed] = (rt, rt.get_flat())
+        rt, theta0 = self._rt[seed]
+        rt.set_flat(theta0)
+        return rt
+
+    def run(self, cluster: str, policy: str, G: int | None, opt: str, lr: float, seed: int, cap_s: float | None):
+        """One seed of one cell; cached in the results file by its key (a stopped run is kept with its cap)."""
+        from orchestrator import plugins
+        from orchestrator.execution.training import TrainSettings
+        from orchestrator.sync.virtual import VirtualRun
+
+        key = f"{self.name}|{cluster}|{policy}|{G}|{opt}|{lr:g}|{seed}" + (f"|min{self.adaptive_min}" if
+                                                                             policy == "adaptive" and self.adaptive_min else "")
+        old = self.results.get(key)
+        if old is not None and (old["time"] is not None or (old["cap"] is not None and cap_s is not None
+                                                             and old["cap"] >= cap_s)):
+            return old
+        speeds = CLUSTERS[cluster]
+        train = {"optimizer": opt, "lr": lr, "batch_policy": policy}
+        if policy == "hybrid":
+            train["global_batch_max"] = G
+        elif self.adaptive_min:
+            train["adaptive_min_batch"] = self.adaptive_min
+        cfg = {"hardware": {"workers": len(speeds), "worker_speeds": list(speeds)},
+               "sync": {"name": "allreduce", "balance": "static", "step_overhead_s": T0, "per_sample_s": T1},
+               "train": train}
+        strat = plugins.load("sync", "allreduce")(cfg["sync"])
+        opts = strat.options(cfg)
+        s = TrainSettings(batch_size=64, lr=lr, optimizer=opt, target_accuracy=TARGET[self.name], stop="target",
+                          eval_every=CADENCE[self.name] // 64, budget_updates=BUDGET[self.name] // 64, seed=seed,
+                          budget_s=cap_s)
+        r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
+        hist = st.batch_history
+        out = {"time": r.time_to_target_s, "cap": cap_s, "rounds": r.updates, "samples": r.samples,
+               "batches": sorted({h[2] for h in hist}) if hist else [opts.total_batch(64)],
+               "final_batch": hist[-1][2] if hist else opts.total_batch(64),
+               "noise": [round(h[3], 1) for h in hist if h[3] is not None and math.isfinite(h[3])][-1:] if hist else [],
+               "path": [(h[0], round(h[1], 3), h[2]) for h in hist if h[0] % 100 == 0] if hist else []}
+        self.results[key] = out
+        if self.results_path:
+            self.results_path.write_text(json.dumps(self.results, indent=0))
+        return out
+
+    def cluster(self, cluster: str, fixed: list[int], grid: list[tuple[str, float]]) -> dict:
+        """Every cell of the cluster; returns {row: {(opt, lr): [seed results]}} and the best median so far."""
+        best = [math.inf]
+        rows: dict[str, dict] = {}
+        order = [("hybrid", G) for G in fixed] + [("adaptive", None)]
+
+        def cell(policy, G, opt, lr):
+            res = []
+            for seed in range(self.seeds):
+                cap = 1.5 * best[0] if math.isfinite(best[0]) else None
+                res.append(self.run(cluster, policy, G, opt, lr, seed, cap))
+            med = median([r["time"] for r in res])
+            label = f"fixed G={G}" if policy == "hybrid" else self.adaptive_label
+            print(f"  {self.name} {cluster} {label} {opt} {lr:g}: {med} {[r['time'] for r in res]}"
+                  + (f" batches {[r['final_batch'] for r in res]} noise {[r['noise'] for r in res]}"
+                     if policy == "adaptive" else ""), flush=True)
+            if med is not None:
+                best[0] = min(best[0], med)
+            return res
+
+        for policy, G in order:
+            label = f"fixed G={G}" if policy == "hybrid" else self.adaptive_label
+            rows[label] = {(opt, lr): cell(policy, G, opt, lr) for opt, lr in grid}
+        return rows
+
+
+def summarise(rows: dict) -> dict[str, tuple]:
+    """Per row: (median, min, max, opt, lr, cells) of its best cell."""
+    out = {}
+    for label, cells in rows.items():
+        best = None
+        for (opt, lr), res in cells.items():
+            med = median([r["time"] for r in res])
+            if med is not None and (best is None or med < best[0]):
+                times = [r["time"] for r in res if r["time"] is not None]
+                best = (med, min(times), max(times), opt, lr, res)
+        out[label] = best
+    return out
+
+
+def table(dataset: str, cluster: str, rows: dict, seeds: int) -> list[str]:
+    summ = summarise(rows)
+    fixed = {k: v for k, v in summ.items() if k.startswith("fixed") and v is not None}
+    base_label, base = min(fixed.items(), key=lambda kv: kv[1][0]) if fixed else (None, None)
+    lines = [f"### {dataset}, {CLUSTER_LABEL[cluster]} (simulated, virtual clock; median of {seeds} seeds)", "",
+             "| row | best lr | time to target (s), median (min-max) | vs best fixed | every cell (median s) | batches chosen |",
+             "|---|---|---|---|---|---|"]
+    for label, best in summ.items():
+        cells = "; ".join(f"{opt} {lr:g}: " + (f"{m:.3f}" if (m := median([r['time'] for r in res])) is not None
+                                                else "missed/stopped") for (opt, lr), res in rows[label].items())
+        if best is None:
+            lines.append(f"| {label} | - | missed | - | {cells} | - |")
+            continue
+        ratio = f"{best[0] / base[0]:.3f}x" if base else "-"
+        chosen = "-"
+        if label.startswith("adaptive"):
+            chosen = ", ".join(f"{r['batches'][0]}-{r['final_batch']} (B_noise {r['noise'][0] if r['noise'] else '?'})"
+                               for r in best[5] if r["time"] is not None)
+        lines.append(f"| {label}{' (baseline)' if label == base_label else ''} | {best[3]} {best[4]:g} | "
+                     f"{best[0]:.3f} ({best[1]:.3f}-{best[2]:.3f}) | {ratio} | {cells} | {chosen} |")
+    return lines + [""]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--datasets", default="fashion_mnist")
+    p.add_argument("--clusters", default="8eq,16mixed")
+    p.add_argument("--fixed", default="256,512,128", help="fixed global batches (the first is run first)")
+    p.add_argument("--grid", default="adam:0.002,adam:0.004", help="optimizer:lr cells, the same for every row")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--adaptive-min", type=int, default=None, help="train.adaptive_min_batch of the adaptive row")
+    p.add_argument("--results", default=None, help="a JSON file of finished runs (read, and extended)")
+    p.add_argument("--write", default=None, help="write the tables (markdown) here")
+    a = p.parse_args(argv)
+    grid = [(c.split(":")[0], float(c.split(":")[1])) for c in a.grid.split(",")]
+    fixed = [int(g) for g in a.fixed.split(",") if g]
+    lines = ["Every figure here is **simulated** (virtual clock; real gradients of the MNIST CNN; compute model "
+             f"t = {T0} s + b x {T1} s at speed 1; 10 Gbit/s). `benchmarks/adaptive_batch.py --datasets {a.datasets} "
+             f"--clusters {a.clusters} --fixed {a.fixed} --grid {a.grid} --seeds {a.seeds}"
+             + (f" --adaptive-min {a.adaptive_min}" if a.adaptive_min else "") + "`.", ""]
+    for ds in a.datasets.split(","):
+        bench = Bench(ds, a.seeds, Path(a.results) if a.results else None)
+        bench.adaptive_min = a.adaptive_min
+        for cl in a.clusters.split(","):
+            rows = bench.cluster(cl, fixed, grid)
+            t = table(ds, cl, rows, a.seeds)
+            print("\n".join(t), flush=True)
+            lines += t
+            if a.write:
+                Path(a.write).write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
