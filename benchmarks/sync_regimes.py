@@ -39,7 +39,8 @@ MIXED = (1.0, 0.5, 0.25)
 CADENCE = 1024            # samples between evaluations (MNIST's dataset.eval_every x 64)
 BUDGET = 400_000          # samples a run may train
 
-# label -> (speeds, straggler p, jitter sigma, bandwidth Gbit/s)
+# label -> (speeds: equal | mixed (MIXED) | a tuple cycled over the workers, straggler p, jitter sigma,
+#           bandwidth Gbit/s[, straggler slowdown (default 5)])
 REGIMES = {
     "base: 8 equal": ("equal", 0.0, 0.0, 10),
     "mixed speeds": ("mixed", 0.0, 0.0, 10),
@@ -49,6 +50,10 @@ REGIMES = {
     "1 Gbit/s": ("equal", 0.0, 0.0, 1),
     "stragglers 0.2 + jitter 0.5": ("equal", 0.2, 0.5, 10),
     "bad: mixed + p=0.2 + jitter 0.5 + 1 Gbit/s": ("mixed", 0.2, 0.5, 1),
+    "spread 2x (1, 1/2)": ((1.0, 0.5), 0.0, 0.0, 10),
+    "spread 8x (1 .. 1/8)": ((1.0, 0.5, 0.25, 0.125), 0.0, 0.0, 10),
+    "stragglers p=0.05 x10": ("equal", 0.05, 0.0, 10, 10.0),
+    "100 Gbit/s": ("equal", 0.0, 0.0, 100),
 }
 # label -> (strategy name = conf/sync/NAME.yaml, sync overrides)
 STRATEGIES = {
@@ -58,23 +63,46 @@ STRATEGIES = {
     "async": ("async", {}),
     "async cut-off": ("async_cutoff", {}),
     "delay-sync": ("delay", {}),
+    "allreduce online": ("allreduce", {"balance": "online"}),
+    "delay dynamic s": ("delay", {"dynamic_staleness": True}),
+    "DC-ASGD-a": ("async", {"delay_compensation": 2.0, "delay_compensation_mode": "adaptive"}),
+    "local SGD H=4": ("local_sgd", {"local_steps": 4}),
 }
+# strategies that are not built in: the worked plugin example of docs/plugins.md (examples/), run at allreduce's
+# train.* defaults (conf/sync/allreduce.yaml)
+EXAMPLE_SRC = ROOT / "examples" / "orchestrator-example-sync" / "src"
 
 
 def conf_defaults(name: str) -> tuple[dict, dict]:
     """The ``sync`` and ``train`` sections of ``conf/sync/NAME.yaml`` (what ``+sync=NAME`` brings)."""
     import yaml
 
+    if name == "local_sgd":
+        return {}, conf_defaults("allreduce")[1]
     d = yaml.safe_load((ROOT / "conf" / "sync" / f"{name}.yaml").read_text())
     return dict(d.get("sync") or {}), dict(d.get("train") or {})
 
 
+def strategy_class(name: str):
+    """The strategy's class: a registered plugin, or local SGD from the worked example in examples/."""
+    from orchestrator import plugins
+
+    if name == "local_sgd":
+        if str(EXAMPLE_SRC) not in sys.path:
+            sys.path.insert(0, str(EXAMPLE_SRC))
+        from orch_local_sgd.strategy import LocalSGD
+
+        return LocalSGD
+    return plugins.load("sync", name)
+
+
 def regime_hardware(regime: str) -> dict:
-    speeds, p, sigma, bw = REGIMES[regime]
-    hw: dict = {"workers": W, "worker_speeds": [1.0] * W if speeds == "equal" else [MIXED[i % 3] for i in range(W)],
+    speeds, p, sigma, bw, *rest = REGIMES[regime]
+    cycle = (1.0,) if speeds == "equal" else MIXED if speeds == "mixed" else tuple(speeds)
+    hw: dict = {"workers": W, "worker_speeds": [cycle[i % len(cycle)] for i in range(W)],
                 "network": {"bandwidth_Gbps": bw}}
     if p:
-        hw["stragglers"] = {"probability": p, "slowdown": 5.0}
+        hw["stragglers"] = {"probability": p, "slowdown": float(rest[0]) if rest else 5.0}
     if sigma:
         hw["jitter"] = {"distribution": "lognormal", "sigma": sigma}
     return hw
@@ -106,7 +134,6 @@ class Bench:
     def run(self, regime: str, strategy: str, seed: int, cap_s: float | None, lr: float | None = None) -> dict:
         """One run; returns its time to target (None: missed or stopped at ``cap_s``) and the per-worker
         time breakdown (``sync.worker*.compute_s / wait_s / comm_s / queue_s``)."""
-        from orchestrator import plugins
         from orchestrator.execution.training import TrainSettings
         from orchestrator.sync.virtual import VirtualRun
 
@@ -116,7 +143,7 @@ class Bench:
         if lr is not None:
             train["lr"] = lr
         cfg = {"hardware": regime_hardware(regime), "sync": sync, "train": train}
-        strat = plugins.load("sync", name)(cfg["sync"])
+        strat = strategy_class(name)(cfg["sync"])
         opts = strat.options(cfg)
         s = TrainSettings(batch_size=64, lr=float(train["lr"]), optimizer=str(train["optimizer"]),
                           target_accuracy=self.target, stop="target", eval_every=CADENCE // 64,
@@ -139,15 +166,18 @@ def median_time(times) -> float | None:
 
 def run_regime(args) -> tuple[str, dict]:
     """Every strategy of one regime (allreduce first: the others' runs stop at cap x the best median so far)."""
-    regime, seeds, target, cap, lrs = args
+    regime, seeds, target, cap, lrs, done = args
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     b = Bench(target)
-    cells: dict = {}
-    best = None
+    cells: dict = dict(done)          # cells already measured (--cache): kept, and their best caps the new runs
+    meds = [c["median"] for c in cells.values() if c.get("median") is not None]
+    best = min(meds) if meds else None
     for strategy in STRATEGIES:
+        if strategy in cells:
+            continue
         cands = lrs or [None]
         cell = None
         for lr in cands:
@@ -272,7 +302,8 @@ def main(argv=None) -> int:
     lrs = [float(x) for x in a.lrs.split(",")] if a.lrs else None
     cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
     t_start = time.time()
-    todo = [(r, a.seeds, a.target, a.cap, lrs) for r in regimes if r not in cache]
+    todo = [(r, a.seeds, a.target, a.cap, lrs, cache.get(r, {})) for r in regimes
+            if any(k not in cache.get(r, {}) for k in STRATEGIES)]
     if a.jobs > 1 and len(todo) > 1:
         import multiprocessing as mp
 
