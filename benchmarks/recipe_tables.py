@@ -26,6 +26,17 @@ START, END = "<!-- recipe-tables:start -->", "<!-- recipe-tables:end -->"
 RECIPES = ("placement_rl_vs_expert", "delay_sync_heterogeneous", "delay_sync_staleness", "hybrid", "tune_delay")
 
 
+def table_only(report: str) -> str:
+    """The report's run count and table: its H1 title and its embedded plots (base64 images) dropped."""
+    keep = []
+    for line in report.splitlines():
+        if line.startswith("## "):          # the plots' sections follow the table
+            break
+        if not line.startswith("# "):
+            keep.append(line)
+    return "\n".join(keep).strip()
+
+
 def run_recipe(name: str, extra: list[str]) -> str:
     with tempfile.TemporaryDirectory(prefix=f"recipe-{name}-") as tmp:
         (Path(tmp) / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)
@@ -38,6 +49,7 @@ def run_recipe(name: str, extra: list[str]) -> str:
             return f"### `{name}`\n\nthe recipe failed (exit {out.returncode}): `{out.stderr.strip().splitlines()[-1:]}`\n"
         table = subprocess.run([sys.executable, "-m", "orchestrator.report", "--experiment", name, "--format", "md"],
                                cwd=tmp, env=env, capture_output=True, text=True).stdout.strip()
+        table = table_only(table)
         verdict = next((line for line in out.stdout.splitlines() if line.startswith("verdict:")), "verdict: -")
         return (f"### `{name}` ({wall:.0f} s wall, load {load0:.1f} at the start)\n\n{table}\n\n"
                 f"`{verdict.strip()}`\n")
