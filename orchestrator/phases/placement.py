@@ -165,8 +165,9 @@ class PlacementPhase:
         base_label, base_placement, base = self.baseline(graph, worker, evaluator, model_spec)
         objective = getattr(evaluator, "objective", "step")
         fallback: dict[str, float] = {}
-        # only a search's answer is replaced: placer=manual is the placement the user asked for, measured as it is
-        if reward != "simulated" and self.names["placer"] != "manual" and keep_baseline(verdict, base, base_placement):
+        # only a search's answer is replaced; a placer that does not search (manual: the placement the user asked
+        # for) says so with ``searches = False``
+        if reward != "simulated" and getattr(self.placer, "searches", True) and keep_baseline(verdict, base, base_placement):
             # a measured search can end slower than the baseline (noise, a budget too small): say so and
             # keep the better placement; the search's own answer stays in placement.searched_*
             print(f"placement: {self.names['placer']}'s answer measured {verdict.step_time_s:.4g} s per step, slower than "

@@ -15,6 +15,7 @@ EXPERT = ("fastest", "rnn", "chain")
 
 
 class ManualPlacer:
+    searches = False    # the placement the user asked for: never replaced by the baseline (phases/placement.py)
     auto_evaluator = "measured"  # it evaluates only its answer: on real devices, run it for real
     def __init__(self, cfg: Any = None):
         self.cfg = ManualPlacerConfig.from_node(cfg)
