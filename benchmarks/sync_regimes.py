@@ -175,6 +175,17 @@ def run_regime(args) -> tuple[str, dict]:
     cells: dict = dict(done)          # cells already measured (--cache): kept, and their best caps the new runs
     meds = [c["median"] for c in cells.values() if c.get("median") is not None]
     best = min(meds) if meds else None
+    for strategy, cell in list(cells.items()):   # --seeds above the cache's: top its cells up, same lr and cap
+        have = len(cell["runs"])
+        if have >= seeds:
+            continue
+        known = [math.inf if r["time"] is None else r["time"] for r in cell["runs"]]
+        if sum(math.isinf(t) for t in known) > seeds // 2:   # the median is a miss whatever the new seeds give
+            continue
+        runs = cell["runs"] + [b.run(regime, strategy, seed, cell["cap"], cell["lr"]) for seed in range(have, seeds)]
+        cells[strategy] = {**cell, "runs": runs, "median": median_time([r["time"] for r in runs])}
+    meds = [c["median"] for c in cells.values() if c.get("median") is not None]
+    best = min(meds) if meds else None
     for strategy in STRATEGIES:
         if strategy in cells:
             continue
@@ -303,7 +314,7 @@ def main(argv=None) -> int:
     cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
     t_start = time.time()
     todo = [(r, a.seeds, a.target, a.cap, lrs, cache.get(r, {})) for r in regimes
-            if any(k not in cache.get(r, {}) for k in STRATEGIES)]
+            if any(k not in cache.get(r, {}) or len(cache[r][k]["runs"]) < a.seeds for k in STRATEGIES)]
     if a.jobs > 1 and len(todo) > 1:
         import multiprocessing as mp
 

@@ -226,3 +226,29 @@ def test_a_measured_search_slower_than_its_baseline_returns_the_baseline():
     assert not keep_baseline(searched, V(value=float("nan"), feasible=True), placement)
     assert not keep_baseline(searched, None, placement)
     assert not keep_baseline(searched, V(value=0.10, feasible=True), None)
+
+
+def test_a_write_to_a_store_another_process_holds_locked_waits_for_it(tmp_path):
+    """A reader (the UI, `orchestrator.report`, a test polling the store) holding the SQLite file past its
+    busy timeout must not cost the trial a tag or its final status: the sink's writes retry."""
+    import sqlite3
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.tracking.store import MlflowSink, init_store, retry_locked
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    init_store(uri)
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("e"))
+    holder = sqlite3.connect(tmp_path / "mlflow.db", timeout=0, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    threading.Timer(6.0, holder.rollback).start()   # past pysqlite's 5 s busy timeout
+    sink = MlflowSink(client, run.info.run_id)
+    sink.set_tags({"orchestrator.partial": "true"})
+    retry_locked(client.set_terminated, run.info.run_id, status="KILLED")
+    got = client.get_run(run.info.run_id)
+    assert got.info.status == "KILLED" and got.data.tags["orchestrator.partial"] == "true"
+    with pytest.raises(ValueError):   # anything else is not retried
+        retry_locked(int, "x")

@@ -229,7 +229,7 @@ def record_failed_trial(cfg: Any, run_name: str, tags: dict[str, str], error: st
     if os.environ.get(PARENT_ENV):
         all_tags["mlflow.parentRunId"] = os.environ[PARENT_ENV]
     run = client.create_run(_experiment_id(client, cfg), run_name=run_name, tags=all_tags)
-    client.set_terminated(run.info.run_id, status="FAILED")
+    retry_locked(client.set_terminated, run.info.run_id, status="FAILED")
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, str]:
@@ -255,6 +255,26 @@ def git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def _locked(exc: BaseException) -> bool:
+    return "database is locked" in str(exc)
+
+
+def retry_locked(fn, *args, attempts: int = 8, **kwargs):
+    """``fn(*args, **kwargs)``, retried with backoff (0.25 s doubling, 30 s in all) while a SQLite store
+    answers "database is locked": another process (a reader such as the UI or ``orchestrator.report``,
+    or a sibling trial) held the file past SQLite's busy timeout, which a loaded machine makes likely.
+    A status or a tag written while the trial is being interrupted must not be lost to it."""
+    delay = 0.25
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not _locked(exc) or i == attempts - 1:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 8.0)
+
+
 class MlflowSink:
     """The ``MetricsSink`` of a trial: metrics, tags and artifacts of one MLflow run."""
 
@@ -270,7 +290,7 @@ class MlflowSink:
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, int(step or 0)) for k, v in metrics.items() if v is not None]
         for i in range(0, len(items), 500):
-            self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+            retry_locked(self.client.log_batch, self.run_id, metrics=items[i : i + 500])
         self.latest.update({m.key: m.value for m in items})
 
     def set_tags(self, tags: dict[str, str]) -> None:
@@ -279,7 +299,7 @@ class MlflowSink:
         items = [RunTag(k, str(v)) for k, v in tags.items()]
         self.tags.update({t.key: t.value for t in items})
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, tags=items[i : i + 100])
+            retry_locked(self.client.log_batch, self.run_id, tags=items[i : i + 100])
 
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -287,10 +307,10 @@ class MlflowSink:
         # MLflow keys allow alphanumerics and _ - . space : / only (config keys may be glob patterns).
         items = [Param(re.sub(r"[^\w\-. :/]", "_", k)[:250], v[:6000]) for k, v in params.items()]
         for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i : i + 100])
+            retry_locked(self.client.log_batch, self.run_id, params=items[i : i + 100])
 
     def log_artifact(self, path: str | Path) -> None:
-        self.client.log_artifact(self.run_id, str(path))
+        retry_locked(self.client.log_artifact, self.run_id, str(path))
 
 
 @contextmanager
@@ -349,5 +369,5 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
             pass
         raise
     finally:
-        client.set_terminated(run.info.run_id, status=status)
+        retry_locked(client.set_terminated, run.info.run_id, status=status)
         del mlflow

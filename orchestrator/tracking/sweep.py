@@ -9,7 +9,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from orchestrator.tracking.store import PARENT_ENV, _experiment_id, _mlflow, process_tags, tracking_uri
+from orchestrator.tracking.store import PARENT_ENV, _experiment_id, _mlflow, process_tags, retry_locked, tracking_uri
 
 # What the last sweep of this process came to; the entry point exits 1 when a trial failed.
 OUTCOME: dict[str, Any] = {}
@@ -103,7 +103,7 @@ class SweepCallback(Callback):
                                           str(objective.get("direction", "maximize"))), flush=True)
         except Exception as exc:
             print(f"sweep comparison not printed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        client.set_terminated(self.parent_run_id, status=sweep_status)
+        retry_locked(client.set_terminated, self.parent_run_id, status=sweep_status)
         os.environ.pop(PARENT_ENV, None)
         line = summary(statuses, first_error)
         OUTCOME.update(trials=len(statuses), failed=len(statuses) - statuses.count("FINISHED"), line=line)
