@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.seeded import SeededRuntimes  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 T0, T1 = 0.0009, 0.000195
@@ -62,21 +63,14 @@ class Bench:
         self.ctx = make_context({"train": {"target_accuracy": TARGET[dataset]}}, tempfile.mkdtemp(), dataset=self.ds)
         self.results_path = results
         self.results: dict[str, dict] = json.loads(results.read_text()) if results and results.exists() else {}
-        self._rt: dict[int, tuple] = {}
+        self._rt = SeededRuntimes(self.ctx.model)
 
     @property
     def adaptive_label(self) -> str:
         return "adaptive" + (f" (min batch {self.adaptive_min})" if self.adaptive_min else "")
 
     def runtime(self, seed: int):
-        from orchestrator.execution.runtime import ModelRuntime
-
-        if seed not in self._rt:
-            rt = ModelRuntime(self.ctx.model, seed=seed, lr=0.1)
-            self._rt[seed] = (rt, rt.get_flat())
-        rt, theta0 = self._rt[seed]
-        rt.set_flat(theta0)
-        return rt
+        return self._rt(seed)
 
     def run(self, cluster: str, policy: str, G: int | None, opt: str, lr: float, seed: int, cap_s: float | None):
         """One seed of one cell; cached in the results file by its key (a stopped run is kept with its cap)."""

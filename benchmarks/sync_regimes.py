@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.seeded import SeededRuntimes  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -119,17 +120,10 @@ class Bench:
         self.cm = ComputeModel(T0, T1)
         self.ctx = make_context({"train": {"target_accuracy": target}}, tempfile.mkdtemp(prefix="sync-regimes-"),
                                 dataset=self.ds)
-        self._rt: dict[int, tuple] = {}
+        self._rt = SeededRuntimes(self.ctx.model)
 
     def runtime(self, seed: int):
-        from orchestrator.execution.runtime import ModelRuntime
-
-        if seed not in self._rt:
-            rt = ModelRuntime(self.ctx.model, seed=seed, lr=0.1)
-            self._rt[seed] = (rt, rt.get_flat())
-        rt, theta0 = self._rt[seed]
-        rt.set_flat(theta0)
-        return rt
+        return self._rt(seed)
 
     def run(self, regime: str, strategy: str, seed: int, cap_s: float | None, lr: float | None = None) -> dict:
         """One run; returns its time to target (None: missed or stopped at ``cap_s``) and the per-worker

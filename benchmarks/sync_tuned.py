@@ -35,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.seeded import SeededRuntimes  # noqa: E402
 from orchestrator.sync.reference import median_time  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -62,17 +63,10 @@ class Bench:
         self.cm = ComputeModel(T0, T1)
         self.tmp = tempfile.mkdtemp(prefix="sync-tuned-")
         self.ctx = make_context({"train": {"target_accuracy": target}}, self.tmp, dataset=self.ds)
-        self._rt: dict[int, tuple] = {}
+        self._rt = SeededRuntimes(self.ctx.model)
 
     def runtime(self, seed: int):
-        from orchestrator.execution.runtime import ModelRuntime
-
-        if seed not in self._rt:
-            rt = ModelRuntime(self.ctx.model, seed=seed, lr=0.1)
-            self._rt[seed] = (rt, rt.get_flat())
-        rt, theta0 = self._rt[seed]
-        rt.set_flat(theta0)
-        return rt
+        return self._rt(seed)
 
     def settings(self, batch: int, opt: str, lr: float, seed: int, budget_samples: int, **kw):
         from orchestrator.execution.training import TrainSettings

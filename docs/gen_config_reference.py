@@ -76,7 +76,7 @@ def accepts(f: dataclasses.Field) -> str:
     meta = f.metadata
     parts = []
     if meta.get("choices") is not None:
-        parts.append(_words(meta["choices"], meta.get("number", False)))
+        parts.append(_words(meta["choices"], meta.get("number", False), _is_int(f)))
     bounds = _bounds(meta)
     kind = "integer" if _is_int(f) else "number" if "float" in str(f.type) else "true, false" if "bool" in str(f.type) else ""
     if bounds and meta.get("choices") is not None:

@@ -54,6 +54,44 @@ def test_shards_split_the_server_load():
     assert ServerLinks(slow, 4, 1e6).pull(0, 0.0) == pytest.approx(8e-3)
 
 
+def test_colocated_shards_put_the_server_on_the_workers_links():
+    """BytePS-style: 4 workers on 1 GB/s links each host a shard; a 1 MB push leaves 3/4 MB out of the pusher's
+    link and 1/4 MB into each other worker's link, so four simultaneous pushes all end at 0.75 ms, where one
+    dedicated 1 GB/s server link serves them one after another (1, 2, 3, 4 ms)."""
+    from orchestrator.sync.costmodel import ColocatedServerLinks, server_links
+
+    net = Network.from_cfg({"bandwidth_Gbps": 8, "latency_us": 0, "server": {"bandwidth_Gbps": 8}}, 4)
+    co = server_links(net, 4, 1e6, colocated=True)
+    assert isinstance(co, ColocatedServerLinks)
+    assert [co.push(i, 0.0) for i in range(4)] == pytest.approx([0.75e-3] * 4)
+    assert co.utilisation(0.75e-3) == pytest.approx(1.0)
+    one = ServerLinks(net, 1, 1e6)
+    assert [one.push(i, 0.0) for i in range(4)] == pytest.approx([1e-3, 2e-3, 3e-3, 4e-3])
+    # a pull into a worker whose link is busy receiving pushes waits for it (FIFO, full duplex: its out link is free)
+    assert co.pull(0, 0.0) == pytest.approx(0.75e-3 + 0.75e-3)
+    assert co.queued_s[0] == pytest.approx(0.75e-3)
+    # one worker: its shard holds the whole model, nothing crosses a link
+    assert server_links(Network.from_cfg({}, 1), 1, 1e6, colocated=True).push(0, 2.0) == 2.0
+
+
+def test_colocated_shards_lift_a_saturated_server_and_stay_on_the_virtual_runtime():
+    def run(shards):
+        cfg = {"hardware": {"workers": 8,
+                            "network": {"bandwidth_Gbps": 128 * 8 / 1e9 * 8, "latency_us": 0,
+                                        "server": {"bandwidth_Gbps": 128 * 8 / 1e9}}}}
+        o = sync_options({"name": "async", "shards": shards}, cfg)
+        s = TrainSettings(batch_size=4, lr=0.01, target_accuracy=2.0, stop="budget", eval_every=1000,
+                          budget_updates=None, budget_s=100.0)
+        return VirtualRun(strategy(o.name), o, s, FakeRuntime(), fake_data(), 1.0).run()
+
+    (r1, _), (rc, sc) = run(1), run("colocated")
+    assert sum(sc.iterations) / rc.elapsed_s > 1.5 * sum(_.iterations) / r1.elapsed_s
+    with pytest.raises(ConfigError, match="modelled on sync.runtime=virtual only"):
+        sync_options({"name": "async", "shards": "colocated", "runtime": "mpi"}, {"hardware": {"workers": 4}})
+    with pytest.raises(ConfigError, match="must be an integer >= 1"):
+        sync_options({"name": "async", "shards": 1.5}, {"hardware": {"workers": 4}})
+
+
 def test_compute_model_fit_and_balanced_split():
     cm = ComputeModel.fit([16, 32, 64, 128], [0.002 + b * 1e-4 for b in (16, 32, 64, 128)])
     assert cm.t0 == pytest.approx(0.002) and cm.t1 == pytest.approx(1e-4)

@@ -22,14 +22,15 @@ _MISSING = dataclasses.MISSING
 def option(default: Any = _MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,  # noqa: A002
            min: float | None = None, max: float | None = None, gt: float | None = None,  # noqa: A002
            lt: float | None = None, choices: Iterable[Any] | None = None, number: bool = False,
-           finite: bool = False, fold: bool = False) -> Any:
+           finite: bool = False, fold: bool = False, integer: bool = False) -> Any:
     """A schema field. ``help``: the one line the reference page and ``--help`` show. ``min``/``max``
     (inclusive) and ``gt``/``lt`` (strict) bound a number; ``choices`` lists the accepted words;
     ``number=True`` with ``choices`` accepts a number besides the words (``init_bias: auto | 0.5``),
-    held to the bounds. ``finite`` refuses inf; ``fold`` matches the words case-insensitively. A
+    held to the bounds (a whole one with ``integer=True``). ``finite`` refuses inf; ``fold`` matches the words case-insensitively. A
     mutable default is given as ``factory``."""
     meta = {"help": help, "min": min, "max": max, "gt": gt, "lt": lt, "finite": finite,
-            "choices": tuple(choices) if choices is not None else None, "number": number, "fold": fold}
+            "choices": tuple(choices) if choices is not None else None, "number": number, "fold": fold,
+            "integer": integer}
     meta = {k: v for k, v in meta.items() if v is not None and v is not False}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
@@ -45,9 +46,9 @@ def show(v: Any) -> str:
     return repr(v)
 
 
-def _words(choices: tuple, number: bool) -> str:
+def _words(choices: tuple, number: bool, integer: bool = False) -> str:
     text = ", ".join("null" if c is None else str(c).lower() if isinstance(c, bool) else str(c) for c in choices)
-    return text + (" or a number" if number else "")
+    return text + ((" or an integer" if integer else " or a number") if number else "")
 
 
 def _bounds(meta: dict) -> str:
@@ -57,6 +58,8 @@ def _bounds(meta: dict) -> str:
 
 
 def _is_int(f: dataclasses.Field) -> bool:
+    if f.metadata.get("integer"):
+        return True
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     return t.replace(" ", "") in ("int", "Optional[int]", "int|None")
 
@@ -79,10 +82,10 @@ def check_value(key: str, v: Any, f: dataclasses.Field) -> None:
                 try:
                     v = float(v)
                 except ValueError:
-                    raise ConfigError(f"{key}={show(v)} (accepted: {_words(choices, True)})") from None
+                    raise ConfigError(f"{key}={show(v)} (accepted: {_words(choices, True, _is_int(f))})") from None
                 is_num = True
             else:
-                raise ConfigError(f"{key}={show(v)} (accepted: {_words(choices, meta.get('number', False))})")
+                raise ConfigError(f"{key}={show(v)} (accepted: {_words(choices, meta.get('number', False), _is_int(f))})")
     if not is_num:
         return
     bounds = _bounds(meta)
@@ -91,7 +94,7 @@ def check_value(key: str, v: Any, f: dataclasses.Field) -> None:
         raise ConfigError(f"{key}={show(v)} is not a number")
     if meta.get("finite") and math.isinf(v):
         raise ConfigError(f"{key}={show(v)} must be finite")
-    bad = (("min" in meta and v < meta["min"]) or ("gt" in meta and v <= meta["gt"])
+    bad = (("integer" in meta and not float(v).is_integer()) or ("min" in meta and v < meta["min"]) or ("gt" in meta and v <= meta["gt"])
            or ("max" in meta and v > meta["max"]) or ("lt" in meta and v >= meta["lt"]))
     if bad:
         words = f" (or {_words(choices, False)})" if choices else ""

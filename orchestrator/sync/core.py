@@ -72,6 +72,7 @@ class SyncOptions:
     step_overhead_s: float | None = None  # t0 of the compute model (with per_sample_s; None: fit / linear)
     per_sample_s: float | None = None     # t1 of the compute model
     shards: int = 1                       # parameter-server shards (each with its own link)
+    colocated: bool = False               # sync.shards=colocated: one shard on each worker's link
     overlap: bool = False                 # allreduce overlapped with the backward pass
     network: dict | None = None           # hardware.network (plain); see costmodel.Network
     speed_changes: list = field(default_factory=list)   # [(worker, at_s, speed)]
@@ -159,6 +160,20 @@ class SyncOptions:
         t0, t1 = c.step_overhead_s, c.per_sample_s
         if (t0 is None) != (t1 is None):
             raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both (or neither)")
+        shards, colocated = opt("shards"), False
+        if shards == "colocated":
+            shards, colocated = workers, True
+        else:
+            try:
+                whole = not isinstance(shards, bool) and float(shards).is_integer() and float(shards) >= 1
+            except (TypeError, ValueError):
+                whole = False
+            if not whole:
+                raise ConfigError(f"sync.shards={shards!r} must be an integer >= 1 (or colocated)")
+            shards = int(float(shards))
+        if c.runtime != "virtual" and strategy.uses_server and (colocated or shards > 1):
+            raise ConfigError(f"sync.shards={opt('shards')} is modelled on sync.runtime=virtual only (under MPI the "
+                              "server is one rank)")
         dc = float(opt("delay_compensation"))
         if opt("push_lr") is None:
             raise ConfigError("sync.push_lr=null is not accepted (scaled, lr, lr/staleness, or a number > 0)")
@@ -179,7 +194,7 @@ class SyncOptions:
                    global_batch_max=train.global_batch_max, adaptive_min_batch=train.adaptive_min_batch,
                    adaptive_max_batch=train.adaptive_max_batch, adaptive_every=train.adaptive_every,
                    adaptive_ema=train.adaptive_ema, adaptive_noise=train.adaptive_noise,
-                   base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=int(opt("shards")),
+                   base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=shards, colocated=colocated,
                    overlap=bool(c.overlap), network=network, jitter_sigma=parse_jitter(_get(cfg, "hardware.jitter", None)),
                    speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in changes], emulated_step_s=emulated,
                    timeout_s=float(c.timeout_s), hostfile=hostfile, delay_compensation=dc,

@@ -8,7 +8,8 @@
   worker link's bandwidth and L the largest latency (Patarasuk & Yuan 2009; Horovod's algorithm);
 - parameter server: a push (gradient) and a pull (parameters) per iteration, each split over
   ``sync.shards`` server shards; each shard's link is a FIFO queue shared by all workers (``FifoLink``),
-  in each direction (full duplex), so with many workers the server saturates.
+  in each direction (full duplex), so with many workers the server saturates; ``sync.shards=colocated`` puts
+  one shard on each worker instead, its traffic on the workers' own links (``ColocatedServerLinks``).
 
 Nothing here imports TensorFlow.
 """
@@ -180,6 +181,55 @@ class ServerLinks:
         if elapsed <= 0:
             return 0.0
         return min(1.0, max(q.busy_s for q in self.inbound + self.outbound) / elapsed)
+
+
+@dataclass
+class ColocatedServerLinks:
+    """Server shards placed with the workers (BytePS-style, Jiang et al. OSDI'20; ``sync.shards=colocated``):
+    worker j hosts shard j of W, and the shards' traffic shares the workers' own links, each a FIFO queue in
+    each direction (full duplex). A push of n bytes from worker i sends ``(W-1)/W n`` out of i's link and
+    ``n/W`` into each other worker's link (its own slice stays local); a pull is the mirror image. Every link
+    then carries ``2 (W-1)/W n`` per iteration of each worker, as a ring all-reduce does, and no server link
+    exists to saturate. The slices are charged as if cut through (a slice's bytes are queued on the sender's and
+    the receiver's link at once, the transfer ending when the later one is done), which under-charges a
+    congested link by at most one slice's time."""
+
+    net: Network
+    nbytes: float
+    out: list[FifoLink] = field(default_factory=list)
+    into: list[FifoLink] = field(default_factory=list)
+    queued_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.out = [FifoLink(l.bandwidth, l.latency_s) for l in self.net.workers]
+        self.into = [FifoLink(l.bandwidth, l.latency_s) for l in self.net.workers]
+        self.queued_s = [0.0] * len(self.net.workers)
+
+    def _transfer(self, mine: FifoLink, theirs: list[FifoLink], worker: int, now: float, nbytes: float | None) -> float:
+        w = len(self.net.workers)
+        if w <= 1:
+            return now
+        part = (self.nbytes if nbytes is None else nbytes) / w
+        others = [q for j, q in enumerate(theirs) if j != worker]
+        self.queued_s[worker] += max(max(now, q.free_at) - now for q in [mine] + others)
+        return max(mine.send(now, (w - 1) * part), max(q.send(now, part) for q in others))
+
+    def push(self, worker: int, now: float, nbytes: float | None = None) -> float:
+        return self._transfer(self.out[worker], self.into, worker, now, nbytes)
+
+    def pull(self, worker: int, now: float, nbytes: float | None = None) -> float:
+        return self._transfer(self.into[worker], self.out, worker, now, nbytes)
+
+    def utilisation(self, elapsed: float) -> float:
+        """Busy fraction of the busiest worker link direction over the run."""
+        if elapsed <= 0:
+            return 0.0
+        return min(1.0, max(q.busy_s for q in self.out + self.into) / elapsed)
+
+
+def server_links(net: Network, shards: int, nbytes: float, colocated: bool = False):
+    """The server's links: ``shards`` dedicated ones (``ServerLinks``) or one shard on every worker."""
+    return ColocatedServerLinks(net, nbytes) if colocated else ServerLinks(net, shards, nbytes)
 
 
 @dataclass(frozen=True)

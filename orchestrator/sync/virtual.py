@@ -26,7 +26,7 @@ from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainR
 from orchestrator.sync.adaptive import AdaptiveBatch, NoiseScale
 from orchestrator.sync.balance import Balancer
 from orchestrator.sync.core import SyncOptions, jitter_factor, tracked_settings
-from orchestrator.sync.costmodel import ComputeModel, ServerLinks, collective_s
+from orchestrator.sync.costmodel import ComputeModel, collective_s, server_links
 from orchestrator.sync.limits import check_virtual_memory
 from orchestrator.sync.server import REJECTED
 from orchestrator.sync.strategy import Round, SyncStrategy
@@ -263,7 +263,7 @@ class VirtualRun:
         o, w, st = self.o, self.o.workers, self.stats
         server = self.strategy.make_server(self.theta0, self._weights(), o, self.s.new_optimizer())
         gate = self.strategy.make_gate(o)
-        links = ServerLinks(self.net, o.shards, self.nbytes)
+        links = server_links(self.net, o.shards, self.nbytes, o.colocated)
         strat, n_params = self.strategy, self.theta0.size
         heap: list[tuple[float, int, int, int]] = []          # (time, seq, kind, worker)
         COMPUTED, PUSHED = 0, 1
