@@ -35,7 +35,7 @@ def run(name: str, lam: float, mode: str, seed: int, args, data):
     from orchestrator import plugins
     from orchestrator.sync.virtual import make_context, train_virtual
 
-    sync = {"name": name, "step_overhead_s": 0.0009, "per_sample_s": 0.000195}
+    sync = {"name": name, "step_overhead_s": 0.0009, "per_sample_s": 0.000195, "shards": 1}   # one server link, as measured
     if lam > 0:
         sync.update(delay_compensation=lam, delay_compensation_mode=mode)
     cfg = {"seed": seed, "hardware": {"workers": args.workers, "worker_speeds": [MIXED[i % 3] for i in range(args.workers)]},

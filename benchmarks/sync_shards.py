@@ -6,7 +6,8 @@ allreduce, on the regime map's set-up (virtual clock, real MNIST gradients, t = 
 10 Gbit/s everywhere, MNIST to 97%, each strategy at its conf/sync defaults), seeds 0..N-1, medians, with the
 per-worker time breakdown of seed 0. Emulated: nothing here ran on real workers.
 
-    PYTHONPATH=. python benchmarks/sync_shards.py --seeds 3 --write docs/benchmarks/sync_shards.md
+    PYTHONPATH=. python benchmarks/sync_shards.py --seeds 3 --workers 16 --speeds 1,0.5,0.25   # a section of
+    PYTHONPATH=. python benchmarks/sync_shards.py --seeds 3 --workers 4 --speeds 1,0.5,0.25,1   # docs/benchmarks/sync_shards.md
 """
 
 from __future__ import annotations
@@ -20,47 +21,52 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sync_regimes as sr  # noqa: E402
 
-WORKERS = 16
-REGIME = "W=16 mixed (1, 1/2, 1/4)"
-ROWS = {
-    "allreduce (static split)": ("allreduce", {}),
-    "delay-sync, 1 server link": ("delay", {"shards": 1}),
-    "delay-sync, 16 dedicated shards": ("delay", {"shards": 16}),
-    "delay-sync, colocated shards": ("delay", {"shards": "colocated"}),
-    "async, 1 server link": ("async", {"shards": 1}),
-    "async, colocated shards": ("async", {"shards": "colocated"}),
-}
+
+
+def configs(w: int) -> dict:
+    return {
+        "allreduce (static split)": ("allreduce", {}),
+        "delay-sync, 1 server link": ("delay", {"shards": 1}),
+        f"delay-sync, {w} dedicated shards": ("delay", {"shards": w}),
+        "delay-sync, colocated shards": ("delay", {"shards": "colocated"}),
+        "async, 1 server link": ("async", {"shards": 1}),
+        "async, colocated shards": ("async", {"shards": "colocated"}),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--speeds", default="1,0.5,0.25", help="speeds cycled over the workers")
     ap.add_argument("--write", type=Path, default=None)
     a = ap.parse_args()
+    speeds = tuple(float(x) for x in a.speeds.split(","))
+    regime = f"W={a.workers}, speeds {', '.join(f'{v:g}' for v in speeds)} cycled"
+    ROWS = configs(a.workers)
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    sr.W = WORKERS
-    sr.REGIMES[REGIME] = ("mixed", 0.0, 0.0, 10)
+    sr.W = a.workers
+    sr.REGIMES[regime] = (speeds, 0.0, 0.0, 10)
     sr.STRATEGIES.update(ROWS)
     b = sr.Bench(0.97)
     t0 = time.time()
     rows = []
     for label in ROWS:
-        runs = [b.run(REGIME, label, seed, None) for seed in range(a.seeds)]
+        runs = [b.run(regime, label, seed, None) for seed in range(a.seeds)]
         times = [r["time"] for r in runs]
         med = sr.median_time(times)
         bd = sr.breakdown({"runs": runs})
         rows.append((label, med, times, runs[0], bd))
     ar = rows[0][1]
-    lines = [f"# Parameter-server shards: the delay-sync gap at W = 16 mixed speeds (emulated: virtual clock; "
-             f"{time.strftime('%Y-%m-%d')})", "",
-             f"{REGIME}, MNIST CNN to 97%, median of {a.seeds} seed(s) (spread min-max), compute model "
+    lines = [f"## {regime} (emulated: virtual clock; {time.strftime('%Y-%m-%d')})", "",
+             f"MNIST CNN to 97%, median of {a.seeds} seed(s) (spread min-max), compute model "
              f"t = {sr.T0} s + b x {sr.T1} s per speed-1.0 worker, 10 Gbit/s links; seed 0's mean seconds per worker "
              f"of compute / waiting / communication / server queueing. Baseline: balanced allreduce on the same "
              f"workers (last column: its time over the row's).", "",
              f"Command (wall {((time.time() - t0) / 60):.1f} min on a shared 2-core machine):", "",
-             f"    PYTHONPATH=. python benchmarks/sync_shards.py --seeds {a.seeds} --write docs/benchmarks/sync_shards.md",
+             f"    PYTHONPATH=. python benchmarks/sync_shards.py --seeds {a.seeds} --workers {a.workers} --speeds {a.speeds}",
              "", "| configuration | time to 97% (median) | spread | updates (seed 0) | compute | wait | comm | queue | "
              "allreduce / row |", "|---|---|---|---|---|---|---|---|---|"]
     for label, med, times, r0, bd in rows:

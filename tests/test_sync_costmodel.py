@@ -84,8 +84,10 @@ def test_colocated_shards_lift_a_saturated_server_and_stay_on_the_virtual_runtim
                           budget_updates=None, budget_s=100.0)
         return VirtualRun(strategy(o.name), o, s, FakeRuntime(), fake_data(), 1.0).run()
 
-    (r1, _), (rc, sc) = run(1), run("colocated")
-    assert sum(sc.iterations) / rc.elapsed_s > 1.5 * sum(_.iterations) / r1.elapsed_s
+    (r1, s1), (rc, sc), (ra, sa) = run(1), run("colocated"), run("auto")
+    assert sum(sc.iterations) / rc.elapsed_s > 1.5 * sum(s1.iterations) / r1.elapsed_s
+    assert sum(sa.iterations) == sum(sc.iterations) and ra.elapsed_s == rc.elapsed_s   # auto: colocated here
+    assert sync_options({"name": "async", "runtime": "mpi"}, {"hardware": {"workers": 4}}).colocated is False
     with pytest.raises(ConfigError, match="modelled on sync.runtime=virtual only"):
         sync_options({"name": "async", "shards": "colocated", "runtime": "mpi"}, {"hardware": {"workers": 4}})
     with pytest.raises(ConfigError, match="must be an integer >= 1"):

@@ -46,9 +46,10 @@ class ServerSyncConfig(SyncConfig):
     push_lr: Any = option("scaled", "push weight: scaled (a round of W pushes = one step of the global batch at "
                           "train.lr_scaling's lr) | lr (each push a step of its own) | lr/staleness (lr damped by "
                           "staleness) | a multiplier of train.lr", choices=PUSH_LR, number=True, gt=0)
-    shards: Any = option(1, "parameter-server shards, each with its own link (hardware.network.server); colocated: "
-                         "one shard on each worker, on the workers' links (BytePS-style); virtual runtime",
-                         choices=("colocated",), number=True, integer=True, min=1)
+    shards: Any = option("auto", "parameter-server shards: an integer (each shard with its own link, "
+                         "hardware.network.server) | colocated (one shard on each worker, its traffic on the workers' "
+                         "links, BytePS-style; virtual runtime) | auto (colocated on the virtual runtime, the one server "
+                         "rank under MPI)", choices=("auto", "colocated"), number=True, integer=True, min=1)
     delay_compensation: float = option(0.0, "DC-ASGD (Zheng et al. 2017): lambda of g + lambda g*g*(w - w_pulled); "
                                        "0 = off", min=0, finite=True)
     delay_compensation_mode: str = option("constant", "constant (DC-ASGD-c) | adaptive (DC-ASGD-a: lambda / "

@@ -161,6 +161,8 @@ class SyncOptions:
         if (t0 is None) != (t1 is None):
             raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both (or neither)")
         shards, colocated = opt("shards"), False
+        if shards == "auto":   # the measured better placement where it is modelled (docs/benchmarks/sync_shards.md)
+            shards = "colocated" if c.runtime == "virtual" and strategy.uses_server and workers > 1 else 1
         if shards == "colocated":
             shards, colocated = workers, True
         else:
@@ -169,7 +171,7 @@ class SyncOptions:
             except (TypeError, ValueError):
                 whole = False
             if not whole:
-                raise ConfigError(f"sync.shards={shards!r} must be an integer >= 1 (or colocated)")
+                raise ConfigError(f"sync.shards={shards!r} must be an integer >= 1 (or colocated, auto)")
             shards = int(float(shards))
         if c.runtime != "virtual" and strategy.uses_server and (colocated or shards > 1):
             raise ConfigError(f"sync.shards={opt('shards')} is modelled on sync.runtime=virtual only (under MPI the "
