@@ -13,14 +13,12 @@ per-worker time breakdown of seed 0. Emulated: nothing here ran on real workers.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sync_regimes as sr  # noqa: E402
-
 
 
 def configs(w: int) -> dict:
