@@ -77,9 +77,14 @@ def test_a_server_strategy_is_charged_its_push_and_pull_bytes():
         def pull_bytes(self, worker, iteration, parameters):
             return 8.0
 
-    full = run(strategy("async"), s=settings(budget_updates=20))[1]
-    light = run(Light({"name": "async"}), s=settings(budget_updates=20))[1]
+    one_link = {"name": "async", "shards": 1}   # every message through the server's one link
+    full = run(type(strategy("async"))(one_link), s=settings(budget_updates=20))[1]
+    light = run(Light(one_link), s=settings(budget_updates=20))[1]
     assert light.elapsed_s < full.elapsed_s / 5
+    # on colocated shards (the default here) the light messages are charged as well
+    co_full = run(strategy("async"), s=settings(budget_updates=20))[1]
+    co_light = run(Light({"name": "async"}), s=settings(budget_updates=20))[1]
+    assert co_light.elapsed_s < co_full.elapsed_s / 3
 
 
 def test_topk_virtual_time_falls_with_density(topk_module):
