@@ -70,6 +70,9 @@ STRATEGIES = {
     "delay dynamic s": ("delay", {"dynamic_staleness": True, "shards": 1}),
     "DC-ASGD-a": ("async", {"delay_compensation": 2.0, "delay_compensation_mode": "adaptive", "shards": 1}),
     "local SGD H=4": ("local_sgd", {"local_steps": 4}),
+    # the default placement of the server since the map was first measured: one shard on each worker
+    "async colocated": ("async", {"shards": "colocated"}),
+    "delay-sync colocated": ("delay", {"shards": "colocated"}),
 }
 # strategies that are not built in: the worked plugin example of docs/plugins.md (examples/), run at allreduce's
 # train.* defaults (conf/sync/allreduce.yaml)
@@ -259,12 +262,12 @@ def plot(results: dict, path: Path, target: float, seeds: int) -> None:
             t = results[reg][s]["median"]
             if t is not None and ar:
                 ratio[i, j] = ar / t
-    fig, ax = plt.subplots(figsize=(11, 0.55 * len(regimes) + 2.2))
+    fig, ax = plt.subplots(figsize=(1.1 * len(names) + 3, 0.55 * len(regimes) + 2.6))
     cmap = LinearSegmentedColormap.from_list("rb", ["#b2182b", "#f7f7f7", "#2166ac"])
     cmap.set_bad("#cccccc")
     lim = max(2.0, float(np.nanmax(np.abs(np.log2(ratio)))) if np.isfinite(ratio).any() else 2.0)
     im = ax.imshow(ratio, cmap=cmap, norm=LogNorm(vmin=2 ** -lim, vmax=2 ** lim), aspect="auto")
-    palette = dict(zip(names, plt.cm.tab10.colors))
+    palette = dict(zip(names, plt.cm.tab10.colors + plt.cm.Dark2.colors))
     for i, reg in enumerate(regimes):
         reached = {s: results[reg][s]["median"] for s in names if results[reg][s]["median"] is not None}
         win = min(reached, key=reached.get) if reached else None
@@ -274,7 +277,7 @@ def plot(results: dict, path: Path, target: float, seeds: int) -> None:
             ax.text(j, i, txt, ha="center", va="center", fontsize=7.5, fontweight="bold" if s == win else "normal")
             if s == win:
                 ax.add_patch(plt.Rectangle((j - 0.48, i - 0.48), 0.96, 0.96, fill=False, lw=2.5, ec=palette[s]))
-    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_xticks(range(len(names)), names, fontsize=8, rotation=30, ha="right")
     ax.set_yticks(range(len(regimes)),
                   [f"{r}  [best: {min((s for s in names if results[r][s]['median'] is not None), key=lambda s: results[r][s]['median'], default='-')}]"
                    for r in regimes], fontsize=8)
