@@ -228,6 +228,7 @@ def test_a_measured_search_slower_than_its_baseline_returns_the_baseline():
     assert not keep_baseline(searched, V(value=0.10, feasible=True), None)
 
 
+@pytest.mark.slow   # holds the lock past SQLite's 5 s busy timeout
 def test_a_write_to_a_store_another_process_holds_locked_waits_for_it(tmp_path):
     """A reader (the UI, `orchestrator.report`, a test polling the store) holding the SQLite file past its
     busy timeout must not cost the trial a tag or its final status: the sink's writes retry."""
