@@ -160,19 +160,11 @@ class SyncOptions:
         t0, t1 = c.step_overhead_s, c.per_sample_s
         if (t0 is None) != (t1 is None):
             raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both (or neither)")
-        shards, colocated = opt("shards"), False
+        shards = opt("shards")     # its schema (ServerSyncConfig) has checked it: auto, colocated or an integer >= 1
         if shards == "auto":   # the measured better placement where it is modelled (docs/benchmarks/sync_shards.md)
             shards = "colocated" if c.runtime == "virtual" and strategy.uses_server and workers > 1 else 1
-        if shards == "colocated":
-            shards, colocated = workers, True
-        else:
-            try:
-                whole = not isinstance(shards, bool) and float(shards).is_integer() and float(shards) >= 1
-            except (TypeError, ValueError):
-                whole = False
-            if not whole:
-                raise ConfigError(f"sync.shards={shards!r} must be an integer >= 1 (or colocated, auto)")
-            shards = int(float(shards))
+        colocated = shards == "colocated"
+        shards = workers if colocated else int(float(shards))
         if c.runtime != "virtual" and strategy.uses_server and (colocated or shards > 1):
             raise ConfigError(f"sync.shards={opt('shards')} is modelled on sync.runtime=virtual only (under MPI the "
                               "server is one rank)")
