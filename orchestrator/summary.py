@@ -138,6 +138,13 @@ def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
                    f"this trial reached {_fmt(m.get('train.fraction_of_limit'))} of it")
     elif "hardware.capacity" in m and "workers" in m:
         out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds)")
+    if "train.global_batch_first" in m:      # train.batch_policy=adaptive: what it chose
+        noise = m.get("sync.noise_scale_final")
+        out.append(f"  batch:    adaptive (goodput from the gradient noise scale): {int(m['train.global_batch_first'])} "
+                   f"at first, {int(m.get('train.global_batch_final', 0))} at the end, largest "
+                   f"{int(m.get('train.global_batch_max_chosen', 0))}, {int(m.get('train.global_batch_changes', 0))} "
+                   f"changes" + (f"; noise scale {noise:.0f} at the end" if noise is not None else "")
+                   + " (train.global_batch over time: batch_over_time.png)")
     r = m.get("compare.speedup_over_it")
     other = t.get("compare.label", "?").split(",")[0]
     if t.get("train.batch_policy") == "adaptive":

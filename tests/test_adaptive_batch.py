@@ -142,8 +142,7 @@ def test_an_adaptive_trial_logs_the_batch_and_the_plot(tmp_path):
 @pytest.mark.parametrize("sync_node, hardware, train, expected", [
     ({"name": "delay"}, {"workers": 4}, {}, "train.batch_policy=adaptive needs a collective strategy"),
     ({"name": "async"}, {"workers": 4}, {}, "sync=async is a parameter server"),
-    ({"name": "allreduce", "runtime": "mpi"}, {"workers": 4}, {},
-     "train.batch_policy=adaptive is available on sync.runtime=virtual only"),
+    ({"name": "delay", "runtime": "mpi"}, {"workers": 4}, {}, "sync=delay is a parameter server"),
     ({"name": "allreduce"}, {"workers": 1}, {}, "needs hardware.workers >= 2"),
     ({"name": "allreduce"}, {"workers": 4}, {"adaptive_min_batch": 2}, "train.adaptive_min_batch=2 < 4 workers"),
     ({"name": "allreduce"}, {"workers": 4}, {"adaptive_max_batch": 32}, "train.adaptive_max_batch=32 < the smallest"),
@@ -154,11 +153,12 @@ def test_bad_combinations_are_one_line_config_errors(sync_node, hardware, train,
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_cli_refuses_adaptive_under_mpi_in_one_line(workdir):
-    out = run_inprocess(workdir, "+sync=allreduce", "sync.runtime=mpi", "train.batch_policy=adaptive")
+def test_the_cli_refuses_adaptive_with_a_server_under_mpi_in_one_line(workdir):
+    out = run_inprocess(workdir, "+sync=async", "sync.runtime=mpi", "train.batch_policy=adaptive")
     assert out.returncode == 2, out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
-    assert lines == ["error: train.batch_policy=adaptive is available on sync.runtime=virtual only"], out.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: train.batch_policy=adaptive needs a collective strategy"), \
+        out.stderr
     assert not (workdir / "mlflow.db").exists() or all(r.info.status != "RUNNING" for r in store_runs(workdir))
 
 
@@ -176,6 +176,11 @@ def test_the_summary_names_the_fixed_batch_limit_and_the_fixed_comparison():
     assert "fixed-batch limit 4.1x the tuned worker" in limits and "this trial reached 1.2 of it" in limits
     verdict = next(ln for ln in lines if ln.startswith("  verdict:"))
     assert "allreduce with the adaptive batch beat allreduce at its fixed batch" in verdict
+    assert not any(ln.startswith("  batch:") for ln in lines)       # no batch series logged: no line
+    chosen = {"train.global_batch_first": 64.0, "train.global_batch_final": 256.0, "train.global_batch_max_chosen": 512.0,
+              "train.global_batch_changes": 3.0, "sync.noise_scale_final": 180.4}
+    batch = next(ln for ln in context_lines({**m, **chosen}, t) if ln.startswith("  batch:"))
+    assert "64 at first, 256 at the end, largest 512, 3 changes; noise scale 180 at the end" in batch
 
 
 def test_adams_preconditioner_for_the_preconditioned_noise_scale():
@@ -187,3 +192,70 @@ def test_adams_preconditioner_for_the_preconditioned_noise_scale():
     # v_hat = g^2 after one step (bias-corrected): 1 / (|g| + eps)
     np.testing.assert_allclose(adam.preconditioner(), [1.0, 0.5, 1e8], rtol=1e-5)
     assert Optimizer(OptimizerSettings("sgd")).preconditioner() is None
+
+
+# -- under MPI: what each rank appends to its all-reduce (sync.adaptive.RankRounds) ----------------------
+def _ranks_round(grads, batches, vecs=None, weights=None, compute=None):
+    """The tails W ranks append and their sum, as the all-reduce gives them to every rank."""
+    from orchestrator.sync.adaptive import RankRounds
+
+    w = len(grads)
+    ranks = [RankRounds(w, r) for r in range(w)]
+    for r, rr in enumerate(ranks):
+        rr.begin()
+        rr.capture(grads[r])
+    vecs = grads if vecs is None else vecs
+    weights = [b / sum(batches) for b in batches] if weights is None else weights
+    reduced = sum(np.float32(wt) * v for wt, v in zip(weights, vecs))
+    tails = sum(rr.tail(v, (compute or [0.1] * w)[r]) for r, (rr, v) in enumerate(zip(ranks, vecs)))
+    return ranks, reduced, tails, weights
+
+
+def test_rank_tails_give_rank_0_the_virtual_runtimes_noise_estimate():
+    """Allreduce's reduced vector is the big batch's gradient, so rank 0's estimate from the tails equals the
+    virtual runtime's from every worker's gradient, with no second all-reduce."""
+    rng = np.random.default_rng(3)
+    batches = (8, 16, 32, 8)
+    grads = [rng.normal(1.0, 2.0, 500).astype(np.float32) for _ in batches]
+    ranks, reduced, tails, weights = _ranks_round(grads, batches)
+    r0 = ranks[0]
+    assert not r0.needs_second_reduce(tails, weights, batches, (0, 1, 2, 3))
+    mine, ref = NoiseScale(decay=0.0), NoiseScale(decay=0.0)
+    assert r0.observe(mine, tails, batches, (0, 1, 2, 3), r0.big_gradient(reduced, weights, (0, 1, 2, 3)))
+    ref.observe(grads, list(batches))
+    assert mine.value == pytest.approx(ref.value, rel=1e-4)
+
+
+def test_a_vector_that_is_not_the_gradient_needs_the_second_all_reduce():
+    """Local SGD contributes parameters, and weights not proportional to the batches break g_B = M / sum w:
+    both ask for the second all-reduce of b_i g_i, whose estimate is again the virtual runtime's."""
+    rng = np.random.default_rng(4)
+    batches = (8, 24)
+    grads = [rng.normal(0.5, 1.0, 300).astype(np.float32) for _ in batches]
+    params = [g + 1.0 for g in grads]
+    ranks, _, tails, weights = _ranks_round(grads, batches, vecs=params)
+    assert ranks[0].needs_second_reduce(tails, weights, batches, (0, 1))
+    ranks, _, tails, weights = _ranks_round(grads, batches, weights=[0.5, 0.5])
+    assert ranks[0].needs_second_reduce(tails, weights, batches, (0, 1))
+    acc = sum(rr.mine_for_second_reduce(b) for rr, b in zip(ranks, batches))
+    mine, ref = NoiseScale(decay=0.0), NoiseScale(decay=0.0)
+    ranks[0].observe(mine, tails, batches, (0, 1), acc.astype(np.float64) / sum(batches))
+    ref.observe(grads, list(batches))
+    assert mine.value == pytest.approx(ref.value, rel=1e-4)
+
+
+def test_rank_0_measures_speeds_and_the_collective_for_the_goodput():
+    """Speeds from each rank's compute seconds (cm.time(b, 1) / seconds), the collective from the round's
+    seconds beyond the slowest compute; T(M) of the chooser uses both."""
+    from orchestrator.sync.balance import Balancer
+
+    cm = ComputeModel(0.0, 0.01)
+    batches = (20, 10)
+    grads = [np.ones(10, np.float32)] * 2
+    ranks, _, tails, _ = _ranks_round(grads, batches, compute=[0.2, 0.2])   # rank 1: half the samples, same time
+    r0 = ranks[0]
+    r0.measured(tails, batches, 1, round_s=0.25, cm=cm)
+    assert r0.speeds == pytest.approx([1.0, 0.5], rel=1e-5) and r0.comm_s == pytest.approx(0.05, rel=1e-4)
+    bal = Balancer("static", [1.0, 0.5], 30, 10, cm)
+    t = r0.step_time(bal.split, 1, cm, overlap=False)
+    assert t(30) == pytest.approx(0.2 + 0.05, rel=1e-4) and t(60) == pytest.approx(0.4 + 0.05, rel=1e-4)

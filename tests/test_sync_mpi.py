@@ -148,3 +148,26 @@ def test_emulated_step_time_sets_the_pace_at_w4(tmp_path, mnist):
     per_push = result.elapsed_s / result.updates
     assert step / 4 * 0.9 <= per_push <= step / 4 * 1.6, per_push
     assert min(stats.iterations) >= 5   # every rank took part
+
+
+def test_adaptive_batch_on_mpi_ranks_decides_on_rank_0_and_keeps_replicas_identical(tmp_path, mnist):
+    """train.batch_policy=adaptive under MPI: rank 0 measures the noise scale from what the ranks append to the
+    all-reduce, decides every adaptive_every rounds, every rank splits the new batch the same way (the replicas
+    stay identical), and the trial logs the batch and the noise scale as the virtual runtime does."""
+    cfg = {"hardware": {"workers": 3, "worker_speeds": [1.0, 1.0, 0.5]},
+           "sync": {"name": "allreduce", "runtime": "mpi", "timeout_s": 180, "balance": "static"},
+           "train": {"budget_updates": 60, "eval_every": 12, "eval_samples": 200, "stop": "budget", "batch_size": 16,
+                     "batch_policy": "adaptive", "adaptive_every": 3, "adaptive_min_batch": 48,
+                     "adaptive_max_batch": 384}}
+    ctx = make_context(cfg, tmp_path, dataset=mnist)
+    result, stats = train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), ctx, inject={"verify_every": 1})
+    hist = stats.batch_history
+    assert hist[0][:3] == (0, 0.0, 48) and [h[0] for h in hist] == list(range(0, 3 * len(hist), 3)), hist
+    assert len(hist) >= 3 and any(h[3] is not None for h in hist[1:])          # noise measured on rank 0
+    assert result.extra_metrics["sync.replica_max_diff"] == 0.0
+    assert result.samples >= 60 * 16 and sum(stats.batches) == hist[-1][2]       # the budget counts samples
+    assert stats.batches[0] >= stats.batches[2]                                  # split by speed
+    logged = [int(v) for k, v, _ in ctx.sink.metrics if k == "train.global_batch"]
+    assert logged == [h[2] for h in hist] and any(k == "sync.noise_scale" for k, _, _ in ctx.sink.metrics)
+    # evaluations at multiples of eval_every x batch_size samples, not every eval_every rounds
+    assert len(result.history) <= 60 // 12 + 2

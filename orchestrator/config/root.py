@@ -45,7 +45,7 @@ class TrainConfig(Schema):
                                "train.global_batch_max) | adaptive: G follows the measured gradient noise scale, "
                                "chosen by goodput (Pollux) every train.adaptive_every rounds between "
                                "train.adaptive_min_batch and train.adaptive_max_batch (collective strategies, "
-                               "sync.runtime=virtual; docs/sync.md)",
+                               "both runtimes; docs/sync.md)",
                                choices=("per_worker", "global", "hybrid", "adaptive"))
     global_batch_max: int = option(512, "batch_policy=hybrid: the largest global batch (near the critical batch); the "
                                    "workers split it by speed (sync.balance)", min=1)

@@ -143,3 +143,113 @@ class AdaptiveBatch:
             return None
         self.current = new
         return new
+
+
+class RankRounds:
+    """``train.batch_policy=adaptive`` under MPI (``mpi_worker.run_collective``): what one rank adds to a
+    collective round so that rank 0 can measure the noise scale and the goodput with no extra message in the
+    usual case.
+
+    Each rank appends ``3 W`` float32 to its all-reduce vector (``tail``), writing its own slots: ``|g_i|^2``
+    of its first gradient of the round (at ``theta``), the emulated compute seconds of its round, and 1 when
+    the vector it contributes *is* that gradient. The all-reduce's ``Sum`` gives every rank every rank's
+    slots. When every reduced worker contributed its gradient with a weight proportional to its batch (the
+    default ``local`` / ``weights``: allreduce, backup workers), the reduced vector is the big batch's
+    gradient up to its weight sum, ``g_B = M / sum_i w_i`` (``big_gradient``); otherwise (local SGD, a
+    compressing plugin) the ranks all-reduce ``b_i g_i`` once more (``needs_second_reduce``), which costs
+    what it costs and is measured. Rank 0 then feeds ``NoiseScale`` (``observe``) and keeps the speeds and
+    the collective's seconds the goodput's ``T(M)`` needs (``speed_estimates``, ``comm_s``)."""
+
+    def __init__(self, workers: int, rank: int, alpha: float = 0.3):
+        self.w, self.rank, self.alpha = workers, rank, alpha
+        self.first: np.ndarray | None = None        # this round's first gradient (the object the grad call returned)
+        self.scaled: np.ndarray | None = None       # it in float64 (times Adam's preconditioner when asked)
+        self.sq = 0.0
+        self.precond: np.ndarray | None = None
+        self.skip = False                           # no estimate this round (preconditioned, before Adam's step)
+        self.speeds: list[float] | None = None      # EMA of cm.time(b, 1) / (seconds of a local step), per rank
+        self.comm_s = 0.0                           # EMA of the round's seconds beyond its slowest compute
+
+    def begin(self, precond: np.ndarray | None = None, skip: bool = False) -> None:
+        self.first = self.scaled = None
+        self.precond, self.skip = precond, skip
+
+    def capture(self, g: np.ndarray) -> None:
+        """Called with every gradient this rank computes; keeps the round's first."""
+        if self.first is None:
+            self.first = g
+            self.scaled = g.astype(np.float64) if self.precond is None else g * self.precond
+            self.sq = float(np.dot(self.scaled, self.scaled))
+
+    def tail(self, vec: np.ndarray, compute_s: float) -> np.ndarray:
+        out = np.zeros(3 * self.w, dtype=np.float32)
+        out[self.rank] = self.sq if self.first is not None else np.nan
+        out[self.w + self.rank] = compute_s
+        out[2 * self.w + self.rank] = 1.0 if vec is self.first and self.first is not None else 0.0
+        return out
+
+    def split(self, summed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(|g_i|^2, compute seconds, contributed its gradient) per rank, from the reduced tail."""
+        w = self.w
+        return summed[:w].astype(np.float64), summed[w:2 * w].astype(np.float64), summed[2 * w:] > 0.5
+
+    def needs_second_reduce(self, summed: np.ndarray, weights: list[float], batches: tuple[int, ...],
+                            included: tuple[int, ...]) -> bool:
+        """Whether the reduced vector is not the big batch's gradient (every rank decides the same)."""
+        if self.skip:
+            return False
+        _, _, grad = self.split(summed)
+        inc = list(included)
+        ratio = [weights[i] / batches[i] for i in inc]
+        return not (all(grad[i] for i in inc) and max(ratio) - min(ratio) <= 1e-6 * max(ratio)
+                    and all(weights[i] == 0 for i in range(self.w) if i not in set(inc)))
+
+    def mine_for_second_reduce(self, batch: int) -> np.ndarray:
+        """This rank's ``b_i g_i`` (float32) for the second all-reduce."""
+        assert self.scaled is not None
+        return (batch * self.scaled).astype(np.float32)
+
+    def observe(self, noise: NoiseScale, summed: np.ndarray, batches: tuple[int, ...], included: tuple[int, ...],
+                mean: np.ndarray) -> bool:
+        """Feed ``noise`` with the round (``mean``: the big batch's gradient over ``included``, already
+        preconditioned where asked). Returns False when there was nothing to measure."""
+        sq, _, _ = self.split(summed)
+        inc = list(included)
+        if self.skip or len(inc) < 2 or not np.isfinite(sq[inc]).all():
+            return False
+        b = np.array([batches[i] for i in inc], dtype=np.float64)
+        small = float(len(b) / np.sum(1.0 / b))
+        big = float(b.sum())
+        if not big > small:
+            return False
+        noise.add(float(np.mean(sq[inc])), small, float(np.dot(mean, mean)), big)
+        return True
+
+    def big_gradient(self, reduced: np.ndarray, weights: list[float], included: tuple[int, ...]) -> np.ndarray:
+        """``g_B`` from the reduced vector (weights proportional to the batches), preconditioned where asked."""
+        mean = reduced.astype(np.float64) / sum(weights[i] for i in included)
+        return mean if self.precond is None else mean * self.precond
+
+    def measured(self, summed: np.ndarray, batches: tuple[int, ...], local_steps: int, round_s: float,
+                 cm) -> None:
+        """Rank 0, after a round of ``round_s`` wall seconds: updates the speed of each rank (``cm.time(b, 1)``
+        over its seconds per local step, as ``Balancer`` measures it) and the collective's seconds."""
+        _, compute, _ = self.split(summed)
+        speeds = [cm.time(b, 1.0) / (c / local_steps) if c > 0 else math.nan for b, c in zip(batches, compute)]
+        if self.speeds is None:
+            self.speeds = [v if math.isfinite(v) else 1.0 for v in speeds]
+        else:
+            self.speeds = [(1 - self.alpha) * old + self.alpha * v if math.isfinite(v) else old
+                           for old, v in zip(self.speeds, speeds)]
+        comm = max(0.0, round_s - float(np.max(compute)))
+        self.comm_s = comm if self.comm_s == 0.0 else (1 - self.alpha) * self.comm_s + self.alpha * comm
+
+    def step_time(self, split: Callable[[int], list[int]], local_steps: int, cm, overlap: bool) -> Callable[[int], float]:
+        """``T(M)``: the balanced split of ``M``, the slowest rank's compute at its measured speed, plus the
+        measured collective (or the larger of the two with ``sync.overlap``)."""
+        def t(m: int) -> float:
+            speeds = self.speeds or [1.0] * self.w
+            compute = local_steps * max(cm.time(bi, v) for bi, v in zip(split(m), speeds))
+            return max(compute, self.comm_s) if overlap else compute + self.comm_s
+
+        return t

@@ -175,8 +175,6 @@ class SyncOptions:
             if strategy.uses_server:
                 raise ConfigError(f"train.batch_policy=adaptive needs a collective strategy (allreduce, backup, ...): "
                                   f"sync={name} is a parameter server, whose pushes have no round to measure it on")
-            if c.runtime != "virtual":
-                raise ConfigError("train.batch_policy=adaptive is available on sync.runtime=virtual only")
             if workers < 2:
                 raise ConfigError("train.batch_policy=adaptive needs hardware.workers >= 2 (the noise scale is measured "
                                   "from the workers' gradients)")

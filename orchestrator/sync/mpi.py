@@ -312,6 +312,11 @@ def collect(strategy: SyncStrategy, run_dir: Path, opts: SyncOptions,
     stats.comm_s = [max(0.0, result.elapsed_s - c - wt) for c, wt in zip(stats.compute_s, wait)]
     # the strategy's own metrics, as each rank's instance computed them (the server's first)
     stats.rank_metrics = [r.get("strategy_metrics") or {} for r in ([server] if server else []) + ranks]
+    # train.batch_policy=adaptive: (round, wall s, global batch from then on, noise scale) at each decision
+    stats.batch_history = [(int(h[0]), float(h[1]), int(h[2]), None if h[3] is None else float(h[3]))
+                           for h in res.get("batch_history") or []]
+    if res.get("batches"):
+        stats.batches = [int(b) for b in res["batches"]]
     return result, stats, ranks
 
 
@@ -326,10 +331,14 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
     for p in result.history:  # the ranks evaluated; the trial's run records the curve
         ctx.sink.log_metrics({"train.loss": p.loss, "train.test_accuracy": p.accuracy, "train.elapsed_s": p.elapsed_s},
                              step=p.step)
+    for step, _, m, noise in stats.batch_history:      # as the virtual runtime logs them
+        ctx.sink.log_metrics({"train.global_batch": float(m), **({} if noise is None else {"sync.noise_scale": noise})},
+                             step=step)
     server = json.loads((run_dir / "rank0.json").read_text()) if strategy.uses_server else {}
     from orchestrator.sync.mpi_worker import Job
 
-    stats.batches = server.get("batches") or Job(str(next(run_dir.glob("job-*.json")))).batches
+    stats.batches = (server.get("batches") or (stats.batches if stats.batch_history else None)
+                     or Job(str(next(run_dir.glob("job-*.json")))).batches)
     stats.rebalances = int(server.get("rebalances", 0))
     stats.capacity = opts.schedule().capacity(result.elapsed_s)
     emulated = (opts.emulated_step_s or opts.straggler_p > 0 or opts.jitter_sigma > 0 or opts.speed_changes
@@ -344,7 +353,8 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
 def measured_base(opts, ctx, rank_info, batches) -> float:
     """The reference's step time, a labelled estimate: the median per-rank gradient time measured in
     this MPI run, scaled to ``train.batch_size`` (the reference runs W=1 on the virtual clock with it)."""
-    per_sample = [r["compute_median_s"] / b for r, b in zip(rank_info, batches) if np.isfinite(r["compute_median_s"])]
+    per_sample = [r["compute_median_per_sample_s"] if "compute_median_per_sample_s" in r else r["compute_median_s"] / b
+                  for r, b in zip(rank_info, batches) if np.isfinite(r["compute_median_s"])]
     base = float(np.median(per_sample)) * ctx.settings.batch_size
     if opts.emulated_step_s:  # a speed-1.0 rank's iteration lasts at least emulated_step_s
         base = max(base, opts.emulated_step_s)

@@ -82,6 +82,7 @@ class Stretch:
         self.jitter_rng = np.random.default_rng([job.settings.seed, 104729, worker])
         self.worker, self.inject, self.iteration = worker, job.inject, 0
         self.compute: list[float] = []
+        self.per_sample: list[float] = []      # compute seconds per sample of each iteration (batches may change)
         self.t_start = time.perf_counter()
         self.defer, self.pending = False, 0.0   # defer: add the emulated sleep to ``pending`` instead of sleeping
         self.busy_s = 0.0                        # emulated compute seconds so far (the time breakdown's compute)
@@ -90,6 +91,7 @@ class Stretch:
         """Sleep as the emulated device would; returns the iteration's emulated compute seconds."""
         self.iteration += 1
         self.compute.append(compute_s)
+        self.per_sample.append(compute_s / (batch or self.batch_size))
         from orchestrator.sync.core import jitter_factor
 
         slow = self.k if self.p > 0 and self.rng.random() < self.p else 1.0

@@ -45,11 +45,12 @@ def run_collective(job: Job) -> None:
         v.assign(hvd.broadcast(tf.convert_to_tensor(v), root_rank=0))
     theta, strat = rt.get_flat(), job.strategy
     optimizer = job.settings.new_optimizer()   # every rank applies the same reduced gradients: the same state
-    h, batch = int(strat.local_steps()), job.batches[rank]
+    h, bal = int(strat.local_steps()), job.balancer
     sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, rank), Stretch(job, rank)
-    _warm_up(rt, data, batch)
+    _warm_up(rt, data, bal.batches[rank])
     tracker = job.tracker()
     every = tracker.s.eval_every
+    ada = _Adaptive(job, rank, w, h) if job.opts.batch_policy == "adaptive" else None
     n_eval = job.settings.eval_samples or len(data.y_test)
     step, samples, wait_s, eval_s, max_diff = 0, 0, 0.0, 0.0, 0.0
     verify = int(job.inject.get("verify_every", 0))
@@ -65,11 +66,14 @@ def run_collective(job: Job) -> None:
         tracker.record(step, time.perf_counter() - t_start - eval_s, loss, acc)
 
     def grad(params: np.ndarray) -> np.ndarray:
+        batch = bal.batches[rank]
         idx = sampler.next(batch)
         t0 = time.perf_counter()
         rt.set_flat(params)
         _, g = rt.gradient(data.x_train[idx], data.y_train[idx])
         stretch.after_compute(time.perf_counter() - t0, batch)
+        if ada is not None:
+            ada.rounds.capture(g)
         return g
 
     if rank == 0:
@@ -77,8 +81,12 @@ def run_collective(job: Job) -> None:
     quorum = int(strat.quorum(w))
     stretch.defer = quorum < w
     dropped = 0
+    next_eval = every
     while True:
-        rnd = Round(job.opts, tuple(job.batches), job.settings.lr, job.settings.batch_size, samples, optimizer, step)
+        rnd = Round(job.opts, tuple(bal.batches), job.settings.lr, job.settings.batch_size, samples, optimizer, step)
+        t_round, busy0 = time.perf_counter(), stretch.busy_s
+        if ada is not None:
+            ada.begin_round(optimizer)
         if quorum < w:
             # backup workers, emulated: every rank computes, then all learn each rank's emulated finish time; the
             # round closes at the quorum-th, everyone sleeps until then and the late ranks' vectors weigh 0
@@ -95,22 +103,39 @@ def run_collective(job: Job) -> None:
                 stretch.busy_s -= max(0.0, done - close)
             mine = np.float32(strat.weights(rnd)[rank] if rank in rnd.contributors else 0.0) * vec
         else:
-            mine = np.float32(strat.weights(rnd)[rank]) * strat.local(rank, theta, grad, rnd)
+            vec = strat.local(rank, theta, grad, rnd)
+            mine = np.float32(strat.weights(rnd)[rank]) * vec
+        if ada is not None:     # the noise scale's and the goodput's measurements ride on the same all-reduce
+            mine = np.concatenate([mine, ada.rounds.tail(vec, stretch.busy_s - busy0)])
         t0 = time.perf_counter()
         reduced = hvd.allreduce(tf.constant(mine), op=hvd.Sum).numpy()
         wait_s += time.perf_counter() - t0
+        if ada is not None:
+            reduced, summed = reduced[:theta.size], reduced[theta.size:]
+            ada.after_reduce(hvd, tf, rnd, strat.weights(rnd), reduced, summed, time.perf_counter() - t_round)
         theta = strat.apply(theta, reduced, rnd)
         step, samples = step + 1, samples + h * rnd.total
         if verify and step % verify == 0:
             flat = tf.constant(theta)
             diff = hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)
             max_diff = max(max_diff, float(tf.reduce_max(diff)))
-        stop = 0
+        stop, new_batch = 0, 0
         if rank == 0:
-            if step % every == 0:
-                evaluate()
-            stop = int(tracker.should_stop(step, time.perf_counter() - t_start - eval_s))
-        if int(hvd.broadcast(tf.constant([stop]), root_rank=0).numpy()[0]):
+            if ada is None:
+                if step % every == 0:
+                    evaluate()
+                stop = int(tracker.should_stop(step, time.perf_counter() - t_start - eval_s))
+            else:   # rounds of changing size: evaluations and the budget count batch_size-sample updates
+                new_batch = ada.decide(step, time.perf_counter() - t_start - eval_s) or 0
+                done = int(samples // job.settings.batch_size)
+                if done >= next_eval:
+                    evaluate()
+                    next_eval = (done // every + 1) * every
+                stop = int(tracker.should_stop(done, time.perf_counter() - t_start - eval_s))
+        stop, new_batch = (int(x) for x in hvd.broadcast(tf.constant([stop, new_batch]), root_rank=0).numpy())
+        if new_batch:
+            bal.set_total(new_batch)
+        if stop:
             break
     result = None
     if rank == 0:
@@ -118,16 +143,70 @@ def run_collective(job: Job) -> None:
             evaluate()
         elapsed = time.perf_counter() - t_start - eval_s
         result = tracker.result(step, elapsed, samples, "wall")
-    own = _own_metrics(job, _rank_stats(step * h, wait_s, batches=[batch], pushes_made=step, pushes_applied=step),
-                       result)
+    own = _own_metrics(job, _rank_stats(step * h, wait_s, batches=[bal.batches[rank]], pushes_made=step,
+                                        pushes_applied=step), result)
     job.write(f"rank{rank}.json", {"iterations": (step - dropped) * h, "wait_s": wait_s, "pushes": step,
                                    "compute_s": stretch.busy_s,
                                    "dropped": dropped, "applied": step - dropped,
                                    "compute_median_s": float(np.median(stretch.compute)), "replica_max_diff": max_diff,
+                                   "compute_median_per_sample_s": float(np.median(stretch.per_sample)),
                                    "strategy_metrics": own})
     if rank == 0:
-        job.write("result.json", _result(tracker, step, elapsed, samples, {"0": step * quorum}, {}, 0.0,
-                                         step * quorum))
+        out = _result(tracker, step, elapsed, samples, {"0": step * quorum}, {}, 0.0, step * quorum)
+        out["batches"] = list(bal.batches)
+        if ada is not None:
+            out["batch_history"] = ada.history()
+        job.write("result.json", out)
+
+
+class _Adaptive:
+    """``train.batch_policy=adaptive`` on a rank of a collective (``sync.adaptive.RankRounds``): every rank
+    measures, rank 0 decides every ``train.adaptive_every`` rounds and the stop broadcast carries the new
+    global batch, which every rank's balancer splits the same way."""
+
+    def __init__(self, job: Job, rank: int, workers: int, local_steps: int):
+        from orchestrator.sync.adaptive import AdaptiveBatch, NoiseScale, RankRounds
+
+        o, s = job.opts, job.settings
+        self.job, self.rank, self.h, self.o = job, rank, local_steps, o
+        self.rounds = RankRounds(workers, rank)
+        low, high = o.adaptive_range(s.batch_size)
+        step_time = self.rounds.step_time(job.balancer.split, local_steps, job.cm, o.overlap)
+        self.chooser = AdaptiveBatch(low, high, s.batch_size, o.adaptive_every, step_time,
+                                     samples=lambda m: float(local_steps * m), noise=NoiseScale(decay=o.adaptive_ema))
+        self.log: list[list] = [[0, 0.0, self.chooser.current, None]]
+
+    def begin_round(self, optimizer) -> None:
+        precond, skip = None, False
+        if self.o.adaptive_noise == "preconditioned":
+            precond = optimizer.preconditioner()
+            skip = precond is None and self.job.settings.optimizer == "adam"   # before Adam's first step
+        self.rounds.begin(precond, skip)
+
+    def after_reduce(self, hvd, tf, rnd, weights, reduced, summed, round_s: float) -> None:
+        r = self.rounds
+        if r.needs_second_reduce(summed, weights, rnd.batches, rnd.included):
+            acc = hvd.allreduce(tf.constant(r.mine_for_second_reduce(rnd.batches[self.rank])), op=hvd.Sum).numpy()
+            mean = acc.astype(np.float64) / float(sum(rnd.batches))
+            included = tuple(range(len(rnd.batches)))
+        else:
+            mean = None if r.skip else r.big_gradient(reduced, weights, rnd.included)
+            included = rnd.included
+        if self.rank == 0:
+            if mean is not None:
+                r.observe(self.chooser.noise, summed, rnd.batches, included, mean)
+            r.measured(summed, rnd.batches, self.h, round_s, self.job.cm)
+
+    def decide(self, rounds_done: int, t: float) -> int | None:
+        new = self.chooser.after_round(rounds_done - 1, t)
+        if rounds_done % self.chooser.every == 0:
+            noise = self.chooser.noise.value
+            self.log.append([rounds_done, t, self.chooser.current, None if noise is None or not math.isfinite(noise)
+                             else float(noise)])
+        return new
+
+    def history(self) -> list[list]:
+        return self.log
 
 
 # -- parameter server (async, delay-sync, ...) ------------------------------------------------------
