@@ -59,6 +59,7 @@ class Bench:
 
         self.name, self.seeds = dataset, seeds
         self.adaptive_min: int | None = None       # train.adaptive_min_batch of the adaptive row (None: its default)
+        self.adaptive_lr: str | None = None        # train.lr_scaling of the adaptive row (None: the default sqrt)
         self.ds = load_mnist(PATH[dataset])
         self.cm = ComputeModel(T0, T1)
         self.ctx = make_context({"train": {"target_accuracy": TARGET[dataset]}}, tempfile.mkdtemp(), dataset=self.ds)
@@ -68,7 +69,8 @@ class Bench:
 
     @property
     def adaptive_label(self) -> str:
-        return "adaptive" + (f" (min batch {self.adaptive_min})" if self.adaptive_min else "")
+        return ("adaptive" + (f" (min batch {self.adaptive_min})" if self.adaptive_min else "")
+                + (f" ({self.adaptive_lr})" if self.adaptive_lr else ""))
 
     def runtime(self, seed: int):
         return self._rt(seed)
@@ -81,6 +83,7 @@ class Bench:
 
         key = f"{self.name}|{cluster}|{policy}|{G}|{opt}|{lr:g}|{seed}" + (f"|min{self.adaptive_min}" if
                                                                              policy == "adaptive" and self.adaptive_min else "")
+        key += f"|{self.adaptive_lr}" if policy == "adaptive" and self.adaptive_lr else ""
         old = self.results.get(key)
         if old is not None and (old["time"] is not None or (old["cap"] is not None and cap_s is not None
                                                              and old["cap"] >= cap_s)):
@@ -91,6 +94,8 @@ class Bench:
             train["global_batch_max"] = G
         elif self.adaptive_min:
             train["adaptive_min_batch"] = self.adaptive_min
+        if policy == "adaptive" and self.adaptive_lr:
+            train["lr_scaling"] = self.adaptive_lr
         cfg = {"hardware": {"workers": len(speeds), "worker_speeds": list(speeds)},
                "sync": {"name": "allreduce", "balance": "static", "step_overhead_s": T0, "per_sample_s": T1},
                "train": train}
@@ -182,6 +187,8 @@ def main(argv=None) -> int:
     p.add_argument("--grid", default="adam:0.002,adam:0.004", help="optimizer:lr cells, the same for every row")
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--adaptive-min", type=int, default=None, help="train.adaptive_min_batch of the adaptive row")
+    p.add_argument("--adaptive-lr", default=None, choices=("sqrt", "linear", "adascale"),
+                   help="train.lr_scaling of the adaptive row (default: sqrt, the fixed rows' rule)")
     p.add_argument("--results", default=None, help="a JSON file of finished runs (read, and extended)")
     p.add_argument("--write", default=None, help="write the tables (markdown) here")
     a = p.parse_args(argv)
@@ -190,10 +197,11 @@ def main(argv=None) -> int:
     lines = ["Every figure here is **simulated** (virtual clock; real gradients of the MNIST CNN; compute model "
              f"t = {T0} s + b x {T1} s at speed 1; 10 Gbit/s). `benchmarks/adaptive_batch.py --datasets {a.datasets} "
              f"--clusters {a.clusters} --fixed {a.fixed} --grid {a.grid} --seeds {a.seeds}"
-             + (f" --adaptive-min {a.adaptive_min}" if a.adaptive_min else "") + "`.", ""]
+             + (f" --adaptive-min {a.adaptive_min}" if a.adaptive_min else "")
+             + (f" --adaptive-lr {a.adaptive_lr}" if a.adaptive_lr else "") + "`.", ""]
     for ds in a.datasets.split(","):
         bench = Bench(ds, a.seeds, Path(a.results) if a.results else None)
-        bench.adaptive_min = a.adaptive_min
+        bench.adaptive_min, bench.adaptive_lr = a.adaptive_min, a.adaptive_lr
         for cl in a.clusters.split(","):
             rows = bench.cluster(cl, fixed, grid)
             t = table(ds, cl, rows, a.seeds)

@@ -144,6 +144,8 @@ def test_an_adaptive_trial_logs_the_batch_and_the_plot(tmp_path):
     ({"name": "async"}, {"workers": 4}, {}, "sync=async is a parameter server"),
     ({"name": "delay", "runtime": "mpi"}, {"workers": 4}, {}, "sync=delay is a parameter server"),
     ({"name": "allreduce"}, {"workers": 1}, {}, "needs hardware.workers >= 2"),
+    ({"name": "allreduce"}, {"workers": 4}, {"batch_policy": "hybrid", "lr_scaling": "adascale"},
+     "train.lr_scaling=adascale needs train.batch_policy=adaptive"),
     ({"name": "allreduce"}, {"workers": 4}, {"adaptive_min_batch": 2}, "train.adaptive_min_batch=2 < 4 workers"),
     ({"name": "allreduce"}, {"workers": 4}, {"adaptive_max_batch": 32}, "train.adaptive_max_batch=32 < the smallest"),
 ])
@@ -259,3 +261,38 @@ def test_rank_0_measures_speeds_and_the_collective_for_the_goodput():
     bal = Balancer("static", [1.0, 0.5], 30, 10, cm)
     t = r0.step_time(bal.split, 1, cm, overlap=False)
     assert t(30) == pytest.approx(0.2 + 0.05, rel=1e-4) and t(60) == pytest.approx(0.4 + 0.05, rel=1e-4)
+
+
+# -- AdaScale's gain (train.lr_scaling=adascale) -----------------------------------------------------
+def test_adascale_gain_is_k_times_pollux_efficiency_between_1_and_k():
+    from orchestrator.sync.core import lr_multiplier
+
+    m0 = 32
+    for noise in (0.0, 10.0, 100.0, 1000.0):
+        for k in (1, 2, 8, 32):
+            r = lr_multiplier("adascale", k, noise / m0)
+            assert r == pytest.approx(k * efficiency(noise, k * m0, m0)) and 1.0 <= r <= k + 1e-12
+    assert lr_multiplier("adascale", 8, math.inf) == 8           # pure noise: linear scaling
+    assert lr_multiplier("adascale", 4, None) == 2.0            # nothing measured yet: sqrt
+
+
+def test_a_round_scales_its_lr_by_the_measured_noise_scale():
+    from orchestrator.execution.optim import Optimizer, OptimizerSettings
+    from orchestrator.sync.strategy import Round
+
+    opts = _adaptive_opts(lr_scaling="adascale", adaptive_min_batch=16, batch_size=16)
+    opt = Optimizer(OptimizerSettings("sgd"))
+    rnd = Round(opts, (32, 32), 0.1, 16, 1e9, opt, noise_scale=48.0)          # k = 4, B_noise = 3 M0
+    assert rnd.lr(rnd.total) == pytest.approx(0.1 * 4 * (48 + 16) / (48 + 64))
+    assert Round(opts, (32, 32), 0.1, 16, 1e9, opt).lr(64) == pytest.approx(0.2)   # before a measurement: sqrt
+
+
+def test_adascale_trains_the_quadratic_with_the_adaptive_batch():
+    opts = _adaptive_opts("allreduce", 4, [1.0, 1.0, 0.5, 0.5], adaptive_min_batch=8, adaptive_max_batch=256,
+                          adaptive_every=5, lr_scaling="adascale")
+    s = TrainSettings(batch_size=4, lr=0.05, target_accuracy=2.0, stop="budget", eval_every=20, budget_updates=1500,
+                      optimizer="sgd")
+    v = VirtualRun(strategy("allreduce"), opts, s, FakeRuntime(), fake_data(n=2000, d=8), ComputeModel(0.001, 0.0001),
+                   NullSink())
+    result, stats = v.run()
+    assert result.history[-1].loss < 0.5 * result.history[0].loss and max(h[2] for h in stats.batch_history) > 8

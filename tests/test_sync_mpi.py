@@ -153,12 +153,13 @@ def test_emulated_step_time_sets_the_pace_at_w4(tmp_path, mnist):
 def test_adaptive_batch_on_mpi_ranks_decides_on_rank_0_and_keeps_replicas_identical(tmp_path, mnist):
     """train.batch_policy=adaptive under MPI: rank 0 measures the noise scale from what the ranks append to the
     all-reduce, decides every adaptive_every rounds, every rank splits the new batch the same way (the replicas
-    stay identical), and the trial logs the batch and the noise scale as the virtual runtime does."""
+    stay identical, AdaScale's lr from rank 0's noise scale included), and the trial logs the batch and the noise
+    scale as the virtual runtime does."""
     cfg = {"hardware": {"workers": 3, "worker_speeds": [1.0, 1.0, 0.5]},
            "sync": {"name": "allreduce", "runtime": "mpi", "timeout_s": 180, "balance": "static"},
            "train": {"budget_updates": 60, "eval_every": 12, "eval_samples": 200, "stop": "budget", "batch_size": 16,
                      "batch_policy": "adaptive", "adaptive_every": 3, "adaptive_min_batch": 48,
-                     "adaptive_max_batch": 384}}
+                     "adaptive_max_batch": 384, "optimizer": "sgd", "lr": 0.05, "lr_scaling": "adascale"}}
     ctx = make_context(cfg, tmp_path, dataset=mnist)
     result, stats = train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), ctx, inject={"verify_every": 1})
     hist = stats.batch_history

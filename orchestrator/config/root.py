@@ -38,7 +38,9 @@ class TrainConfig(Schema):
     beta2: float = option(0.999, "adam: decay of the second moment", min=0, lt=1)
     eps: float = option(1e-8, "adam: added to the root of the second moment", gt=0)
     lr_scaling: str = option("sqrt", "data parallel: train.lr is for one batch of batch_size; a batch k times larger "
-                             "uses lr x rule(k): linear | sqrt | none", choices=("linear", "sqrt", "none"))
+                             "uses lr x rule(k): linear | sqrt | none | adascale (batch_policy=adaptive only: "
+                             "AdaScale's gain k (B_noise + batch_size) / (B_noise + k batch_size) from the measured "
+                             "noise scale; docs/sync.md)", choices=("linear", "sqrt", "none", "adascale"))
     warmup_updates: int = option(20, "linear warm-up to the scaled lr over this many batch_size-sample updates (0: none)", min=0)
     batch_policy: str = option("per_worker", "per_worker: global batch G = W x batch_size (weak scaling) | global: "
                                "G = batch_size split over the workers (strong) | hybrid: G = min(W x batch_size, "

@@ -131,6 +131,8 @@ def _comparison_setup(ctx: Any, name: str) -> tuple[DictConfig, Any, dict[str, A
     OmegaConf.set_struct(cfg, False)
     cfg.sync = sync_node
     cfg.train = {**(OmegaConf.to_container(cfg.train) if cfg.get("train") is not None else {}), **d["train"]}
+    if cfg.train.get("lr_scaling") == "adascale" and cfg.train.get("batch_policy") != "adaptive":
+        cfg.train.lr_scaling = "sqrt"       # AdaScale needs the adaptive batch's noise scale: a fixed batch, the default
     settings = dataclasses.replace(ctx.settings, **{k: v for k, v in d["train"].items()
                                                     if k in {f.name for f in dataclasses.fields(ctx.settings)}})
     return cfg, settings, sync_node

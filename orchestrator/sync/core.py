@@ -171,6 +171,9 @@ class SyncOptions:
         dc = float(opt("delay_compensation"))
         if opt("push_lr") is None:
             raise ConfigError("sync.push_lr=null is not accepted (scaled, lr, lr/staleness, or a number > 0)")
+        if train.lr_scaling == "adascale" and train.batch_policy != "adaptive":
+            raise ConfigError(f"train.lr_scaling=adascale needs train.batch_policy=adaptive (its gain comes from the "
+                              f"noise scale the adaptive batch measures), not {train.batch_policy}")
         if train.batch_policy == "adaptive":
             if strategy.uses_server:
                 raise ConfigError(f"train.batch_policy=adaptive needs a collective strategy (allreduce, backup, ...): "
@@ -259,20 +262,33 @@ def _num(cfg: Any, key: str, default: Any, typ: type, minimum: float | None = No
     return out
 
 
-def lr_multiplier(rule: str, ratio: float) -> float:
+def lr_multiplier(rule: str, ratio: float, noise: float | None = None) -> float:
     """How the learning rate grows with the batch (ratio = batch / train.batch_size): ``linear``
-    (Goyal et al. 2017: k x batch, k x lr), ``sqrt`` (Krizhevsky 2014: sqrt(k)), ``none``."""
+    (Goyal et al. 2017: k x batch, k x lr), ``sqrt`` (Krizhevsky 2014: sqrt(k)), ``none``, or ``adascale``
+    (Johnson, Agrawal, Gu, Guestrin, NeurIPS'20, "AdaScale SGD", the gain Pollux uses for SGD):
+
+        r = (sigma^2 + mu^2) / (sigma^2 / k + mu^2) = k (B_noise + M0) / (B_noise + k M0)
+
+    with ``sigma^2 = tr(Sigma) / M0`` the gradient variance at the base batch ``M0 = train.batch_size``,
+    ``mu^2 = |G|^2`` and ``B_noise = tr(Sigma) / |G|^2`` the measured noise scale (``noise = B_noise / M0``): ``k`` times
+    Pollux's efficiency, between 1 (no noise: a larger batch adds nothing) and ``k`` (all noise: linear).
+    Without a measurement yet (``noise`` None) it is ``sqrt``."""
     if rule == "linear":
         return ratio
-    if rule == "sqrt":
+    if rule == "sqrt" or (rule == "adascale" and noise is None):
         return math.sqrt(ratio)
+    if rule == "adascale":       # noise in units of M0 (B_noise / M0)
+        return ratio if math.isinf(noise) else ratio * (noise + 1.0) / (noise + ratio)
     return 1.0
 
 
-def scaled_lr(opts: SyncOptions, lr: float, batch: int, batch_size: int, samples_seen: float) -> float:
-    """The learning rate of an update over ``batch`` samples: ``lr x rule(batch / batch_size)``, reached
-    linearly over the first ``warmup_samples`` samples from ``lr`` (gradual warm-up, Goyal et al. 2017)."""
-    target = lr * lr_multiplier(opts.lr_rule, batch / batch_size)
+def scaled_lr(opts: SyncOptions, lr: float, batch: int, batch_size: int, samples_seen: float,
+              noise: float | None = None) -> float:
+    """The learning rate of an update over ``batch`` samples: ``lr x rule(batch / batch_size)`` (``noise``: the
+    measured noise scale, for ``adascale``), reached linearly over the first ``warmup_samples`` samples from
+    ``lr`` (gradual warm-up, Goyal et al. 2017)."""
+    target = lr * lr_multiplier(opts.lr_rule, batch / batch_size,
+                                None if noise is None else noise / batch_size)
     if opts.warmup_samples > 0 and samples_seen < opts.warmup_samples and target > lr:
         return lr + (target - lr) * samples_seen / opts.warmup_samples
     return target

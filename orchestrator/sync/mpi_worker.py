@@ -81,9 +81,10 @@ def run_collective(job: Job) -> None:
     quorum = int(strat.quorum(w))
     stretch.defer = quorum < w
     dropped = 0
-    next_eval = every
+    next_eval, noise = every, None
     while True:
-        rnd = Round(job.opts, tuple(bal.batches), job.settings.lr, job.settings.batch_size, samples, optimizer, step)
+        rnd = Round(job.opts, tuple(bal.batches), job.settings.lr, job.settings.batch_size, samples, optimizer, step,
+                    noise_scale=noise)
         t_round, busy0 = time.perf_counter(), stretch.busy_s
         if ada is not None:
             ada.begin_round(optimizer)
@@ -132,9 +133,15 @@ def run_collective(job: Job) -> None:
                     evaluate()
                     next_eval = (done // every + 1) * every
                 stop = int(tracker.should_stop(done, time.perf_counter() - t_start - eval_s))
-        stop, new_batch = (int(x) for x in hvd.broadcast(tf.constant([stop, new_batch]), root_rank=0).numpy())
-        if new_batch:
-            bal.set_total(new_batch)
+        if ada is None:
+            stop = int(hvd.broadcast(tf.constant([stop]), root_rank=0).numpy()[0])
+        else:   # rank 0's decision and noise scale (for train.lr_scaling=adascale) reach every rank with the stop
+            phi = ada.chooser.noise.value if rank == 0 else None
+            got = hvd.broadcast(tf.constant([stop, new_batch, math.nan if phi is None else phi], tf.float64),
+                                root_rank=0).numpy()
+            stop, new_batch, noise = int(got[0]), int(got[1]), None if math.isnan(got[2]) else float(got[2])
+            if new_batch:
+                bal.set_total(new_batch)
         if stop:
             break
     result = None

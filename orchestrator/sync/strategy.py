@@ -59,6 +59,7 @@ class Round:
     optimizer: Optimizer            # the run's update rule and its state (train.optimizer)
     index: int = 0                  # this round's number (0, 1, ...)
     contributors: tuple[int, ...] | None = None   # whose vectors the round reduces (None: every worker's)
+    noise_scale: float | None = None  # the measured B_noise before this round (train.batch_policy=adaptive; adascale)
 
     @property
     def included(self) -> tuple[int, ...]:
@@ -74,7 +75,7 @@ class Round:
 
     def lr(self, batch: float) -> float:
         """The learning rate of one step over ``batch`` samples (``core.scaled_lr``: scaling rule + warm-up)."""
-        return scaled_lr(self.opts, self.base_lr, int(batch), self.batch_size, self.samples_seen)
+        return scaled_lr(self.opts, self.base_lr, int(batch), self.batch_size, self.samples_seen, self.noise_scale)
 
 
 class SyncStrategy(ABC):

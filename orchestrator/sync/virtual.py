@@ -175,7 +175,8 @@ class VirtualRun:
             self._log_batch(0, 0.0, ada.current, None)
         while True:
             batches = list(self.batches)
-            rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples, optimizer, step)
+            rnd = Round(self.o, tuple(batches), self.s.lr, self.s.batch_size, self.samples, optimizer, step,
+                        noise_scale=None if ada is None else ada.noise.value)
             durs = [0.0] * w
             if ada is not None:
                 self._capture = ([None] * w, np.zeros(n_params, dtype=np.float64))
