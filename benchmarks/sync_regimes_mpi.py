@@ -38,25 +38,32 @@ STRATEGIES = {
 TIME = re.compile(r"time to target ([0-9.]+) s")
 
 
-def run_cell(regime: str, strategy: str, runtime: str, seed: int, workers: int, step_s: float) -> dict:
-    """One trial; its time to target (None: missed) and wall time."""
+def run_trial(overrides: list[str], label: str) -> dict:
+    """One trial as a user runs it (``python -m orchestrator OVERRIDES``, its own store in a temporary directory):
+    its time to target (None: missed), wall time and printed summary."""
     with tempfile.TemporaryDirectory(prefix="regime-mpi-") as tmp:
         (Path(tmp) / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)
-        hw = [o.replace("+hardware.", "hardware.") for o in REGIMES[regime]]
-        cmd = [sys.executable, "-m", "orchestrator", *STRATEGIES[strategy], f"sync.runtime={runtime}",
-               f"hardware.workers={workers}", f"hardware.emulated_step_s={step_s}", *hw, f"train.seed={seed}",
-               "train.compare_with=null", "train.statistical_limit=false", "train.reference=same", "progress=false"]
+        cmd = [sys.executable, "-m", "orchestrator", *overrides, "train.compare_with=null",
+               "train.statistical_limit=false", "train.reference=same", "progress=false"]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_DISABLE_TELEMETRY": "true"}
         t0 = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
-        raise SystemExit(f"{regime} / {strategy} / {runtime} failed (exit {out.returncode}): {last}")
+        raise SystemExit(f"{label} failed (exit {out.returncode}): {last}")
     m = TIME.search(out.stdout)
     t = float(m.group(1)) if m else None
-    print(f"  {regime} | {strategy} | {runtime} seed {seed}: {t} s to target ({wall:.0f} s wall)", flush=True)
-    return {"time": t, "wall": wall}
+    print(f"  {label}: {t} s to target ({wall:.0f} s wall)", flush=True)
+    return {"time": t, "wall": wall, "stdout": out.stdout}
+
+
+def run_cell(regime: str, strategy: str, runtime: str, seed: int, workers: int, step_s: float) -> dict:
+    """One trial of the map; its time to target (None: missed) and wall time."""
+    hw = [o.replace("+hardware.", "hardware.") for o in REGIMES[regime]]
+    return run_trial([*STRATEGIES[strategy], f"sync.runtime={runtime}", f"hardware.workers={workers}",
+                      f"hardware.emulated_step_s={step_s}", *hw, f"train.seed={seed}"],
+                     f"{regime} | {strategy} | {runtime} seed {seed}")
 
 
 def med(xs):
