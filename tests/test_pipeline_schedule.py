@@ -165,3 +165,21 @@ def test_gantt_shows_every_micro_batch(tmp_path):
         assert labels == ["B1", "B2", "B3", "F1", "F2", "F3", "U"]
     png = gantt_events(r.schedule_events, tmp_path / "p.png", "1f1b")
     assert png.stat().st_size > 1000
+
+
+def test_stage_order_is_the_flow_order_of_the_devices_used():
+    """Stages are the devices an assignment uses, ordered by the mean flow position of their nodes (not by
+    device index, not by the first node), ties by device index; unused devices are no stage, and the stage
+    index sets each device's in-flight micro-batches (1F1B: the first stage holds the most)."""
+    from orchestrator.placement.simulate.inflight import stage_order
+
+    pos = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    # device 3 holds the start, device 0 the middle, device 1 the end; device 2 is unused
+    assert stage_order(pos, np.array([3, 3, 0, 0, 1, 1]), 4) == [3, 0, 1]
+    # the mean decides, not the first node: device 1 starts earlier (0) but sits later on average (3.33)
+    assert stage_order(pos, np.array([1, 0, 0, 0, 1, 1]), 2) == [0, 1]
+    # equal means: the lower device index first
+    assert stage_order(np.array([0.0, 2.0, 1.0, 1.0]), np.array([0, 0, 1, 1]), 2) == [0, 1]
+    assert stage_order(pos, np.zeros(6, dtype=np.int64), 3) == [0]
+    counts = [in_flight("1f1b", 8, 3, s) for s in range(3)]
+    assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
