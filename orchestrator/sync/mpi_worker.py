@@ -81,7 +81,7 @@ def run_collective(job: Job) -> None:
     quorum = int(strat.quorum(w))
     stretch.defer = quorum < w
     dropped = 0
-    next_eval, noise = every, None
+    next_eval, noise, bcast_s = every, None, 0.0
     while True:
         rnd = Round(job.opts, tuple(bal.batches), job.settings.lr, job.settings.batch_size, samples, optimizer, step,
                     noise_scale=noise)
@@ -113,7 +113,8 @@ def run_collective(job: Job) -> None:
         wait_s += time.perf_counter() - t0
         if ada is not None:
             reduced, summed = reduced[:theta.size], reduced[theta.size:]
-            ada.after_reduce(hvd, tf, rnd, strat.weights(rnd), reduced, summed, time.perf_counter() - t_round)
+            # the round's seconds: from its start through the all-reduce, plus the previous round's broadcast
+            ada.after_reduce(hvd, tf, rnd, strat.weights(rnd), reduced, summed, time.perf_counter() - t_round + bcast_s)
         theta = strat.apply(theta, reduced, rnd)
         step, samples = step + 1, samples + h * rnd.total
         if verify and step % verify == 0:
@@ -137,8 +138,10 @@ def run_collective(job: Job) -> None:
             stop = int(hvd.broadcast(tf.constant([stop]), root_rank=0).numpy()[0])
         else:   # rank 0's decision and noise scale (for train.lr_scaling=adascale) reach every rank with the stop
             phi = ada.chooser.noise.value if rank == 0 else None
+            t0 = time.perf_counter()
             got = hvd.broadcast(tf.constant([stop, new_batch, math.nan if phi is None else phi], tf.float64),
                                 root_rank=0).numpy()
+            bcast_s = time.perf_counter() - t0
             stop, new_batch, noise = int(got[0]), int(got[1]), None if math.isnan(got[2]) else float(got[2])
             if new_batch:
                 bal.set_total(new_batch)
