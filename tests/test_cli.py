@@ -26,7 +26,7 @@ from conftest import QUICK, run_inprocess, store_runs
     (["train.lr=["], "malformed override"),
     (["hardware.logical_cpus=0"], "hardware.logical_cpus=0 must be an integer >= 1"),
     (["+sync=delay", "hardware.network.bandwidth_Gbps=-1"], "hardware.network.bandwidth_Gbps=-1 must be > 0"),
-    (["+sync=allreduce", "train.lr_scaling=cubic"], "train.lr_scaling='cubic' (accepted: linear, sqrt, none)"),
+    (["+sync=allreduce", "train.lr_scaling=cubic"], "train.lr_scaling='cubic' (accepted: linear, sqrt, none, adascale)"),
     (["+sync=delay", "hardware.speed_changes=[{worker:7,at_s:1,speed:0.5}]"], "hardware.speed_changes[0].worker=7"),
 ])
 def test_user_errors_are_one_line_and_leave_no_run(workdir, args, expected):

@@ -198,7 +198,7 @@ def test_bad_values_name_their_key(cfg, sync, expected):
 
 
 def test_unknown_scaling_rule_names_its_key():
-    with pytest.raises(ConfigError, match=r"train.lr_scaling='cubic' \(accepted: linear, sqrt, none\)"):
+    with pytest.raises(ConfigError, match=r"train.lr_scaling='cubic' \(accepted: linear, sqrt, none, adascale\)"):
         sync_options({"name": "allreduce"}, {"hardware": {"workers": 2}, "train": {"lr_scaling": "cubic"}})
     with pytest.raises(ConfigError, match="train.batch_policy='huge'"):
         sync_options({"name": "allreduce"}, {"hardware": {"workers": 2}, "train": {"batch_policy": "huge"}})
