@@ -123,6 +123,56 @@ class Stretch:
         return compute_s + max(0.0, extra)
 
 
+class RankAdaptive:
+    """``train.batch_policy=adaptive`` on a rank of a collective (``sync.adaptive.RankRounds``): every rank
+    measures, rank 0 decides every ``train.adaptive_every`` rounds and the stop broadcast carries the new
+    global batch, which every rank's balancer splits the same way."""
+
+    def __init__(self, job: Job, rank: int, workers: int, local_steps: int):
+        from orchestrator.sync.adaptive import AdaptiveBatch, NoiseScale, RankRounds
+
+        o, s = job.opts, job.settings
+        self.job, self.rank, self.h, self.o = job, rank, local_steps, o
+        self.rounds = RankRounds(workers, rank)
+        low, high = o.adaptive_range(s.batch_size)
+        step_time = self.rounds.step_time(job.balancer.split, local_steps, job.cm, o.overlap)
+        self.chooser = AdaptiveBatch(low, high, s.batch_size, o.adaptive_every, step_time,
+                                     samples=lambda m: float(local_steps * m), noise=NoiseScale(decay=o.adaptive_ema))
+        self.log: list[list] = [[0, 0.0, self.chooser.current, None]]
+
+    def begin_round(self, optimizer) -> None:
+        precond, skip = None, False
+        if self.o.adaptive_noise == "preconditioned":
+            precond = optimizer.preconditioner()
+            skip = precond is None and self.job.settings.optimizer == "adam"   # before Adam's first step
+        self.rounds.begin(precond, skip)
+
+    def after_reduce(self, hvd, tf, rnd, weights, reduced, summed, round_s: float) -> None:
+        r = self.rounds
+        if r.needs_second_reduce(summed, weights, rnd.batches, rnd.included):
+            acc = hvd.allreduce(tf.constant(r.mine_for_second_reduce(rnd.batches[self.rank])), op=hvd.Sum).numpy()
+            mean = acc.astype(np.float64) / float(sum(rnd.batches))
+            included = tuple(range(len(rnd.batches)))
+        else:
+            mean = None if r.skip else r.big_gradient(reduced, weights, rnd.included)
+            included = rnd.included
+        if self.rank == 0:
+            if mean is not None:
+                r.observe(self.chooser.noise, summed, rnd.batches, included, mean)
+            r.measured(summed, rnd.batches, self.h, round_s, self.job.cm)
+
+    def decide(self, rounds_done: int, t: float) -> int | None:
+        new = self.chooser.after_round(rounds_done - 1, t)
+        if rounds_done % self.chooser.every == 0:
+            noise = self.chooser.noise.value
+            self.log.append([rounds_done, t, self.chooser.current, None if noise is None or not math.isfinite(noise)
+                             else float(noise)])
+        return new
+
+    def history(self) -> list[list]:
+        return self.log
+
+
 def _own_metrics(job: Job, stats, result=None) -> dict:
     """What this rank's strategy instance adds in ``metrics()`` beyond the engine's keys, computed on the
     rank's own view (its worker's statistics, or the server's); sent back in ``rank{r}.json``."""
