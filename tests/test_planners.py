@@ -2,6 +2,7 @@
 certified bound, the cost and budget objectives, a comparison sweep."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -113,13 +114,14 @@ def test_the_bound_charges_what_memory_forces(profile):
     assert e[5, names.index("V100-16")] > (t[5][0] + t[5][1]) / 2 * 0.999   # a send per micro-batch charged
 
 
-def test_the_search_keeps_its_budget(profile):
-    import time
-
+def test_a_budget_too_small_for_this_machine_still_gives_a_plan_that_fits(profile):
+    """planner.budget_s bounds the search, but a budget spent before any template is ranked or judged (a tiny one,
+    or a loaded machine: the CI of stop 35 saw "none of 507 templates ... fits" at budget_s=2) goes on until one
+    plan fits instead of claiming that none does."""
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
-    t0 = time.perf_counter()
-    _, est = _run(JointPlanner, profile, cluster, budget_s=2.0)
-    assert est.fits and time.perf_counter() - t0 < 2.0 * 1.5 + 1.0
+    _, tiny = _run(JointPlanner, profile, cluster, budget_s=0.001)
+    _, more = _run(JointPlanner, profile, cluster, budget_s=2.0)
+    assert tiny.fits and more.fits and math.isfinite(tiny.iteration_s)
 
 
 @pytest.mark.slow

@@ -157,7 +157,7 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
                                  for k in ks), default=0.0)
             if math.isfinite(lb):
                 heapq.heappush(heap, (_priority(objective, lb, cheapest), tick := tick + 1, ("group", mbs, dp, choices)))
-        while heap and time.perf_counter() < soft:
+        while heap and (time.perf_counter() < soft or not math.isfinite(best_rank)):   # past it: until a plan ranks
             pr, _, (what, mbs, dp, item) = heapq.heappop(heap)
             if pr >= limit():
                 n_pruned += 1 + len(heap)
@@ -204,8 +204,8 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     best: tuple[float, Plan, PlanEstimate] | None = None
     n_judged = 0
     for _, cand in ranked[:judged]:
-        if time.perf_counter() > deadline:
-            break
+        if time.perf_counter() > deadline and best is not None:
+            break           # past the budget only until one plan fits: a slow machine gets a plan, not a false "none fits"
         plan = cand.plan()
         est = evaluator.try_evaluate(plan)
         n_judged += 1
