@@ -60,8 +60,13 @@ class NoiseScale:
             g64 = g.astype(np.float64, copy=False)
             sq.append(float(np.dot(g64, g64)))
             mean += (bi / big) * g64
-        small = float(len(b) / np.sum(1.0 / b))        # harmonic mean: E mean|g_i|^2 = |G|^2 + S / small
-        return self.add(float(np.mean(sq)), small, float(np.dot(mean, mean)), big)
+        return self.add_round(sq, batches, float(np.dot(mean, mean)))
+
+    def add_round(self, sq: list[float], batches, sq_big: float) -> tuple[float, float]:
+        """One round from each worker's ``|g_i|^2`` at batch ``batches[i]`` and ``|g_B|^2`` of their batch-weighted
+        average: the small batch is the harmonic mean (``E mean_i |g_i|^2 = |G|^2 + S / b``), the big one the sum."""
+        b = np.asarray(batches, dtype=np.float64)
+        return self.add(float(np.mean(sq)), float(len(b) / np.sum(1.0 / b)), sq_big, float(b.sum()))
 
     def add(self, sq_small: float, b_small: float, sq_big: float, b_big: float) -> tuple[float, float]:
         g2, s = two_batch_estimates(sq_small, b_small, sq_big, b_big)
@@ -158,7 +163,7 @@ class RankRounds:
     gradient up to its weight sum, ``g_B = M / sum_i w_i`` (``big_gradient``); otherwise (local SGD, a
     compressing plugin) the ranks all-reduce ``b_i g_i`` once more (``needs_second_reduce``), which costs
     what it costs and is measured. Rank 0 then feeds ``NoiseScale`` (``observe``) and keeps the speeds and
-    the collective's seconds the goodput's ``T(M)`` needs (``speed_estimates``, ``comm_s``)."""
+    the collective's seconds the goodput's ``T(M)`` needs (``speeds``, ``comm_s``; ``step_time``)."""
 
     def __init__(self, workers: int, rank: int, alpha: float = 0.3):
         self.w, self.rank, self.alpha = workers, rank, alpha
@@ -217,12 +222,7 @@ class RankRounds:
         inc = list(included)
         if self.skip or len(inc) < 2 or not np.isfinite(sq[inc]).all():
             return False
-        b = np.array([batches[i] for i in inc], dtype=np.float64)
-        small = float(len(b) / np.sum(1.0 / b))
-        big = float(b.sum())
-        if not big > small:
-            return False
-        noise.add(float(np.mean(sq[inc])), small, float(np.dot(mean, mean)), big)
+        noise.add_round(list(sq[inc]), [batches[i] for i in inc], float(np.dot(mean, mean)))
         return True
 
     def big_gradient(self, reduced: np.ndarray, weights: list[float], included: tuple[int, ...]) -> np.ndarray:

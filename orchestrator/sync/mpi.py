@@ -315,8 +315,7 @@ def collect(strategy: SyncStrategy, run_dir: Path, opts: SyncOptions,
     # train.batch_policy=adaptive: (round, wall s, global batch from then on, noise scale) at each decision
     stats.batch_history = [(int(h[0]), float(h[1]), int(h[2]), None if h[3] is None else float(h[3]))
                            for h in res.get("batch_history") or []]
-    if res.get("batches"):
-        stats.batches = [int(b) for b in res["batches"]]
+    stats.batches = [int(b) for b in res.get("batches") or []]     # a collective's final split (rank 0's)
     return result, stats, ranks
 
 
@@ -337,8 +336,7 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
     server = json.loads((run_dir / "rank0.json").read_text()) if strategy.uses_server else {}
     from orchestrator.sync.mpi_worker import Job
 
-    stats.batches = (server.get("batches") or (stats.batches if stats.batch_history else None)
-                     or Job(str(next(run_dir.glob("job-*.json")))).batches)
+    stats.batches = server.get("batches") or stats.batches or Job(str(next(run_dir.glob("job-*.json")))).batches
     stats.rebalances = int(server.get("rebalances", 0))
     stats.capacity = opts.schedule().capacity(result.elapsed_s)
     emulated = (opts.emulated_step_s or opts.straggler_p > 0 or opts.jitter_sigma > 0 or opts.speed_changes

@@ -169,9 +169,6 @@ class RankAdaptive:
                              else float(noise)])
         return new
 
-    def history(self) -> list[list]:
-        return self.log
-
 
 def _own_metrics(job: Job, stats, result=None) -> dict:
     """What this rank's strategy instance adds in ``metrics()`` beyond the engine's keys, computed on the

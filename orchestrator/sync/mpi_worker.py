@@ -165,7 +165,7 @@ def run_collective(job: Job) -> None:
         out = _result(tracker, step, elapsed, samples, {"0": step * quorum}, {}, 0.0, step * quorum)
         out["batches"] = list(bal.batches)
         if ada is not None:
-            out["batch_history"] = ada.history()
+            out["batch_history"] = ada.log
         job.write("result.json", out)
 
 

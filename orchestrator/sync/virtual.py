@@ -243,11 +243,9 @@ class VirtualRun:
         sq, acc = self._capture if self._capture is not None else ([], None)
         if acc is None or any(v is None for v in sq):
             return
-        big = float(sum(batches))
-        small = float(len(batches) / sum(1.0 / b for b in batches))
-        mean = acc / big
+        mean = acc / float(sum(batches))
         assert self.adaptive is not None
-        self.adaptive.noise.add(float(np.mean(sq)), small, float(np.dot(mean, mean)), big)
+        self.adaptive.noise.add_round(sq, batches, float(np.dot(mean, mean)))
 
     def _log_batch(self, step: int, t: float, new: int | None, noise: float | None) -> None:
         """``train.global_batch`` (the batch from this round on) and ``sync.noise_scale``, at round ``step``."""
