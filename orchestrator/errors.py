@@ -57,11 +57,41 @@ class Interrupt:
     placer's search) cannot make an interrupted trial look finished."""
 
     signal: int | None = None
+    # Code that a KeyboardInterrupt must not cut in the middle: a SQLite statement or commit cut there
+    # leaves this process's own connection holding the file's lock, and every write that follows (the
+    # run's KILLED status, the study's FAIL) then waits on "database is locked" for ever.
+    # (SQL stores only: an HTTP store's call is cut safely, and deferring it could outlast its retries.)
+    ATOMIC = ("sqlalchemy.", "sqlite3", "alembic.", "mlflow.store.db.", "mlflow.store.tracking.sqlalchemy_store",
+              "optuna.storages._rdb")
+    RETRY_S = 0.05
+    pending: int | None = None
 
     @classmethod
-    def handle(cls, signum, frame=None):  # noqa: ARG003
+    def handle(cls, signum, frame=None):
+        if cls.pending is not None:  # the deferred signal, delivered again (as SIGINT, see below)
+            signum, cls.pending = cls.pending, None
         cls.signal = signum
+        if cls.in_atomic(frame):  # raise it once the store call has returned
+            import _thread
+            import signal as signals
+            import threading
+
+            cls.pending = signum
+            # as SIGINT: a Slurm job ignores a second SIGTERM (tracking.slurm), and SIGINT is ours too
+            timer = threading.Timer(cls.RETRY_S, _thread.interrupt_main, (signals.SIGINT,))
+            timer.daemon = True
+            timer.start()
+            return
         raise KeyboardInterrupt(f"signal {signum}")
+
+    @classmethod
+    def in_atomic(cls, frame) -> bool:
+        """Whether ``frame`` (where the signal found the main thread) is inside a store's database call."""
+        while frame is not None:
+            if str(frame.f_globals.get("__name__", "")).startswith(cls.ATOMIC):
+                return True
+            frame = frame.f_back
+        return False
 
     @classmethod
     def exit_code(cls) -> int:

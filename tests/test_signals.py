@@ -111,3 +111,31 @@ def test_an_interrupted_optuna_sweep_ends_killed_and_resumes_with_new_points(wor
     lrs = [t.params["train.lr"] for t in study.trials]
     assert len(set(lrs)) == len(lrs), lrs              # no parameter set proposed twice
     assert [t.state.name for t in study.trials][-2:] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_signal_inside_a_database_call_is_raised_when_the_call_returns(monkeypatch):
+    """A KeyboardInterrupt cut into a SQLite statement left the process's own connection holding the
+    store's lock, and the run's KILLED status then waited on "database is locked" for ever (a CI run saw
+    an interrupted Optuna sweep hang so). The handler defers it to the end of the call."""
+    from orchestrator.errors import Interrupt
+
+    monkeypatch.setattr(Interrupt, "signal", None)
+    monkeypatch.setattr(Interrupt, "pending", None)
+    old = signal.signal(signal.SIGINT, Interrupt.handle)
+    code = compile("def call(handle):\n    handle(15, sys._getframe())\n    return 'done'\n", "<fake store>", "exec")
+    store = {"__name__": "sqlalchemy.engine.fake", "sys": sys}
+    exec(code, store)
+    got = []
+    try:
+        assert store["call"](Interrupt.handle) == "done"      # the call finishes undisturbed ...
+        assert Interrupt.pending == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt):                # ... and the interrupt comes right after it
+            for _ in range(500):
+                got.append(1)
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert len(got) < 500 and Interrupt.signal == signal.SIGTERM and Interrupt.pending is None
+    with pytest.raises(KeyboardInterrupt):                    # outside a store call it raises at once
+        Interrupt.handle(signal.SIGINT, sys._getframe())
+    assert Interrupt.signal == signal.SIGINT
