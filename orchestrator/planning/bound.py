@@ -66,6 +66,16 @@ def capacity(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mb
     """(the most contiguous layers a replica of ``tp`` GPUs of ``gpu`` holds at ``mbs``, whether it holds the
     whole model), by the looser of the two simulators' memory rules with one micro-batch in flight."""
     L = profile.num_layers
+    ok = stage_fits(profile, cluster, gpu, tp, mbs)
+    span = np.arange(L + 1)[None, :] - np.arange(L + 1)[:, None]
+    fit = np.where(ok & (span > 0), span, 0)
+    return int(fit.max()), bool(ok[0, L])
+
+
+def stage_fits(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> np.ndarray:
+    """``ok[j, i]``: layers ``j .. i-1`` fit on one replica of ``tp`` GPUs of ``gpu`` at ``mbs`` by the looser of
+    the two simulators' memory rules, one micro-batch in flight."""
+    L = profile.num_layers
     sizes = profile.layer_sizes(tp)
     p = np.concatenate([[0.0], np.cumsum(sizes.params)])
     a = np.concatenate([[0.0], np.cumsum(sizes.act_mem)])
@@ -77,9 +87,7 @@ def capacity(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mb
         except UserError:
             continue
         ok |= need(params, acts) <= limit
-    span = np.arange(L + 1)[None, :] - np.arange(L + 1)[:, None]
-    fit = np.where(ok & (span > 0), span, 0)
-    return int(fit.max()), bool(ok[0, L])
+    return ok
 
 
 def min_transfer(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> float:

@@ -12,6 +12,7 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.bound import _micro_batches, _min_update, _simulators, capacity, lower_bound, min_transfer
+from orchestrator.planning.column_bound import column_bottleneck
 
 
 def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
@@ -73,6 +74,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     for b in _micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
+        whole = column_bottleneck(profile, cluster, b, G)     # C(b, N) with whole layers and GPUs
         for i, n0 in enumerate(grid):
             top = grid[i + 1] if i + 1 < len(grid) else G + 1
             v = column_lp(profile, cluster, b, n0, top - 1, data)        # C(n) / n for n0 <= n < top
@@ -80,7 +82,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
                 break                                      # the columns' memory: no more columns fit
             for n in range(n0, top):
                 m = math.ceil(global_batch / (b * n))
-                c = v * n
+                c = max(v * n, float(whole[n]))
                 t = (m - 1) * c + max(c, w) + u_min + ar[n]
                 if t < best:
                     best, where = t, (b, n, c, w)
