@@ -12,7 +12,7 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.bound import _micro_batches, _min_update, _simulators, capacity, lower_bound, min_transfer
-from orchestrator.planning.column_bound import column_bottleneck
+from orchestrator.planning.column_bound import column_bottleneck, column_time
 
 
 def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
@@ -58,7 +58,9 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
         C(b, N)  the column LP: the slowest stage's micro-batch, with the columns' memory (``column_lp``)
         W(b)     = sum_l min over kinds of (fwd_l + bwd_l)(g, b, tp)   one micro-batch through every layer
         A(N)     = min(ring_N(max(P / floor(G / N), MM(floor(G / N)) / 4)), ring_2+(MM(floor(G / N))))
-        bound    = min over b, N of (m - 1) C + max(C, W) + min update + A(N)
+        C'(b, N) the same with whole layers and whole GPUs (``column_bound.column_bottleneck``)
+        F(b, N)  the pipelines' part with bottleneck and fill together (``column_bound.column_time``)
+        bound    = min over b, N of max((m - 1) C* + max(C*, W), F) + min update + A(N),  C* = max(C, C')
 
     ``pipelines="one"`` or ``"several"``: the bound over plans of one pipeline, or of two or more, only.
     With ``P`` the parameter bytes, ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
@@ -69,12 +71,13 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     if G < 1:
         return math.inf
     ar = _sailor_allreduce_floor(profile, cluster, G, pipelines)
-    best, where = math.inf, (0, 0, 0.0, 0.0)
+    best, where = math.inf, (0, 0, 0.0, 0.0, 0.0)
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
     for b in _micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
         whole = column_bottleneck(profile, cluster, b, G)     # C(b, N) with whole layers and GPUs
+        both = column_time(profile, cluster, b, G, global_batch)  # bottleneck and fill together
         for i, n0 in enumerate(grid):
             top = grid[i + 1] if i + 1 < len(grid) else G + 1
             v = column_lp(profile, cluster, b, n0, top - 1, data)        # C(n) / n for n0 <= n < top
@@ -83,14 +86,15 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
             for n in range(n0, top):
                 m = math.ceil(global_batch / (b * n))
                 c = max(v * n, float(whole[n]))
-                t = (m - 1) * c + max(c, w) + u_min + ar[n]
+                pipe = max((m - 1) * c + max(c, w), float(both[n]))
+                t = pipe + u_min + ar[n]
                 if t < best:
-                    best, where = t, (b, n, c, w)
+                    best, where = t, (b, n, c, w, pipe)
     if detail is not None and math.isfinite(best):
-        b, n, c, w = where
+        b, n, c, w, pipe = where
         m = math.ceil(global_batch / (b * n))
         detail.update({"mbs": b, "columns": n, "micro_batches": m, "work_s": m * c, "bubble_s": max(c, w) - c,
-                       "update_s": u_min, "allreduce_s": ar[n]})
+                       "pipelines_s": pipe, "update_s": u_min, "allreduce_s": ar[n]})
     return best
 
 
