@@ -89,56 +89,98 @@ def column_bottleneck(profile: LayeredProfile, cluster: GpuCluster, mbs: int, mo
     return out
 
 
-def column_time(profile: LayeredProfile, cluster: GpuCluster, mbs: int, most: int, global_batch: int) -> np.ndarray:
-    """``out[n]`` for ``n = 0 .. most``: a lower bound on the pipelines' part of Sailor's formula,
-    ``max_p (m - 1) C_p + sum_s (c_s + k_s)``, of every plan Sailor scores honestly with ``n`` columns
-    (``m = ceil(B / (b n))``), from the columns' bottleneck and latency together (docs/plans.md, *Fill and
-    bottleneck together*):
+class ColumnTimes:
+    """The pipelines' part of Sailor's formula, ``max_p (m - 1) C_p + sum_s (c_s + k_s)``, bounded below for
+    every plan Sailor scores honestly with ``n`` columns (``m = ceil(B / (b n))``), from the columns'
+    bottleneck and latency together (docs/plans.md, *Bottleneck and fill together*). Every column ``j`` has
+    ``tau_j = (m - 1) C_j + l_j <= T_pp`` (its pipeline's bottleneck and fill are at least its own). With
+    ``D_lambda(C) = min over columns whose every stage is within C of  l + lambda . x`` (a DP whose stage cost is
+    additive once the bottleneck is capped; ``x`` the column's GPUs per type):
 
-        T_pp >= max over lambda >= 0 of  psi_lambda(m) - sum_g lambda_g N_g / n,
-        psi_lambda(m) = min over columns of  (m - 1) max_s (c_s + k_s) + sum_s (c_s + k_s) + sum_s lambda_{g_s} tp_s
+    ``average(n)``: the columns' mean ``tau`` is at most ``T_pp``, so for every price vector ``lambda >= 0``
+        T_pp >= min_i [D_lambda(C_i) + (m - 1) C_(i-1)] - lambda . N_g / n
+    ``worst(n, m, lo)``: every column has ``tau <= T_pp``; for a direction ``sigma`` a column with
+        ``tau <= Theta`` uses at least ``phi_sigma(Theta) = min_i max_{mu >= 0} [D_{sigma/mu}(C_i) mu - mu R_i]``
+        weighted GPUs, ``R_i = Theta - (m - 1) C_(i-1)`` (Lagrange on the latency budget), so ``n`` columns need
+        ``n <= sigma . N_g / phi_sigma(Theta)``; the largest ``Theta`` that fails is a bound (bisection)."""
 
-    ``psi`` by a dynamic program whose stage cost is additive once the bottleneck is capped at a grid point
-    (rounded down to the point below)."""
-    out = np.zeros(most + 1)
-    cols = _Columns(profile, cluster, mbs)
-    if not cols.ok:
-        return out
-    lams = _prices(cols)
-    size, L = len(cols.grid), cols.L
-    wk = cols.weights(lams)                                   # (prices, kinds)
-    at = np.arange(size)
-    cost = np.full((L + 1, len(lams), size), math.inf)
-    cost[0] = 0.0
-    for i in range(1, L + 1):
-        best = np.full((len(lams), size), math.inf)
-        for k, ((_, _, t, kappa, _), (start, _)) in enumerate(zip(cols.kinds, cols.starts)):
-            s = start[:i, i]
-            if s.min() >= size:
-                continue
-            span = t[i] - t[:i] + kappa                       # a stage of a pipeline of two or more
-            cand = cost[:i] + span[:, None, None] + wk[None, :, k, None]
-            cand = np.where((at[None, :] >= s[:, None])[:, None, :], cand, math.inf).min(axis=0)
-            np.minimum(best, cand, out=best)
-        cost[i] = best
-    d = cost[L]
-    for k, ((_, _, t, _, _), (_, whole)) in enumerate(zip(cols.kinds, cols.starts)):
-        if whole < size:                                      # one stage, the whole model: no transfer
-            np.minimum(d[:, whole:], t[-1] + wk[:, k, None], out=d[:, whole:])
-    below = np.concatenate([[0.0], cols.grid[:-1]])           # a column within grid[i] has C > grid[i - 1]
-    rent = lams @ cols.counts
-    cache: dict[int, np.ndarray] = {}
-    for n in range(1, most + 1):
-        m = math.ceil(global_batch / (mbs * n))
-        if m not in cache:
-            cache[m] = (d + (m - 1) * below[None, :]).min(axis=1)
-        out[n] = max(0.0, float((cache[m] - rent / n).max()))
-    return out
+    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int):
+        self.cols = cols = _Columns(profile, cluster, mbs)
+        self.mbs = mbs
+        if not cols.ok:
+            return
+        self.lams, self.shapes, self.scales = _prices(cols)
+        size, L = len(cols.grid), cols.L
+        wk = cols.weights(self.lams)                              # (prices, kinds)
+        at = np.arange(size)
+        cost = np.full((L + 1, len(self.lams), size), math.inf)
+        cost[0] = 0.0
+        for i in range(1, L + 1):
+            best = np.full((len(self.lams), size), math.inf)
+            for k, ((_, _, t, kappa, _), (start, _)) in enumerate(zip(cols.kinds, cols.starts)):
+                s = start[:i, i]
+                if s.min() >= size:
+                    continue
+                span = t[i] - t[:i] + kappa                       # a stage of a pipeline of two or more
+                cand = cost[:i] + span[:, None, None] + wk[None, :, k, None]
+                cand = np.where((at[None, :] >= s[:, None])[:, None, :], cand, math.inf).min(axis=0)
+                np.minimum(best, cand, out=best)
+            cost[i] = best
+        d = cost[L]
+        for k, ((_, _, t, _, _), (_, whole)) in enumerate(zip(cols.kinds, cols.starts)):
+            if whole < size:                                      # one stage, the whole model: no transfer
+                np.minimum(d[:, whole:], t[-1] + wk[:, k, None], out=d[:, whole:])
+        self.d = d
+        self.below = np.concatenate([[0.0], cols.grid[:-1]])      # a column within grid[i] has C > grid[i - 1]
+        self.rent = self.lams @ cols.counts
+        self._avg: dict[int, np.ndarray] = {}
+        # worst(): every other grid point (2% steps), D per (direction, scale), and mu = 0 (GPUs alone)
+        keep = np.arange(1, size, 2)
+        self.w_below = np.concatenate([[0.0], cols.grid[keep[:-1]]])
+        self.w_d = d[1:].reshape(len(self.shapes), len(self.scales), size)[:, :, keep]
+        self.w_phi0 = np.stack([_cheapest_column(L, size, cols.starts, list(cols.weights(sh)))[keep] for sh in self.shapes])
+        self.w_rent = np.array([float(sh @ cols.counts) for sh in self.shapes])
+
+    def average(self, n: int, m: int) -> float:
+        if not self.cols.ok:
+            return 0.0
+        if m not in self._avg:
+            self._avg[m] = (self.d + (m - 1) * self.below[None, :]).min(axis=1)
+        return max(0.0, float((self._avg[m] - self.rent / n).max()))
+
+    def _fails(self, theta: float, n: int, m: int) -> bool:
+        """Whether ``n`` columns cannot all have ``tau <= theta``."""
+        r = theta - (m - 1) * self.w_below                        # the latency budget per capped bottleneck
+        with np.errstate(invalid="ignore"):
+            lag = ((self.w_d - r[None, None, :]) / self.scales[None, :, None]).max(axis=1)
+        phi = np.maximum(lag, self.w_phi0)
+        phi = np.where(r[None, :] < 0, math.inf, phi).min(axis=1)  # (directions,)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            upper = np.where(phi > 0, self.w_rent / phi, math.inf)
+        return bool(n > upper.min())
+
+    def worst(self, n: int, m: int, lo: float) -> float:
+        """The largest ``theta`` found (by bisection from ``lo``) with ``_fails``: ``T_pp > theta``; ``lo`` if
+        ``lo`` itself does not fail."""
+        if not self.cols.ok or not self._fails(lo, n, m):
+            return lo
+        hi = 2.0 * lo if lo > 0 else float(self.cols.grid[-1]) * m
+        while self._fails(hi, n, m):
+            lo, hi = hi, 2.0 * hi
+        for _ in range(30):
+            if hi - lo <= 1e-4 * hi:
+                break
+            mid = 0.5 * (lo + hi)
+            if self._fails(mid, n, m):
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
 
-def _prices(cols: _Columns) -> np.ndarray:
-    """Price vectors for the dual (seconds per GPU, one row each; any is valid): 0, and a geometric scale
-    times prices proportional to each type's speed, each type's also halved and doubled."""
+def _prices(cols: _Columns) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """Price vectors for the duals (seconds per GPU, one row each; any is valid): 0, then for each direction
+    (prices proportional to each type's speed, each type's also halved and doubled) a geometric scale."""
     speed = np.array([max(1.0 / (float(k[2][-1]) * k[1]) for k in cols.kinds if k[0] == g) for g in cols.types])
     base = speed / speed.max()
     shapes = [base]
@@ -149,7 +191,7 @@ def _prices(cols: _Columns) -> np.ndarray:
                 shaped[i] *= f
                 shapes.append(shaped)
     scale = np.geomspace(1e-4, 30.0, 24)
-    return np.vstack([np.zeros(len(base))] + [sc * sh for sh in shapes for sc in scale])
+    return np.vstack([np.zeros(len(base))] + [sc * sh for sh in shapes for sc in scale]), shapes, scale
 
 
 def _cheapest_column(L: int, size: int, starts: list, weight: list[float]) -> np.ndarray:

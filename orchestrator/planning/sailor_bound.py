@@ -5,6 +5,7 @@ replicas (``column_lp``), the fill and drain of one pipeline, the all-reduce no 
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.bound import _micro_batches, _min_update, _simulators, capacity, lower_bound, min_transfer
-from orchestrator.planning.column_bound import column_bottleneck, column_time
+from orchestrator.planning.column_bound import ColumnTimes, column_bottleneck
 
 
 def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
@@ -59,7 +60,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
         W(b)     = sum_l min over kinds of (fwd_l + bwd_l)(g, b, tp)   one micro-batch through every layer
         A(N)     = min(ring_N(max(P / floor(G / N), MM(floor(G / N)) / 4)), ring_2+(MM(floor(G / N))))
         C'(b, N) the same with whole layers and whole GPUs (``column_bound.column_bottleneck``)
-        F(b, N)  the pipelines' part with bottleneck and fill together (``column_bound.column_time``)
+        F(b, N)  the pipelines' part with bottleneck and fill together (``column_bound.ColumnTimes``)
         bound    = min over b, N of max((m - 1) C* + max(C*, W), F) + min update + A(N),  C* = max(C, C')
 
     ``pipelines="one"`` or ``"several"``: the bound over plans of one pipeline, or of two or more, only.
@@ -71,13 +72,14 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     if G < 1:
         return math.inf
     ar = _sailor_allreduce_floor(profile, cluster, G, pipelines)
-    best, where = math.inf, (0, 0, 0.0, 0.0, 0.0)
+    cands = []                                             # (cheap bound, b, n, c, w, pipelines' part, refined)
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
+    times: dict[int, ColumnTimes] = {}
     for b in _micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
         whole = column_bottleneck(profile, cluster, b, G)     # C(b, N) with whole layers and GPUs
-        both = column_time(profile, cluster, b, G, global_batch)  # bottleneck and fill together
+        times[b] = both = ColumnTimes(profile, cluster, b)    # bottleneck and fill together
         for i, n0 in enumerate(grid):
             top = grid[i + 1] if i + 1 < len(grid) else G + 1
             v = column_lp(profile, cluster, b, n0, top - 1, data)        # C(n) / n for n0 <= n < top
@@ -86,10 +88,19 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
             for n in range(n0, top):
                 m = math.ceil(global_batch / (b * n))
                 c = max(v * n, float(whole[n]))
-                pipe = max((m - 1) * c + max(c, w), float(both[n]))
-                t = pipe + u_min + ar[n]
-                if t < best:
-                    best, where = t, (b, n, c, w, pipe)
+                pipe = max((m - 1) * c + max(c, w), both.average(n, m))
+                cands.append((pipe + u_min + ar[n], b, n, c, w, pipe, False))
+    # the costlier worst-column term only where it can change the least (it only raises a candidate)
+    heapq.heapify(cands)
+    best, where = math.inf, (0, 0, 0.0, 0.0, 0.0)
+    while cands:
+        t, b, n, c, w, pipe, refined = heapq.heappop(cands)
+        if refined:
+            best, where = t, (b, n, c, w, pipe)
+            break
+        m = math.ceil(global_batch / (b * n))
+        pipe = times[b].worst(n, m, pipe)
+        heapq.heappush(cands, (pipe + u_min + ar[n], b, n, c, w, pipe, True))
     if detail is not None and math.isfinite(best):
         b, n, c, w, pipe = where
         m = math.ceil(global_batch / (b * n))
