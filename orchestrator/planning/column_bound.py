@@ -30,13 +30,14 @@ import numpy as np
 from orchestrator.plan import GpuCluster, LayeredProfile
 
 STEP = 1.01          # the grid of thresholds: the bound gives away at most this factor
+COARSE_STEP = 1.02   # the grid of ColumnTimes and ExactColumns
 
 
 class _Columns:
     """What both bounds share at one micro-batch size: the kinds (g, tp) with their prefix layer times,
     ``kappa`` and memory, the grid of thresholds, and where each stage starts to run within it."""
 
-    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int):
+    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int, step: float = STEP):
         from orchestrator.planning.bound import min_transfer, stage_fits
         from orchestrator.planning.sailor_bound import _kinds
 
@@ -53,7 +54,7 @@ class _Columns:
         self.ok = bool(self.kinds) and lo > 0 and math.isfinite(hi)
         if not self.ok:
             return
-        self.grid = lo * STEP ** np.arange(int(math.ceil(math.log(hi / lo) / math.log(STEP))) + 2)
+        self.grid = lo * step ** np.arange(int(math.ceil(math.log(hi / lo) / math.log(step))) + 2)
         # stage j..i-1 on kind k runs within C from grid index start[k][j, i] on (len(grid): never)
         self.starts = []
         for _, _, t, kappa, ok in self.kinds:
@@ -105,27 +106,21 @@ class ColumnTimes:
         ``n <= sigma . N_g / phi_sigma(Theta)``; the largest ``Theta`` that fails is a bound (bisection)."""
 
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int):
-        self.cols = cols = _Columns(profile, cluster, mbs)
+        self.cols = cols = _Columns(profile, cluster, mbs, COARSE_STEP)
         self.mbs = mbs
         if not cols.ok:
             return
         self.lams, self.shapes, self.scales = _prices(cols)
         size, L = len(cols.grid), cols.L
         wk = cols.weights(self.lams)                              # (prices, kinds)
-        at = np.arange(size)
         cost = np.full((L + 1, len(self.lams), size), math.inf)
         cost[0] = 0.0
         for i in range(1, L + 1):
-            best = np.full((len(self.lams), size), math.inf)
+            best = cost[i]
             for k, ((_, _, t, kappa, _), (start, _)) in enumerate(zip(cols.kinds, cols.starts)):
-                s = start[:i, i]
-                if s.min() >= size:
-                    continue
-                span = t[i] - t[:i] + kappa                       # a stage of a pipeline of two or more
-                cand = cost[:i] + span[:, None, None] + wk[None, :, k, None]
-                cand = np.where((at[None, :] >= s[:, None])[:, None, :], cand, math.inf).min(axis=0)
-                np.minimum(best, cand, out=best)
-            cost[i] = best
+                for j in np.nonzero(start[:i, i] < size)[0]:
+                    s = int(start[j, i])                          # a stage of a pipeline of two or more
+                    np.minimum(best[:, s:], cost[j, :, s:] + (t[i] - t[j] + kappa + wk[:, k, None]), out=best[:, s:])
         d = cost[L]
         for k, ((_, _, t, _, _), (_, whole)) in enumerate(zip(cols.kinds, cols.starts)):
             if whole < size:                                      # one stage, the whole model: no transfer
@@ -134,11 +129,9 @@ class ColumnTimes:
         self.below = np.concatenate([[0.0], cols.grid[:-1]])      # a column within grid[i] has C > grid[i - 1]
         self.rent = self.lams @ cols.counts
         self._avg: dict[int, np.ndarray] = {}
-        # worst(): every other grid point (2% steps), D per (direction, scale), and mu = 0 (GPUs alone)
-        keep = np.arange(1, size, 2)
-        self.w_below = np.concatenate([[0.0], cols.grid[keep[:-1]]])
-        self.w_d = d[1:].reshape(len(self.shapes), len(self.scales), size)[:, :, keep]
-        self.w_phi0 = np.stack([_cheapest_column(L, size, cols.starts, list(cols.weights(sh)))[keep] for sh in self.shapes])
+        # worst(): D per (direction, scale), and mu = 0 (GPUs alone)
+        self.w_d = d[1:].reshape(len(self.shapes), len(self.scales), size)
+        self.w_phi0 = np.stack([_cheapest_column(L, size, cols.starts, list(cols.weights(sh))) for sh in self.shapes])
         self.w_rent = np.array([float(sh @ cols.counts) for sh in self.shapes])
 
     def average(self, n: int, m: int) -> float:
@@ -150,8 +143,8 @@ class ColumnTimes:
 
     def _fails(self, theta: float, n: int, m: int) -> bool:
         """Whether ``n`` columns cannot all have ``tau <= theta``."""
-        r = theta - (m - 1) * self.w_below                        # the latency budget per capped bottleneck
-        with np.errstate(invalid="ignore"):
+        r = theta - (m - 1) * self.below                        # the latency budget per capped bottleneck
+        with np.errstate(invalid="ignore", over="ignore"):
             lag = ((self.w_d - r[None, None, :]) / self.scales[None, :, None]).max(axis=1)
         phi = np.maximum(lag, self.w_phi0)
         phi = np.where(r[None, :] < 0, math.inf, phi).min(axis=1)  # (directions,)
@@ -165,8 +158,12 @@ class ColumnTimes:
         if not self.cols.ok or not self._fails(lo, n, m):
             return lo
         hi = 2.0 * lo if lo > 0 else float(self.cols.grid[-1]) * m
-        while self._fails(hi, n, m):
+        for _ in range(64):
+            if not self._fails(hi, n, m):
+                break
             lo, hi = hi, 2.0 * hi
+        else:
+            return lo                                         # no plan has this many columns
         for _ in range(30):
             if hi - lo <= 1e-4 * hi:
                 break
@@ -220,3 +217,96 @@ def _directions(types: int) -> list[np.ndarray]:
     res = {2: 24, 3: 8, 4: 4}.get(types, 2)
     out = [np.array(c, dtype=float) / res for c in itertools.product(range(res + 1), repeat=types) if sum(c) == res]
     return out
+
+
+class ExactColumns:
+    """``worst`` without the Lagrangian's duality gap, for clusters of one or two GPU types: a DP over each
+    column's GPU count per type (``a <= a_max``, ``v <= v_max``) gives the least latency ``l*(C, a, v)`` of a
+    column whose every stage is within ``C``, and so its least ``tau*(a, v) = min_i l*(C_i, a, v) + (m - 1)
+    C_(i-1)``. ``N`` columns with ``tau <= Theta`` each need, for every price direction ``sigma``, ``N min{sigma . x
+    : tau*(x) <= Theta} <= sigma . N_g``, where a column outside the box costs at least ``min_g sigma_g (max_g +
+    1)``. The thresholds ``C`` run on a coarser grid (``COARSE_STEP``)."""
+
+    def __init__(self, cols: _Columns, a_max: int = 16, v_max: int = 32):
+        self.ok = cols.ok and len(cols.types) <= 2
+        if not self.ok:
+            return
+        self.counts = np.concatenate([cols.counts, np.zeros(2 - len(cols.types))])
+        box = [min(int(self.counts[0]), a_max), min(int(self.counts[1]), v_max) if len(cols.types) == 2 else 0]
+        size, L = len(cols.grid), cols.L
+        lat = np.full((L + 1, box[0] + 1, box[1] + 1, size), math.inf)
+        lat[0, 0, 0] = 0.0
+        for i in range(1, L + 1):
+            best = lat[i]
+            for (g, tp, t, kappa, _), (start, _) in zip(cols.kinds, cols.starts):
+                axis = cols.types.index(g)
+                if tp > box[axis]:
+                    continue
+                first = start[:i, i]                             # the first threshold the stage runs within
+                for j in np.nonzero(first < size)[0]:
+                    s, add = int(first[j]), float(t[i] - t[j] + kappa)
+                    if axis == 0:
+                        np.minimum(best[tp:, :, s:], lat[j, :-tp, :, s:] + add, out=best[tp:, :, s:])
+                    else:
+                        np.minimum(best[:, tp:, s:], lat[j, :, :-tp, s:] + add, out=best[:, tp:, s:])
+        out = lat[L]
+        for (g, tp, t, _, _), (_, whole) in zip(cols.kinds, cols.starts):
+            axis = cols.types.index(g)
+            if whole < len(cols.grid) and tp <= box[axis]:      # one stage, the whole model: no transfer
+                w = whole
+                idx = (tp, 0) if axis == 0 else (0, tp)
+                np.minimum(out[idx][w:], t[-1], out=out[idx][w:])
+        self.box = box
+        self.lat = out.reshape(-1, size)                          # (columns' GPU vectors, thresholds)
+        self.below = np.concatenate([[0.0], cols.grid[:-1]])
+        # a column outside the box uses at least one of these (if the cluster has that many)
+        self.outside = [x for k, x in enumerate(((box[0] + 1, 0), (0, box[1] + 1))) if self.counts[k] > box[k]]
+        self._by_m: dict[int, np.ndarray] = {}
+
+    def _tau(self, m: int) -> np.ndarray:
+        if m not in self._by_m:
+            tau = (self.lat + (m - 1) * self.below[None, :]).min(axis=1)
+            self._by_m[m] = tau.reshape(self.box[0] + 1, self.box[1] + 1)
+        return self._by_m[m]
+
+    def _fails(self, theta: float, n: int, m: int) -> bool:
+        """Whether ``n`` columns with ``tau <= theta`` exceed the cluster: the LP ``max sum y_t s.t. sum y_t x_t
+        <= N_g`` over the columns that meet ``theta`` (each type's fewest of the other; a vertex uses one column
+        or two) is below ``n``."""
+        ok = self._tau(m) <= theta
+        has = ok.any(axis=1)
+        pts = [(a, int(np.argmax(ok[a]))) for a in np.nonzero(has)[0]] + list(self.outside)
+        if not pts:
+            return n > 0
+        x = np.array(pts, dtype=float)
+        na, nv = self.counts
+        with np.errstate(divide="ignore", invalid="ignore"):
+            single = np.minimum(np.where(x[:, 0] > 0, na / x[:, 0], math.inf), np.where(x[:, 1] > 0, nv / x[:, 1], math.inf))
+            a1, v1, a2, v2 = x[:, None, 0], x[:, None, 1], x[None, :, 0], x[None, :, 1]
+            det = a1 * v2 - a2 * v1
+            y1 = (na * v2 - a2 * nv) / det
+            y2 = (a1 * nv - v1 * na) / det
+            pair = np.where((det != 0) & (y1 >= 0) & (y2 >= 0), y1 + y2, 0.0)
+        return bool(n > max(float(single.max()), float(pair.max())) * (1 + 1e-9))
+
+    def worst(self, n: int, m: int, lo: float) -> float:
+        if not self.ok or not self._fails(lo, n, m):
+            return lo
+        tau = self._tau(m)
+        hi = float(tau[np.isfinite(tau)].max()) if np.isfinite(tau).any() else 2.0 * lo
+        hi = max(hi, 2.0 * lo)
+        for _ in range(64):
+            if not self._fails(hi, n, m):
+                break
+            lo, hi = hi, 2.0 * hi
+        else:
+            return lo                                         # no plan has this many columns
+        for _ in range(40):
+            if hi - lo <= 1e-5 * hi:
+                break
+            mid = 0.5 * (lo + hi)
+            if self._fails(mid, n, m):
+                lo = mid
+            else:
+                hi = mid
+        return lo

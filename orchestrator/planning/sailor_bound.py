@@ -13,7 +13,7 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.bound import _micro_batches, _min_update, _simulators, capacity, lower_bound, min_transfer
-from orchestrator.planning.column_bound import ColumnTimes, column_bottleneck
+from orchestrator.planning.column_bound import ColumnTimes, ExactColumns, column_bottleneck
 
 
 def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
@@ -75,6 +75,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     cands = []                                             # (cheap bound, b, n, c, w, pipelines' part, refined)
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
     times: dict[int, ColumnTimes] = {}
+    exact: dict[int, ExactColumns] = {}                   # built when the refinement reaches b
     for b in _micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
@@ -99,7 +100,9 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
             best, where = t, (b, n, c, w, pipe)
             break
         m = math.ceil(global_batch / (b * n))
-        pipe = times[b].worst(n, m, pipe)
+        if b not in exact:
+            exact[b] = ExactColumns(times[b].cols)
+        pipe = exact[b].worst(n, m, times[b].worst(n, m, pipe))
         heapq.heappush(cands, (pipe + u_min + ar[n], b, n, c, w, pipe, True))
     if detail is not None and math.isfinite(best):
         b, n, c, w, pipe = where
