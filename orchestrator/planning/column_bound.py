@@ -157,22 +157,7 @@ class ColumnTimes:
         ``lo`` itself does not fail."""
         if not self.cols.ok or not self._fails(lo, n, m):
             return lo
-        hi = 2.0 * lo if lo > 0 else float(self.cols.grid[-1]) * m
-        for _ in range(64):
-            if not self._fails(hi, n, m):
-                break
-            lo, hi = hi, 2.0 * hi
-        else:
-            return lo                                         # no plan has this many columns
-        for _ in range(30):
-            if hi - lo <= 1e-4 * hi:
-                break
-            mid = 0.5 * (lo + hi)
-            if self._fails(mid, n, m):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return _largest_failing(lambda theta: self._fails(theta, n, m), lo, 2.0 * lo if lo > 0 else float(self.cols.grid[-1]) * m)
 
 
 def _prices(cols: _Columns) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
@@ -294,19 +279,25 @@ class ExactColumns:
             return lo
         tau = self._tau(m)
         hi = float(tau[np.isfinite(tau)].max()) if np.isfinite(tau).any() else 2.0 * lo
-        hi = max(hi, 2.0 * lo)
-        for _ in range(64):
-            if not self._fails(hi, n, m):
-                break
-            lo, hi = hi, 2.0 * hi
-        else:
-            return lo                                         # no plan has this many columns
-        for _ in range(40):
-            if hi - lo <= 1e-5 * hi:
-                break
-            mid = 0.5 * (lo + hi)
-            if self._fails(mid, n, m):
-                lo = mid
-            else:
-                hi = mid
+        return _largest_failing(lambda theta: self._fails(theta, n, m), lo, max(hi, 2.0 * lo))
+
+
+def _largest_failing(fails, lo: float, hi: float) -> float:
+    """Bisection for the largest ``theta`` with ``fails(theta)`` (monotone: true below some point), given
+    that ``fails(lo)``: ``hi`` doubles until it does not fail (64 times at most: then no plan has that many
+    columns, and ``lo`` stands), then the interval halves to 1e-5."""
+    for _ in range(64):
+        if not fails(hi):
+            break
+        lo, hi = hi, 2.0 * hi
+    else:
         return lo
+    for _ in range(40):
+        if hi - lo <= 1e-5 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if fails(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
