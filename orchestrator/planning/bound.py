@@ -164,3 +164,13 @@ def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs
     if res.status != 0:
         return math.inf
     return float(res.x[-1])
+
+
+def _kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int):
+    for (g, _), n in cluster.gpus.items():
+        if n <= 0 or g not in profile.times or mbs not in profile.times[g]:
+            continue
+        per_node = cluster.gpu_type(g).gpus_per_node
+        for tp in profile.tp_degrees(g, mbs):
+            if tp <= min(per_node, n):
+                yield g, tp

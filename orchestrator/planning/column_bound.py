@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.planning.bound import _kinds, min_transfer, stage_fits
 
 STEP = 1.01          # the grid of thresholds: the bound gives away at most this factor
 COARSE_STEP = 1.02   # the grid of ColumnTimes and ExactColumns
@@ -38,9 +39,6 @@ class _Columns:
     ``kappa`` and memory, the grid of thresholds, and where each stage starts to run within it."""
 
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int, step: float = STEP):
-        from orchestrator.planning.bound import min_transfer, stage_fits
-        from orchestrator.planning.sailor_bound import _kinds
-
         self.L = L = profile.num_layers
         self.kinds = []
         for g, tp in _kinds(profile, cluster, mbs):

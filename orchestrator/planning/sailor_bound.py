@@ -12,7 +12,15 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
-from orchestrator.planning.bound import _micro_batches, _min_update, _simulators, capacity, lower_bound, min_transfer
+from orchestrator.planning.bound import (
+    _kinds,
+    _micro_batches,
+    _min_update,
+    _simulators,
+    capacity,
+    lower_bound,
+    min_transfer,
+)
 from orchestrator.planning.column_bound import ColumnTimes, ExactColumns, column_bottleneck
 
 
@@ -197,16 +205,6 @@ def _memory_share(profile: LayeredProfile, cluster: GpuCluster, g: str, tp: int,
         if limit > fixed:
             share = np.minimum(share, (np.asarray(need(p, a), dtype=float) - fixed) / (limit - fixed))
     return np.maximum(share, 0.0) if np.isfinite(share).all() else None
-
-
-def _kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int):
-    for (g, _), n in cluster.gpus.items():
-        if n <= 0 or g not in profile.times or mbs not in profile.times[g]:
-            continue
-        per_node = cluster.gpu_type(g).gpus_per_node
-        for tp in profile.tp_degrees(g, mbs):
-            if tp <= min(per_node, n):
-                yield g, tp
 
 
 def _one_pass(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> float:
