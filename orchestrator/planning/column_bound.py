@@ -105,7 +105,6 @@ class ColumnTimes:
 
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int):
         self.cols = cols = _Columns(profile, cluster, mbs, COARSE_STEP)
-        self.mbs = mbs
         if not cols.ok:
             return
         self.lams, self.shapes, self.scales = _prices(cols)
