@@ -167,7 +167,7 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     detail: dict[str, float] = {}
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
     b = sailor_lower_bound(profile, cluster, 1024, detail)
-    assert b == pytest.approx(4.066, abs=2e-3)
+    assert b == pytest.approx(4.256, abs=2e-3)
     assert lower_bound(profile, cluster, 1024) == pytest.approx(3.221, abs=2e-3)       # the work bound alone
     assert detail["allreduce_s"] > 0.05 and detail["columns"] == 32
     # the columns' fill charged with their bottleneck: every column's (column_bound.ColumnTimes.worst) is

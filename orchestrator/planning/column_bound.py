@@ -209,37 +209,43 @@ class ExactColumns:
     : tau*(x) <= Theta} <= sigma . N_g``, where a column outside the box costs at least ``min_g sigma_g (max_g +
     1)``. The thresholds ``C`` run on a coarser grid (``COARSE_STEP``)."""
 
-    def __init__(self, cols: _Columns, a_max: int = 16, v_max: int = 32):
+    def __init__(self, cols: _Columns, a_max: int = 16, v_max: int = 32, starts: list | None = None):
         self.ok = cols.ok and len(cols.types) <= 2
+        starts = cols.starts if starts is None else starts           # a subset of the stages: a restricted bound
         if not self.ok:
             return
         self.counts = np.concatenate([cols.counts, np.zeros(2 - len(cols.types))])
         box = [min(int(self.counts[0]), a_max), min(int(self.counts[1]), v_max) if len(cols.types) == 2 else 0]
         size, L = len(cols.grid), cols.L
-        lat = np.full((L + 1, box[0] + 1, box[1] + 1, size), math.inf)
+        lat = np.full((L + 1, box[0] + 1, box[1] + 1, size), math.inf, dtype=np.float32)
         lat[0, 0, 0] = 0.0
+        live = np.zeros(L + 1, dtype=bool)                       # layers a column can end a stage at
+        live[0] = True
+        buf = np.empty(lat[0].size, dtype=lat.dtype)
         for i in range(1, L + 1):
             best = lat[i]
-            for (g, tp, t, kappa, _), (start, _) in zip(cols.kinds, cols.starts):
+            for (g, tp, t, kappa, _), (start, _) in zip(cols.kinds, starts):
                 axis = cols.types.index(g)
                 if tp > box[axis]:
                     continue
                 first = start[:i, i]                             # the first threshold the stage runs within
-                for j in np.nonzero(first < size)[0]:
+                for j in np.nonzero((first < size) & live[:i])[0]:
                     s, add = int(first[j]), float(t[i] - t[j] + kappa)
-                    if axis == 0:
-                        np.minimum(best[tp:, :, s:], lat[j, :-tp, :, s:] + add, out=best[tp:, :, s:])
-                    else:
-                        np.minimum(best[:, tp:, s:], lat[j, :, :-tp, s:] + add, out=best[:, tp:, s:])
+                    src, dst = (lat[j, :-tp, :, s:], best[tp:, :, s:]) if axis == 0 else (lat[j, :, :-tp, s:], best[:, tp:, s:])
+                    tmp = buf[:src.size].reshape(src.shape)
+                    np.add(src, add, out=tmp)
+                    np.minimum(dst, tmp, out=dst)
+            live[i] = bool(np.isfinite(best).any())
         out = lat[L]
-        for (g, tp, t, _, _), (_, whole) in zip(cols.kinds, cols.starts):
+        for (g, tp, t, _, _), (_, whole) in zip(cols.kinds, starts):
             axis = cols.types.index(g)
             if whole < len(cols.grid) and tp <= box[axis]:      # one stage, the whole model: no transfer
                 w = whole
                 idx = (tp, 0) if axis == 0 else (0, tp)
                 np.minimum(out[idx][w:], t[-1], out=out[idx][w:])
         self.box = box
-        self.lat = out.reshape(-1, size)                          # (columns' GPU vectors, thresholds)
+        # (columns' GPU vectors, thresholds); float32 sums of at most L terms: 1e-5 covers their rounding
+        self.lat = out.reshape(-1, size).astype(float) * (1 - 1e-5)
         self.below = np.concatenate([[0.0], cols.grid[:-1]])
         # a column outside the box uses at least one of these (if the cluster has that many)
         self.outside = [x for k, x in enumerate(((box[0] + 1, 0), (0, box[1] + 1))) if self.counts[k] > box[k]]
@@ -271,24 +277,26 @@ class ExactColumns:
             pair = np.where((det != 0) & (y1 >= 0) & (y2 >= 0), y1 + y2, 0.0)
         return bool(n > max(float(single.max()), float(pair.max())) * (1 + 1e-9))
 
-    def worst(self, n: int, m: int, lo: float) -> float:
+    def worst(self, n: int, m: int, lo: float, never: float | None = None) -> float:
+        """The largest ``theta`` with ``_fails`` from ``lo`` (which must be a bound); where no ``theta`` lets
+        ``n`` columns fit, ``never`` (``math.inf`` is right: no such plan; by default the last ``theta`` tried)."""
         if not self.ok or not self._fails(lo, n, m):
             return lo
         tau = self._tau(m)
         hi = float(tau[np.isfinite(tau)].max()) if np.isfinite(tau).any() else 2.0 * lo
-        return _largest_failing(lambda theta: self._fails(theta, n, m), lo, max(hi, 2.0 * lo))
+        return _largest_failing(lambda theta: self._fails(theta, n, m), lo, max(hi, 2.0 * lo), never)
 
 
-def _largest_failing(fails, lo: float, hi: float) -> float:
+def _largest_failing(fails, lo: float, hi: float, never: float | None = None) -> float:
     """Bisection for the largest ``theta`` with ``fails(theta)`` (monotone: true below some point), given
     that ``fails(lo)``: ``hi`` doubles until it does not fail (64 times at most: then no plan has that many
-    columns, and ``lo`` stands), then the interval halves to 1e-5."""
+    columns: ``never`` if given, else the last ``theta`` that failed), then the interval halves to 1e-5."""
     for _ in range(64):
         if not fails(hi):
             break
         lo, hi = hi, 2.0 * hi
     else:
-        return lo
+        return lo if never is None else never
     for _ in range(40):
         if hi - lo <= 1e-5 * hi:
             break

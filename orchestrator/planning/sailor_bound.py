@@ -22,6 +22,7 @@ from orchestrator.planning.bound import (
     min_transfer,
 )
 from orchestrator.planning.column_bound import ColumnTimes, ExactColumns, column_bottleneck
+from orchestrator.planning.sync_bound import Rings, SyncCoupled
 
 
 def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
@@ -79,11 +80,15 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     G = sum(n for n in cluster.gpus.values() if n > 0)
     if G < 1:
         return math.inf
-    ar = _sailor_allreduce_floor(profile, cluster, G, pipelines)
-    cands = []                                             # (cheap bound, b, n, c, w, pipelines' part, refined)
+    rules = ("one", "several") if pipelines == "any" else (pipelines,)
+    rings = Rings(profile, cluster, G)
+    floors = _sailor_allreduce_floor(profile, cluster, G, rings)
+    ar = [min(floors[r][n] for r in rules) for n in range(G + 1)]
+    cands = []                                             # (bound, b, n, c, w, pipelines' part, all-reduce, level)
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
     times: dict[int, ColumnTimes] = {}
     exact: dict[int, ExactColumns] = {}                   # built when the refinement reaches b
+    coupled: dict[int, SyncCoupled] = {}
     for b in _micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
@@ -98,25 +103,31 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
                 m = math.ceil(global_batch / (b * n))
                 c = max(v * n, float(whole[n]))
                 pipe = max((m - 1) * c + max(c, w), both.average(n, m))
-                cands.append((pipe + u_min + ar[n], b, n, c, w, pipe, False))
-    # the costlier worst-column term only where it can change the least (it only raises a candidate)
+                cands.append((pipe + u_min + ar[n], b, n, c, w, pipe, ar[n], 0))
+    # the costlier terms only where they can change the least (each only raises a candidate): level 1 every
+    # column's bottleneck and fill, level 2 the all-reduce with the columns (sync_bound.SyncCoupled)
     heapq.heapify(cands)
-    best, where = math.inf, (0, 0, 0.0, 0.0, 0.0)
+    best, where = math.inf, (0, 0, 0.0, 0.0, 0.0, 0.0)
     while cands:
-        t, b, n, c, w, pipe, refined = heapq.heappop(cands)
-        if refined:
-            best, where = t, (b, n, c, w, pipe)
+        t, b, n, c, w, pipe, sync, level = heapq.heappop(cands)
+        if level == 2:
+            best, where = t, (b, n, c, w, pipe, sync)
             break
         m = math.ceil(global_batch / (b * n))
-        if b not in exact:
-            exact[b] = ExactColumns(times[b].cols)
-        pipe = exact[b].worst(n, m, times[b].worst(n, m, pipe))
-        heapq.heappush(cands, (pipe + u_min + ar[n], b, n, c, w, pipe, True))
+        if level == 0:
+            if b not in exact:
+                exact[b] = ExactColumns(times[b].cols)
+            pipe = exact[b].worst(n, m, times[b].worst(n, m, pipe))
+        else:
+            if b not in coupled:
+                coupled[b] = SyncCoupled(profile, times[b].cols, rings, rules)
+            sync, pipe = coupled[b].bound(n, m, pipe, {r: floors[r][n] for r in rules})
+        heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
     if detail is not None and math.isfinite(best):
-        b, n, c, w, pipe = where
+        b, n, c, w, pipe, sync = where
         m = math.ceil(global_batch / (b * n))
         detail.update({"mbs": b, "columns": n, "micro_batches": m, "work_s": m * c, "bubble_s": max(c, w) - c,
-                       "pipelines_s": pipe, "update_s": u_min, "allreduce_s": ar[n]})
+                       "pipelines_s": pipe, "update_s": u_min, "allreduce_s": sync})
     return best
 
 
@@ -243,55 +254,23 @@ def _minmax_parts(sizes: np.ndarray, parts: int) -> float:
     return lo * (1 - 1e-9)
 
 
-def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int, pipelines: str = "any") -> list[float]:
-    """A(N) for N = 0 .. G (A(0) = A(1) = 0): the least ``T_sync`` of Sailor's formula over plans of ``N``
-    columns. One pipeline (N = dp_0): some stage ``s`` all-reduces at least ``P_s / min(4, tp_s)`` bytes
-    over at least ``N`` replicas. Take the column with the fewest GPUs, ``n <= floor(G / N)``: its replica
-    of stage ``s`` has ``tp_s`` at least the stage's smallest TP degree, and ``max_s P_s / tp_s >= sum_s
-    P_s / sum_s tp_s = P / n`` (the mediant), so the bytes are at least ``P / floor(G / N)``; and at least
-    ``MM(floor(G / N)) / 4`` (each stage has at least ``N`` GPUs). ``P >= 2`` pipelines (``N = P dp_0,last``,
-    ``2 <= P <= N``): the ring across them carries the longest pipeline's stages undivided, and for a plan
-    Sailor scores honestly that is at least what any pipeline's stages need; the plan has at least ``N``
-    columns on at most ``G`` GPUs, so some column has at most ``floor(G / N)`` GPUs, its pipeline at most that
-    many stages, and a stage of at least ``MM(floor(G / N))`` bytes. Each ring is the cheapest over the cluster's one-GPU inter-node links, every ring size from the least allowed
-    to ``G`` and a grid of sizes from the least to the model's bytes (the fits' times rise with the size
-    there; the grid keeps the floor honest if one did not)."""
-    from orchestrator.planning.sailor import BUCKET_BYTES, _raw
-
-    fb = profile.float_bytes
-    params = np.array(profile.layer_sizes(1).params, dtype=float) * fb
-    present = [(g, z) for (g, z), n in cluster.gpus.items() if n > 0]
-    links = []
-    for ga, za in present:
-        for gb, zb in present:
-            try:
-                links.append(_raw(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
-            except UserError:
-                continue
-    if not links:
-        return [0.0] * (G + 1)
-    cache: dict[float, np.ndarray] = {}
-
-    ks = np.arange(2, G + 1, dtype=float)[None, :]
-
-    def ring(nbytes: float, least: int) -> float:
-        if nbytes not in cache:
-            sizes = np.geomspace(nbytes, max(nbytes, params.sum()), 48)[:, None]
-            full = np.floor(sizes / BUCKET_BYTES)                     # Sailor's buckets, in turn (bucketed ring)
-            rest = sizes - full * BUCKET_BYTES
-            per_k = np.full(G + 2, math.inf)
-            for link in links:
-                t = 2.0 * (ks - 1) * (full * np.asarray(link.time(np.full_like(ks, BUCKET_BYTES) / ks))
-                                      + np.asarray(link.time(rest / ks)))
-                per_k[2:G + 1] = np.minimum(per_k[2:G + 1], t.min(axis=0))
-            cache[nbytes] = np.minimum.accumulate(per_k[::-1])[::-1]          # the least over ring sizes >= k
-        t = float(cache[nbytes][max(least, 2)])
-        return max(t, 0.0) if math.isfinite(t) else 0.0
-
-    out = [0.0, math.inf if pipelines == "several" else 0.0]
+def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int,
+                            rings: Rings | None = None) -> dict[str, list[float]]:
+    """A(N) for N = 0 .. G (A(0) = A(1) = 0) per form of plan (``"one"`` pipeline, ``"several"``): the least
+    ``T_sync`` of Sailor's formula over plans of ``N`` columns. One pipeline (N = dp_0): some stage ``s``
+    all-reduces at least ``P_s / min(4, tp_s)`` bytes over at least ``N`` replicas. Take the column with the
+    fewest GPUs, ``n <= floor(G / N)``: its replica of stage ``s`` has ``tp_s`` at least the stage's smallest
+    TP degree, and ``max_s P_s / tp_s >= sum_s P_s / sum_s tp_s = P / n`` (the mediant), so the bytes are at
+    least ``P / floor(G / N)``; and at least ``MM(floor(G / N)) / 4`` (each stage has at least ``N`` GPUs).
+    ``P >= 2`` pipelines (``N = P dp_0,last``, ``2 <= P <= N``): the ring across them carries the longest
+    pipeline's stages undivided, and for a plan Sailor scores honestly that is at least what any pipeline's
+    stages need; the plan has at least ``N`` columns on at most ``G`` GPUs, so some column has at most
+    ``floor(G / N)`` GPUs, its pipeline at most that many stages, and a stage of at least ``MM(floor(G / N))``
+    bytes. Each ring is ``Rings``' floor."""
+    params = np.array(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
+    ring = rings if rings is not None else Rings(profile, cluster, G)
+    out = {"one": [0.0, 0.0], "several": [0.0, math.inf]}
     for n in range(2, G + 1):
-        one = ring(max(_minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n)
-        many = ring(_minmax_parts(params, G // n), 2)                        # P pipelines, 2 <= P <= N
-        out.append({"one": one, "several": many}.get(pipelines, min(one, many)))
+        out["one"].append(ring(max(_minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n))
+        out["several"].append(ring(_minmax_parts(params, G // n), 2))                # P pipelines, 2 <= P <= N
     return out
-
