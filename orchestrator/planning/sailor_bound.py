@@ -67,7 +67,8 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
 
         C(b, N)  the column LP: the slowest stage's micro-batch, with the columns' memory (``column_lp``)
         W(b)     = sum_l min over kinds of (fwd_l + bwd_l)(g, b, tp)   one micro-batch through every layer
-        A(N)     = min(ring_N(max(P / floor(G / N), MM(floor(G / N)) / 4)), ring_2+(MM(floor(G / N))))
+        A(N)     = min(A1(N), min over N = P d, P >= 2 of ring_P(MM(floor(G / N))) + A1(d)),
+                   A1(N) = ring_N(max(P / floor(G / N), MM(floor(G / N)) / 4))   (A1(1) = 0)
         C'(b, N) the same with whole layers and whole GPUs (``column_bound.column_bottleneck``)
         F(b, N)  the pipelines' part with bottleneck and fill together (``column_bound.ColumnTimes``)
         bound    = min over b, N of max((m - 1) C* + max(C*, W), F) + min update + A(N),  C* = max(C, C')
@@ -121,7 +122,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
         else:
             if b not in coupled:
                 coupled[b] = SyncCoupled(profile, times[b].cols, rings, rules)
-            sync, pipe = coupled[b].bound(n, m, pipe, {r: floors[r][n] for r in rules})
+            sync, pipe = coupled[b].bound(n, m, pipe, floors)
         heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
     if detail is not None and math.isfinite(best):
         b, n, c, w, pipe, sync = where
@@ -266,11 +267,14 @@ def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int
     pipeline's stages undivided, and for a plan Sailor scores honestly that is at least what any pipeline's
     stages need; the plan has at least ``N`` columns on at most ``G`` GPUs, so some column has at most
     ``floor(G / N)`` GPUs, its pipeline at most that many stages, and a stage of at least ``MM(floor(G / N))``
-    bytes. Each ring is ``Rings``' floor."""
+    bytes, over exactly ``P`` members; and ``T_sync`` adds the last pipeline's own all-reduce over its ``d =
+    N / P`` columns (every stage of it has at least ``d`` replicas), at least the one-pipeline floor of ``d``
+    columns (``Rings.across``: the least over the factorizations ``N = P d``). Each ring is ``Rings``' floor."""
     params = np.array(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
     ring = rings if rings is not None else Rings(profile, cluster, G)
     out = {"one": [0.0, 0.0], "several": [0.0, math.inf]}
     for n in range(2, G + 1):
         out["one"].append(ring(max(_minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n))
-        out["several"].append(ring(_minmax_parts(params, G // n), 2))                # P pipelines, 2 <= P <= N
+    for n in range(2, G + 1):                      # P >= 2 pipelines, N = P d: across them, and the last's own
+        out["several"].append(ring.across(_minmax_parts(params, G // n), n, out["one"]))
     return out

@@ -77,13 +77,19 @@ class Rings:
         t = float(self._cache[nbytes][min(max(least, 2), self.G)])
         return max(t, 0.0) if math.isfinite(t) else 0.0
 
+    def across(self, nbytes: float, n: int, within: list[float]) -> float:
+        """A floor on ``T_sync`` of a plan of ``P >= 2`` pipelines with ``n = P d`` (``d`` the last pipeline's
+        first-stage replicas, Sailor's count): the ring across the ``P`` pipelines over at least ``nbytes``, plus
+        ``within[d]``, a floor on the last pipeline's own all-reduce over its ``d`` columns (0 for ``d = 1``)."""
+        return min((self(nbytes, p) + within[n // p] for p in range(2, n + 1) if n % p == 0), default=math.inf)
+
 
 class SyncCoupled:
     """The bound of the module docstring for one micro-batch size (clusters of one or two GPU types, where
     ``ExactColumns`` is exact); ``rules`` among ``"one"`` and ``"several"``."""
 
     def __init__(self, profile: LayeredProfile, cols: _Columns, rings: Rings, rules: tuple[str, ...]):
-        self.cols, self.rings = cols, rings
+        self.cols, self.rings, self.rules = cols, rings, rules
         self.ok = cols.ok and len(cols.types) <= 2
         if not self.ok:
             return
@@ -115,17 +121,22 @@ class SyncCoupled:
             self._exact[(rule, i)] = ExactColumns(self.cols, starts=starts)
         return self._exact[(rule, i)]
 
-    def bound(self, n: int, m: int, lo: float, floors: dict[str, float]) -> tuple[float, float]:
+    def bound(self, n: int, m: int, lo: float, floors: dict[str, list[float]]) -> tuple[float, float]:
         """(all-reduce, pipelines' part) whose sum bounds ``T_pp + T_sync`` below for ``n`` columns and ``m``
-        micro-batches, given ``lo`` (a bound on ``T_pp``) and ``floors[rule]`` (on ``T_sync``); ``(min(floors),
-        lo)`` where the method does not apply or gives no more."""
-        out = (min(floors.values()), lo)
+        micro-batches, given ``lo`` (a bound on ``T_pp``) and ``floors[rule][n]`` (on ``T_sync``; ``"one"`` also
+        the last pipeline's own all-reduce of ``Rings.across``); ``(min of the floors, lo)`` where the method
+        does not apply or gives no more."""
+        out = (min(floors[r][n] for r in self.rules), lo)
         if not self.ok:
             return out
         best, pick = math.inf, out
         for rule, runs in self.runs.items():
-            least, floor = (n if rule == "one" else 2), floors[rule]
-            sync = [max(self.rings(b_lo, least), floor) for b_lo, _ in runs]
+            if rule == "one":
+                sync = [max(self.rings(b_lo, n), floors[rule][n]) for b_lo, _ in runs]
+            else:
+                sync = [max(self.rings.across(b_lo, n, floors["one"]), floors[rule][n]) for b_lo, _ in runs]
+            if not math.isfinite(sync[0]):
+                continue
             value, at = self._least(sync, lambda i, rule=rule: self._columns(rule, i).worst(n, m, lo, never=math.inf), lo)
             if value < best:
                 best, pick = value, at
