@@ -167,9 +167,9 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     detail: dict[str, float] = {}
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
     b = sailor_lower_bound(profile, cluster, 1024, detail)
-    assert b == pytest.approx(4.475, abs=2e-3)
+    assert b == pytest.approx(4.575, abs=2e-3)
     assert lower_bound(profile, cluster, 1024) == pytest.approx(3.221, abs=2e-3)       # the work bound alone
-    assert detail["allreduce_s"] > 0.3 and detail["columns"] == 24
+    assert detail["allreduce_s"] > 0.5 and detail["columns"] == 32
     # the columns' fill charged with their bottleneck: every column's (column_bound.ColumnTimes.worst) is
     # well above their mean (.average) at 64 columns of 8 micro-batches
     from orchestrator.planning.column_bound import ColumnTimes

@@ -10,9 +10,10 @@ stages of whole layers, each on one replica of ``tp`` GPUs of one type. For a th
     phi_lambda(C) = min over columns whose every stage s has  sum_{l in s} (fwd + bwd)_l(g_s, b, tp_s)
                     + [two or more stages] kappa(g_s, tp_s, b) <= C  and fits in memory  of  sum_s lambda_{g_s} tp_s
 
-(``kappa`` as in the work bound: the cheapest activation transfer a stage of a pipeline of two or more
-pays per micro-batch). ``N`` disjoint columns of bottleneck at most ``C`` use at least ``phi_lambda(C)`` of
-``lambda``-weighted GPUs each, and the cluster has ``sum_g lambda_g N_g``, so
+(``kappa`` the cheapest transfer of one activation from or to a replica of the kind, times Sailor's sends
+per micro-batch: one for a first stage, two for any other of a pipeline of two or more). ``N`` disjoint
+columns of bottleneck at most ``C`` use at least ``phi_lambda(C)`` of ``lambda``-weighted GPUs each, and the
+cluster has ``sum_g lambda_g N_g``, so
 
     N <= U(C) = min over lambda of  sum_g lambda_g N_g / phi_lambda(C)
 
@@ -43,12 +44,16 @@ class _Columns:
         self.kinds = []
         for g, tp in _kinds(profile, cluster, mbs):
             t = np.concatenate([[0.0], np.cumsum([f + bw for f, bw, _ in profile.layer_times(g, mbs, tp)])])
-            self.kinds.append((g, tp, t, min_transfer(profile, cluster, g, tp, mbs), stage_fits(profile, cluster, g, tp, mbs)))
+            # Sailor's sends per micro-batch (SailorSimulator.send_factors): a first stage one, every other stage
+            # of a pipeline of two or more two (middle: an activation and a gradient; last: two gradients)
+            sends = np.where(np.arange(L + 1)[:, None] == 0, 1.0, 2.0) * np.ones((1, L + 1))
+            kap = min_transfer(profile, cluster, g, tp, mbs) * sends
+            self.kinds.append((g, tp, t, kap, stage_fits(profile, cluster, g, tp, mbs)))
         self.types = sorted({k[0] for k in self.kinds})
         self.counts = np.array([sum(n for (g, _), n in cluster.gpus.items() if g == gt and n > 0) for gt in self.types],
                                dtype=float)
         lo = min((float(np.diff(k[2]).min()) for k in self.kinds), default=0.0)
-        hi = max((float(k[2][-1]) + k[3] for k in self.kinds), default=math.inf)
+        hi = max((float(k[2][-1]) + float(k[3].max()) for k in self.kinds), default=math.inf)
         self.ok = bool(self.kinds) and lo > 0 and math.isfinite(hi)
         if not self.ok:
             return
@@ -117,7 +122,7 @@ class ColumnTimes:
             for k, ((_, _, t, kappa, _), (start, _)) in enumerate(zip(cols.kinds, cols.starts)):
                 for j in np.nonzero(start[:i, i] < size)[0]:
                     s = int(start[j, i])                          # a stage of a pipeline of two or more
-                    np.minimum(best[:, s:], cost[j, :, s:] + (t[i] - t[j] + kappa + wk[:, k, None]), out=best[:, s:])
+                    np.minimum(best[:, s:], cost[j, :, s:] + (t[i] - t[j] + kappa[j, i] + wk[:, k, None]), out=best[:, s:])
         d = cost[L]
         for k, ((_, _, t, _, _), (_, whole)) in enumerate(zip(cols.kinds, cols.starts)):
             if whole < size:                                      # one stage, the whole model: no transfer
@@ -230,7 +235,7 @@ class ExactColumns:
                     continue
                 first = start[:i, i]                             # the first threshold the stage runs within
                 for j in np.nonzero((first < size) & live[:i])[0]:
-                    s, add = int(first[j]), float(t[i] - t[j] + kappa)
+                    s, add = int(first[j]), float(t[i] - t[j] + kappa[j, i])
                     src, dst = (lat[j, :-tp, :, s:], best[tp:, :, s:]) if axis == 0 else (lat[j, :, :-tp, s:], best[:, tp:, s:])
                     tmp = buf[:src.size].reshape(src.shape)
                     np.add(src, add, out=tmp)
