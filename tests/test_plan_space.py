@@ -151,7 +151,7 @@ def test_the_sailor_bound_is_below_the_planners_plans_and_tighter_than_the_work_
     from orchestrator_plugins.planners.baselines import AMPPlanner, MetisPlanner
     from orchestrator_plugins.planners.joint import JointPlanner
 
-    for gpus in ({"A100-40": 8, "V100-16": 16}, {"A100-40": 4, "V100-16": 12}, {"GH-96": 8}):
+    for gpus in ({"A100-40": 8, "V100-16": 16}, {"A100-40": 4, "V100-16": 12}, {"GH-96": 8}, {"A100-40": 4, "V100-16": 8, "GH-96": 4}):
         cluster = _cluster(gpus)
         bound = plan_bound(profile, cluster, 1024, "sailor")
         assert lower_bound(profile, cluster, 1024) < bound
@@ -254,14 +254,16 @@ def _random_plan(profile, cluster, rng):
     return Plan(pipes, mbs)
 
 
-def test_the_sailor_bound_is_below_random_plans_of_one_or_several_pipelines(profile):
+@pytest.mark.parametrize("gpus", [{"A100-40": 4, "V100-16": 8}, {"A100-40": 2, "V100-16": 4, "GH-96": 4}])
+def test_the_sailor_bound_is_below_random_plans_of_one_or_several_pipelines(profile, gpus):
     """The bound's all-reduce terms (sync_bound: the all-reduce with the columns, the ring across pipelines
     plus the last pipeline's own) hold on a cluster where they bind: below every random plan that fits, that
-    Sailor scores honestly and that the cluster holds, of one pipeline or several."""
+    Sailor scores honestly and that the cluster holds, of one pipeline or several; with two GPU types and three
+    (ExactColumns' box over three types)."""
     import random
 
-    cluster = _cluster({"A100-40": 4, "V100-16": 8})
-    have = {"A100-40": 4, "V100-16": 8}
+    cluster = _cluster(gpus)
+    have = gpus
     sim = simulator("sailor")
     rng = random.Random(7)
     bounds = {form: sailor_lower_bound(profile, cluster, 64, pipelines=form) for form in ("any", "one", "several")}

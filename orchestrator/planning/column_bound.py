@@ -33,6 +33,7 @@ from orchestrator.planning.bound import _kinds, min_transfer, stage_fits
 
 STEP = 1.01          # the grid of thresholds: the bound gives away at most this factor
 COARSE_STEP = 1.02   # the grid of ColumnTimes and ExactColumns
+CELLS = 3000         # ExactColumns' box for three or more GPU types: at most this many GPU vectors
 
 
 class _Columns:
@@ -207,36 +208,46 @@ def _directions(types: int) -> list[np.ndarray]:
 
 
 class ExactColumns:
-    """``worst`` without the Lagrangian's duality gap, for clusters of one or two GPU types: a DP over each
-    column's GPU count per type (``a <= a_max``, ``v <= v_max``) gives the least latency ``l*(C, a, v)`` of a
-    column whose every stage is within ``C``, and so its least ``tau*(a, v) = min_i l*(C_i, a, v) + (m - 1)
-    C_(i-1)``. ``N`` columns with ``tau <= Theta`` each need, for every price direction ``sigma``, ``N min{sigma . x
-    : tau*(x) <= Theta} <= sigma . N_g``, where a column outside the box costs at least ``min_g sigma_g (max_g +
-    1)``. The thresholds ``C`` run on a coarser grid (``COARSE_STEP``)."""
+    """``worst`` without the Lagrangian's duality gap: a DP over each column's GPU count per type (a box: up to
+    16 and 32 for one or two types, smaller boxes for more, ``CELLS``) gives the least latency ``l*(C, x)`` of a
+    column on exactly the GPUs ``x`` whose every stage is within ``C``, and so its least ``tau*(x) = min_i
+    l*(C_i, x) + (m - 1) C_(i-1)``. ``N`` columns with ``tau <= Theta`` must fit the cluster: the LP ``max sum_t
+    y_t s.t. sum_t y_t x_t <= N_g`` over the vectors that meet ``Theta`` must reach ``N``; a column outside the
+    box uses at least ``box_g + 1`` GPUs of some type ``g`` and counts as that corner, meeting every ``Theta``.
+    The thresholds ``C`` run on a coarser grid (``COARSE_STEP``)."""
 
     def __init__(self, cols: _Columns, a_max: int = 16, v_max: int = 32, starts: list | None = None):
-        self.ok = cols.ok and len(cols.types) <= 2
+        self.ok = cols.ok
         starts = cols.starts if starts is None else starts           # a subset of the stages: a restricted bound
         if not self.ok:
             return
-        self.counts = np.concatenate([cols.counts, np.zeros(2 - len(cols.types))])
-        box = [min(int(self.counts[0]), a_max), min(int(self.counts[1]), v_max) if len(cols.types) == 2 else 0]
+        T = max(2, len(cols.types))
+        self.counts = np.concatenate([cols.counts, np.zeros(T - len(cols.types))])
+        if len(cols.types) <= 2:
+            box = [min(int(self.counts[0]), a_max), min(int(self.counts[1]), v_max)]
+        else:
+            box = [min(int(c), a_max) for c in self.counts]
+            while math.prod(b + 1 for b in box) > CELLS:
+                box[int(np.argmax(box))] //= 2
         size, L = len(cols.grid), cols.L
-        lat = np.full((L + 1, box[0] + 1, box[1] + 1, size), math.inf, dtype=np.float32)
-        lat[0, 0, 0] = 0.0
+        lat = np.full((L + 1, *(b + 1 for b in box), size), math.inf, dtype=np.float32)
+        lat[(0,) * (T + 1)] = 0.0
         live = np.zeros(L + 1, dtype=bool)                       # layers a column can end a stage at
         live[0] = True
         buf = np.empty(lat[0].size, dtype=lat.dtype)
+        everything = (slice(None),) * T
         for i in range(1, L + 1):
             best = lat[i]
             for (g, tp, t, kappa, _), (start, _) in zip(cols.kinds, starts):
                 axis = cols.types.index(g)
                 if tp > box[axis]:
                     continue
+                src_ax = everything[:axis] + (slice(None, -tp),) + everything[axis + 1:]
+                dst_ax = everything[:axis] + (slice(tp, None),) + everything[axis + 1:]
                 first = start[:i, i]                             # the first threshold the stage runs within
                 for j in np.nonzero((first < size) & live[:i])[0]:
                     s, add = int(first[j]), float(t[i] - t[j] + kappa[j, i])
-                    src, dst = (lat[j, :-tp, :, s:], best[tp:, :, s:]) if axis == 0 else (lat[j, :, :-tp, s:], best[:, tp:, s:])
+                    src, dst = lat[(j, *src_ax, slice(s, None))], best[(*dst_ax, slice(s, None))]
                     tmp = buf[:src.size].reshape(src.shape)
                     np.add(src, add, out=tmp)
                     np.minimum(dst, tmp, out=dst)
@@ -245,33 +256,35 @@ class ExactColumns:
         for (g, tp, t, _, _), (_, whole) in zip(cols.kinds, starts):
             axis = cols.types.index(g)
             if whole < len(cols.grid) and tp <= box[axis]:      # one stage, the whole model: no transfer
-                w = whole
-                idx = (tp, 0) if axis == 0 else (0, tp)
-                np.minimum(out[idx][w:], t[-1], out=out[idx][w:])
+                idx = tuple(tp if ax == axis else 0 for ax in range(T))
+                np.minimum(out[idx][whole:], t[-1], out=out[idx][whole:])
         self.box = box
         # (columns' GPU vectors, thresholds); float32 sums of at most L terms: 1e-5 covers their rounding
         self.lat = out.reshape(-1, size).astype(float) * (1 - 1e-5)
         self.below = np.concatenate([[0.0], cols.grid[:-1]])
         # a column outside the box uses at least one of these (if the cluster has that many)
-        self.outside = [x for k, x in enumerate(((box[0] + 1, 0), (0, box[1] + 1))) if self.counts[k] > box[k]]
+        self.outside = [tuple(box[k] + 1 if ax == k else 0 for ax in range(T)) for k in range(T) if self.counts[k] > box[k]]
         self._by_m: dict[int, np.ndarray] = {}
 
     def _tau(self, m: int) -> np.ndarray:
         if m not in self._by_m:
             tau = (self.lat + (m - 1) * self.below[None, :]).min(axis=1)
-            self._by_m[m] = tau.reshape(self.box[0] + 1, self.box[1] + 1)
+            self._by_m[m] = tau.reshape(*(b + 1 for b in self.box))
         return self._by_m[m]
 
     def _fails(self, theta: float, n: int, m: int) -> bool:
         """Whether ``n`` columns with ``tau <= theta`` exceed the cluster: the LP ``max sum y_t s.t. sum y_t x_t
-        <= N_g`` over the columns that meet ``theta`` (each type's fewest of the other; a vertex uses one column
-        or two) is below ``n``."""
+        <= N_g`` over the columns that meet ``theta`` (for each vector of the other types the fewest of the
+        last) is below ``n``. Two types: a vertex uses one column or two, enumerated; more: the LP's dual
+        ``min lambda . N_g s.t. lambda . x_t >= 1, lambda >= 0``."""
         ok = self._tau(m) <= theta
-        has = ok.any(axis=1)
-        pts = [(a, int(np.argmax(ok[a]))) for a in np.nonzero(has)[0]] + list(self.outside)
+        has = ok.any(axis=-1)
+        pts = [(*idx, int(np.argmax(ok[idx]))) for idx in zip(*np.nonzero(has))] + list(self.outside)
         if not pts:
             return n > 0
         x = np.array(pts, dtype=float)
+        if x.shape[1] > 2:
+            return bool(n > _packing(x, self.counts) * (1 + 1e-9))
         na, nv = self.counts
         with np.errstate(divide="ignore", invalid="ignore"):
             single = np.minimum(np.where(x[:, 0] > 0, na / x[:, 0], math.inf), np.where(x[:, 1] > 0, nv / x[:, 1], math.inf))
@@ -290,6 +303,14 @@ class ExactColumns:
         tau = self._tau(m)
         hi = float(tau[np.isfinite(tau)].max()) if np.isfinite(tau).any() else 2.0 * lo
         return _largest_failing(lambda theta: self._fails(theta, n, m), lo, max(hi, 2.0 * lo), never)
+
+
+def _packing(x: np.ndarray, counts: np.ndarray) -> float:
+    """``max sum_t y_t s.t. sum_t y_t x_t <= counts, y >= 0`` by its dual (small: one variable per GPU type)."""
+    from scipy.optimize import linprog
+
+    res = linprog(counts, A_ub=-x, b_ub=-np.ones(len(x)), bounds=[(0, None)] * len(counts), method="highs")
+    return float(res.fun) if res.status == 0 else math.inf
 
 
 def _largest_failing(fails, lo: float, hi: float, never: float | None = None) -> float:

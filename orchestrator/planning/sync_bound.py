@@ -85,12 +85,11 @@ class Rings:
 
 
 class SyncCoupled:
-    """The bound of the module docstring for one micro-batch size (clusters of one or two GPU types, where
-    ``ExactColumns`` is exact); ``rules`` among ``"one"`` and ``"several"``."""
+    """The bound of the module docstring for one micro-batch size; ``rules`` among ``"one"`` and ``"several"``."""
 
     def __init__(self, profile: LayeredProfile, cols: _Columns, rings: Rings, rules: tuple[str, ...]):
         self.cols, self.rings, self.rules = cols, rings, rules
-        self.ok = cols.ok and len(cols.types) <= 2
+        self.ok = cols.ok
         if not self.ok:
             return
         pb = np.concatenate([[0.0], np.cumsum(np.asarray(profile.layer_sizes(1).params, dtype=float))]) * profile.float_bytes
