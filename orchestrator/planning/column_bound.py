@@ -33,7 +33,7 @@ from orchestrator.planning.bound import _kinds, min_transfer, stage_fits
 
 STEP = 1.01          # the grid of thresholds: the bound gives away at most this factor
 COARSE_STEP = 1.02   # the grid of ColumnTimes and ExactColumns
-CELLS = 3000         # ExactColumns' box for three or more GPU types: at most this many GPU vectors
+CELLS = 1500         # ExactColumns' box for three or more GPU types: at most this many GPU vectors
 
 
 class _Columns:
