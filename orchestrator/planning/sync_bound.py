@@ -9,14 +9,15 @@ that make a column's fill long.
   ``dp_s`` replicas, and ``tp_min,s`` is at most the TP degree of any column's replica in the stage, so every
   column ``j`` has ``beta_j = max_s P_s / min(4, tp_j,s) <= beta*`` and ``T_sync >= ring_{>=N}(beta*)``;
 - two or more pipelines: the ring across them carries the longest pipeline's stages undivided, at least what
-  any pipeline's stages need (for a plan scored honestly), so ``beta_j = max_s P_s <= beta*`` and
-  ``T_sync >= ring_{>=2}(beta*)``.
+  any pipeline's stages need (for a plan scored honestly), over exactly ``P`` members, and the last pipeline
+  adds its own all-reduce over its ``d = N / P`` columns, so ``beta_j = max_s P_s <= beta*`` and ``T_sync >=
+  min over N = P d of ring_{>=P}(beta*) + A1(d)`` (``Rings.across``).
 
 With ``Theta_beta(N, m)`` the exact worst-column bound (``column_bound.ExactColumns``) over the columns whose
 every stage has at most ``beta`` bytes by that rule, and the stage-byte values grouped into runs
 ``[beta_lo, beta_hi]`` (within ``GROUP`` of each other):
 
-    T_pp + T_sync >= min over runs of  max(ring(beta_lo), A(N)) + Theta_beta_hi(N, m)
+    T_pp + T_sync >= min over runs of  max(ring term of beta_lo, A(N)) + Theta_beta_hi(N, m)
 
 per rule, and the bound is the smaller of the two rules (a plan has one pipeline or several). ``A(N)`` is
 the floor that does not look at the columns (``sailor_bound._sailor_allreduce_floor``). Each ring is the
