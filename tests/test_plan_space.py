@@ -136,6 +136,7 @@ def test_the_sailor_bound_is_below_the_exhaustive_optimum(profile, gpus):
     assert lower_bound(profile, cluster, batch) <= bound <= best
 
 
+@pytest.mark.slow
 def test_the_sailor_bound_is_below_every_published_plan_it_covers(profile):
     bounds: dict[tuple, float] = {}                  # the bound on Sailor's metric, once per cluster and batch
     for f in sorted((SAILOR / "planner-plans").glob("*.json")):
@@ -169,12 +170,13 @@ def test_the_sailor_bound_is_below_the_planners_plans_and_tighter_than_the_work_
             assert bound <= ev.evaluate(plan).iteration_s, (gpus, cls.__name__)
 
 
+@pytest.mark.slow
 def test_the_sailor_bound_on_the_issue_clusters(profile):
     """Pinned figures (docs/benchmarks/plans.md): the bound on Sailor's metric and what it is made of."""
     detail: dict[str, float] = {}
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
     b = sailor_lower_bound(profile, cluster, 1024, detail)
-    assert b == pytest.approx(4.575, abs=2e-3)
+    assert b == pytest.approx(4.757, abs=2e-3)
     assert lower_bound(profile, cluster, 1024) == pytest.approx(3.221, abs=2e-3)       # the work bound alone
     assert detail["allreduce_s"] > 0.5 and detail["columns"] == 32
     # the columns' fill charged with their bottleneck: every column's (column_bound.ColumnTimes.worst) is
@@ -185,7 +187,10 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     mean = cols.average(64, 8)
     assert cols.worst(64, 8, mean) > 1.1 * mean > 3.0
     # plans of one pipeline only, or of several only: each at least the bound over both
-    assert sailor_lower_bound(profile, cluster, 1024, pipelines="one") >= b - 1e-12
+    # no plan of one pipeline reaches issue 28's 4.90 s (the sends priced by the neighbours' kinds,
+    # neighbour_bound); several pipelines are bounded lower
+    one = sailor_lower_bound(profile, cluster, 1024, pipelines="one")
+    assert one > 4.90 and one == pytest.approx(4.933, abs=2e-3)
     assert sailor_lower_bound(profile, cluster, 1024, pipelines="several") >= b - 1e-12
 
 

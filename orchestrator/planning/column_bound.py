@@ -42,6 +42,7 @@ class _Columns:
 
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int, step: float = STEP):
         self.L = L = profile.num_layers
+        self.mbs = mbs
         self.kinds = []
         for g, tp in _kinds(profile, cluster, mbs):
             t = np.concatenate([[0.0], np.cumsum([f + bw for f, bw, _ in profile.layer_times(g, mbs, tp)])])
@@ -223,12 +224,7 @@ class ExactColumns:
             return
         T = max(2, len(cols.types))
         self.counts = np.concatenate([cols.counts, np.zeros(T - len(cols.types))])
-        if len(cols.types) <= 2:
-            box = [min(int(self.counts[0]), a_max), min(int(self.counts[1]), v_max)]
-        else:
-            box = [min(int(c), a_max) for c in self.counts]
-            while math.prod(b + 1 for b in box) > CELLS:
-                box[int(np.argmax(box))] //= 2
+        box = self._box(self.counts, len(cols.types), a_max, v_max)
         size, L = len(cols.grid), cols.L
         lat = np.full((L + 1, *(b + 1 for b in box), size), math.inf, dtype=np.float32)
         lat[(0,) * (T + 1)] = 0.0
@@ -258,9 +254,24 @@ class ExactColumns:
             if whole < len(cols.grid) and tp <= box[axis]:      # one stage, the whole model: no transfer
                 idx = tuple(tp if ax == axis else 0 for ax in range(T))
                 np.minimum(out[idx][whole:], t[-1], out=out[idx][whole:])
+        self._finish(cols, box, out)
+
+    @staticmethod
+    def _box(counts: np.ndarray, types: int, a_max: int, v_max: int) -> list[int]:
+        """The most GPUs per type of the columns the DP enumerates (``counts`` padded to two types)."""
+        if types <= 2:
+            return [min(int(counts[0]), a_max), min(int(counts[1]), v_max)]
+        box = [min(int(c), a_max) for c in counts]
+        while math.prod(b + 1 for b in box) > CELLS:
+            box[int(np.argmax(box))] //= 2
+        return box
+
+    def _finish(self, cols: _Columns, box: list[int], out: np.ndarray) -> None:
+        """Keep the least latency per (GPU vector, threshold) of the finished columns ``out``."""
+        T = len(box)
         self.box = box
         # (columns' GPU vectors, thresholds); float32 sums of at most L terms: 1e-5 covers their rounding
-        self.lat = out.reshape(-1, size).astype(float) * (1 - 1e-5)
+        self.lat = out.reshape(-1, len(cols.grid)).astype(float) * (1 - 1e-5)
         self.below = np.concatenate([[0.0], cols.grid[:-1]])
         # a column outside the box uses at least one of these (if the cluster has that many)
         self.outside = [tuple(box[k] + 1 if ax == k else 0 for ax in range(T)) for k in range(T) if self.counts[k] > box[k]]

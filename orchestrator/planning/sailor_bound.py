@@ -21,8 +21,11 @@ from orchestrator.planning.bound import (
     lower_bound,
     min_transfer,
 )
-from orchestrator.planning.column_bound import ColumnTimes, ExactColumns, column_bottleneck
+from orchestrator.planning.column_bound import ColumnTimes, _Columns, column_bottleneck
+from orchestrator.planning.neighbour_bound import NeighbourColumns
 from orchestrator.planning.sync_bound import Rings, SyncCoupled
+
+FINE_STEP = 1.01     # the grid of thresholds of the last refinement (level 3)
 
 
 def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
@@ -88,8 +91,9 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     cands = []                                             # (bound, b, n, c, w, pipelines' part, all-reduce, level)
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
     times: dict[int, ColumnTimes] = {}
-    exact: dict[int, ExactColumns] = {}                   # built when the refinement reaches b
+    exact: dict[int, NeighbourColumns] = {}               # built when the refinement reaches b
     coupled: dict[int, SyncCoupled] = {}
+    fine: dict[int, SyncCoupled] = {}                     # level 3: sends between neighbours, a finer grid
     for b in _micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
@@ -106,23 +110,30 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
                 pipe = max((m - 1) * c + max(c, w), both.average(n, m))
                 cands.append((pipe + u_min + ar[n], b, n, c, w, pipe, ar[n], 0))
     # the costlier terms only where they can change the least (each only raises a candidate): level 1 every
-    # column's bottleneck and fill, level 2 the all-reduce with the columns (sync_bound.SyncCoupled)
+    # column's bottleneck and fill (sends priced by the neighbours' kinds, neighbour_bound), level 2 the
+    # all-reduce with the columns (sync_bound.SyncCoupled), level 3 the same with the neighbours' sends on a
+    # finer grid of thresholds (FINE_STEP)
     heapq.heapify(cands)
     best, where = math.inf, (0, 0, 0.0, 0.0, 0.0, 0.0)
     while cands:
         t, b, n, c, w, pipe, sync, level = heapq.heappop(cands)
-        if level == 2:
+        if level == 3:
             best, where = t, (b, n, c, w, pipe, sync)
             break
         m = math.ceil(global_batch / (b * n))
         if level == 0:
             if b not in exact:
-                exact[b] = ExactColumns(times[b].cols)
+                exact[b] = NeighbourColumns(profile, cluster, times[b].cols)
             pipe = exact[b].worst(n, m, times[b].worst(n, m, pipe))
-        else:
+        elif level == 1:
             if b not in coupled:
                 coupled[b] = SyncCoupled(profile, times[b].cols, rings, rules)
             sync, pipe = coupled[b].bound(n, m, pipe, floors)
+        else:
+            if b not in fine:
+                fine[b] = SyncCoupled(profile, _Columns(profile, cluster, b, FINE_STEP), rings, rules,
+                                      lambda cols, starts, box: NeighbourColumns(profile, cluster, cols, starts, None, *box))
+            sync, pipe = fine[b].bound(n, m, pipe, floors)
         heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
     if detail is not None and math.isfinite(best):
         b, n, c, w, pipe, sync = where

@@ -88,8 +88,10 @@ class Rings:
 class SyncCoupled:
     """The bound of the module docstring for one micro-batch size; ``rules`` among ``"one"`` and ``"several"``."""
 
-    def __init__(self, profile: LayeredProfile, cols: _Columns, rings: Rings, rules: tuple[str, ...]):
+    def __init__(self, profile: LayeredProfile, cols: _Columns, rings: Rings, rules: tuple[str, ...],
+                 build=None):
         self.cols, self.rings, self.rules = cols, rings, rules
+        self.build = build if build is not None else (lambda c, starts, box: ExactColumns(c, *box, starts=starts))
         self.ok = cols.ok
         if not self.ok:
             return
@@ -105,21 +107,31 @@ class SyncCoupled:
                 if whole < len(cols.grid):
                     values.add(float(pb[-1]) / d)
             self.runs[rule] = _group(sorted(v for v in values if v > 0))
-        self._exact: dict[tuple[str, int], ExactColumns] = {}
+        self._exact: dict[tuple, ExactColumns] = {}
 
     @staticmethod
     def _divisor(rule: str, tp: int) -> float:
         return float(min(4, tp)) if rule == "one" else 1.0
 
-    def _columns(self, rule: str, i: int) -> ExactColumns:
-        if (rule, i) not in self._exact:
+    def _box(self, n: int) -> tuple[int, int]:
+        """The DP's most GPUs per type of a column (``ExactColumns``' ``a_max``, ``v_max``) for ``n`` columns:
+        four times their mean (a power of two, at least 8): a column outside the box still counts, as its corner."""
+        c = self.cols.counts
+        cap = [min(most, max(8, 1 << math.ceil(math.log2(max(1.0, 4 * float(x) / n))))) for x, most in zip(c, (16, 32))]
+        return (cap[0], cap[1] if len(cap) > 1 else 32) if len(c) <= 2 else (16, 32)
+
+    def _columns(self, rule: str, i: int, box: tuple[int, int] = (16, 32)) -> ExactColumns:
+        for (r, j, b), got in self._exact.items():                  # a larger box serves a smaller one
+            if r == rule and j == i and b[0] >= box[0] and b[1] >= box[1]:
+                return got
+        if (rule, i, box) not in self._exact:
             beta, size = self.runs[rule][i][1] * (1 + 1e-12), len(self.cols.grid)
             starts = []
             for (_, tp, *_), (start, whole) in zip(self.cols.kinds, self.cols.starts):
                 d = self._divisor(rule, tp)
                 starts.append((np.where(self.span / d <= beta, start, size), whole if self.span[0, -1] / d <= beta else size))
-            self._exact[(rule, i)] = ExactColumns(self.cols, starts=starts)
-        return self._exact[(rule, i)]
+            self._exact[(rule, i, box)] = self.build(self.cols, starts, box)
+        return self._exact[(rule, i, box)]
 
     def bound(self, n: int, m: int, lo: float, floors: dict[str, list[float]]) -> tuple[float, float]:
         """(all-reduce, pipelines' part) whose sum bounds ``T_pp + T_sync`` below for ``n`` columns and ``m``
@@ -137,7 +149,7 @@ class SyncCoupled:
                 sync = [max(self.rings.across(b_lo, n, floors["one"]), floors[rule][n]) for b_lo, _ in runs]
             if not math.isfinite(sync[0]):
                 continue
-            value, at = self._least(sync, lambda i, rule=rule: self._columns(rule, i).worst(n, m, lo, never=math.inf), lo)
+            value, at = self._least(sync, lambda i, rule=rule: self._columns(rule, i, self._box(n)).worst(n, m, lo, never=math.inf), lo)
             if value < best:
                 best, pick = value, at
         return pick if best > sum(out) else out
