@@ -83,3 +83,16 @@ def test_a_link_is_at_least_each_end_s_cheapest_send():
     own = np.array([float(k[3][1, 2]) / 2 for k in cols.kinds])
     assert (link >= own[:, None] - 1e-12).all() and (link >= own[None, :] - 1e-12).all()
     assert np.allclose(link, link.T)
+
+
+def test_the_columns_box_follows_the_column_count():
+    from orchestrator.planning.column_bound import BOX_CELLS, column_box
+
+    assert column_box(np.array([128.0, 384.0]), 19) == (16, 64)      # four times the mean, a power of two, within BOX_CELLS
+    assert column_box(np.array([32.0, 96.0]), 16) == (16, 32)        # at least the fixed box
+    a, v = column_box(np.array([128.0, 384.0]), 1)                    # few columns: capped
+    assert (a + 1) * (v + 1) <= BOX_CELLS
+    # the corners alone (a column outside the box) cannot make the columns: they need more GPUs than exist
+    for counts, n in (([128.0, 384.0], 19), ([32.0, 96.0], 16), ([80.0, 240.0], 40)):
+        a, v = column_box(np.array(counts), n)
+        assert counts[0] / (a + 1) + counts[1] / (v + 1) < n

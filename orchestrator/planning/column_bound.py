@@ -34,6 +34,7 @@ from orchestrator.planning.bound import _kinds, min_transfer, stage_fits
 STEP = 1.01          # the grid of thresholds: the bound gives away at most this factor
 COARSE_STEP = 1.02   # the grid of ColumnTimes and ExactColumns
 CELLS = 1500         # ExactColumns' box for three or more GPU types: at most this many GPU vectors
+BOX_CELLS = 1200     # and for one or two, sized per column count (column_box)
 
 
 class _Columns:
@@ -226,7 +227,7 @@ class ExactColumns:
         self.counts = np.concatenate([cols.counts, np.zeros(T - len(cols.types))])
         box = self._box(self.counts, len(cols.types), a_max, v_max)
         size, L = len(cols.grid), cols.L
-        lat = np.full((L + 1, *(b + 1 for b in box), size), math.inf, dtype=np.float32)
+        lat = scratch((L + 1, *(b + 1 for b in box), size))
         lat[(0,) * (T + 1)] = 0.0
         live = np.zeros(L + 1, dtype=bool)                       # layers a column can end a stage at
         live[0] = True
@@ -314,6 +315,40 @@ class ExactColumns:
         tau = self._tau(m)
         hi = float(tau[np.isfinite(tau)].max()) if np.isfinite(tau).any() else 2.0 * lo
         return _largest_failing(lambda theta: self._fails(theta, n, m), lo, max(hi, 2.0 * lo), never)
+
+
+def column_box(counts: np.ndarray, n: int) -> tuple[int, int]:
+    """``ExactColumns``' ``(a_max, v_max)`` for plans of ``n`` columns: per type four times the columns' mean
+    GPUs, rounded up to a power of two, at least the fixed box (16, 32), the larger halved while the box has
+    more than ``BOX_CELLS`` vectors (a column outside the box still counts, as its corner: sound for any box;
+    a larger one keeps the corners from making up columns the cluster cannot). Three or more types: ``CELLS``."""
+    if len(counts) > 2:
+        return (16, 32)
+    cap = [max(low, 1 << math.ceil(math.log2(max(1.0, 4.0 * float(x) / max(n, 1))))) for x, low in zip(counts, (16, 32))]
+    cap += [32] * (2 - len(cap))
+    while (cap[0] + 1) * (cap[1] + 1) > BOX_CELLS and max(cap[0] / 16, cap[1] / 32) > 1:
+        k = int(cap[1] / 32 > cap[0] / 16)
+        cap[k] //= 2
+    return cap[0], cap[1]
+
+
+_SCRATCH: list[np.ndarray] = []
+
+
+def scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 table of ``shape`` filled with +inf, in memory reused from the last call (the DPs build many
+    tables of tens of MB; fresh pages cost more than the fill). Valid until the next call."""
+    size = math.prod(shape)
+    if not _SCRATCH or _SCRATCH[0].size < size:
+        _SCRATCH[:] = [np.empty(size, dtype=np.float32)]
+    out = _SCRATCH[0][:size].reshape(shape)
+    out.fill(math.inf)
+    return out
+
+
+def release_scratch() -> None:
+    """Free the memory ``scratch`` keeps."""
+    _SCRATCH.clear()
 
 
 def _packing(x: np.ndarray, counts: np.ndarray) -> float:

@@ -24,7 +24,7 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Replica
 from orchestrator.planning.bound import _simulators
-from orchestrator.planning.column_bound import ExactColumns, _Columns
+from orchestrator.planning.column_bound import ExactColumns, _Columns, scratch
 
 MEMORY = 400e6       # the DP's table (float32) at most this many bytes, else the plain ExactColumns
 
@@ -80,7 +80,7 @@ class NeighbourColumns(ExactColumns):
         grid, size, L = cols.grid, len(cols.grid), cols.L
         axis = [cols.types.index(g) for g, _ in kinds]
         tps = [tp for _, tp in kinds]
-        lat = np.full((L + 1, K, *(b + 1 for b in box), size), math.inf, dtype=np.float32)
+        lat = scratch((L + 1, K, *(b + 1 for b in box), size))
         live = np.zeros((L + 1, K), dtype=bool)
         comp = [k[2][None, :] - k[2][:, None] for k in cols.kinds]        # c[j, i] per kind
         fits = [k[4] & (st < size) for k, (st, _) in zip(cols.kinds, starts)]

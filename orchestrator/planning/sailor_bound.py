@@ -21,7 +21,7 @@ from orchestrator.planning.bound import (
     lower_bound,
     min_transfer,
 )
-from orchestrator.planning.column_bound import ColumnTimes, _Columns, column_bottleneck
+from orchestrator.planning.column_bound import ColumnTimes, _Columns, column_bottleneck, column_box, release_scratch
 from orchestrator.planning.neighbour_bound import NeighbourColumns
 from orchestrator.planning.sync_bound import Rings, SyncCoupled
 
@@ -91,7 +91,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     cands = []                                             # (bound, b, n, c, w, pipelines' part, all-reduce, level)
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
     times: dict[int, ColumnTimes] = {}
-    exact: dict[int, NeighbourColumns] = {}               # built when the refinement reaches b
+    exact: dict[tuple, NeighbourColumns] = {}             # built when the refinement reaches (b, box)
     coupled: dict[int, SyncCoupled] = {}
     fine: dict[int, SyncCoupled] = {}                     # level 3: sends between neighbours, a finer grid
     for b in _micro_batches(profile, cluster):
@@ -122,9 +122,10 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
             break
         m = math.ceil(global_batch / (b * n))
         if level == 0:
-            if b not in exact:
-                exact[b] = NeighbourColumns(profile, cluster, times[b].cols)
-            pipe = exact[b].worst(n, m, times[b].worst(n, m, pipe))
+            box = column_box(times[b].cols.counts, n)
+            if (b, box) not in exact:
+                exact[(b, box)] = NeighbourColumns(profile, cluster, times[b].cols, None, None, *box)
+            pipe = exact[(b, box)].worst(n, m, times[b].worst(n, m, pipe))
         elif level == 1:
             if b not in coupled:
                 coupled[b] = SyncCoupled(profile, times[b].cols, rings, rules)
@@ -135,6 +136,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
                                       lambda cols, starts, box: NeighbourColumns(profile, cluster, cols, starts, None, *box))
             sync, pipe = fine[b].bound(n, m, pipe, floors)
         heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
+    release_scratch()
     if detail is not None and math.isfinite(best):
         b, n, c, w, pipe, sync = where
         m = math.ceil(global_batch / (b * n))

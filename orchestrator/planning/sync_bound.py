@@ -32,7 +32,7 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile
-from orchestrator.planning.column_bound import ExactColumns, _Columns
+from orchestrator.planning.column_bound import ExactColumns, _Columns, column_box
 
 GROUP = 1.03       # stage-byte values this close share one restricted bound (it gives away their spread)
 TOLERANCE = 2e-3   # the branch and bound over runs stops this close to the best run found
@@ -92,6 +92,7 @@ class SyncCoupled:
                  build=None):
         self.cols, self.rings, self.rules = cols, rings, rules
         self.build = build if build is not None else (lambda c, starts, box: ExactColumns(c, *box, starts=starts))
+        self.sized = build is not None            # the box sized per column count (column_box), else 16 x 32
         self.ok = cols.ok
         if not self.ok:
             return
@@ -112,13 +113,6 @@ class SyncCoupled:
     @staticmethod
     def _divisor(rule: str, tp: int) -> float:
         return float(min(4, tp)) if rule == "one" else 1.0
-
-    def _box(self, n: int) -> tuple[int, int]:
-        """The DP's most GPUs per type of a column (``ExactColumns``' ``a_max``, ``v_max``) for ``n`` columns:
-        four times their mean (a power of two, at least 8): a column outside the box still counts, as its corner."""
-        c = self.cols.counts
-        cap = [min(most, max(8, 1 << math.ceil(math.log2(max(1.0, 4 * float(x) / n))))) for x, most in zip(c, (16, 32))]
-        return (cap[0], cap[1] if len(cap) > 1 else 32) if len(c) <= 2 else (16, 32)
 
     def _columns(self, rule: str, i: int, box: tuple[int, int] = (16, 32)) -> ExactColumns:
         for (r, j, b), got in self._exact.items():                  # a larger box serves a smaller one
@@ -149,7 +143,7 @@ class SyncCoupled:
                 sync = [max(self.rings.across(b_lo, n, floors["one"]), floors[rule][n]) for b_lo, _ in runs]
             if not math.isfinite(sync[0]):
                 continue
-            value, at = self._least(sync, lambda i, rule=rule: self._columns(rule, i, self._box(n)).worst(n, m, lo, never=math.inf), lo)
+            value, at = self._least(sync, lambda i, rule=rule: self._columns(rule, i, column_box(self.cols.counts, n) if self.sized else (16, 32)).worst(n, m, lo, never=math.inf), lo)
             if value < best:
                 best, pick = value, at
         return pick if best > sum(out) else out
