@@ -190,7 +190,7 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     # no plan of one pipeline reaches issue 28's 4.90 s (the sends priced by the neighbours' kinds,
     # neighbour_bound); several pipelines are bounded lower
     one = sailor_lower_bound(profile, cluster, 1024, pipelines="one")
-    assert one > 4.90 and one == pytest.approx(4.925, abs=2e-3)
+    assert one > 4.90 and one == pytest.approx(4.933, abs=2e-3)
     assert sailor_lower_bound(profile, cluster, 1024, pipelines="several") >= b - 1e-12
 
 
