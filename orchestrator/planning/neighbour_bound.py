@@ -76,7 +76,6 @@ class NeighbourColumns(ExactColumns):
         starts = cols.starts if starts is None else starts               # a subset of the stages: a restricted bound
         link = links(profile, cluster, kinds, cols.mbs) if link is None else link
         own = np.array([float(k[3][1, 2]) / 2.0 for k in cols.kinds])      # kappa per send (a middle stage's / 2)
-        link = np.maximum(link, np.maximum(own[:, None], own[None, :]))   # own is the least over partners
         grid, size, L = cols.grid, len(cols.grid), cols.L
         axis = [cols.types.index(g) for g, _ in kinds]
         tps = [tp for _, tp in kinds]
