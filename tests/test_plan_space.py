@@ -176,9 +176,9 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     detail: dict[str, float] = {}
     cluster = _cluster({"A100-40": 32, "V100-16": 96})
     b = sailor_lower_bound(profile, cluster, 1024, detail)
-    assert b == pytest.approx(4.757, abs=2e-3)
+    assert b > 4.90 and b == pytest.approx(4.905, abs=2e-3)     # issue 28's 4.90 s: out of reach, every form
     assert lower_bound(profile, cluster, 1024) == pytest.approx(3.221, abs=2e-3)       # the work bound alone
-    assert detail["allreduce_s"] > 0.5 and detail["columns"] == 32
+    assert detail["allreduce_s"] > 0.5 and detail["columns"] == 27
     # the columns' fill charged with their bottleneck: every column's (column_bound.ColumnTimes.worst) is
     # well above their mean (.average) at 64 columns of 8 micro-batches
     from orchestrator.planning.column_bound import ColumnTimes
@@ -188,20 +188,21 @@ def test_the_sailor_bound_on_the_issue_clusters(profile):
     assert cols.worst(64, 8, mean) > 1.1 * mean > 3.0
     # plans of one pipeline only, or of several only: each at least the bound over both
     # no plan of one pipeline reaches issue 28's 4.90 s (the sends priced by the neighbours' kinds,
-    # neighbour_bound); several pipelines are bounded lower
+    # neighbour_bound), nor of several (two pipelines: both couplings of sync_bound.SyncCoupled.bound)
     one = sailor_lower_bound(profile, cluster, 1024, pipelines="one")
     assert one > 4.90 and one == pytest.approx(4.933, abs=2e-3)
-    assert sailor_lower_bound(profile, cluster, 1024, pipelines="several") >= b - 1e-12
+    assert sailor_lower_bound(profile, cluster, 1024, pipelines="several") == pytest.approx(b, abs=1e-9)
 
 
 @pytest.mark.slow
 def test_no_plan_sailor_scores_honestly_reaches_issue_28s_target_on_128_plus_384(profile):
     """Issue 28 asks for <= 1.66 s on 128 A100 + 384 V100: the bound over plans of one pipeline and over
     plans of two or more are both above it (the columns' box sized per column count, column_bound.column_box;
-    the sends between neighbours), and below the joint plan's 1.706 s."""
+    the sends between neighbours; for several, the all-reduce inside the pipelines, sync_bound.Rings.within),
+    one pipeline below the joint plan's 1.706 s, several below the best plan of two pipelines found, 1.958 s."""
     cluster = _cluster({"A100-40": 128, "V100-16": 384})
-    for form in ("one", "several"):
-        assert 1.66 < sailor_lower_bound(profile, cluster, 1024, pipelines=form) < 1.706
+    assert 1.66 < sailor_lower_bound(profile, cluster, 1024, pipelines="one") < 1.706
+    assert 1.706 < sailor_lower_bound(profile, cluster, 1024, pipelines="several") < 1.958
 
 
 def test_joint_tries_pipeline_classes_and_refuses_what_sailors_formula_under_charges(profile):

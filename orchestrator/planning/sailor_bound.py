@@ -23,7 +23,7 @@ from orchestrator.planning.bound import (
 )
 from orchestrator.planning.column_bound import ColumnTimes, _Columns, column_bottleneck, column_box, release_scratch
 from orchestrator.planning.neighbour_bound import NeighbourColumns
-from orchestrator.planning.sync_bound import Rings, SyncCoupled
+from orchestrator.planning.sync_bound import Rings, SyncCoupled, minmax_parts
 
 FINE_STEP = 1.01     # the grid of thresholds of the last refinement (level 3)
 
@@ -242,32 +242,6 @@ def _one_pass(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> float:
     return float(best.sum()) if np.isfinite(best).all() else 0.0
 
 
-def _minmax_parts(sizes: np.ndarray, parts: int) -> float:
-    """The least largest part of a contiguous split of ``sizes`` into at most ``parts`` parts (bisection on
-    the answer with a greedy check; the value returned is at most the optimum)."""
-    parts = max(1, min(parts, len(sizes)))
-    lo, hi = float(sizes.max()), float(sizes.sum())
-
-    def need(cap: float) -> int:
-        k, run = 1, 0.0
-        for x in sizes:
-            if run + x > cap:
-                k, run = k + 1, x
-            else:
-                run += x
-        return k
-
-    for _ in range(100):
-        if hi - lo <= 1e-9 * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if need(mid) <= parts:
-            hi = mid
-        else:
-            lo = mid
-    return lo * (1 - 1e-9)
-
-
 def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int,
                             rings: Rings | None = None) -> dict[str, list[float]]:
     """A(N) for N = 0 .. G (A(0) = A(1) = 0) per form of plan (``"one"`` pipeline, ``"several"``): the least
@@ -287,7 +261,7 @@ def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int
     ring = rings if rings is not None else Rings(profile, cluster, G)
     out = {"one": [0.0, 0.0], "several": [0.0, math.inf]}
     for n in range(2, G + 1):
-        out["one"].append(ring(max(_minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n))
+        out["one"].append(ring(max(minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n))
     for n in range(2, G + 1):                      # P >= 2 pipelines, N = P d: across them, and the last's own
-        out["several"].append(ring.across(_minmax_parts(params, G // n), n, out["one"]))
+        out["several"].append(ring.across(minmax_parts(params, G // n), n))
     return out

@@ -56,7 +56,9 @@ class Rings:
                     self.links.append(_raw(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
                 except UserError:
                     continue
+        self.params = np.asarray(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
         self._cache: dict[float, np.ndarray] = {}
+        self._within: dict[tuple[int, int], float] = {}
         self._ks = np.arange(2, G + 1, dtype=float)[None, :]
 
     def __call__(self, nbytes: float, least: int) -> float:
@@ -78,11 +80,32 @@ class Rings:
         t = float(self._cache[nbytes][min(max(least, 2), self.G)])
         return max(t, 0.0) if math.isfinite(t) else 0.0
 
-    def across(self, nbytes: float, n: int, within: list[float]) -> float:
-        """A floor on ``T_sync`` of a plan of ``P >= 2`` pipelines with ``n = P d`` (``d`` the last pipeline's
+    def within(self, p: int, d: int) -> float:
+        """A floor on the all-reduce inside the pipelines of a plan of ``p >= 2`` pipelines that Sailor scores
+        honestly, the last with ``d`` first-stage replicas (0 for ``d < 2``). Honesty gives ``p d <= sum_q d_q``
+        over the pipelines' first stages, so the pipelines with ``d_q >= d`` (the last and at least one more)
+        hold at least ``p + 2 d - 2`` columns: one of them, with ``d_q >= d`` columns, has a column of at most
+        ``k = floor(G / (p + 2 d - 2))`` GPUs, hence a stage of at least ``max(P / k, MM(k) / 4)`` ring bytes
+        (the one-pipeline argument of ``sailor_bound._sailor_allreduce_floor``), rung over at least ``d``
+        members; ``T_sync`` takes the largest pipeline's all-reduce."""
+        if d < 2:
+            return 0.0
+        if (p, d) not in self._within:
+            k = max(1, self.G // (p + 2 * d - 2))
+            self._within[(p, d)] = self(max(self.total / k, minmax_parts(self.params, k) / 4.0), d)
+        return self._within[(p, d)]
+
+    def across(self, nbytes: float, n: int, least: int = 2) -> float:
+        """A floor on ``T_sync`` of a plan of ``P >= least`` pipelines with ``n = P d`` (``d`` the last pipeline's
         first-stage replicas, Sailor's count): the ring across the ``P`` pipelines over at least ``nbytes``, plus
-        ``within[d]``, a floor on the last pipeline's own all-reduce over its ``d`` columns (0 for ``d = 1``)."""
-        return min((self(nbytes, p) + within[n // p] for p in range(2, n + 1) if n % p == 0), default=math.inf)
+        ``within(P, d)``, the all-reduce inside the pipelines."""
+        return min((self(nbytes, p) + self.within(p, n // p) for p in range(max(2, least), n + 1) if n % p == 0),
+                   default=math.inf)
+
+    def stage(self, n: int) -> float:
+        """``MM(floor(G / n))``: the bytes of some stage of a plan of ``n`` columns (a column of at most
+        ``floor(G / n)`` GPUs, so at most that many stages)."""
+        return minmax_parts(self.params, max(1, self.G // n))
 
 
 class SyncCoupled:
@@ -99,7 +122,7 @@ class SyncCoupled:
         pb = np.concatenate([[0.0], np.cumsum(np.asarray(profile.layer_sizes(1).params, dtype=float))]) * profile.float_bytes
         self.span = pb[None, :] - pb[:, None]                      # bytes of the stage j .. i - 1
         self.runs: dict[str, list[tuple[float, float]]] = {}
-        for rule in rules:
+        for rule in set(rules) | ({"one"} if "several" in rules else set()):     # two pipelines use both
             values = set()
             for (_, tp, *_), (start, whole) in zip(cols.kinds, cols.starts):
                 d = self._divisor(rule, tp)
@@ -129,24 +152,39 @@ class SyncCoupled:
 
     def bound(self, n: int, m: int, lo: float, floors: dict[str, list[float]]) -> tuple[float, float]:
         """(all-reduce, pipelines' part) whose sum bounds ``T_pp + T_sync`` below for ``n`` columns and ``m``
-        micro-batches, given ``lo`` (a bound on ``T_pp``) and ``floors[rule][n]`` (on ``T_sync``; ``"one"`` also
-        the last pipeline's own all-reduce of ``Rings.across``); ``(min of the floors, lo)`` where the method
-        does not apply or gives no more."""
+        micro-batches, given ``lo`` (a bound on ``T_pp``) and ``floors[rule][n]`` (on ``T_sync``); ``(min of the
+        floors, lo)`` where the method does not apply or gives no more.
+
+        Several pipelines split by their number ``P``. ``P >= 3``: the ring across them coupled with the columns
+        (``beta`` undivided), ``Rings.across``. ``P = 2``: both pipelines have at least ``d = n / 2`` columns
+        (honesty: ``2 d_last <= d_1 + d_last``), so every column's stages are rung over at least ``d`` members
+        inside its pipeline and the one-pipeline coupling holds with ``d`` members, plus the ring across the two
+        over at least ``MM(floor(G / n))`` bytes; the larger of that and the ``beta``-undivided coupling."""
         out = (min(floors[r][n] for r in self.rules), lo)
         if not self.ok:
             return out
-        best, pick = math.inf, out
-        for rule, runs in self.runs.items():
-            if rule == "one":
-                sync = [max(self.rings(b_lo, n), floors[rule][n]) for b_lo, _ in runs]
-            else:
-                sync = [max(self.rings.across(b_lo, n, floors["one"]), floors[rule][n]) for b_lo, _ in runs]
-            if not math.isfinite(sync[0]):
-                continue
-            value, at = self._least(sync, lambda i, rule=rule: self._columns(rule, i, column_box(self.cols.counts, n) if self.sized else (16, 32)).worst(n, m, lo, never=math.inf), lo)
-            if value < best:
-                best, pick = value, at
-        return pick if best > sum(out) else out
+        box = column_box(self.cols.counts, n) if self.sized else (16, 32)
+
+        def least(rule: str, sync: list[float]) -> tuple[float, tuple[float, float]]:
+            if not sync or not math.isfinite(sync[0]):
+                return math.inf, out
+            return self._least(sync, lambda i: self._columns(rule, i, box).worst(n, m, lo, never=math.inf), lo)
+
+        rings, one, several = self.rings, self.runs.get("one", []), self.runs.get("several", [])
+        picks = []
+        if "one" in self.rules:
+            picks.append(least("one", [max(rings(b, n), floors["one"][n]) for b, _ in one]))
+        if "several" in self.rules:
+            floor = rings.across(rings.stage(n), n, 3)
+            picks.append(least("several", [max(rings.across(b, n, 3), floor) for b, _ in several]))
+            if n % 2 == 0:
+                d, cross = n // 2, rings(rings.stage(n), 2)
+                inside = rings.within(2, d)
+                undivided = least("several", [max(rings(b, 2), cross) + inside for b, _ in several])
+                divided = least("one", [cross + max(rings(b, d), inside) for b, _ in one])
+                picks.append(max(undivided, divided, key=lambda v: v[0]))
+        value, pick = min(picks, key=lambda v: v[0])
+        return pick if value > sum(out) else out
 
     @staticmethod
     def _least(sync: list[float], pipe, lo: float) -> tuple[float, tuple[float, float]]:
@@ -185,3 +223,29 @@ def _group(values: list[float]) -> list[tuple[float, float]]:
         else:
             runs.append((v, v))
     return runs
+
+
+def minmax_parts(sizes: np.ndarray, parts: int) -> float:
+    """The least largest part of a contiguous split of ``sizes`` into at most ``parts`` parts (bisection on
+    the answer with a greedy check; the value returned is at most the optimum)."""
+    parts = max(1, min(parts, len(sizes)))
+    lo, hi = float(sizes.max()), float(sizes.sum())
+
+    def need(cap: float) -> int:
+        k, run = 1, 0.0
+        for x in sizes:
+            if run + x > cap:
+                k, run = k + 1, x
+            else:
+                run += x
+        return k
+
+    for _ in range(100):
+        if hi - lo <= 1e-9 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if need(mid) <= parts:
+            hi = mid
+        else:
+            lo = mid
+    return lo * (1 - 1e-9)
