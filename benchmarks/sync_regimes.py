@@ -39,6 +39,7 @@ W = 8
 MIXED = (1.0, 0.5, 0.25)
 CADENCE = 1024            # samples between evaluations (MNIST's dataset.eval_every x 64)
 BUDGET = 400_000          # samples a run may train
+EDGE_STEPS = 2            # --tune: steps past the grid's edge (x2 or /2) while the edge lr is the best
 
 # label -> (speeds: equal | mixed (MIXED) | a tuple cycled over the workers, straggler p, jitter sigma,
 #           bandwidth Gbit/s[, straggler slowdown (default 5)])
@@ -202,6 +203,51 @@ def run_regime(args) -> tuple[str, dict]:
     return regime, cells
 
 
+def tune_regime(args) -> tuple[str, dict]:
+    """``--tune``: each cached cell of one regime also run at every lr of the grid it has not tried, on the
+    same seeds, then past the grid's edge (x2 or /2, at most ``EDGE_STEPS`` steps) while the edge lr is the
+    best, as the tuned reference does; the cell keeps the lr of the least median (``tried``: every lr's
+    median, None = stopped or missed). A run of a new lr stops at the cell's median (at the regime's cap
+    where it has none): past it that seed cannot bring the median below the cell's, and once more than half
+    the seeds are past it the lr is dropped."""
+    regime, seeds, target, cap, lrs, done = args
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    b, cells = Bench(target), dict(done)
+    best = min((c["median"] for c in cells.values() if c.get("median") is not None), default=None)
+    for strategy in [k for k in STRATEGIES if k in cells]:
+        cell = cells[strategy]
+        tried = {float(k): v for k, v in cell.get("tried", {str(cell["lr"]): cell["median"]}).items()}
+
+        def attempt(lr: float) -> bool:
+            nonlocal cell, best
+            stop = cell["median"] if cell["median"] is not None else (None if best is None else cap * best)
+            runs: list = []
+            for seed in range(seeds):
+                runs.append(b.run(regime, strategy, seed, stop, lr))
+                if sum(r["time"] is None for r in runs) > seeds // 2:
+                    break
+            med = median_time([r["time"] for r in runs]) if len(runs) == seeds else None
+            tried[lr] = med
+            if med is not None and (cell["median"] is None or med < cell["median"]):
+                cell = {"median": med, "runs": runs, "lr": lr, "cap": stop}
+                best = med if best is None else min(best, med)
+                return True
+            return False
+
+        for lr in (x for x in lrs if x not in tried):
+            attempt(lr)
+        for factor, edge in ((2.0, max), (0.5, min)):
+            for _ in range(EDGE_STEPS):
+                lr = float(cell["lr"]) * factor
+                if cell["median"] is None or cell["lr"] != edge(tried) or lr in tried or not attempt(lr):
+                    break
+        cells[strategy] = {**cell, "tried": {str(k): v for k, v in sorted(tried.items())}}
+    return regime, cells
+
+
 def breakdown(cell: dict) -> dict:
     """Seed 0's per-worker seconds: the mean over workers and the range of the wait."""
     per = cell["runs"][0]["per"]
@@ -230,6 +276,24 @@ def table(results: dict) -> tuple[list[str], list[tuple[str, str, float | None]]
                      + (f"{margin:.2f}x" if margin else "-") + " |")
         verdicts.append((regime, win or "-", margin))
     return lines, verdicts
+
+
+def tuning_table(results: dict) -> list[str]:
+    """Every lr each cell tried (``--tune``): its median, ``>`` where it was stopped past the kept one."""
+    names = [s for s in STRATEGIES if any("tried" in c.get(s, {}) for c in results.values())]
+    if not names:
+        return []
+    rows = []
+    for regime, cells in results.items():
+        row = []
+        for s in names:
+            tried = cells[s].get("tried", {str(cells[s]["lr"]): cells[s]["median"]})
+            row.append(", ".join(f"{'**' if float(k) == cells[s]['lr'] else ''}{float(k):g}: "
+                                 f"{'>' if v is None else f'{v:.3f}'}{'**' if float(k) == cells[s]['lr'] else ''}"
+                                 for k, v in tried.items()))
+        rows.append(f"| {regime} | " + " | ".join(row) + " |")
+    return ["## The lr each cell kept (bold) and every lr it tried (median s; `>`: stopped, no better)", "",
+            "| regime | " + " | ".join(names) + " |", "|---|" + "---|" * len(names), *rows, ""]
 
 
 def breakdown_table(results: dict) -> list[str]:
@@ -301,6 +365,7 @@ def main(argv=None) -> int:
     ap.add_argument("--regimes", default=None, help="indices into REGIMES (comma-separated; default all)")
     ap.add_argument("--strategies", default=None, help="labels of STRATEGIES (comma-separated; default all)")
     ap.add_argument("--lrs", default=None, help="tune lr over these (e.g. 0.004,0.008); default each conf's")
+    ap.add_argument("--tune", default=None, help="re-run the cached cells at these lrs too (e.g. 0.004,0.008)")
     ap.add_argument("--cache", type=Path, default=None, help="keep each regime's cells in this JSON and reuse them")
     ap.add_argument("--write", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
@@ -312,19 +377,23 @@ def main(argv=None) -> int:
     lrs = [float(x) for x in a.lrs.split(",")] if a.lrs else None
     cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
     t_start = time.time()
+    tune = [float(x) for x in a.tune.split(",")] if a.tune else None
     todo = [(r, a.seeds, a.target, a.cap, lrs, cache.get(r, {})) for r in regimes
             if any(k not in cache.get(r, {}) or len(cache[r][k]["runs"]) < a.seeds for k in STRATEGIES)]
+    if tune:
+        todo = [(r, a.seeds, a.target, a.cap, tune, cache.get(r, {})) for r in regimes]
+    work = tune_regime if tune else run_regime
     if a.jobs > 1 and len(todo) > 1:
         import multiprocessing as mp
 
         with mp.get_context("spawn").Pool(a.jobs) as pool:
-            for reg, cells in pool.imap_unordered(run_regime, todo):
+            for reg, cells in pool.imap_unordered(work, todo):
                 cache[reg] = cells
                 if a.cache:
                     a.cache.write_text(json.dumps(cache, indent=1))
     else:
         for args in todo:
-            reg, cells = run_regime(args)
+            reg, cells = work(args)
             cache[reg] = cells
             if a.cache:
                 a.cache.write_text(json.dumps(cache, indent=1))
@@ -343,7 +412,7 @@ def main(argv=None) -> int:
              f"    {cmd}", "", *tab, "",
              "Best strategy per regime: " + "; ".join(f"{r}: **{w}**" + (f" ({m:.2f}x allreduce)" if m else "")
                                                     for r, w, m in verdicts) + ".", "",
-             "![regime map](sync_regimes.png)", "",
+             "![regime map](sync_regimes.png)", "", *tuning_table(results),
              "## Where the time goes (seed 0, mean seconds per worker up to the stop)", "",
              *breakdown_table(results), ""]
     text = "\n".join(lines) + "\n"
