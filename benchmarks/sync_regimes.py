@@ -203,6 +203,23 @@ def run_regime(args) -> tuple[str, dict]:
     return regime, cells
 
 
+def _attempt(b, regime: str, strategy: str, seeds: int, cell: dict, tried: dict, lr: float, best, cap: float):
+    """One lr of ``--tune`` for one cell: its seeds, each stopped at the cell's median (at the regime's cap
+    where the cell has none), given up once more than half are past it. Records the lr's median in ``tried``;
+    returns (the cell, kept or replaced by this lr's runs, the regime's best median, whether this lr won)."""
+    stop = cell["median"] if cell["median"] is not None else (None if best is None else cap * best)
+    runs: list = []
+    for seed in range(seeds):
+        runs.append(b.run(regime, strategy, seed, stop, lr))
+        if sum(r["time"] is None for r in runs) > seeds // 2:
+            break
+    med = median_time([r["time"] for r in runs]) if len(runs) == seeds else None
+    tried[lr] = med
+    if med is not None and (cell["median"] is None or med < cell["median"]):
+        return {"median": med, "runs": runs, "lr": lr, "cap": stop}, (med if best is None else min(best, med)), True
+    return cell, best, False
+
+
 def tune_regime(args) -> tuple[str, dict]:
     """``--tune``: each cached cell of one regime also run at every lr of the grid it has not tried, on the
     same seeds, then past the grid's edge (x2 or /2, at most ``EDGE_STEPS`` steps) while the edge lr is the
@@ -220,29 +237,15 @@ def tune_regime(args) -> tuple[str, dict]:
     for strategy in [k for k in STRATEGIES if k in cells]:
         cell = cells[strategy]
         tried = {float(k): v for k, v in cell.get("tried", {str(cell["lr"]): cell["median"]}).items()}
-
-        def attempt(lr: float) -> bool:
-            nonlocal cell, best
-            stop = cell["median"] if cell["median"] is not None else (None if best is None else cap * best)
-            runs: list = []
-            for seed in range(seeds):
-                runs.append(b.run(regime, strategy, seed, stop, lr))
-                if sum(r["time"] is None for r in runs) > seeds // 2:
-                    break
-            med = median_time([r["time"] for r in runs]) if len(runs) == seeds else None
-            tried[lr] = med
-            if med is not None and (cell["median"] is None or med < cell["median"]):
-                cell = {"median": med, "runs": runs, "lr": lr, "cap": stop}
-                best = med if best is None else min(best, med)
-                return True
-            return False
-
         for lr in (x for x in lrs if x not in tried):
-            attempt(lr)
+            cell, best, _ = _attempt(b, regime, strategy, seeds, cell, tried, lr, best, cap)
         for factor, edge in ((2.0, max), (0.5, min)):
             for _ in range(EDGE_STEPS):
                 lr = float(cell["lr"]) * factor
-                if cell["median"] is None or cell["lr"] != edge(tried) or lr in tried or not attempt(lr):
+                if cell["median"] is None or cell["lr"] != edge(tried) or lr in tried:
+                    break
+                cell, best, better = _attempt(b, regime, strategy, seeds, cell, tried, lr, best, cap)
+                if not better:
                     break
         cells[strategy] = {**cell, "tried": {str(k): v for k, v in sorted(tried.items())}}
     return regime, cells
