@@ -254,9 +254,9 @@ def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int
     pipeline's stages undivided, and for a plan Sailor scores honestly that is at least what any pipeline's
     stages need; the plan has at least ``N`` columns on at most ``G`` GPUs, so some column has at most
     ``floor(G / N)`` GPUs, its pipeline at most that many stages, and a stage of at least ``MM(floor(G / N))``
-    bytes, over exactly ``P`` members; and ``T_sync`` adds the last pipeline's own all-reduce over its ``d =
-    N / P`` columns (every stage of it has at least ``d`` replicas), at least the one-pipeline floor of ``d``
-    columns (``Rings.across``: the least over the factorizations ``N = P d``). Each ring is ``Rings``' floor."""
+    bytes, over exactly ``P`` members; and ``T_sync`` adds the all-reduce inside the pipelines, over at least ``d =
+    N / P`` members (``Rings.within``; ``Rings.across``: the least over the factorizations ``N = P d``). Each
+    ring is ``Rings``' floor."""
     params = np.array(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
     ring = rings if rings is not None else Rings(profile, cluster, G)
     out = {"one": [0.0, 0.0], "several": [0.0, math.inf]}

@@ -9,9 +9,10 @@ that make a column's fill long.
   ``dp_s`` replicas, and ``tp_min,s`` is at most the TP degree of any column's replica in the stage, so every
   column ``j`` has ``beta_j = max_s P_s / min(4, tp_j,s) <= beta*`` and ``T_sync >= ring_{>=N}(beta*)``;
 - two or more pipelines: the ring across them carries the longest pipeline's stages undivided, at least what
-  any pipeline's stages need (for a plan scored honestly), over exactly ``P`` members, and the last pipeline
-  adds its own all-reduce over its ``d = N / P`` columns, so ``beta_j = max_s P_s <= beta*`` and ``T_sync >=
-  min over N = P d of ring_{>=P}(beta*) + A1(d)`` (``Rings.across``).
+  any pipeline's stages need (for a plan scored honestly), over exactly ``P`` members, and the pipelines add
+  their own all-reduce (``Rings.within``), so ``beta_j = max_s P_s <= beta*`` and ``T_sync >= min over N = P d
+  of ring_{>=P}(beta*) + within(P, d)`` (``Rings.across``); two pipelines also by the one-pipeline rule over
+  ``d`` members (``SyncCoupled.bound``).
 
 With ``Theta_beta(N, m)`` the exact worst-column bound (``column_bound.ExactColumns``) over the columns whose
 every stage has at most ``beta`` bytes by that rule, and the stage-byte values grouped into runs
