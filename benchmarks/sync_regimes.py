@@ -159,6 +159,13 @@ class Bench:
         return out
 
 
+def _only(names: list[str]) -> None:
+    """Keep ``names`` of STRATEGIES (``--strategies``), in this process: a worker of ``--jobs`` imports the
+    module afresh."""
+    global STRATEGIES
+    STRATEGIES = {k: v for k, v in STRATEGIES.items() if k in names}
+
+
 def median_time(times) -> float | None:
     m = statistics.median(math.inf if t is None else t for t in times)
     return None if math.isinf(m) else float(m)
@@ -166,7 +173,8 @@ def median_time(times) -> float | None:
 
 def run_regime(args) -> tuple[str, dict]:
     """Every strategy of one regime (allreduce first: the others' runs stop at cap x the best median so far)."""
-    regime, seeds, target, cap, lrs, done = args
+    regime, seeds, target, cap, lrs, done, names = args
+    _only(names)
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -227,7 +235,8 @@ def tune_regime(args) -> tuple[str, dict]:
     median, None = stopped or missed). A run of a new lr stops at the cell's median (at the regime's cap
     where it has none): past it that seed cannot bring the median below the cell's, and once more than half
     the seeds are past it the lr is dropped."""
-    regime, seeds, target, cap, lrs, done = args
+    regime, seeds, target, cap, lrs, done, names = args
+    _only(names)
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -381,10 +390,10 @@ def main(argv=None) -> int:
     cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
     t_start = time.time()
     tune = [float(x) for x in a.tune.split(",")] if a.tune else None
-    todo = [(r, a.seeds, a.target, a.cap, lrs, cache.get(r, {})) for r in regimes
+    todo = [(r, a.seeds, a.target, a.cap, lrs, cache.get(r, {}), list(STRATEGIES)) for r in regimes
             if any(k not in cache.get(r, {}) or len(cache[r][k]["runs"]) < a.seeds for k in STRATEGIES)]
     if tune:
-        todo = [(r, a.seeds, a.target, a.cap, tune, cache.get(r, {})) for r in regimes]
+        todo = [(r, a.seeds, a.target, a.cap, tune, cache.get(r, {}), list(STRATEGIES)) for r in regimes]
     work = tune_regime if tune else run_regime
     if a.jobs > 1 and len(todo) > 1:
         import multiprocessing as mp
