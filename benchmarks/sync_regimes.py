@@ -159,11 +159,15 @@ class Bench:
         return out
 
 
-def _only(names: list[str]) -> None:
-    """Keep ``names`` of STRATEGIES (``--strategies``), in this process: a worker of ``--jobs`` imports the
-    module afresh."""
+def _worker_setup(names: list[str]) -> None:
+    """Set up this process for one regime's runs: keep ``names`` of STRATEGIES (``--strategies``; a worker of
+    ``--jobs`` imports the module afresh) and one TensorFlow thread each way (two regimes run side by side)."""
     global STRATEGIES
     STRATEGIES = {k: v for k, v in STRATEGIES.items() if k in names}
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
 
 
 def median_time(times) -> float | None:
@@ -174,11 +178,7 @@ def median_time(times) -> float | None:
 def run_regime(args) -> tuple[str, dict]:
     """Every strategy of one regime (allreduce first: the others' runs stop at cap x the best median so far)."""
     regime, seeds, target, cap, lrs, done, names = args
-    _only(names)
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    _worker_setup(names)
     b = Bench(target)
     cells: dict = dict(done)          # cells already measured (--cache): kept, and their best caps the new runs
     meds = [c["median"] for c in cells.values() if c.get("median") is not None]
@@ -236,11 +236,7 @@ def tune_regime(args) -> tuple[str, dict]:
     where it has none): past it that seed cannot bring the median below the cell's, and once more than half
     the seeds are past it the lr is dropped."""
     regime, seeds, target, cap, lrs, done, names = args
-    _only(names)
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    _worker_setup(names)
     b, cells = Bench(target), dict(done)
     best = min((c["median"] for c in cells.values() if c.get("median") is not None), default=None)
     for strategy in [k for k in STRATEGIES if k in cells]:
@@ -300,8 +296,8 @@ def tuning_table(results: dict) -> list[str]:
         row = []
         for s in names:
             tried = cells[s].get("tried", {str(cells[s]["lr"]): cells[s]["median"]})
-            row.append(", ".join(f"{'**' if float(k) == cells[s]['lr'] else ''}{float(k):g}: "
-                                 f"{'>' if v is None else f'{v:.3f}'}{'**' if float(k) == cells[s]['lr'] else ''}"
+            marks = {k: "**" if float(k) == cells[s]["lr"] else "" for k in tried}
+            row.append(", ".join(f"{marks[k]}{float(k):g}: {'>' if v is None else f'{v:.3f}'}{marks[k]}"
                                  for k, v in tried.items()))
         rows.append(f"| {regime} | " + " | ".join(row) + " |")
     return ["## The lr each cell kept (bold) and every lr it tried (median s; `>`: stopped, no better)", "",
@@ -390,10 +386,8 @@ def main(argv=None) -> int:
     cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
     t_start = time.time()
     tune = [float(x) for x in a.tune.split(",")] if a.tune else None
-    todo = [(r, a.seeds, a.target, a.cap, lrs, cache.get(r, {}), list(STRATEGIES)) for r in regimes
-            if any(k not in cache.get(r, {}) or len(cache[r][k]["runs"]) < a.seeds for k in STRATEGIES)]
-    if tune:
-        todo = [(r, a.seeds, a.target, a.cap, tune, cache.get(r, {}), list(STRATEGIES)) for r in regimes]
+    todo = [(r, a.seeds, a.target, a.cap, tune or lrs, cache.get(r, {}), list(STRATEGIES)) for r in regimes
+            if tune or any(k not in cache.get(r, {}) or len(cache[r][k]["runs"]) < a.seeds for k in STRATEGIES)]
     work = tune_regime if tune else run_regime
     if a.jobs > 1 and len(todo) > 1:
         import multiprocessing as mp

@@ -23,7 +23,7 @@ from orchestrator.planning.bound import (
 )
 from orchestrator.planning.column_bound import ColumnTimes, _Columns, column_bottleneck, column_box, release_scratch
 from orchestrator.planning.neighbour_bound import NeighbourColumns
-from orchestrator.planning.sync_bound import Rings, SyncCoupled, minmax_parts
+from orchestrator.planning.sync_bound import Rings, SyncCoupled
 
 FINE_STEP = 1.01     # the grid of thresholds of the last refinement (level 3)
 
@@ -257,11 +257,10 @@ def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int
     bytes, over exactly ``P`` members; and ``T_sync`` adds the all-reduce inside the pipelines, over at least ``d =
     N / P`` members (``Rings.within``; ``Rings.across``: the least over the factorizations ``N = P d``). Each
     ring is ``Rings``' floor."""
-    params = np.array(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
     ring = rings if rings is not None else Rings(profile, cluster, G)
     out = {"one": [0.0, 0.0], "several": [0.0, math.inf]}
     for n in range(2, G + 1):
-        out["one"].append(ring(max(minmax_parts(params, G // n) / 4.0, float(params.sum()) / (G // n)), n))
-    for n in range(2, G + 1):                      # P >= 2 pipelines, N = P d: across them, and the last's own
-        out["several"].append(ring.across(minmax_parts(params, G // n), n))
+        out["one"].append(ring(max(ring.stage(n) / 4.0, ring.total / (G // n)), n))
+    for n in range(2, G + 1):                      # P >= 2 pipelines, N = P d: across them, and inside them
+        out["several"].append(ring.across(ring.stage(n), n))
     return out

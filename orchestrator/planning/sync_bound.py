@@ -48,7 +48,9 @@ class Rings:
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, G: int):
         from orchestrator.planning.sailor import _raw
 
-        self.G, self.total = G, float(np.sum(profile.layer_sizes(1).params)) * profile.float_bytes
+        self.G = G
+        self.params = np.asarray(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
+        self.total = float(self.params.sum())
         present = [(g, z) for (g, z), n in cluster.gpus.items() if n > 0]
         self.links = []
         for ga, za in present:
@@ -57,9 +59,9 @@ class Rings:
                     self.links.append(_raw(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
                 except UserError:
                     continue
-        self.params = np.asarray(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
         self._cache: dict[float, np.ndarray] = {}
         self._within: dict[tuple[int, int], float] = {}
+        self._stage: dict[int, float] = {}
         self._ks = np.arange(2, G + 1, dtype=float)[None, :]
 
     def __call__(self, nbytes: float, least: int) -> float:
@@ -93,7 +95,7 @@ class Rings:
             return 0.0
         if (p, d) not in self._within:
             k = max(1, self.G // (p + 2 * d - 2))
-            self._within[(p, d)] = self(max(self.total / k, minmax_parts(self.params, k) / 4.0), d)
+            self._within[(p, d)] = self(max(self.total / k, self.stage_of(k) / 4.0), d)
         return self._within[(p, d)]
 
     def across(self, nbytes: float, n: int, least: int = 2) -> float:
@@ -106,7 +108,13 @@ class Rings:
     def stage(self, n: int) -> float:
         """``MM(floor(G / n))``: the bytes of some stage of a plan of ``n`` columns (a column of at most
         ``floor(G / n)`` GPUs, so at most that many stages)."""
-        return minmax_parts(self.params, max(1, self.G // n))
+        return self.stage_of(max(1, self.G // n))
+
+    def stage_of(self, k: int) -> float:
+        """``MM(k)``: the least largest stage of the model's bytes split into at most ``k`` contiguous stages."""
+        if k not in self._stage:
+            self._stage[k] = minmax_parts(self.params, k)
+        return self._stage[k]
 
 
 class SyncCoupled:
@@ -120,7 +128,7 @@ class SyncCoupled:
         self.ok = cols.ok
         if not self.ok:
             return
-        pb = np.concatenate([[0.0], np.cumsum(np.asarray(profile.layer_sizes(1).params, dtype=float))]) * profile.float_bytes
+        pb = np.concatenate([[0.0], np.cumsum(rings.params)])
         self.span = pb[None, :] - pb[:, None]                      # bytes of the stage j .. i - 1
         self.runs: dict[str, list[tuple[float, float]]] = {}
         for rule in set(rules) | ({"one"} if "several" in rules else set()):     # two pipelines use both
