@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.adaptive_batch import BUDGET, CADENCE, PATH, TARGET  # noqa: E402
 from benchmarks.seeded import SeededRuntimes  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -37,8 +38,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 T0, T1 = 0.0009, 0.000195
 W = 8
 MIXED = (1.0, 0.5, 0.25)
-CADENCE = 1024            # samples between evaluations (MNIST's dataset.eval_every x 64)
-BUDGET = 400_000          # samples a run may train
+DATASET = "mnist"         # --dataset: its target, evaluation cadence and sample budget are adaptive_batch.py's
+LABEL = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
 EDGE_STEPS = 2            # --tune: steps past the grid's edge (x2 or /2) while the edge lr is the best
 
 # label -> (speeds: equal | mixed (MIXED) | a tuple cycled over the workers, straggler p, jitter sigma,
@@ -121,7 +122,7 @@ class Bench:
         from orchestrator.sync.costmodel import ComputeModel
         from orchestrator.sync.virtual import make_context
 
-        self.ds = load_mnist(None)
+        self.ds = load_mnist(PATH[DATASET])
         self.target = target
         self.cm = ComputeModel(T0, T1)
         self.ctx = make_context({"train": {"target_accuracy": target}}, tempfile.mkdtemp(prefix="sync-regimes-"),
@@ -146,8 +147,8 @@ class Bench:
         strat = strategy_class(name)(cfg["sync"])
         opts = strat.options(cfg)
         s = TrainSettings(batch_size=64, lr=float(train["lr"]), optimizer=str(train["optimizer"]),
-                          target_accuracy=self.target, stop="target", eval_every=CADENCE // 64,
-                          budget_updates=BUDGET // 64, seed=seed, budget_s=cap_s)
+                          target_accuracy=self.target, stop="target", eval_every=CADENCE[DATASET] // 64,
+                          budget_updates=BUDGET[DATASET] // 64, seed=seed, budget_s=cap_s)
         t = time.time()
         r, st = VirtualRun(strat, opts, s, self.runtime(seed), self.ds, self.cm).run()
         m = strat.metrics(r, st)
@@ -159,11 +160,13 @@ class Bench:
         return out
 
 
-def _worker_setup(names: list[str]) -> None:
-    """Set up this process for one regime's runs: keep ``names`` of STRATEGIES (``--strategies``; a worker of
-    ``--jobs`` imports the module afresh) and one TensorFlow thread each way (two regimes run side by side)."""
-    global STRATEGIES
+def _worker_setup(names: list[str], dataset: str) -> None:
+    """Set up this process for one regime's runs: keep ``names`` of STRATEGIES (``--strategies``) and the
+    dataset (a worker of ``--jobs`` imports the module afresh), one TensorFlow thread each way (two regimes run
+    side by side)."""
+    global STRATEGIES, DATASET
     STRATEGIES = {k: v for k, v in STRATEGIES.items() if k in names}
+    DATASET = dataset
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -177,8 +180,8 @@ def median_time(times) -> float | None:
 
 def run_regime(args) -> tuple[str, dict]:
     """Every strategy of one regime (allreduce first: the others' runs stop at cap x the best median so far)."""
-    regime, seeds, target, cap, lrs, done, names = args
-    _worker_setup(names)
+    regime, seeds, target, cap, lrs, done, names, dataset = args
+    _worker_setup(names, dataset)
     b = Bench(target)
     cells: dict = dict(done)          # cells already measured (--cache): kept, and their best caps the new runs
     meds = [c["median"] for c in cells.values() if c.get("median") is not None]
@@ -235,8 +238,8 @@ def tune_regime(args) -> tuple[str, dict]:
     median, None = stopped or missed). A run of a new lr stops at the cell's median (at the regime's cap
     where it has none): past it that seed cannot bring the median below the cell's, and once more than half
     the seeds are past it the lr is dropped."""
-    regime, seeds, target, cap, lrs, done, names = args
-    _worker_setup(names)
+    regime, seeds, target, cap, lrs, done, names, dataset = args
+    _worker_setup(names, dataset)
     b, cells = Bench(target), dict(done)
     best = min((c["median"] for c in cells.values() if c.get("median") is not None), default=None)
     for strategy in [k for k in STRATEGIES if k in cells]:
@@ -357,7 +360,7 @@ def plot(results: dict, path: Path, target: float, seeds: int) -> None:
     ticks = [2.0 ** k for k in range(-math.ceil(lim), math.ceil(lim) + 1) if abs(k) <= lim]
     cb.set_ticks(ticks, labels=[f"{t:g}x" for t in ticks])
     cb.minorticks_off()
-    ax.set_title(f"Sync strategy regime map, W = {W}, MNIST to {target:.0%}, virtual s to target "
+    ax.set_title(f"Sync strategy regime map, W = {W}, {LABEL[DATASET]} to {target:.0%}, virtual s to target "
                  f"(median of {seeds} seed(s); best boxed)\nemulated: virtual clock, real gradients", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -367,7 +370,8 @@ def plot(results: dict, path: Path, target: float, seeds: int) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--target", type=float, default=0.97)
+    ap.add_argument("--dataset", choices=list(TARGET), default="mnist")
+    ap.add_argument("--target", type=float, default=None, help="default: the dataset's (0.97 MNIST, 0.90 Fashion)")
     ap.add_argument("--cap", type=float, default=2.0, help="stop a run at this x the regime's best median so far")
     ap.add_argument("--jobs", type=int, default=1, help="regimes run in parallel processes")
     ap.add_argument("--regimes", default=None, help="indices into REGIMES (comma-separated; default all)")
@@ -378,7 +382,9 @@ def main(argv=None) -> int:
     ap.add_argument("--write", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     a = ap.parse_args(argv)
-    global STRATEGIES
+    global STRATEGIES, DATASET
+    DATASET = a.dataset
+    a.target = TARGET[a.dataset] if a.target is None else a.target
     if a.strategies:
         STRATEGIES = {k: STRATEGIES[k] for k in a.strategies.split(",")}
     regimes = [list(REGIMES)[int(i)] for i in a.regimes.split(",")] if a.regimes else list(REGIMES)
@@ -386,7 +392,8 @@ def main(argv=None) -> int:
     cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
     t_start = time.time()
     tune = [float(x) for x in a.tune.split(",")] if a.tune else None
-    todo = [(r, a.seeds, a.target, a.cap, tune or lrs, cache.get(r, {}), list(STRATEGIES)) for r in regimes
+    todo = [(r, a.seeds, a.target, a.cap, tune or lrs, cache.get(r, {}), list(STRATEGIES), a.dataset)
+            for r in regimes
             if tune or any(k not in cache.get(r, {}) or len(cache[r][k]["runs"]) < a.seeds for k in STRATEGIES)]
     work = tune_regime if tune else run_regime
     if a.jobs > 1 and len(todo) > 1:
@@ -408,9 +415,9 @@ def main(argv=None) -> int:
     tab, verdicts = table(results)
     cmd = "PYTHONPATH=. python benchmarks/sync_regimes.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"# Sync strategies: the regime map (emulated: virtual clock, real gradients; {time.strftime('%Y-%m-%d')})", "",
-             f"W = {W} workers, MNIST CNN to {a.target:.0%}, time to target in virtual seconds, median of {a.seeds} "
+             f"W = {W} workers, the MNIST CNN on {LABEL[DATASET]} to {a.target:.0%}, time to target in virtual seconds, median of {a.seeds} "
              f"seed(s) (a missed target counts as infinitely slow); compute model t = {T0} s + b x {T1} s per speed-1.0 "
-             f"worker; evaluation every {CADENCE} samples, crossing interpolated. A run stops at {a.cap:g}x the best "
+             f"worker; evaluation every {CADENCE[DATASET]:,} samples, crossing interpolated. A run stops at {a.cap:g}x the best "
              "median of its regime so far (`> x`: stopped there, it cannot win). Bold: the best of the row; "
              "best / allreduce: allreduce's time over the best's.", "",
              f"Command (wall time {wall / 60:.1f} min on a shared 2-core machine"
