@@ -425,7 +425,7 @@ def main(argv=None) -> int:
              f"    {cmd}", "", *tab, "",
              "Best strategy per regime: " + "; ".join(f"{r}: **{w}**" + (f" ({m:.2f}x allreduce)" if m else "")
                                                     for r, w, m in verdicts) + ".", "",
-             "![regime map](sync_regimes.png)", "", *tuning_table(results),
+             f"![regime map]({a.plot.name if a.plot else 'sync_regimes.png'})", "", *tuning_table(results),
              "## Where the time goes (seed 0, mean seconds per worker up to the stop)", "",
              *breakdown_table(results), ""]
     text = "\n".join(lines) + "\n"
