@@ -360,7 +360,7 @@ def plot(results: dict, path: Path, target: float, seeds: int) -> None:
     ticks = [2.0 ** k for k in range(-math.ceil(lim), math.ceil(lim) + 1) if abs(k) <= lim]
     cb.set_ticks(ticks, labels=[f"{t:g}x" for t in ticks])
     cb.minorticks_off()
-    ax.set_title(f"Sync strategy regime map, W = {W}, {LABEL[DATASET]} to {target:.0%}, virtual s to target "
+    ax.set_title(f"Sync strategy regime map, W = {W}, {LABEL[DATASET]} to {target:.0%}\nvirtual s to target "
                  f"(median of {seeds} seed(s); best boxed)\nemulated: virtual clock, real gradients", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
