@@ -134,6 +134,45 @@ def test_no_import_circle():
     assert not circles, f"modules that import each other in a circle: {circles}"
 
 
+def _package(module: str) -> str:
+    """The package of a module: its first component under orchestrator/ (a top module is its own)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the packages it imports (lazy imports inside functions included)."""
+    out: dict[str, set[str]] = {}
+    for module in MODULES:
+        own = _package(module)
+        out.setdefault(own, set()).update(p for p in map(_package, imports_of(module)) if p not in (own, ""))
+    return out
+
+
+def test_no_package_level_circle():
+    """No circle among orchestrator's packages either (config -> execution -> config was one, through
+    a lazy import): a package imports only the packages below it."""
+    circles = [c for c in strongly_connected(package_graph()) if len(c) > 1]
+    assert not circles, f"packages that import each other in a circle: {circles}"
+
+
+def test_config_imports_no_layer_above_it():
+    """The typed config is the lowest layer but the core's errors: the choices it validates
+    (optimizers, balance modes) live in config/ and the code above imports them from there."""
+    above = {"execution", "sync", "placement", "models", "data", "planning", "phases"}
+    bad = {m: sorted(p for p in map(_package, imports_of(m)) if p in above)
+           for m in MODULES if _package(m) == "config"}
+    assert not {m: v for m, v in bad.items() if v}, bad
+
+
+def test_the_package_graph_sees_lazy_imports():
+    """The package graph has the edges only lazy imports make (app imports trial inside functions), and a
+    top module is a package of its own."""
+    graph = package_graph()
+    assert "trial" in graph["app"] and "config" not in graph["config"]
+    assert _package("orchestrator.sync.core") == "sync" and _package("orchestrator.errors") == "errors"
+
+
 def test_the_core_never_imports_the_builtin_plugins():
     bad = {}
     for module, path in MODULES.items():

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config import Schema
+from orchestrator.config.choices import OPTIMIZERS
 from orchestrator.config.fields import option
-from orchestrator.execution.optim import OPTIMIZERS
 
 
 @dataclass

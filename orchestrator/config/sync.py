@@ -10,11 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config import Schema
+from orchestrator.config.choices import BALANCE_MODES, DC_MODES, PUSH_LR
 from orchestrator.config.fields import option
-from orchestrator.sync.balance import BALANCE_MODES as BALANCE
-
-PUSH_LR = ("scaled", "lr", "lr/staleness")
-DC_MODES = ("constant", "adaptive")
 
 
 @dataclass
@@ -25,7 +22,7 @@ class SyncConfig(Schema):
     runtime: str = option("virtual", "virtual: W emulated workers on a virtual clock (real gradients) | mpi: real ranks "
                           "under mpiexec", choices=("virtual", "mpi"))
     balance: str = option("none", "batch split: none (equal) | static (by nominal speed) | online (re-derived from "
-                          "measured speeds, LB-BSP-like)", choices=BALANCE)
+                          "measured speeds, LB-BSP-like)", choices=BALANCE_MODES)
     balance_every: int = option(10, "online: re-derive the split every k iterations per worker", min=1)
     base_time_s: float | None = option(None, "virtual: seconds of one speed-1.0 iteration at train.batch_size, linear "
                                        "model (null: fit t0, t1)", gt=0)

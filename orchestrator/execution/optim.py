@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator.config.choices import OPTIMIZERS
 from orchestrator.errors import ConfigError
 
-OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam")
+__all__ = ["OPTIMIZERS", "Optimizer", "OptimizerSettings"]
 
 
 @dataclass(frozen=True)

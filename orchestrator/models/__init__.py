@@ -83,7 +83,7 @@ BUILTIN = {
     "nmt": "orchestrator.models.nmt:spec",
     "transformer": "orchestrator.models.transformer:spec",
     "keras": "orchestrator.models.user:spec",
-    "workload": "orchestrator.models.workload:spec",
+    "workload": "orchestrator.placement.graph.workload:model_spec",   # the msr-dnn-partitioning format
     "llm": "orchestrator.models.llm:spec",
 }
 

@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.config.choices import BALANCE_MODES
 from orchestrator.errors import ConfigError
 from orchestrator.sync.costmodel import ComputeModel, balanced_batches
 
-BALANCE_MODES = ("none", "static", "online")
+__all__ = ["BALANCE_MODES", "Balancer", "SpeedChange", "SpeedSchedule", "parse_speed_changes"]
 
 
 @dataclass(frozen=True)

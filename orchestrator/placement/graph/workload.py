@@ -16,6 +16,9 @@ Semantics (kept exact so the authors' evaluator numbers are reproduced by ``orch
 - objective: files under a ``throughput-inputs`` folder were published for pipelined training
   (``meta["objective"] = "pipeline"``, the default ``placement.objective`` for them), others for
   one-pass latency (``step``).
+
+``model=workload model.path=FILE`` is ``model_spec``: the built-in model registry
+(``orchestrator.models.BUILTIN``) names it, so that models/ never imports placement/.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from orchestrator.errors import WorkloadError
 from orchestrator.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.models import ModelSpec
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -265,3 +269,22 @@ def _parse_split(path: Path, data: Any, workload: Workload) -> Placement:
 def load_split(path: str | Path, graph: OpGraph, worker: Worker) -> Placement:
     """``load_msr_split`` for a graph and worker already loaded (the manual placer's ``split``)."""
     return load_msr_split(path, Workload(graph, Cluster(worker.name, [worker], simulated=True)))
+
+
+def model_spec(cfg: Any) -> ModelSpec:
+    """``model=workload model.path=FILE``: a profiled cost graph in this format (placement only: there is
+    nothing to train), with its own hardware (``hardware=auto``) and optional expert split (``model.split``)."""
+    from orchestrator.config import from_node
+    from orchestrator.config.model import WorkloadModelConfig
+    from orchestrator.errors import ConfigError
+
+    c = from_node(WorkloadModelConfig, cfg, "model")
+    if not c.path:
+        raise ConfigError("model=workload needs model.path=FILE (a workload in the msr-dnn-partitioning format)")
+    host_mem = c.host_memory_bytes
+    wl = load_msr_workload(c.path, time_unit=c.time_unit,
+                           host_memory_bytes=math.inf if host_mem is None else float(host_mem))
+    return ModelSpec(
+        name=wl.graph.name, build=None, input_shape=(), num_classes=0, trainable_on_mnist=False,
+        graph=wl.graph, hardware=wl.cluster, expert_split=load_msr_split(c.split, wl) if c.split else None,
+    )

@@ -1,0 +1,11 @@
+"""The words a config key accepts, where code beyond the schema needs them too: the schemas declare
+them as ``choices`` and the code that acts on them (``execution.optim``, ``sync.balance``) imports them
+from here, so that config never imports the layers above it."""
+
+from __future__ import annotations
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam")          # train.optimizer (execution.optim)
+BALANCE_MODES = ("none", "static", "online")                   # sync.balance (sync.balance.Balancer)
+PUSH_LR = ("scaled", "lr", "lr/staleness")                     # sync.push_lr (or a number)
+DC_MODES = ("constant", "adaptive")                            # sync.delay_compensation_mode
+JITTER_DISTRIBUTIONS = ("lognormal",)                          # hardware.jitter.distribution
