@@ -159,86 +159,109 @@ def extend_past_edge(times: dict[float, float | None], run: Callable[[float], fl
         times[nxt] = run(nxt)
 
 
+class _Tuning:
+    """The cells of one reference search, each timed over the trial's seeds on one speed-1.0 worker:
+    the grid's medians so far and the best cell (median, optimizer, lr, per-seed times)."""
+
+    def __init__(self, opts, ctx, base, seeds: tuple[int, ...], found: Reference | None):
+        self.ctx, self.base, self.seeds = ctx, base, seeds
+        self.runtimes = {seed: _runtime(ctx, seed) for seed in seeds}
+        self.ropts = reference_options(opts)
+        self.best: tuple[float, str, float, tuple] | None = None
+        self.table: dict[str, float | None] = {}
+        self.per_opt: dict[str, dict[float, float | None]] = {}
+        if found is not None:
+            self.table.update(found.grid)
+
+    def run_cell(self, optimizer: str, lr: float) -> float | None:
+        """One cell's median time to target; its seed runs stop past the best median so far (``PRUNE``)."""
+        from orchestrator.sync.strategy import SingleWorker
+        from orchestrator.sync.virtual import VirtualRun
+
+        s, best = self.ctx.settings, self.best
+        times = []
+        for seed in self.seeds:
+            rt, theta0 = self.runtimes[seed]
+            rt.set_flat(theta0)
+            limit = None if best is None else best[0] * PRUNE
+            budget = limit if s.budget_s is None or limit is None else min(limit, s.budget_s)
+            rs = dataclasses.replace(s, optimizer=optimizer, lr=lr, seed=seed, stop="target", seeds=1, budget_s=budget)
+            times.append(VirtualRun(SingleWorker(), self.ropts, rs, rt, self.ctx.dataset, self.base,
+                                    NullSink()).run()[0].time_to_target_s)
+        med = median_time(times)
+        self.table[f"{optimizer} lr={lr:g}"] = med
+        self.per_opt.setdefault(optimizer, {})[lr] = med
+        if med is not None and (best is None or med < best[0]):
+            self.best = (med, optimizer, lr, tuple(times))
+        return med
+
+    def run_all(self, todo: list[tuple[str, float]]) -> None:
+        from orchestrator.progress import Bar
+
+        bar = Bar(bool(getattr(self.ctx, "show_progress", False)), len(todo), "reference: one speed-1.0 worker, tuning",
+                  "cell")
+        try:
+            for optimizer, lr in todo:
+                bar.update(0, cell=f"{optimizer} lr={lr:g}")
+                self.run_cell(optimizer, lr)
+                best = self.best
+                bar.update(1, best="-" if best is None else f"{best[1]} lr={best[2]:g} {best[0]:.3g} s")
+        finally:
+            bar.close()
+
+    def extend(self, grid: dict[str, list[float]], steps: int) -> None:
+        """Past the edge of each optimizer's lr list (``extend_past_edge``)."""
+        for optimizer in grid:
+            def step(lr: float, optimizer: str = optimizer) -> float | None:
+                print(f"reference: {optimizer}'s best lr is at the edge of the grid; trying lr={lr:g}", flush=True)
+                return self.run_cell(optimizer, lr)
+
+            extend_past_edge(self.per_opt[optimizer], step, steps)
+
+    def merged(self, found: Reference, method: str) -> Reference:
+        """The cached reference, its grid now with this trial's own cell (unpruned)."""
+        best, s = self.best, self.ctx.settings
+        own_wins = best is not None and (found.time_to_target_s is None or best[0] < found.time_to_target_s)
+        if not own_wins or best is None:
+            return dataclasses.replace(found, grid=self.table)
+        return Reference(best[0], best[1], best[2], s.batch_size, self.seeds, best[3], method, self.table, found.source)
+
+    def result(self, own: tuple[str, float], method: str) -> Reference:
+        best, s = self.best, self.ctx.settings
+        if best is None:
+            return Reference(None, own[0], own[1], s.batch_size, self.seeds, (), method, self.table)
+        return Reference(best[0], best[1], best[2], s.batch_size, self.seeds, best[3], method, self.table)
+
+
 def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str = "tuned",
               extend: int = 0) -> Reference:
     """The reference of the trial ``ctx`` (its settings, model, data) with the compute model ``base``;
     ``opts`` is the trial's ``SyncOptions`` (the reference keeps only its network-free, W=1 part)."""
-    from orchestrator.sync.strategy import SingleWorker
-    from orchestrator.sync.virtual import VirtualRun
-
     s = ctx.settings
     grid = check_grid(grid)
-    model = str(getattr(ctx.model, "name", "?"))
     ds = ctx.dataset
     data = f"{getattr(ds, 'source', '?')}:{len(ds.y_train)}:{len(ds.y_test)}"
-    k = key(s, method, grid, base, model, data, extend)
+    k = key(s, method, grid, base, str(getattr(ctx.model, "name", "?")), data, extend)
     found = dataclasses.replace(_CACHE[k], source="process cache") if k in _CACHE else _from_store(ctx.sink, k)
     seeds = tuple(s.seed + i for i in range(s.seeds))
     todo = cells(s, method, grid)
-    own_label = f"{todo[0][0]} lr={todo[0][1]:g}"
     if found is not None:
         _CACHE.setdefault(k, found)
-        if own_label in found.grid:
+        if f"{todo[0][0]} lr={todo[0][1]:g}" in found.grid:
             _record(ctx.sink, k, found)
             return found
         todo = todo[:1]          # the cached grid lacks this trial's own cell: measure that one only
     elif method == "tuned":
         print(f"reference: one speed-1.0 worker, tuning {len(todo)} (optimizer, lr) cells x {len(seeds)} seed(s) "
               "(cached in the tracking store for the next trial)", flush=True)
-    runtimes = {seed: _runtime(ctx, seed) for seed in seeds}
-    ropts = reference_options(opts)
-    best: tuple[float, str, float, tuple] | None = None
-    table: dict[str, float | None] = {}
-    per_opt: dict[str, dict[float, float | None]] = {}
+    tuning = _Tuning(opts, ctx, base, seeds, found)
+    tuning.run_all(todo)
     if found is not None:
-        table.update(found.grid)
-
-    def run_cell(optimizer: str, lr: float) -> float | None:
-        nonlocal best
-        times = []
-        for seed in seeds:
-            rt, theta0 = runtimes[seed]
-            rt.set_flat(theta0)
-            limit = None if best is None else best[0] * PRUNE
-            budget = limit if s.budget_s is None or limit is None else min(limit, s.budget_s)
-            rs = dataclasses.replace(s, optimizer=optimizer, lr=lr, seed=seed, stop="target", seeds=1, budget_s=budget)
-            times.append(VirtualRun(SingleWorker(), ropts, rs, rt, ds, base, NullSink()).run()[0].time_to_target_s)
-        med = median_time(times)
-        table[f"{optimizer} lr={lr:g}"] = med
-        per_opt.setdefault(optimizer, {})[lr] = med
-        if med is not None and (best is None or med < best[0]):
-            best = (med, optimizer, lr, tuple(times))
-        return med
-
-    from orchestrator.progress import Bar
-
-    bar = Bar(bool(getattr(ctx, "show_progress", False)), len(todo), "reference: one speed-1.0 worker, tuning", "cell")
-    try:
-        for optimizer, lr in todo:
-            bar.update(0, cell=f"{optimizer} lr={lr:g}")
-            run_cell(optimizer, lr)
-            bar.update(1, best="-" if best is None else f"{best[1]} lr={best[2]:g} {best[0]:.3g} s")
-    finally:
-        bar.close()
-    if found is not None:        # the cached reference, its grid now with this trial's own cell (unpruned)
-        own_wins = best is not None and (found.time_to_target_s is None or best[0] < found.time_to_target_s)
-        ref = dataclasses.replace(found, grid=table) if not own_wins else Reference(
-            best[0], best[1], best[2], s.batch_size, seeds, best[3], method, table, found.source)  # type: ignore[index]
-        _CACHE[k] = ref
-        _record(ctx.sink, k, ref)
-        return ref
-    if method == "tuned":
-        for optimizer in grid:
-            def step(lr: float, optimizer: str = optimizer) -> float | None:
-                print(f"reference: {optimizer}'s best lr is at the edge of the grid; trying lr={lr:g}", flush=True)
-                return run_cell(optimizer, lr)
-
-            extend_past_edge(per_opt[optimizer], step, extend)
-    if best is None:
-        own = todo[0]
-        ref = Reference(None, own[0], own[1], s.batch_size, seeds, (), method, table)
+        ref = tuning.merged(found, method)
     else:
-        ref = Reference(best[0], best[1], best[2], s.batch_size, seeds, best[3], method, table)
+        if method == "tuned":
+            tuning.extend(grid, extend)
+        ref = tuning.result(todo[0], method)
     _CACHE[k] = ref
     _record(ctx.sink, k, ref)
     return ref
