@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.config.choices import BALANCE_MODES
 from orchestrator.config.fields import option
-from orchestrator.config.sync import BALANCE, ServerSyncConfig, SyncConfig
+from orchestrator.config.sync import ServerSyncConfig, SyncConfig
 
 
 @dataclass
@@ -26,7 +27,7 @@ class DelaySyncConfig(ServerSyncConfig):
     staleness: Any = option(2.0, "s: worker i starts an iteration only while c_i - min_j c_j <= s; 0 = lockstep "
                             "(equals allreduce), inf = async", choices=("inf",), number=True, min=0)
     balance: str = option("online", "batch split: none (equal) | static (by nominal speed) | online (re-derived from "
-                          "measured speeds)", choices=BALANCE)
+                          "measured speeds)", choices=BALANCE_MODES)
     dynamic_staleness: bool = option(False, "adapt s to the observed speed spread (ceil(slowest/fastest) - 1), "
                                      "DSSP-like")
     max_staleness: float = option(8.0, "upper end of the dynamic bound", min=0)
@@ -39,7 +40,7 @@ class BackupWorkersConfig(SyncConfig):
     backup_workers: int = option(1, "b: late workers whose gradients a round does not wait for (0 = allreduce; "
                                  "at most W - 1)", min=0)
     balance: str = option("static", "batch split: none (equal) | static (by nominal speed) | online (re-derived from "
-                          "measured speeds)", choices=BALANCE)
+                          "measured speeds)", choices=BALANCE_MODES)
 
 
 @dataclass
