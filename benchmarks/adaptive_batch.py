@@ -22,27 +22,19 @@ shows as missed. Evaluations every 8,192 samples (Fashion-MNIST) / 1,024 (MNIST)
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.seeded import SeededRuntimes  # noqa: E402
+from benchmarks.seeded import BUDGET, CADENCE, MIXED, T0, T1, TARGET, VirtualBench, load_cache, save_cache  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-T0, T1 = 0.0009, 0.000195
-MIXED = (1.0, 0.5, 0.25)
 CLUSTERS = {"8eq": [1.0] * 8, "16mixed": [MIXED[i % 3] for i in range(16)]}
 CLUSTER_LABEL = {"8eq": "W=8 equal", "16mixed": "W=16 mixed (1, 1/2, 1/4)"}
-TARGET = {"mnist": 0.97, "fashion_mnist": 0.90}
-CADENCE = {"mnist": 1024, "fashion_mnist": 8192}
-BUDGET = {"mnist": 400_000, "fashion_mnist": 1_200_000}
-PATH = {"mnist": None, "fashion_mnist": "/usr/share/datasets/fashion-mnist"}
 
 
 def median(times: list[float | None]) -> float | None:
@@ -51,29 +43,19 @@ def median(times: list[float | None]) -> float | None:
     return median_time(times)
 
 
-class Bench:
+class Bench(VirtualBench):
     def __init__(self, dataset: str, seeds: int, results: Path | None):
-        from orchestrator.data import load_mnist
-        from orchestrator.sync.costmodel import ComputeModel
-        from orchestrator.sync.virtual import make_context
-
-        self.name, self.seeds = dataset, seeds
+        self.seeds = seeds
         self.adaptive_min: int | None = None       # train.adaptive_min_batch of the adaptive row (None: its default)
         self.adaptive_lr: str | None = None        # train.lr_scaling of the adaptive row (None: the default sqrt)
-        self.ds = load_mnist(PATH[dataset])
-        self.cm = ComputeModel(T0, T1)
-        self.ctx = make_context({"train": {"target_accuracy": TARGET[dataset]}}, tempfile.mkdtemp(), dataset=self.ds)
+        super().__init__(dataset, TARGET[dataset])
         self.results_path = results
-        self.results: dict[str, dict] = json.loads(results.read_text()) if results and results.exists() else {}
-        self._rt = SeededRuntimes(self.ctx.model)
+        self.results: dict[str, dict] = load_cache(results)
 
     @property
     def adaptive_label(self) -> str:
         return ("adaptive" + (f" (min batch {self.adaptive_min})" if self.adaptive_min else "")
                 + (f" ({self.adaptive_lr})" if self.adaptive_lr else ""))
-
-    def runtime(self, seed: int):
-        return self._rt(seed)
 
     def run(self, cluster: str, policy: str, G: int | None, opt: str, lr: float, seed: int, cap_s: float | None):
         """One seed of one cell; cached in the results file by its key (a stopped run is kept with its cap)."""
@@ -112,8 +94,7 @@ class Bench:
                "noise": [round(h[3], 1) for h in hist if h[3] is not None and math.isfinite(h[3])][-1:] if hist else [],
                "path": [(h[0], round(h[1], 3), h[2]) for h in hist if h[0] % 100 == 0] if hist else []}
         self.results[key] = out
-        if self.results_path:
-            self.results_path.write_text(json.dumps(self.results, indent=0))
+        save_cache(self.results_path, self.results, indent=0)
         return out
 
     def cluster(self, cluster: str, fixed: list[int], grid: list[tuple[str, float]]) -> dict:

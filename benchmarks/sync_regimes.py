@@ -18,27 +18,22 @@ delay-sync. A seed's run stops at ``--cap`` x the best median of its regime so f
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.adaptive_batch import BUDGET, CADENCE, PATH, TARGET  # noqa: E402
-from benchmarks.seeded import SeededRuntimes  # noqa: E402
+from benchmarks.seeded import BUDGET, CADENCE, MIXED, T0, T1, TARGET, VirtualBench, load_cache, save_cache  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-T0, T1 = 0.0009, 0.000195
 W = 8
-MIXED = (1.0, 0.5, 0.25)
-DATASET = "mnist"         # --dataset: its target, evaluation cadence and sample budget are adaptive_batch.py's
+DATASET = "mnist"         # --dataset: its target, evaluation cadence and sample budget are seeded.py's
 LABEL = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST"}
 EDGE_STEPS = 2            # --tune: steps past the grid's edge (x2 or /2) while the edge lr is the best
 
@@ -116,21 +111,9 @@ def regime_hardware(regime: str) -> dict:
     return hw
 
 
-class Bench:
+class Bench(VirtualBench):
     def __init__(self, target: float):
-        from orchestrator.data import load_mnist
-        from orchestrator.sync.costmodel import ComputeModel
-        from orchestrator.sync.virtual import make_context
-
-        self.ds = load_mnist(PATH[DATASET])
-        self.target = target
-        self.cm = ComputeModel(T0, T1)
-        self.ctx = make_context({"train": {"target_accuracy": target}}, tempfile.mkdtemp(prefix="sync-regimes-"),
-                                dataset=self.ds)
-        self._rt = SeededRuntimes(self.ctx.model)
-
-    def runtime(self, seed: int):
-        return self._rt(seed)
+        super().__init__(DATASET, target, prefix="sync-regimes-")
 
     def run(self, regime: str, strategy: str, seed: int, cap_s: float | None, lr: float | None = None) -> dict:
         """One run; returns its time to target (None: missed or stopped at ``cap_s``) and the per-worker
@@ -389,7 +372,7 @@ def main(argv=None) -> int:
         STRATEGIES = {k: STRATEGIES[k] for k in a.strategies.split(",")}
     regimes = [list(REGIMES)[int(i)] for i in a.regimes.split(",")] if a.regimes else list(REGIMES)
     lrs = [float(x) for x in a.lrs.split(",")] if a.lrs else None
-    cache = json.loads(a.cache.read_text()) if a.cache and a.cache.exists() else {}
+    cache = load_cache(a.cache)
     t_start = time.time()
     tune = [float(x) for x in a.tune.split(",")] if a.tune else None
     todo = [(r, a.seeds, a.target, a.cap, tune or lrs, cache.get(r, {}), list(STRATEGIES), a.dataset)
@@ -402,14 +385,12 @@ def main(argv=None) -> int:
         with mp.get_context("spawn").Pool(a.jobs) as pool:
             for reg, cells in pool.imap_unordered(work, todo):
                 cache[reg] = cells
-                if a.cache:
-                    a.cache.write_text(json.dumps(cache, indent=1))
+                save_cache(a.cache, cache, indent=1)
     else:
         for args in todo:
             reg, cells = work(args)
             cache[reg] = cells
-            if a.cache:
-                a.cache.write_text(json.dumps(cache, indent=1))
+            save_cache(a.cache, cache, indent=1)
     wall = time.time() - t_start
     results = {r: cache[r] for r in regimes}
     tab, verdicts = table(results)

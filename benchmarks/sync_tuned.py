@@ -25,48 +25,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.seeded import SeededRuntimes  # noqa: E402
+from benchmarks.seeded import BUDGET, CADENCE, MIXED, T0, T1, VirtualBench, load_cache, save_cache  # noqa: E402
 from orchestrator.sync.reference import median_time  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-T0, T1 = 0.0009, 0.000195
-MIXED = (1.0, 0.5, 0.25)
 LR64 = {"sgd": 0.2, "nesterov": 0.05, "adam": 0.001}      # the centre of each optimizer's grid at G = 64
 EXTEND = 2                                                 # lr steps past an edge of a grid (train.reference_extend)
 MISS_AT = 3.0                                              # a row slower than 1/3 of the tuned worker: missed
-CADENCE = {"mnist": 1024, "fashion_mnist": 8192}          # samples between evaluations (dataset.eval_every x 64)
-BUDGET = {"mnist": 400_000, "fashion_mnist": 1_200_000}    # samples a measured run may train
 CURVE_BUDGET = {"mnist": (600_000, 12), "fashion_mnist": (3_000_000, 2)}   # S(G): samples, x the smallest G's samples
 
 
-class Bench:
+class Bench(VirtualBench):
     def __init__(self, dataset: str, seeds: int, target: float):
-        from orchestrator.data import load_mnist
-        from orchestrator.sync.costmodel import ComputeModel
-        from orchestrator.sync.virtual import make_context
-
-        path = "/usr/share/datasets/fashion-mnist" if dataset == "fashion_mnist" else None
-        self.ds = load_mnist(path)
-        self.name, self.seeds, self.target = dataset, seeds, target
-        self.cm = ComputeModel(T0, T1)
-        self.tmp = tempfile.mkdtemp(prefix="sync-tuned-")
-        self.ctx = make_context({"train": {"target_accuracy": target}}, self.tmp, dataset=self.ds)
-        self._rt = SeededRuntimes(self.ctx.model)
-
-    def runtime(self, seed: int):
-        return self._rt(seed)
+        super().__init__(dataset, target, prefix="sync-tuned-")
+        self.seeds = seeds
 
     def settings(self, batch: int, opt: str, lr: float, seed: int, budget_samples: int, **kw):
         from orchestrator.execution.training import TrainSettings
@@ -339,19 +321,16 @@ def main(argv=None) -> int:
         b = Bench(ds, a.seeds, target)
         saved = a.curve_cache.with_suffix(f".{ds}.json") if a.curve_cache else None
         results_path = a.results_cache.with_suffix(f".{ds}.json") if a.results_cache else None
-        results = json.loads(results_path.read_text()) if results_path is not None and results_path.exists() else {}
+        results = load_cache(results_path)
 
         def keep(results_path=results_path, results=results):
-            if results_path is not None:
-                results_path.write_text(json.dumps(results, indent=1))
+            save_cache(results_path, results, indent=1)
 
-        known = {}
-        if saved is not None and saved.exists():   # this benchmark's own earlier S(G) cells, same settings
-            known = {(o, int(g)): (tuple(v) if v else None) for o, g, v in json.loads(saved.read_text())}
+        # this benchmark's own earlier S(G) cells, same settings
+        known = {(o, int(g)): (tuple(v) if v else None) for o, g, v in load_cache(saved, [])}
 
         def save_curve(rows, saved=saved):
-            if saved is not None:
-                saved.write_text(json.dumps([[o, g, v] for (o, g), v in rows.items()]))
+            save_cache(saved, [[o, g, v] for (o, g), v in rows.items()])
 
         if a.no_curve:
             curve = known
