@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from orchestrator.config.hardware import parse_jitter
 from orchestrator.errors import ConfigError
 from orchestrator.execution.training import TrainSettings
-from orchestrator.sync.core import jitter_factor, parse_jitter
+from orchestrator.sync.core import jitter_factor
 from orchestrator.sync.report import sync_metrics, time_breakdown
 from orchestrator.sync.virtual import VirtualRun
 

@@ -30,7 +30,7 @@ from orchestrator.errors import ConfigError
 T = TypeVar("T")
 GROUPS = ("hardware", "model", "dataset", "placer", "sync", "planner")
 
-__all__ = ["ConfigError", "check", "describe", "from_node", "option", "schema_of", "validate"]
+__all__ = ["ConfigError", "check", "describe", "from_node", "option", "plain", "schema_of", "validate"]
 
 
 def from_node(cls: type[T], node: Any, prefix: str) -> T:
@@ -62,6 +62,12 @@ def from_node(cls: type[T], node: Any, prefix: str) -> T:
             raise ConfigError(text) from None
     check(merged, f"{prefix}.")
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def plain(node: Any) -> Any:
+    """A DictConfig / ListConfig as plain dicts and lists (JSON-able, e.g. for the MPI job file); anything
+    else as it is."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def _names(cls: type) -> list[str]:

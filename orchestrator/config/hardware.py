@@ -1,14 +1,19 @@
 """Schemas of the built-in hardware options (``hardware=OPTION``). ``HardwareConfig`` holds the
-data-parallel layout every adapter shares (workers, their speeds, the links of the virtual clock);
-the sync runtimes read those keys, and check the shapes of the nested ones themselves."""
+data-parallel layout every adapter shares (workers, their speeds, the links of the virtual clock).
+Its keys of several shapes (stragglers, jitter, speed changes) are validated once, where a sync
+trial starts, into ``DataParallelHardware`` (``DataParallelHardware.from_node``); the links
+(``hardware.network``) are checked by the sync cost model, which needs the worker count."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config import Schema
+from orchestrator.config import Schema, plain
+from orchestrator.config.choices import JITTER_DISTRIBUTIONS
 from orchestrator.config.fields import option
+from orchestrator.errors import ConfigError, number
 
 PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
 
@@ -86,3 +91,124 @@ class SimulatedHardwareConfig(HardwareConfig):
 @dataclass
 class AutoHardwareConfig(HardwareConfig):
     name: str = option("auto", "the hardware a workload file describes (model=workload)")
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """``hardware.stragglers``: each iteration of a worker is, with this probability, this many times longer."""
+
+    probability: float = 0.0
+    slowdown: float = 1.0
+
+    @classmethod
+    def from_node(cls, node: Any) -> Stragglers:
+        if node is None:
+            return cls()
+        if not hasattr(node, "get"):
+            raise ConfigError(f"hardware.stragglers={node!r} must be a mapping {{probability: P, slowdown: K}}")
+        p = number(_value(node, "probability", 0.0), "hardware.stragglers.probability")
+        k = number(_value(node, "slowdown", 1.0), "hardware.stragglers.slowdown")
+        if not 0.0 <= p <= 1.0 or k < 1.0:
+            raise ConfigError(f"hardware.stragglers needs probability in [0,1], slowdown >= 1 (got {p}, {k})")
+        return cls(p, k)
+
+
+@dataclass(frozen=True)
+class SpeedChange:
+    """One entry of ``hardware.speed_changes``: worker ``worker`` runs at ``speed`` from ``at_s`` on (seconds
+    on the run's clock: virtual seconds, or wall seconds under MPI)."""
+
+    worker: int
+    at_s: float
+    speed: float
+
+
+def parse_speed_changes(node: Any, workers: int) -> tuple[SpeedChange, ...]:
+    """``hardware.speed_changes``: a list of ``{worker, at_s, speed}``, in time order; one-line errors name the key."""
+    if not node:
+        return ()
+    out = []
+    for k, ch in enumerate(node):
+        key = f"hardware.speed_changes[{k}]"
+        try:
+            w, at, v = int(ch["worker"]), float(ch["at_s"]), float(ch["speed"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{key}={ch!r} needs worker (int), at_s and speed (numbers)") from None
+        if not 0 <= w < workers:
+            raise ConfigError(f"{key}.worker={w}: no such worker (W={workers}, workers 0..{workers - 1})")
+        if at < 0 or not math.isfinite(at):
+            raise ConfigError(f"{key}.at_s={at:g} must be >= 0")
+        if not v > 0:
+            raise ConfigError(f"{key}.speed={v:g} must be > 0")
+        out.append(SpeedChange(w, at, v))
+    return tuple(sorted(out, key=lambda c: c.at_s))
+
+
+def parse_jitter(node: Any) -> float:
+    """``hardware.jitter: {distribution: lognormal, sigma: S}``: every compute time is multiplied by an
+    independent ``exp(S Z - S^2 / 2)``, ``Z ~ N(0, 1)``: a lognormal factor of mean 1 (the mean step time
+    stays, its spread grows with S; the median factor is ``exp(-S^2/2)``, the 99th percentile
+    ``exp(2.33 S - S^2/2)``). Step times of shared clusters are right-skewed, and a lognormal is the usual
+    fit (Dutta et al. 2018, "Slow and stale gradients can win the race"). Returns S (0: no jitter)."""
+    if node is None:
+        return 0.0
+    if not hasattr(node, "get"):
+        raise ConfigError(f"hardware.jitter={node!r} must be a mapping {{distribution: lognormal, sigma: S}}")
+    unknown = sorted(set(node.keys()) - {"distribution", "sigma"})
+    if unknown:
+        raise ConfigError(f"unknown key hardware.jitter.{unknown[0]} (hardware.jitter accepts: distribution, sigma)")
+    dist = str(node.get("distribution", "lognormal"))
+    if dist not in JITTER_DISTRIBUTIONS:
+        raise ConfigError(f"hardware.jitter.distribution={dist!r} is not one of {', '.join(JITTER_DISTRIBUTIONS)}")
+    sigma = number(node.get("sigma", 0.0), "hardware.jitter.sigma")
+    if not 0.0 <= sigma <= 5.0:
+        raise ConfigError(f"hardware.jitter.sigma={sigma:g} must be in [0, 5]")
+    return float(sigma)
+
+
+@dataclass(frozen=True)
+class DataParallelHardware:
+    """The hardware group as the data-parallel runtimes read it, validated once (one-line errors naming
+    the key) from any adapter's node, typed or a plain mapping: the workers' disturbances (stragglers,
+    jitter, speed changes), the MPI ranks' emulated step, the links (``hardware.network``, as plain
+    data) and the emulated cluster (``hardware.netlab``)."""
+
+    stragglers: Stragglers = field(default_factory=Stragglers)
+    jitter_sigma: float = 0.0
+    speed_changes: tuple[SpeedChange, ...] = ()
+    emulated_step_s: float | None = None
+    network: dict | None = None
+    netlab: str | None = None
+
+    @classmethod
+    def from_node(cls, node: Any, workers: int) -> DataParallelHardware:
+        """``node``: the trial's ``hardware`` (None: the defaults); ``workers``: W, for the speed changes."""
+        strag = Stragglers.from_node(_value(node, "stragglers"))
+        emulated = _seconds(_value(node, "emulated_step_s"), "hardware.emulated_step_s")
+        changes = parse_speed_changes(plain(_value(node, "speed_changes")), workers)
+        netlab = _value(node, "netlab")
+        return cls(strag, parse_jitter(_value(node, "jitter")), changes, emulated, plain(_value(node, "network")),
+                   str(netlab) if netlab else None)
+
+
+def _seconds(value: Any, key: str) -> float | None:
+    """A duration > 0 (or None)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}={value!r} is not a number") from None
+    if not out > 0:
+        raise ConfigError(f"{key}={out:g} must be > 0")
+    return out
+
+
+def _value(node: Any, key: str, default: Any = None) -> Any:
+    """``node[key]`` of a mapping or a typed node, ``default`` where it is absent or null."""
+    if node is None:
+        return default
+    value = node.get(key, None) if hasattr(node, "get") else getattr(node, key, None)
+    return default if value is None else value

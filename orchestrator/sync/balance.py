@@ -10,43 +10,11 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Any
-
 from orchestrator.config.choices import BALANCE_MODES
-from orchestrator.errors import ConfigError
+from orchestrator.config.hardware import SpeedChange
 from orchestrator.sync.costmodel import ComputeModel, balanced_batches
 
-__all__ = ["BALANCE_MODES", "Balancer", "SpeedChange", "SpeedSchedule", "parse_speed_changes"]
-
-
-@dataclass(frozen=True)
-class SpeedChange:
-    worker: int
-    at_s: float
-    speed: float
-
-
-def parse_speed_changes(node: Any, workers: int) -> tuple[SpeedChange, ...]:
-    """``hardware.speed_changes``: a list of ``{worker, at_s, speed}``; one-line errors name the key."""
-    if not node:
-        return ()
-    out = []
-    for k, ch in enumerate(node):
-        key = f"hardware.speed_changes[{k}]"
-        try:
-            w, at, v = int(ch["worker"]), float(ch["at_s"]), float(ch["speed"])
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError(f"{key}={ch!r} needs worker (int), at_s and speed (numbers)") from None
-        if not 0 <= w < workers:
-            raise ConfigError(f"{key}.worker={w}: no such worker (W={workers}, workers 0..{workers - 1})")
-        if at < 0 or not math.isfinite(at):
-            raise ConfigError(f"{key}.at_s={at:g} must be >= 0")
-        if not v > 0:
-            raise ConfigError(f"{key}.speed={v:g} must be > 0")
-        out.append(SpeedChange(w, at, v))
-    return tuple(sorted(out, key=lambda c: c.at_s))
+__all__ = ["BALANCE_MODES", "Balancer", "SpeedChange", "SpeedSchedule"]
 
 
 class SpeedSchedule:

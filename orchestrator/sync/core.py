@@ -1,7 +1,9 @@
 """The one place that holds the data-parallel sync rules, shared by the virtual and the MPI runtime:
 
-- ``SyncOptions``: the ``sync.*`` / ``hardware.*`` config a strategy runs with (the strategy itself,
-  ``orchestrator.sync.strategy``, says which rules apply);
+- ``SyncOptions``: what one run of a strategy is set to, resolved from the validated config objects
+  (the strategy's ``SyncConfig``, ``TrainConfig``, ``DataParallelHardware``) and the workers; a flat
+  record, because the MPI ranks receive it as JSON (the strategy itself, ``orchestrator.sync.strategy``,
+  says which rules apply);
 - ``batch_shares``: per-worker batch sizes (equal, or proportional to speed); learning-rate scaling.
 
 The parameter server's rules (``StalenessGate``, ``ParameterServer``) are in ``orchestrator.sync.server``.
@@ -16,32 +18,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import ConfigError, number
+from orchestrator.config.hardware import DataParallelHardware, SpeedChange
+from orchestrator.config.root import TrainConfig
+from orchestrator.config.sync import SyncConfig
+from orchestrator.errors import ConfigError
 from orchestrator.hardware.workers import worker_layout
-
-
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    """``cfg.get(key)`` for dicts / DictConfigs, also for dotted keys (``a.b``)."""
-    node = cfg
-    for part in key.split("."):
-        if node is None:
-            return default
-        node = node.get(part, None) if hasattr(node, "get") else getattr(node, part, None)
-    return default if node is None else node
-
-
-
-
-def _plain(node: Any) -> Any:
-    """A DictConfig / ListConfig as plain dicts and lists (JSON-able for the MPI job file)."""
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(node):
-            return OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return node
 
 
 @dataclass
@@ -92,7 +73,7 @@ class SyncOptions:
         return Network.from_cfg(self.network, self.workers)
 
     def schedule(self):
-        from orchestrator.sync.balance import SpeedChange, SpeedSchedule
+        from orchestrator.sync.balance import SpeedSchedule
 
         return SpeedSchedule(self.speeds, tuple(SpeedChange(int(w), float(a), float(v)) for w, a, v in self.speed_changes))
 
@@ -122,106 +103,103 @@ class SyncOptions:
 
     @classmethod
     def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> SyncOptions:
-        """The settings ``strategy`` (a ``orchestrator.sync.strategy.SyncStrategy``) runs with: its typed
-        ``sync`` config (``strategy.config``, defaults and ranges in its schema), ``train.*`` (the
-        ``TrainConfig`` schema) and ``hardware.*`` of the trial config ``cfg``. A setting the strategy's
-        schema lacks (a collective has no server shards) keeps this dataclass's default."""
-        from orchestrator.config.root import TrainConfig
-        from orchestrator.sync.balance import parse_speed_changes
-        from orchestrator.sync.costmodel import Network
+        """The settings ``strategy`` (a ``orchestrator.sync.strategy.SyncStrategy``) runs with, from the trial
+        config ``cfg``: its ``train`` and ``hardware`` groups validated once into ``TrainConfig`` and
+        ``DataParallelHardware`` (the workers by ``worker_layout``), then ``from_configs``."""
+        train = TrainConfig.from_node(_group(cfg, "train"), "train")
+        node = _group(cfg, "hardware")
+        speeds = worker_layout(node or {}, has_sync=True)  # one parser for W and speeds
+        return cls.from_configs(strategy, train, DataParallelHardware.from_node(node, len(speeds)), speeds)
 
-        c = strategy.config
+    @classmethod
+    def from_configs(cls, strategy: Any, train: TrainConfig, hardware: DataParallelHardware,
+                     speeds: list[float]) -> SyncOptions:
+        """The settings of a run of ``strategy`` (its typed ``sync`` config is ``strategy.config``) on workers of
+        ``speeds``; checks across the groups are one-line errors. A setting the strategy's schema lacks (a
+        collective has no server shards) keeps this dataclass's default."""
+        c: SyncConfig = strategy.config
         here = {f.name: f.default for f in dataclasses.fields(cls)}
         opt = lambda key: getattr(c, key, here[key])  # noqa: E731
         name = str(getattr(strategy, "name", "") or type(strategy).__name__)
-        train = TrainConfig.from_node(_get(cfg, "train", None), "train")
-        speeds = worker_layout(_get(cfg, "hardware", None) or {}, has_sync=True)  # one parser for W and speeds
         workers = len(speeds)
-        strag = _get(cfg, "hardware.stragglers", None)
-        if strag is not None and not hasattr(strag, "get"):
-            raise ConfigError(f"hardware.stragglers={strag!r} must be a mapping {{probability: P, slowdown: K}}")
-        p = number(_get(strag, "probability", 0.0), "hardware.stragglers.probability") if strag is not None else 0.0
-        k = number(_get(strag, "slowdown", 1.0), "hardware.stragglers.slowdown") if strag is not None else 1.0
-        if not 0.0 <= p <= 1.0 or k < 1.0:
-            raise ConfigError(f"hardware.stragglers needs probability in [0,1], slowdown >= 1 (got {p}, {k})")
-        emulated = _num(cfg, "hardware.emulated_step_s", None, float)
-        if emulated is not None and not emulated > 0:
-            raise ConfigError(f"hardware.emulated_step_s={emulated:g} must be > 0")
-        network = _plain(_get(cfg, "hardware.network", None))
-        hostfile = c.hostfile
-        if _get(cfg, "hardware.netlab", None):  # an emulated cluster: its hostfile and its links
-            from orchestrator.hardware import netlab
-
-            lab = netlab.require(_get(cfg, "hardware.netlab", None))
-            hostfile = hostfile or str(lab.hostfile)
-            network = {**(network or {}), **netlab.network_config(lab, workers, server=strategy.uses_server)}
-        Network.from_cfg(network, workers)  # validate now: one-line errors before any run starts
-        changes = parse_speed_changes(_plain(_get(cfg, "hardware.speed_changes", None)), workers)
-        t0, t1 = c.step_overhead_s, c.per_sample_s
-        if (t0 is None) != (t1 is None):
-            raise ConfigError(f"sync.step_overhead_s={t0} / sync.per_sample_s={t1}: give both (or neither)")
-        shards = opt("shards")     # its schema (ServerSyncConfig) has checked it: auto, colocated or an integer >= 1
-        if shards == "auto":   # the measured better placement where it is modelled (docs/benchmarks/sync_shards.md)
-            shards = "colocated" if c.runtime == "virtual" and strategy.uses_server and workers > 1 else 1
-        colocated = shards == "colocated"
-        shards = workers if colocated else int(float(shards))
-        if c.runtime != "virtual" and strategy.uses_server and (colocated or shards > 1):
-            raise ConfigError(f"sync.shards={opt('shards')} is modelled on sync.runtime=virtual only (under MPI the "
-                              "server is one rank)")
-        dc = float(opt("delay_compensation"))
-        if opt("push_lr") is None:
-            raise ConfigError("sync.push_lr=null is not accepted (scaled, lr, lr/staleness, or a number > 0)")
-        if train.lr_scaling == "adascale" and train.batch_policy != "adaptive":
-            raise ConfigError(f"train.lr_scaling=adascale needs train.batch_policy=adaptive (its gain comes from the "
-                              f"noise scale the adaptive batch measures), not {train.batch_policy}")
-        if train.batch_policy == "adaptive":
-            if strategy.uses_server:
-                raise ConfigError(f"train.batch_policy=adaptive needs a collective strategy (allreduce, backup, ...): "
-                                  f"sync={name} is a parameter server, whose pushes have no round to measure it on")
-            if workers < 2:
-                raise ConfigError("train.batch_policy=adaptive needs hardware.workers >= 2 (the noise scale is measured "
-                                  "from the workers' gradients)")
-        out = cls(name=name, runtime=c.runtime, workers=workers, speeds=speeds, straggler_p=p, straggler_slowdown=k,
-                   staleness=float(strategy.staleness_bound()), push_lr=opt("push_lr"), balance=c.balance,
-                   balance_every=c.balance_every, dynamic_staleness=bool(opt("dynamic_staleness")),
-                   max_staleness=float(opt("max_staleness")), lr_rule=train.lr_scaling,
-                   warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
-                   global_batch_max=train.global_batch_max, adaptive_min_batch=train.adaptive_min_batch,
-                   adaptive_max_batch=train.adaptive_max_batch, adaptive_every=train.adaptive_every,
-                   adaptive_ema=train.adaptive_ema, adaptive_noise=train.adaptive_noise,
-                   base_time_s=c.base_time_s, step_overhead_s=t0, per_sample_s=t1, shards=shards, colocated=colocated,
-                   overlap=bool(c.overlap), network=network, jitter_sigma=parse_jitter(_get(cfg, "hardware.jitter", None)),
-                   speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in changes], emulated_step_s=emulated,
-                   timeout_s=float(c.timeout_s), hostfile=hostfile, delay_compensation=dc,
-                   delay_compensation_mode=str(opt("delay_compensation_mode")))
+        network, hostfile = _links(hardware, c.hostfile, workers, strategy.uses_server)
+        _check_across(c, train, strategy, name, workers)
+        shards, colocated = _shards(c, opt("shards"), strategy.uses_server, workers)
+        out = cls(name=name, runtime=c.runtime, workers=workers, speeds=speeds,
+                  straggler_p=hardware.stragglers.probability, straggler_slowdown=hardware.stragglers.slowdown,
+                  staleness=float(strategy.staleness_bound()), push_lr=opt("push_lr"), balance=c.balance,
+                  balance_every=c.balance_every, dynamic_staleness=bool(opt("dynamic_staleness")),
+                  max_staleness=float(opt("max_staleness")), lr_rule=train.lr_scaling,
+                  warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
+                  global_batch_max=train.global_batch_max, adaptive_min_batch=train.adaptive_min_batch,
+                  adaptive_max_batch=train.adaptive_max_batch, adaptive_every=train.adaptive_every,
+                  adaptive_ema=train.adaptive_ema, adaptive_noise=train.adaptive_noise,
+                  base_time_s=c.base_time_s, step_overhead_s=c.step_overhead_s, per_sample_s=c.per_sample_s,
+                  shards=shards, colocated=colocated, overlap=bool(c.overlap), network=network,
+                  jitter_sigma=hardware.jitter_sigma,
+                  speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in hardware.speed_changes],
+                  emulated_step_s=hardware.emulated_step_s, timeout_s=float(c.timeout_s), hostfile=hostfile,
+                  delay_compensation=float(opt("delay_compensation")),
+                  delay_compensation_mode=str(opt("delay_compensation_mode")))
         if out.batch_policy == "adaptive":
             out.adaptive_range(train.batch_size)   # a bad range is one line before the run
         return out
 
 
-JITTER_DISTRIBUTIONS = ("lognormal",)
+def _group(cfg: Any, name: str) -> Any:
+    """The trial config's group ``name`` (a DictConfig, a dict, an object with the attribute, or None)."""
+    if cfg is None:
+        return None
+    return cfg.get(name, None) if hasattr(cfg, "get") else getattr(cfg, name, None)
 
 
-def parse_jitter(node: Any) -> float:
-    """``hardware.jitter: {distribution: lognormal, sigma: S}``: every compute time is multiplied by an
-    independent ``exp(S Z - S^2 / 2)``, ``Z ~ N(0, 1)``: a lognormal factor of mean 1 (the mean step time
-    stays, its spread grows with S; the median factor is ``exp(-S^2/2)``, the 99th percentile
-    ``exp(2.33 S - S^2/2)``). Step times of shared clusters are right-skewed, and a lognormal is the usual
-    fit (Dutta et al. 2018, "Slow and stale gradients can win the race"). Returns S (0: no jitter)."""
-    if node is None:
-        return 0.0
-    if not hasattr(node, "get"):
-        raise ConfigError(f"hardware.jitter={node!r} must be a mapping {{distribution: lognormal, sigma: S}}")
-    unknown = sorted(set(node.keys()) - {"distribution", "sigma"})
-    if unknown:
-        raise ConfigError(f"unknown key hardware.jitter.{unknown[0]} (hardware.jitter accepts: distribution, sigma)")
-    dist = str(node.get("distribution", "lognormal"))
-    if dist not in JITTER_DISTRIBUTIONS:
-        raise ConfigError(f"hardware.jitter.distribution={dist!r} is not one of {', '.join(JITTER_DISTRIBUTIONS)}")
-    sigma = number(node.get("sigma", 0.0), "hardware.jitter.sigma")
-    if not 0.0 <= sigma <= 5.0:
-        raise ConfigError(f"hardware.jitter.sigma={sigma:g} must be in [0, 5]")
-    return float(sigma)
+def _links(hardware: DataParallelHardware, hostfile: str | None, workers: int, server: bool) -> tuple[dict | None, str | None]:
+    """``hardware.network`` (plain) and the MPI hostfile; an emulated cluster (``hardware.netlab``) adds its
+    links and its hostfile. The links are checked now: one-line errors before any run starts."""
+    from orchestrator.sync.costmodel import Network
+
+    network = hardware.network
+    if hardware.netlab:
+        from orchestrator.hardware import netlab
+
+        lab = netlab.require(hardware.netlab)
+        hostfile = hostfile or str(lab.hostfile)
+        network = {**(network or {}), **netlab.network_config(lab, workers, server=server)}
+    Network.from_cfg(network, workers)   # costmodel parses hardware.network (it needs W)
+    return network, hostfile
+
+
+def _check_across(c: SyncConfig, train: TrainConfig, strategy: Any, name: str, workers: int) -> None:
+    """What no single schema can check: keys that must agree across ``sync`` and ``train``."""
+    if (c.step_overhead_s is None) != (c.per_sample_s is None):
+        raise ConfigError(f"sync.step_overhead_s={c.step_overhead_s} / sync.per_sample_s={c.per_sample_s}: "
+                          "give both (or neither)")
+    if getattr(c, "push_lr", "scaled") is None:
+        raise ConfigError("sync.push_lr=null is not accepted (scaled, lr, lr/staleness, or a number > 0)")
+    if train.lr_scaling == "adascale" and train.batch_policy != "adaptive":
+        raise ConfigError(f"train.lr_scaling=adascale needs train.batch_policy=adaptive (its gain comes from the "
+                          f"noise scale the adaptive batch measures), not {train.batch_policy}")
+    if train.batch_policy == "adaptive":
+        if strategy.uses_server:
+            raise ConfigError(f"train.batch_policy=adaptive needs a collective strategy (allreduce, backup, ...): "
+                              f"sync={name} is a parameter server, whose pushes have no round to measure it on")
+        if workers < 2:
+            raise ConfigError("train.batch_policy=adaptive needs hardware.workers >= 2 (the noise scale is measured "
+                              "from the workers' gradients)")
+
+
+def _shards(c: SyncConfig, shards: Any, server: bool, workers: int) -> tuple[int, bool]:
+    """``sync.shards`` (its schema has checked it: auto, colocated or an integer >= 1) resolved: the number of
+    parameter-server shards and whether they sit on the workers' links."""
+    given = shards
+    if shards == "auto":   # the measured better placement where it is modelled (docs/benchmarks/sync_shards.md)
+        shards = "colocated" if c.runtime == "virtual" and server and workers > 1 else 1
+    colocated = shards == "colocated"
+    count = workers if colocated else int(float(shards))
+    if c.runtime != "virtual" and server and (colocated or count > 1):
+        raise ConfigError(f"sync.shards={given} is modelled on sync.runtime=virtual only (under MPI the "
+                          "server is one rank)")
+    return count, colocated
 
 
 def jitter_factor(rng: Any, sigma: float) -> float:
@@ -244,22 +222,6 @@ def tracked_settings(strategy: Any, opts: SyncOptions, settings):
     return dataclasses.replace(settings, eval_every=max(1, round(settings.eval_every / k)),
                                budget_updates=None if settings.budget_updates is None
                                else max(1, math.ceil(settings.budget_updates / k)))
-
-
-def _num(cfg: Any, key: str, default: Any, typ: type, minimum: float | None = None) -> Any:
-    val = _get(cfg, key, None)
-    name = key if key.startswith(("train.", "hardware.")) else "sync." + key  # bare keys are read from sync.*
-    if val is None:
-        return default
-    if isinstance(val, bool):
-        raise ConfigError(f"{name}={val!r} is not a number")
-    try:
-        out = typ(val)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}={val!r} is not a {'number' if typ is float else 'integer'}") from None
-    if minimum is not None and out < minimum:
-        raise ConfigError(f"{name}={val!r} must be >= {minimum:g}")
-    return out
 
 
 def lr_multiplier(rule: str, ratio: float, noise: float | None = None) -> float:

@@ -20,7 +20,7 @@ from orchestrator.sync.strategy import SyncStrategy
 def train(strategy: SyncStrategy, ctx: TrainContext) -> TrainResult:
     """Train ``ctx.model`` on ``ctx.dataset`` with ``strategy`` on ``sync.runtime``; logs its ``sync.*``
     metrics and artifacts, and the reference's tags."""
-    opts = strategy.options(ctx.cfg)
+    opts = strategy.run_options(ctx.cfg)      # validated where the trial started (check_config)
     if ctx.cluster is not None:
         # The hardware adapter is the authority on how many workers there are and how fast each is
         # (it may derive speeds from the workers' devices and placed step times).

@@ -38,10 +38,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from orchestrator.config import plain
 from orchestrator.config.sync import ServerSyncConfig, SyncConfig
 from orchestrator.errors import ConfigError
 from orchestrator.execution.optim import Optimizer
-from orchestrator.sync.core import SyncOptions, _plain, push_weights, scaled_lr
+from orchestrator.sync.core import SyncOptions, push_weights, scaled_lr
 from orchestrator.sync.server import DelayCompensatedServer, ParameterServer, StalenessGate
 
 Gradient = Callable[[np.ndarray], np.ndarray]   # parameters -> gradient of the next batch of this worker
@@ -155,7 +156,14 @@ class SyncStrategy(ABC):
             from orchestrator.sync.limits import check_mpi_ranks
 
             check_mpi_ranks(self, opts, self.cfg_sync)
+        self._checked = (cfg, opts)
         return opts
+
+    def run_options(self, cfg: Any) -> SyncOptions:
+        """The options ``check_config`` validated where the trial started, when ``cfg`` is that very config
+        (validated once, passed down); else ``options(cfg)``."""
+        checked = getattr(self, "_checked", None)
+        return checked[1] if checked is not None and checked[0] is cfg else self.options(cfg)
 
 
 class CollectiveStrategy(SyncStrategy):
@@ -262,7 +270,7 @@ def load_ref(ref: str) -> type[SyncStrategy]:
 
 def plain_cfg(cfg_sync: Any) -> dict:
     """The ``sync`` node as a plain dict (what MPI ranks rebuild the strategy from)."""
-    node = _plain(cfg_sync)
+    node = plain(cfg_sync)
     return dict(node) if isinstance(node, Mapping) else {}
 
 
