@@ -39,10 +39,9 @@ class DeviceLike(Protocol):
     def kind(self) -> str: ...
     @property
     def profile(self) -> str: ...
-    @property
-    def peak_flops(self) -> float: ...
-    @property
-    def mem_bandwidth(self) -> float: ...
+    def roofline_s(self, flops: float, bytes_accessed: float) -> float:
+        """Seconds of a node with no measured cost (the roofline, computed by ``hardware.cost``)."""
+        ...
 
 
 @dataclass
@@ -166,7 +165,7 @@ class OpGraph:
                 return float(node.cost[key] * self.time_unit_s)
         if node.flops == 0 and node.bytes_accessed == 0:
             return 0.0
-        return max(node.flops / device.peak_flops, node.bytes_accessed / device.mem_bandwidth)
+        return device.roofline_s(node.flops, node.bytes_accessed)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.hardware.cost import roofline_s
+
 
 @dataclass
 class Device:
@@ -27,6 +29,10 @@ class Device:
     @property
     def is_real(self) -> bool:
         return self.tf_device is not None
+
+    def roofline_s(self, flops: float, bytes_accessed: float) -> float:
+        """Seconds of a node with no measured cost on this device (``cost.roofline_s``)."""
+        return roofline_s(flops, bytes_accessed, self.peak_flops, self.mem_bandwidth)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ the other. Two kinds:
   ``multizone_bandwidths_het.json`` / ``intra_node_bandwidths.json``), capped at the fit's measured
   maximum and floored at 1% of it, so that an extrapolated fit never goes to zero or negative.
 
-Collectives on top of any link (formulas in docs/plans.md):
+Both compute their time with the cost core's hop (``cost.hop_s``). Collectives on top of any link
+(formulas in docs/plans.md):
 
 - ring all-reduce of ``n`` bytes over ``k`` members: ``2 (k-1) * t(n / k)`` (Patarasuk and Yuan 2009:
   reduce-scatter then all-gather, ``k-1`` steps each, every step moves ``n/k`` bytes on every link);
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GB = 1e9
+from orchestrator.hardware.cost import GB, hop_s
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,10 @@ class ConstantLink:
 
     def time(self, nbytes):
         if isinstance(nbytes, np.ndarray):
-            return np.where(nbytes > 0, self.latency_s + nbytes / self.bandwidth, 0.0)
+            return np.where(nbytes > 0, hop_s(self.latency_s, nbytes, self.bandwidth), 0.0)
         if nbytes <= 0:
             return 0.0
-        return self.latency_s + nbytes / self.bandwidth
+        return hop_s(self.latency_s, nbytes, self.bandwidth)
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,10 @@ class FittedLink:
     def time(self, nbytes):
         if isinstance(nbytes, np.ndarray):
             safe = np.where(nbytes > 0, nbytes, 1.0)
-            return np.where(nbytes > 0, self.latency_s + safe / self.bandwidth_at(safe), 0.0)
+            return np.where(nbytes > 0, hop_s(self.latency_s, safe, self.bandwidth_at(safe)), 0.0)
         if nbytes <= 0:
             return 0.0
-        return self.latency_s + nbytes / self.bandwidth_at(nbytes)
+        return hop_s(self.latency_s, nbytes, self.bandwidth_at(nbytes))
 
 
 Link = ConstantLink | FittedLink

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.cost import GB
 from orchestrator.hardware.profiles import HardwareProfile, profile
 
 PCIE_LATENCY_S = 10e-6
@@ -106,7 +107,7 @@ def load_cluster_file(path: str | Path) -> Cluster:
         workers.append(Worker(f"worker-{name}", devs, links, host=name))
     net = data.get("network") or {}
     try:
-        bw, lat = float(net.get("bandwidth_GBps", 1.25)) * 1e9, float(net.get("latency_us", 50)) * 1e-6
+        bw, lat = float(net.get("bandwidth_GBps", 1.25)) * GB, float(net.get("latency_us", 50)) * 1e-6
     except (TypeError, ValueError, AttributeError):
         raise ConfigError(f"{path}: network needs numeric bandwidth_GBps and latency_us") from None
     return Cluster(str(data.get("name", Path(path).stem)), workers, simulated=True, network_bandwidth=bw,

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.cost import GB, GiB
 
-GB = 1e9
-GiB = 2 ** 30
 MEASURED_H200_FILE = Path(__file__).resolve().parent / "device_profiles" / "h200-measured.json"
 
 

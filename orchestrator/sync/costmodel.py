@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.cost import GBIT, FifoLink, hop_s, ring_allgather_s
 from orchestrator.hardware.links import ConstantLink, ring_allreduce_time
 
-GBIT = 1e9 / 8                       # bytes/s in one Gbit/s
+# GBIT (bytes in one Gbit) and FifoLink (a server shard's link) live in the cost core, importable from here too
 DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_US = 50.0
 
@@ -36,7 +37,8 @@ class LinkSpec:
     latency_s: float
 
     def time(self, nbytes: float) -> float:
-        return self.latency_s + nbytes / self.bandwidth
+        t: float = hop_s(self.latency_s, nbytes, self.bandwidth)
+        return t
 
 
 def _link(node: Any, key: str, default: LinkSpec) -> LinkSpec:
@@ -110,8 +112,7 @@ def allgather_s(nbytes: float, net: Network, workers: list[int] | None = None) -
     links = net.workers if workers is None else [net.workers[i] for i in workers]
     if len(links) <= 1 or nbytes <= 0:
         return 0.0
-    bw, lat = min(l.bandwidth for l in links), max(l.latency_s for l in links)
-    return (len(links) - 1) * (nbytes / bw + lat)
+    return ring_allgather_s(len(links), nbytes, min(l.bandwidth for l in links), max(l.latency_s for l in links))
 
 
 COLLECTIVES = ("ring_allreduce", "ring_allgather")
@@ -124,24 +125,6 @@ def collective_s(kind: str, nbytes: float, net: Network) -> float:
     if kind != "ring_allreduce":
         raise ConfigError(f"a strategy's collective={kind!r} is not one of {', '.join(COLLECTIVES)}")
     return allreduce_s(nbytes, net)
-
-
-@dataclass
-class FifoLink:
-    """One direction of a shared link: messages are served one at a time in arrival order."""
-
-    bandwidth: float
-    latency_s: float
-    free_at: float = 0.0
-    busy_s: float = 0.0
-
-    def send(self, now: float, nbytes: float) -> float:
-        """A message arriving at ``now``; returns when its last byte left the link (queueing included)."""
-        start = max(now, self.free_at)
-        service = nbytes / self.bandwidth
-        self.free_at = start + service
-        self.busy_s += service
-        return self.free_at + self.latency_s
 
 
 @dataclass

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from orchestrator.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
+from orchestrator.hardware.cost import inputs_s
 from orchestrator.placement.learn.policy_kernel import decode_kernel
 from orchestrator.placement.simulate.sim_kernel import HAVE_NUMBA
 
@@ -179,8 +180,8 @@ def rollout_numpy(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str
             pd = dev[:, ps]                                      # [B, m]
             placed = pd >= 0
             pdc = np.maximum(pd, 0)
-            comm = (di.in_n[lo:hi, None] * di.lat[pdc] + di.in_bytes[lo:hi, None] * di.inv_bw[pdc]
-                    + di.in_fixed[lo:hi, None] * di.hops[pdc])   # [B, m, D]
+            comm = inputs_s(di.in_n[lo:hi, None], di.lat[pdc], di.in_bytes[lo:hi, None], di.inv_bw[pdc],
+                            di.in_fixed[lo:hi, None], di.hops[pdc])   # [B, m, D]
             comm = np.where(placed[:, :, None], comm, 0.0)
             arrival = np.where(placed[:, :, None], fin[:, ps][:, :, None] + comm, 0.0).max(axis=1)
             cin = comm.sum(axis=1)

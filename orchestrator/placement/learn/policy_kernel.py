@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from orchestrator.graph.arrays import BoolArray, F32Array, FloatArray, IntArray
+from orchestrator.hardware.cost import inputs_nb
 from orchestrator.placement.graph.kernels import njit
 
 
@@ -62,7 +63,7 @@ def decode_kernel(order: IntArray, cost: FloatArray, in_ptr: IntArray, in_src: I
                 has = True
                 fp = fin[b, in_src[j]]
                 for d in range(D):
-                    cm = in_n[j] * lat[pd, d] + in_bytes[j] * inv_bw[pd, d] + in_fixed[j] * hops[pd, d]
+                    cm = inputs_nb(in_n[j], lat[pd, d], in_bytes[j], inv_bw[pd, d], in_fixed[j], hops[pd, d])
                     comm[j - lo, d] = cm
                     arrival[d] = max(arrival[d], fp + cm)
                     cin[d] += cm

@@ -31,6 +31,7 @@ import numpy.typing as npt
 from orchestrator.graph.arrays import FloatArray
 from orchestrator.graph.opgraph import OpGraph, original_edges
 from orchestrator.hardware.cluster import Worker
+from orchestrator.hardware.cost import hop_or_fixed_array, hop_or_fixed_s
 from orchestrator.placement.simulate.simulator import Simulator
 
 
@@ -72,6 +73,13 @@ class LoadModel:
                 ls = self.sim.route_link[self.sim.route_ptr[r]:self.sim.route_ptr[r + 1]]
                 self.routes[a, b, :len(ls)] = ls
 
+    def hop_s(self, u: int, l: int) -> float:
+        """Seconds of node ``u``'s output over link ``l`` (0 for no link, -1): the edge's fixed cost, else
+        latency + bytes / bandwidth (the hop ``loads`` charges)."""
+        if l < 0:
+            return 0.0
+        return float(hop_or_fixed_s(self.fixed[u], self.link_lat[l], self.nbytes[u], self.link_bw[l]))
+
     def loads(self, assign: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
         """(load per device, busy time per link channel), in seconds per sample."""
         a = np.asarray(assign, dtype=np.int64)
@@ -89,7 +97,7 @@ class LoadModel:
                 key = np.unique(uu[keep] * self.n_links + ll[keep])     # one tensor per (node, link)
                 uu, ll = key // self.n_links, key % self.n_links
                 f = self.fixed[uu]
-                hop = np.where(f >= 0, f, self.link_lat[ll] + self.nbytes[uu] / self.link_bw[ll])
+                hop = hop_or_fixed_array(f, self.link_lat[ll], self.nbytes[uu], self.link_bw[ll])
                 for ends in (self.link_src[ll], self.link_dst[ll]):
                     ok = ends >= 0
                     load += np.bincount(ends[ok], weights=hop[ok], minlength=self.nd)

@@ -49,6 +49,7 @@ from orchestrator.graph.arrays import FloatArray, IntArray
 from orchestrator.graph.opgraph import OpGraph, original_edges
 from orchestrator.hardware.cluster import Worker
 from orchestrator.hardware.contention import SharedCores
+from orchestrator.hardware.cost import hop_or_fixed_s
 from orchestrator.placement.simulate.inflight import (
     SCHEDULES,
     B,
@@ -159,7 +160,7 @@ class MicrobatchSchedule:
             hops: list[tuple[int, float]] = []
             for h in range(self.sim.route_ptr[r], self.sim.route_ptr[r + 1]):
                 link = self.sim.route_link[h]
-                t = fixed if fixed >= 0 else self.sim.link_lat[link] + nbytes / self.sim.link_bw[link]
+                t = hop_or_fixed_s(fixed, self.sim.link_lat[link], nbytes, self.sim.link_bw[link])
                 hops.append((int(self.sim.link_chan[link]), float(t)))
             ok: set[int] = set()
             for pv in consumers:

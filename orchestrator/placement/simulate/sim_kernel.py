@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.graph.arrays import FloatArray, IntArray
+from orchestrator.hardware.cost import hop_or_fixed_nb
 
 # run_step's result: (makespan, start, finish, busy, tx, n_tx)
 StepArrays = tuple[float, FloatArray, FloatArray, FloatArray, FloatArray, int]
@@ -128,11 +129,7 @@ def run_step(dev: IntArray, cost: FloatArray, succ_ptr: IntArray, succ_idx: IntA
                     l = route_link[h]
                     ch = link_chan[l]
                     s = max(at, chan_free[ch])
-                    if need_f[dv] >= 0.0:
-                        dur = need_f[dv]
-                    else:
-                        dur = link_lat[l] + need_b[dv] / link_bw[l]
-                    at = s + dur
+                    at = s + hop_or_fixed_nb(need_f[dv], link_lat[l], need_b[dv], link_bw[l])
                     chan_free[ch] = at
                     if record and n_tx < max_tx:
                         tx[n_tx, 0] = u

@@ -226,14 +226,8 @@ def solve(prob: PlacementProblem, model: LoadModel | None = None, upper: float =
     senders = sorted(sm)
     deg = {u: len(sm[u]) for u in senders}
 
-    def hop(u: int, l: int) -> float:
-        if l < 0:
-            return 0.0
-        f = model.fixed[u]
-        return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
-
-    send = {u: [hop(u, links[c][0]) for c in range(nc)] for u in senders}
-    recv = {u: [hop(u, links[c][1]) for c in range(nc)] for u in senders}
+    send = {u: [model.hop_s(u, links[c][0]) for c in range(nc)] for u in senders}
+    recv = {u: [model.hop_s(u, links[c][1]) for c in range(nc)] for u in senders}
     inside: list[list[int]] = [[] for _ in range(n_sup)]
     pred_senders: list[list[int]] = [[] for _ in range(n_sup)]
     for u in senders:

@@ -12,6 +12,7 @@ import numpy as np
 
 from orchestrator.errors import ConfigError
 from orchestrator.graph.arrays import FloatArray, IntArray
+from orchestrator.hardware.cost import path_or_fixed_array
 from orchestrator.placement.graph.kernels import upward_rank
 from orchestrator.placement.solve.contiguous import solve
 from orchestrator.placement.solve.list_kernel import run_list_schedule
@@ -60,8 +61,7 @@ def mean_comm_all(prob: PlacementProblem) -> FloatArray:
     denom = max(1, nd * (nd - 1))
     for lo in range(0, len(out), 8192):
         f, b = s.succ_fixed[lo:lo + 8192], s.succ_bytes[lo:lo + 8192]
-        m = np.where((f >= 0)[:, None, None], prob.hops[None] * f[:, None, None],
-                     prob.lat[None] + b[:, None, None] * prob.inv_bw[None])
+        m = path_or_fixed_array(f[:, None, None], prob.hops[None], prob.lat[None], b[:, None, None], prob.inv_bw[None])
         out[lo:lo + len(f)] = m.reshape(len(f), nd * nd).sum(axis=1) / denom
     return out
 

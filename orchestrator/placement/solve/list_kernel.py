@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.graph.arrays import BoolArray, FloatArray, IntArray
+from orchestrator.hardware.cost import inverse_bandwidth_nb, path_or_fixed_nb
 from orchestrator.placement.graph.kernels import njit
 
 
@@ -38,8 +39,9 @@ def _arrival(u: int, d: int, dev: IntArray, finish: FloatArray, free: FloatArray
             for h in range(route_ptr[r], route_ptr[r + 1]):
                 l = route_link[h]
                 ch = link_chan[l]
-                inv_bw = 1.0 / link_bw[l]
-                at = max(at, free[ch]) + (f if f >= 0 else link_lat[l] + succ_bytes[k] * inv_bw)
+                # one link as a route of one hop: the same floats as the per-device-pair tables
+                at = max(at, free[ch]) + path_or_fixed_nb(f, 1.0, link_lat[l], succ_bytes[k],
+                                                          inverse_bandwidth_nb(link_bw[l]))
                 free[ch] = at
             if commit and dp != d:
                 sent[p, d] = at

@@ -155,10 +155,7 @@ def group_feeds(prob: PlacementProblem, model: LoadModel) -> dict[int, set[int]]
 def hop_s(model: LoadModel, u: int, l: int) -> float:
     """Seconds of node u's output over link l (0 for no link, -1): the edge's fixed cost, else
     latency + bytes / bandwidth (``load.LoadModel``'s hop)."""
-    if l < 0:
-        return 0.0
-    f = model.fixed[u]
-    return float(f) if f >= 0 else float(model.link_lat[l] + model.nbytes[u] / model.link_bw[l])
+    return model.hop_s(u, l)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from orchestrator.graph.arrays import FloatArray, IntArray
 from orchestrator.graph.opgraph import OpGraph
 from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Worker
+from orchestrator.hardware.cost import GiB, path_or_fixed_s, path_tables
 from orchestrator.placement.graph.kernels import predecessors_csr
 from orchestrator.placement.simulate.simulator import Simulator
 
@@ -78,13 +79,13 @@ class PlacementProblem:
             caps = self.pool_cap[self.pool_of[self.allowed[a]]]
             if need > caps.max():
                 raise InfeasiblePlacementError(
-                    f"{name!r} needs {need / 2**30:.2f} GiB, more than any device it may run on "
-                    f"(largest {caps.max() / 2**30:.2f} GiB)")
+                    f"{name!r} needs {need / GiB:.2f} GiB, more than any device it may run on "
+                    f"(largest {caps.max() / GiB:.2f} GiB)")
         total = self.sim.resident.sum() + self.sim.temp.max(initial=0.0)
         if total > self.pool_cap.sum():
             raise InfeasiblePlacementError(
-                f"{g.name}: needs {total / 2**30:.2f} GiB, worker {self.worker.name!r} has "
-                f"{self.pool_cap.sum() / 2**30:.2f} GiB in all; no placement fits")
+                f"{g.name}: needs {total / GiB:.2f} GiB, worker {self.worker.name!r} has "
+                f"{self.pool_cap.sum() / GiB:.2f} GiB in all; no placement fits")
 
     def overflow(self, assign: npt.ArrayLike) -> float:
         """Bytes over capacity less the headroom, summed over memory pools (0 when it fits)."""
@@ -135,18 +136,8 @@ class PlacementProblem:
 
     # -- transfers ----------------------------------------------------------------------------
     def _comm_tables(self) -> None:
-        s, nd = self.sim, self.nd
-        self.hops = np.zeros((nd, nd))
-        self.lat = np.zeros((nd, nd))
-        self.inv_bw = np.zeros((nd, nd))
-        for a in range(nd):
-            for b in range(nd):
-                r = a * nd + b
-                for h in range(s.route_ptr[r], s.route_ptr[r + 1]):
-                    l = s.route_link[h]
-                    self.hops[a, b] += 1
-                    self.lat[a, b] += s.link_lat[l]
-                    self.inv_bw[a, b] += 1.0 / s.link_bw[l]
+        s = self.sim
+        self.hops, self.lat, self.inv_bw = path_tables(self.nd, s.route_ptr, s.route_link, s.link_lat, s.link_bw)
 
     @cached_property
     def pred_csr(self) -> tuple[IntArray, IntArray, IntArray]:
@@ -163,17 +154,12 @@ class PlacementProblem:
 
     def comm_row(self, k: int, src_dev: int) -> FloatArray:
         """Transfer time of edge ``k`` (simulator index) from ``src_dev`` to every device, contention free."""
-        f: float = self.sim.succ_fixed[k]
-        row: FloatArray   # (numpy types a row of a 2-D array as Any)
-        if f >= 0:
-            row = self.hops[src_dev] * f
-            return row
-        row = self.lat[src_dev] + self.sim.succ_bytes[k] * self.inv_bw[src_dev]
+        row: FloatArray = path_or_fixed_s(self.sim.succ_fixed[k], self.hops[src_dev], self.lat[src_dev],
+                                          self.sim.succ_bytes[k], self.inv_bw[src_dev])
         return row
 
     def mean_comm(self, k: int) -> float:
-        f = self.sim.succ_fixed[k]
-        m = self.hops * f if f >= 0 else self.lat + self.sim.succ_bytes[k] * self.inv_bw
+        m = path_or_fixed_s(self.sim.succ_fixed[k], self.hops, self.lat, self.sim.succ_bytes[k], self.inv_bw)
         return float(m.sum() / max(1, self.nd * (self.nd - 1)))
 
 
