@@ -15,14 +15,14 @@ them, plus untwinned update nodes ``opt.*`` (cost 0) on cpu:0 after L0's update.
 [cpu:0, cpu:1], mini-batch (m + S - 1)(f + b) = 9 s under both schedules, 1F1B holding 2 micro-batches
 on stage 0 and 1 on stage 1. The zero-cost untwinned updates must change none of it.
 
-**The code on main gets it wrong** (``flow_position`` in orchestrator/placement/simulate/inflight.py): an update
+**The code on main got it wrong** (``flow_position`` in orchestrator/placement/simulate/inflight.py): an update
 node whose group has no forward node is placed after every forward node (``len(fwd) + k``), so it drags its
 device's mean flow position late. One such node on cpu:0 (position 7 against L0's 0) makes cpu:0's mean 1.75
 against cpu:1's 1.25: the stages become [cpu:1, cpu:0], the forward tensor L0 -> L1 and the gradient
 L1.grad -> L0.grad both run against the order (counted, not waited for), and the schedule reports 6 s per
 mini-batch instead of 9 (-33%), a bubble of 0 instead of 1/3, and under 1F1B charges cpu:0 one micro-batch in
-flight instead of two (its activation memory halved). Those cases are marked xfail(strict): they pass, and
-must lose the mark, once the order ignores such nodes (or places them at their predecessors' position)."""
+flight instead of two (its activation memory halved). ``flow_position`` now places such an update node at its
+predecessors' latest position, and these cases pass."""
 
 import numpy as np
 import pytest
@@ -32,9 +32,7 @@ from orchestrator.hardware.cluster import Device, Link, Worker
 from orchestrator.placement.simulate.inflight import F, U, flow_position, in_flight_counts, phase_of, stage_order
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule
 
-BUG = pytest.mark.xfail(strict=True, reason="flow_position puts an untwinned update node after every forward node, "
-                        "which flips the stage order (see the module docstring)")
-CASES = [0, pytest.param(1, marks=BUG), pytest.param(3, marks=BUG)]
+CASES = [0, 1, 3]
 # the untwinned update nodes: no group, and a group no forward node carries (Adam's beta powers)
 UNTWINNED = [("opt.step", None), ("opt.beta1_power", "adam"), ("opt.beta2_power", "adam")]
 

@@ -51,7 +51,10 @@ def phase_of(graph: OpGraph) -> IntArray:
 
 def flow_position(graph: OpGraph) -> FloatArray:
     """Position of each node in the forward flow: forward nodes in topological order; a backward or
-    update node at its group's forward node (else after every forward node)."""
+    update node at its group's forward node. Without a forward twin, a backward node comes after every
+    forward node, and an update node (an optimizer's step counter, Adam's beta powers) at the latest of
+    its predecessors: it runs once per mini-batch and moves nothing between stages, so it must not pull
+    its device later in the stage order (tests/test_stage_order.py)."""
     phase = phase_of(graph)
     topo = graph.topological_order()
     pos = np.zeros(len(graph.nodes))
@@ -62,9 +65,15 @@ def flow_position(graph: OpGraph) -> FloatArray:
         g = graph.nodes[i].group
         if g is not None:
             at_group.setdefault(g, float(k))
+    preds = graph.predecessors()
     for k, i in enumerate(i for i in topo if phase[i] != F):
         g = graph.nodes[i].group
-        pos[i] = at_group.get(g, len(fwd) + k) if g is not None else len(fwd) + k
+        if g is not None and g in at_group:
+            pos[i] = at_group[g]
+        elif phase[i] == U and preds[i]:
+            pos[i] = max(pos[p] for p in preds[i])
+        else:
+            pos[i] = len(fwd) + k
     return pos
 
 
