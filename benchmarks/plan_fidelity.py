@@ -24,7 +24,6 @@ from orchestrator.errors import UserError  # noqa: E402
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
 from orchestrator.planning.sailor import SailorSimulator  # noqa: E402
 from orchestrator.planning.simulator import ProjectSimulator  # noqa: E402
-from orchestrator.schedules import schedule  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "workloads" / "sailor"
 
@@ -104,7 +103,7 @@ def fit(root: Path) -> None:
             sz = profile.layer_sizes(s.replicas[0].tp)
             P = sum(sz.params[layer] for layer in s.layers)
             A = (sum(sz.act_mem[layer] for layer in s.layers) * plan.mbs * profile.float_bytes
-                 * schedule(plan.schedule).in_flight(m, len(p.stages), si))
+                 * plan.schedule.in_flight(m, len(p.stages), si))
             if P * 16 + A > best[0] * 16 + best[1]:
                 best = (P, A)
         X.append([best[0], best[1], 1.0])

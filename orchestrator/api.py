@@ -7,6 +7,8 @@ extension point    registered with (``orchestrator.hookspecs``)           built 
 =================  =====================================================  =================================
 placer             ``orchestrator_placers() -> {name: "mod:Class"}``      ``Class(cfg.placer)``, ``Placer``
 planner            ``orchestrator_planners()``                            ``Class(cfg.planner)``, ``Planner``
+plan simulator     ``orchestrator_simulators()``                          ``Class()``, a subclass of
+                                                                          ``PlanSimulator``
 sync strategy      ``orchestrator_sync_strategies()``                     ``Class(cfg.sync)``, a subclass of
                                                                           ``CollectiveStrategy`` or
                                                                           ``ServerStrategy``
@@ -38,6 +40,7 @@ from orchestrator.placement.simulate.inflight import MicrobatchSpec
 from orchestrator.plan import GpuCluster, GpuType, LayeredProfile, Pipeline, Plan, Replica, Stage
 from orchestrator.planning.estimate import PlanEstimate, StageFigures
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
+from orchestrator.planning.simulators import PlanSimulator
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.server import ParameterServer, StalenessGate
 from orchestrator.sync.strategy import CollectiveStrategy, Round, ServerStrategy, SyncStrategy
@@ -51,7 +54,7 @@ __all__ = [
     "OpGraph", "Node", "Edge", "Placement", "PlacementContext", "PlacementOutcome", "MicrobatchSpec",
     "Cluster", "Worker", "Device", "Link",
     "Planner", "Plan", "Pipeline", "Stage", "Replica", "GpuCluster", "GpuType", "LayeredProfile", "PlanEstimate",
-    "StageFigures", "PlanEvaluator", "PlanObjective",
+    "StageFigures", "PlanEvaluator", "PlanObjective", "PlanSimulator",
     "UserError", "ConfigError", "InfeasiblePlacementError", "WorkloadError",
 ]
 

@@ -59,6 +59,12 @@ def orchestrator_planners() -> Mapping[str, Ref]:
 
 
 @hookspec
+def orchestrator_simulators() -> Mapping[str, Ref]:
+    """Plan simulators, ``{name: "module:Class"}`` (``planner.simulator=NAME``); ``Class()`` subclasses
+    ``orchestrator.api.PlanSimulator``: ``estimate`` and the rules the planners' search and bounds read."""
+
+
+@hookspec
 def orchestrator_models() -> Mapping[str, Ref]:
     """Model builders, ``{name: "module:function"}``; ``function(cfg)`` returns a ``ModelSpec``
     (see ``orchestrator.models``)."""

@@ -27,6 +27,7 @@ KINDS = {
     "hardware": "orchestrator_hardware_adapters",
     "model": "orchestrator_models",
     "planner": "orchestrator_planners",
+    "simulator": "orchestrator_simulators",
 }
 
 

@@ -2,7 +2,9 @@
 forward (F) and backward (B) tasks, and how many micro-batches' activations it holds at once. One
 definition serves the micro-batch simulator of placements (``placement.simulate.microbatch``), the real
 pipelined runtime (``execution.pipelined``, through ``task_order``) and the plan simulator
-(``planning.simulator``). A new schedule is a new subclass registered in ``SCHEDULES``.
+(``planning.simulator``, through the plan's ``schedule``). A new schedule is a new subclass registered in
+``SCHEDULES``; a name is resolved to its class once, where it is read (``schedule(name)``), and the
+schedule travels as an object from there.
 
 Stages are 0-based, ``S`` of them; micro-batches 0-based, ``m`` of them::
 
@@ -21,6 +23,15 @@ F, B, U = 0, 1, 2
 
 class PipelineSchedule(ABC):
     name: str = ""
+
+    def __eq__(self, other: object) -> bool:       # stateless: one schedule of a class is any other
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
     @abstractmethod
     def order(self, micro_batches: int, stages: int, stage: int) -> list[tuple[int, int]]:
@@ -60,12 +71,13 @@ class OneFOneB(PipelineSchedule):
         return max(1, min(micro_batches, stages - stage))
 
 
-SCHEDULES: dict[str, PipelineSchedule] = {s.name: s for s in (GPipe(), OneFOneB())}
+SCHEDULES: dict[str, type[PipelineSchedule]] = {cls.name: cls for cls in (GPipe, OneFOneB)}
 
 
 def schedule(name: str) -> PipelineSchedule:
+    """The schedule registered as ``name`` (an unknown name: a one-line ``ConfigError`` naming the known)."""
     try:
-        return SCHEDULES[name]
+        return SCHEDULES[name]()
     except KeyError:
         from orchestrator.errors import ConfigError
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from orchestrator.plan import GpuCluster, LayeredProfile
-from orchestrator.planning.column_bound import ExactColumns, _Columns
+from orchestrator.planning.column_bound import Columns, ExactColumns
 from orchestrator.planning.costs import Costs
 from orchestrator.planning.evaluator import simulator
 from orchestrator.planning.neighbour_bound import NeighbourColumns, links
@@ -58,7 +58,7 @@ def test_sends_between_neighbours_stay_below_the_exact_column_and_tighten_the_pl
     profile = LayeredProfile.from_directory(SAILOR, "OPT-350")
     cluster = GpuCluster.from_directory(SAILOR).with_gpus({"A100-40": 4, "V100-16": 8})
     mbs, m = 2, 16
-    cols = _Columns(profile, cluster, mbs)
+    cols = Columns(profile, cluster, mbs)
     plain = ExactColumns(cols)._tau(m)
     near = NeighbourColumns(profile, cluster, cols)
     assert near.neighbours
@@ -78,7 +78,7 @@ def test_sends_between_neighbours_stay_below_the_exact_column_and_tighten_the_pl
 def test_a_link_is_at_least_each_end_s_cheapest_send():
     profile = LayeredProfile.from_directory(SAILOR, "OPT-350")
     cluster = GpuCluster.from_directory(SAILOR).with_gpus({"A100-40": 8, "V100-16": 8})
-    cols = _Columns(profile, cluster, 2)
+    cols = Columns(profile, cluster, 2)
     link = links(profile, cluster, [(g, tp) for g, tp, *_ in cols.kinds], 2)
     own = np.array([float(k[3][1, 2]) / 2 for k in cols.kinds])
     assert (link >= own[:, None] - 1e-12).all() and (link >= own[None, :] - 1e-12).all()

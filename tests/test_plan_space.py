@@ -206,7 +206,8 @@ def test_no_plan_sailor_scores_honestly_reaches_issue_28s_target_on_128_plus_384
 
 
 def test_joint_tries_pipeline_classes_and_refuses_what_sailors_formula_under_charges(profile):
-    from orchestrator.planning.search import _neighbours, search
+    from orchestrator.planning.moves import neighbours
+    from orchestrator.planning.search import search
 
     cluster = _cluster({"A100-40": 8, "V100-16": 16})
     ev = PlanEvaluator(simulator("sailor"), profile, cluster, 1024)
@@ -214,7 +215,7 @@ def test_joint_tries_pipeline_classes_and_refuses_what_sailors_formula_under_cha
     assert est.fits and sailor_scores_honestly(plan, profile, cluster)
     assert stats["plan.class_plans_judged"] + stats["plan.class_plans_refused"] > 0
     # the local search offers a stage its own degree, on top of the moves of every stage at once
-    moves = list(_neighbours(plan, profile.num_layers, _cluster({"A100-40": 80, "V100-16": 160})))
+    moves = list(neighbours(plan, profile.num_layers, _cluster({"A100-40": 80, "V100-16": 160})))
     degrees = {tuple(s.dp for s in m.pipelines[0].stages) for m in moves}
     assert len(plan.pipelines[0].stages) > 1 and any(len(set(d)) > 1 for d in degrees)
     # the project's simulator runs each pipeline's batch: there two pipelines with their own shares win

@@ -17,16 +17,16 @@ class PlannerConfig(Schema):
     group = "planner"
 
     name: str = option("", "the planner plugin that runs (planner.name)")
-    simulator: str = option("project", "the cost model that judges plans: project (this project's, calibrated on "
-                            "measured GPU runs; docs/plans.md) | sailor (Sailor's published simulator, the anchor's "
-                            "own metric)", choices=("project", "sailor"))
+    simulator: str = option("project", "the cost model that judges plans, a registered plan simulator: project (this "
+                            "project's, calibrated on measured GPU runs; docs/plans.md) | sailor (Sailor's published "
+                            "simulator, the anchor's own metric) | a plugin's (orchestrator_simulators)")
     objective: str = option("throughput", "throughput (least s/iteration) | cost (least USD/iteration with at least "
                             "planner.min_samples_per_s) | budget (most samples/s within planner.max_usd_per_hour)",
                             choices=("throughput", "cost", "budget"))
     min_samples_per_s: float | None = option(None, "objective=cost: the throughput floor", gt=0)
     max_usd_per_hour: float | None = option(None, "objective=budget: the spending ceiling", gt=0)
     budget_s: float | None = option(None, "seconds of search at most (null: the planner's own limit)", gt=0)
-    compare_simulators: bool = option(True, "also log the plan's figure on the other simulator "
+    compare_simulators: bool = option(True, "also log the plan's figure on the other registered simulators "
                                       "(plan.iteration_s.sailor / plan.iteration_s.project)")
 
 

@@ -20,9 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.schedules import SCHEDULES, OneFOneB, PipelineSchedule
 
 FORMAT = "orchestrator.plan/1"
-SCHEDULES = ("1f1b", "gpipe")
+
+
+def plan_schedule(name: str) -> PipelineSchedule:
+    """The pipeline schedule a plan file names, from the registry (``orchestrator.schedules.SCHEDULES``)."""
+    if name not in SCHEDULES:
+        raise ConfigError(f"plan: unknown schedule {name!r} (known: {', '.join(SCHEDULES)})")
+    return SCHEDULES[name]()
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ class Plan:
     pipelines: list[Pipeline]
     mbs: int
     global_batch: int | None = None
-    schedule: str = "1f1b"
+    schedule: PipelineSchedule = field(default_factory=OneFOneB)   # the order of each stage's tasks
     meta: dict[str, Any] = field(default_factory=dict)   # extra fields of the file it was read from
 
     # -- derived ----------------------------------------------------------------------------------
@@ -117,8 +124,6 @@ class Plan:
         replica; every degree is >= 1. A violation is a one-line ``ConfigError``."""
         if self.mbs < 1:
             raise ConfigError(f"plan: micro-batch size {self.mbs} must be >= 1")
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"plan: unknown schedule {self.schedule!r} (known: {', '.join(SCHEDULES)})")
         if not self.pipelines:
             raise ConfigError("plan: no pipeline")
         for i, p in enumerate(self.pipelines):
@@ -170,7 +175,7 @@ class Plan:
                         groups.append({**row, "count": 1})
                 stages.append({"layers": [s.layers[0], s.layers[-1]], "replicas": groups})
             pipelines.append({"batch": p.batch, "stages": stages})
-        return {"format": FORMAT, "mbs": self.mbs, "global_batch": self.global_batch, "schedule": self.schedule,
+        return {"format": FORMAT, "mbs": self.mbs, "global_batch": self.global_batch, "schedule": self.schedule.name,
                 "pipelines": pipelines}
 
     @classmethod
@@ -189,7 +194,8 @@ class Plan:
                     stages.append(Stage(tuple(range(first, last + 1)), tuple(reps)))
                 pipelines.append(Pipeline(tuple(stages), None if p.get("batch") is None else int(p["batch"])))
             gb = doc.get("global_batch")
-            return cls(pipelines, int(doc["mbs"]), None if gb is None else int(gb), str(doc.get("schedule", "1f1b")))
+            return cls(pipelines, int(doc["mbs"]), None if gb is None else int(gb),
+                       plan_schedule(str(doc.get("schedule", OneFOneB.name))))
         except (KeyError, TypeError, ValueError) as exc:
             raise WorkloadError(f"{where}: not a plan in the {FORMAT} format ({type(exc).__name__}: {exc})"[:240]) from None
 
@@ -236,7 +242,7 @@ class Plan:
                 pipelines.append(Pipeline(tuple(stages), None if p.get("batch") is None else int(p["batch"])))
             meta = {k: v for k, v in doc.items() if k not in ("pipeline_list", "mbs")}
             gbs = doc.get("gbs")
-            return cls(pipelines, int(doc["mbs"]), None if gbs is None else int(gbs), "1f1b", meta)
+            return cls(pipelines, int(doc["mbs"]), None if gbs is None else int(gbs), OneFOneB(), meta)
         except WorkloadError:
             raise
         except (KeyError, TypeError, ValueError) as exc:

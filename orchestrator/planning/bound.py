@@ -4,16 +4,16 @@ memory-feasible replica can reach, as a linear program per micro-batch size, plu
 
 For a micro-batch size ``b`` (one per plan) and a GPU type ``g``:
 
-    cap(g, tp, b)   the most contiguous layers one replica of ``tp`` GPUs can hold (the memory rule of
-                    either simulator, whichever is looser, with one micro-batch in flight)
+    cap(g, tp, b)   the most contiguous layers one replica of ``tp`` GPUs can hold (the loosest memory
+                    rule of the registered simulators, with one micro-batch in flight)
     whole(g, tp, b) the whole model fits on one such replica (a one-stage pipeline: no sends)
     kappa(g, tp, b) the cheapest transfer of one activation (the smallest layer output) between such a
-                    replica and any replica of the cluster, on either simulator
+                    replica and any replica of the cluster, on any registered simulator
     e_l(g, b) = min over tp of tp / b x (fwd_l + bwd_l)(g, b, tp) + [not whole] kappa / cap   GPU-s per sample
     T*(b) = min T  s.t.  sum_g x_lg = 1,  x >= 0,  B sum_l e_l(g, b) x_lg <= N_g T   for every type g
     bound = min over b of T*(b) + min update_s
 
-Why it holds (both simulators, plans whose every stage runs its pipeline's micro-batches on its own
+Why it holds (both built-in simulators, plans whose every stage runs its pipeline's micro-batches on its own
 replicas): a replica of stage ``s`` is busy at least ``m (c_r + k_s)`` (``m`` its micro-batches, ``c_r``
 their forward and backward, ``k_s`` the transfers each costs it; Sailor's ``(m-1) max + sum`` and the
 project's schedule both contain it), and its micro-batches carry its share of the pipeline's samples. A
@@ -30,19 +30,24 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Replica
+from orchestrator.planning.simulators import simulators
 
 
 def lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
-    """The work bound, valid on both simulators (``sailor_bound.plan_bound``: the tighter one on Sailor's)."""
-    u_min = _min_update(profile, cluster)
-    t = min((work_lp(profile, cluster, global_batch, b) for b in _micro_batches(profile, cluster)), default=math.inf)
+    """The work bound, valid on both built-in simulators (``PlanSimulator.lower_bound``: the tightest one
+    each simulator knows for its own figure)."""
+    u_min = min_update(profile, cluster)
+    t = min((work_lp(profile, cluster, global_batch, b) for b in cluster_micro_batches(profile, cluster)), default=math.inf)
     return t + (u_min if math.isfinite(u_min) else 0.0)
 
-def _micro_batches(profile: LayeredProfile, cluster: GpuCluster) -> list[int]:
+
+def cluster_micro_batches(profile: LayeredProfile, cluster: GpuCluster) -> list[int]:
+    """The micro-batch sizes the profile has for some GPU type of the cluster."""
     return sorted({b for (g, _), n in cluster.gpus.items() if n > 0 for b in profile.micro_batches(g)})
 
 
-def _min_update(profile: LayeredProfile, cluster: GpuCluster) -> float:
+def min_update(profile: LayeredProfile, cluster: GpuCluster) -> float:
+    """The least optimizer step of any layer on any replica the cluster offers (inf: none)."""
     u = math.inf
     for (g, _), n in cluster.gpus.items():
         if n <= 0 or g not in profile.times:
@@ -55,16 +60,9 @@ def _min_update(profile: LayeredProfile, cluster: GpuCluster) -> float:
     return u
 
 
-def _simulators():
-    from orchestrator.planning.sailor import SailorSimulator
-    from orchestrator.planning.simulator import ProjectSimulator
-
-    return SailorSimulator(), ProjectSimulator()
-
-
 def capacity(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> tuple[int, bool]:
     """(the most contiguous layers a replica of ``tp`` GPUs of ``gpu`` holds at ``mbs``, whether it holds the
-    whole model), by the looser of the two simulators' memory rules with one micro-batch in flight."""
+    whole model), by the loosest of the simulators' memory rules with one micro-batch in flight."""
     L = profile.num_layers
     ok = stage_fits(profile, cluster, gpu, tp, mbs)
     span = np.arange(L + 1)[None, :] - np.arange(L + 1)[:, None]
@@ -74,14 +72,14 @@ def capacity(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mb
 
 def stage_fits(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> np.ndarray:
     """``ok[j, i]``: layers ``j .. i-1`` fit on one replica of ``tp`` GPUs of ``gpu`` at ``mbs`` by the looser of
-    the two simulators' memory rules, one micro-batch in flight."""
+    the registered simulators' memory rules, one micro-batch in flight."""
     L = profile.num_layers
     sizes = profile.layer_sizes(tp)
     p = np.concatenate([[0.0], np.cumsum(sizes.params)])
     a = np.concatenate([[0.0], np.cumsum(sizes.act_mem)])
     params, acts = p[None, :] - p[:, None], a[None, :] - a[:, None]
     ok = np.zeros((L + 1, L + 1), dtype=bool)
-    for sim in _simulators():
+    for sim in simulators():
         try:
             need, limit = sim.stage_memory(profile, tp, gpu, mbs, 1, 0, 1, cluster)
         except UserError:
@@ -92,11 +90,12 @@ def stage_fits(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, 
 
 def min_transfer(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> float:
     """The cheapest transfer of one activation (the smallest layer output at ``mbs``) from or to a replica of
-    ``tp`` GPUs of ``gpu``, over every partner replica the cluster offers and both simulators (>= 0)."""
+    ``tp`` GPUs of ``gpu``, over every partner replica the cluster offers and every simulator (>= 0)."""
     nbytes = min(profile.layer_sizes(1).act_output) * profile.float_bytes * mbs
     zone_of = {g: z for (g, z), n in cluster.gpus.items() if n > 0}
     me = Replica(gpu, tp, cluster.gpu_type(gpu).gpus_per_node, zone_of.get(gpu, cluster.zone))
     best = math.inf
+    sims = simulators()
     for (g, z), n in cluster.gpus.items():
         if n <= 0:
             continue
@@ -105,7 +104,7 @@ def min_transfer(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int
             if t > per_node:
                 break
             other = Replica(g, t, per_node, z)
-            for sim in _simulators():
+            for sim in sims:
                 for a, b in ((me, other), (other, me)):
                     try:
                         x = float(np.asarray(sim.boundary_time(a, b, nbytes, cluster)))
@@ -166,7 +165,8 @@ def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs
     return float(res.x[-1])
 
 
-def _kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int):
+def replica_kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int):
+    """The (GPU type, TP degree) of every replica the cluster offers at ``mbs`` (a TP group in one machine)."""
     for (g, _), n in cluster.gpus.items():
         if n <= 0 or g not in profile.times or mbs not in profile.times[g]:
             continue

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from orchestrator.plan import GpuCluster, LayeredProfile
-from orchestrator.planning.bound import _kinds, min_transfer, stage_fits
+from orchestrator.planning.bound import min_transfer, replica_kinds, stage_fits
 
 STEP = 1.01          # the grid of thresholds: the bound gives away at most this factor
 COARSE_STEP = 1.02   # the grid of ColumnTimes and ExactColumns
@@ -37,7 +37,7 @@ CELLS = 1500         # ExactColumns' box for three or more GPU types: at most th
 BOX_CELLS = 1200     # and for one or two, sized per column count (column_box)
 
 
-class _Columns:
+class Columns:
     """What both bounds share at one micro-batch size: the kinds (g, tp) with their prefix layer times,
     ``kappa`` and memory, the grid of thresholds, and where each stage starts to run within it."""
 
@@ -45,7 +45,7 @@ class _Columns:
         self.L = L = profile.num_layers
         self.mbs = mbs
         self.kinds = []
-        for g, tp in _kinds(profile, cluster, mbs):
+        for g, tp in replica_kinds(profile, cluster, mbs):
             t = np.concatenate([[0.0], np.cumsum([f + bw for f, bw, _ in profile.layer_times(g, mbs, tp)])])
             # Sailor's sends per micro-batch (SailorSimulator.send_factors): a first stage one, every other stage
             # of a pipeline of two or more two (middle: an activation and a gradient; last: two gradients)
@@ -78,7 +78,7 @@ def column_bottleneck(profile: LayeredProfile, cluster: GpuCluster, mbs: int, mo
     activation transfers) of every plan with at least ``n`` columns, at micro-batch size ``mbs``; 0 where
     nothing is known."""
     out = np.zeros(most + 1)
-    cols = _Columns(profile, cluster, mbs)
+    cols = Columns(profile, cluster, mbs)
     if not cols.ok:
         return out
     upper = np.full(len(cols.grid), math.inf)
@@ -112,7 +112,7 @@ class ColumnTimes:
         ``n <= sigma . N_g / phi_sigma(Theta)``; the largest ``Theta`` that fails is a bound (bisection)."""
 
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, mbs: int):
-        self.cols = cols = _Columns(profile, cluster, mbs, COARSE_STEP)
+        self.cols = cols = Columns(profile, cluster, mbs, COARSE_STEP)
         if not cols.ok:
             return
         self.lams, self.shapes, self.scales = _prices(cols)
@@ -165,7 +165,7 @@ class ColumnTimes:
         return _largest_failing(lambda theta: self._fails(theta, n, m), lo, 2.0 * lo if lo > 0 else float(self.cols.grid[-1]) * m)
 
 
-def _prices(cols: _Columns) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+def _prices(cols: Columns) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """Price vectors for the duals (seconds per GPU, one row each; any is valid): 0, then for each direction
     (prices proportional to each type's speed, each type's also halved and doubled) a geometric scale."""
     speed = np.array([max(1.0 / (float(k[2][-1]) * k[1]) for k in cols.kinds if k[0] == g) for g in cols.types])
@@ -218,7 +218,7 @@ class ExactColumns:
     box uses at least ``box_g + 1`` GPUs of some type ``g`` and counts as that corner, meeting every ``Theta``.
     The thresholds ``C`` run on a coarser grid (``COARSE_STEP``)."""
 
-    def __init__(self, cols: _Columns, a_max: int = 16, v_max: int = 32, starts: list | None = None):
+    def __init__(self, cols: Columns, a_max: int = 16, v_max: int = 32, starts: list | None = None):
         self.ok = cols.ok
         starts = cols.starts if starts is None else starts           # a subset of the stages: a restricted bound
         if not self.ok:
@@ -267,7 +267,7 @@ class ExactColumns:
             box[int(np.argmax(box))] //= 2
         return box
 
-    def _finish(self, cols: _Columns, box: list[int], out: np.ndarray) -> None:
+    def _finish(self, cols: Columns, box: list[int], out: np.ndarray) -> None:
         """Keep the least latency per (GPU vector, threshold) of the finished columns ``out``."""
         T = len(box)
         self.box = box

@@ -12,6 +12,7 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.planning.simulators import PlanSimulator
 from orchestrator.planning.templates import Kind
 
 
@@ -19,7 +20,7 @@ class Costs:
     """Per (kind, mbs): prefix sums of a micro-batch's forward + backward per layer; per boundary the
     seconds of one activation across it; memory per segment by the simulator's rule."""
 
-    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, sim: Any):
+    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, sim: PlanSimulator):
         self.profile, self.cluster, self.sim = profile, cluster, sim
         self._prefix: dict[tuple[Kind, int], np.ndarray | None] = {}
         self._update: dict[tuple[Kind, int], float] = {}
@@ -71,9 +72,8 @@ class Costs:
         if pre is None:
             self._tables[key] = None
             return None
-        factors = getattr(self.sim, "send_factors", _blocking)
         t = pre[None, :] - pre[:, None]                                  # t[j, i] = compute of j..i-1
-        f_in, f_out = factors(stages, stage)
+        f_in, f_out = self.sim.send_factors(stages, stage)
         if prev is not None:                                             # at j: the activation in, its gradient out
             into = self.send(prev, kind, mbs)
             t = t + _weighted(f_in, into)[:, None]
@@ -88,7 +88,7 @@ class Costs:
         return t
 
     def speed(self, kinds: tuple[Kind, ...], mbs: int) -> tuple[float, list[float]]:
-        """(T_ref, rho per stage) for ``_quick_bound``: ``rho_k = min_l t_l(k) / t_l(ref)`` over the layers
+        """(T_ref, rho per stage) for ``quick_bound``: ``rho_k = min_l t_l(k) / t_l(ref)`` over the layers
         but the first and the last (an embedding and a head differ most between kinds; leaving layers out
         keeps it a bound: the others must still be covered), the reference the first kind seen at ``mbs``."""
         rho = self._rho.get(mbs)
@@ -116,10 +116,9 @@ class Costs:
     def transfers(self, stages: int) -> list[float]:
         """Per stage, the transfers per micro-batch the simulator charges (``send_factors``)."""
         if stages not in self._transfers:
-            factors = getattr(self.sim, "send_factors", _blocking)
             out = []
             for s in range(stages):
-                f_in, f_out = factors(stages, s)
+                f_in, f_out = self.sim.send_factors(stages, s)
                 out.append((sum(f_in) if s > 0 else 0.0) + (sum(f_out) if s < stages - 1 else 0.0))
             self._transfers[stages] = out
         return self._transfers[stages]
@@ -152,16 +151,15 @@ class Costs:
 
     def allreduce(self, kind: Kind, dp: int) -> np.ndarray:
         """ar[j, i]: the gradient all-reduce of layers j .. i-1 over ``dp`` replicas of ``kind``, by the
-        simulator's own rule (``stage_allreduce``; 0 without one)."""
+        simulator's own rule (``stage_allreduce``; 0 for one replica)."""
         key = (kind, dp)
         if key not in self._ar:
             L = self.profile.num_layers
-            rule = getattr(self.sim, "stage_allreduce", None)
-            if rule is None or dp <= 1:
+            if dp <= 1:
                 self._ar[key] = np.zeros((L + 1, L + 1))
                 return self._ar[key]
             try:
-                f = rule(self.profile, kind.replica(), dp, self.cluster)
+                f = self.sim.stage_allreduce(self.profile, kind.replica(), dp, self.cluster)
                 self._ar_fn[key] = f
             except UserError:                              # no link fit for this group: no stage of it
                 self._ar[key] = np.full((L + 1, L + 1), math.inf)
@@ -178,18 +176,11 @@ class Costs:
         sizes = np.array(self.profile.layer_sizes(1).act_output) * self.profile.float_bytes * mbs
         L = len(sizes)
         act = np.concatenate([[sizes[0]], sizes])                         # act[i] = output of layer i-1
-        grad_layer = getattr(self.sim, "gradient_layer", lambda i: i - 1)  # Sailor: the stage's first layer
-        grad = np.array([sizes[min(max(grad_layer(i), 0), L - 1)] for i in range(L + 1)])
-        rule = getattr(self.sim, "boundary_time", None)
+        grad = np.array([sizes[min(max(self.sim.gradient_layer(i), 0), L - 1)] for i in range(L + 1)])
         out = np.zeros((2, L + 1))
         try:
             for row, nbytes in enumerate((act, grad)):
-                if rule is not None:
-                    out[row] = rule(a.replica(), b.replica(), nbytes, self.cluster)
-                else:
-                    link = self.cluster.network.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu,
-                                                           min(b.tp, b.node_gpus))
-                    out[row] = link.time(nbytes)
+                out[row] = self.sim.boundary_time(a.replica(), b.replica(), nbytes, self.cluster)
         except UserError:
             return np.full((2, L + 1), math.inf)
         out[:, 0] = 0.0
@@ -203,15 +194,10 @@ class Costs:
         return self._fits[key]
 
     def _fit_table(self, kind: Kind, mbs: int, stages: int, stage: int, micro_batches: int) -> np.ndarray:
-        L = self.profile.num_layers
-        rule = getattr(self.sim, "stage_memory", None)
-        ok = np.ones((L + 1, L + 1), dtype=bool)
-        if rule is None:
-            return ok
         sizes = self.profile.layer_sizes(kind.tp)
         p = np.concatenate([[0.0], np.cumsum(sizes.params)])
         a = np.concatenate([[0.0], np.cumsum(sizes.act_mem)])
-        need, limit = rule(self.profile, kind.tp, kind.gpu, mbs, stages, stage, micro_batches, self.cluster)
+        need, limit = self.sim.stage_memory(self.profile, kind.tp, kind.gpu, mbs, stages, stage, micro_batches, self.cluster)
         params = p[None, :] - p[:, None]
         acts = a[None, :] - a[:, None]
         return need(params, acts) <= limit
@@ -224,9 +210,3 @@ def _weighted(factors: tuple[float, float], sends: np.ndarray) -> np.ndarray:
         if f:
             out = out + f * row
     return out
-
-
-def _blocking(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:  # noqa: ARG001
-    """Per micro-batch, (activation, gradient) transfers a stage pays at its input and at its output
-    boundary: both, on both sides (blocking sends occupy both ends)."""
-    return (1.0, 1.0), (1.0, 1.0)

@@ -1,12 +1,12 @@
 """What a plan simulator returns: the iteration time and where it goes, per stage; peak memory per GPU
-type and whether the plan fits; USD per iteration; a timeline of one iteration for the Gantt."""
+type and whether the plan fits; USD per iteration; a timeline of one iteration for the Gantt (the simulators
+that return it: ``planning.simulators``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.plan import GpuCluster, Plan
 
 
 @dataclass
@@ -70,16 +70,6 @@ class PlanEstimate:
     @property
     def fits(self) -> bool:
         return not self.violations
-
-
-class PlanSimulator(Protocol):
-    """Judges a plan on a cluster: ``estimate(plan, profile, cluster, global_batch) -> PlanEstimate``."""
-
-    name: str
-
-    def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
-                 timeline: bool = False) -> PlanEstimate:
-        ...
 
 
 def usd_per_iteration(plan: Plan, cluster: GpuCluster, iteration_s: float) -> float:

@@ -1,4 +1,4 @@
-"""The judge a planner asks: a plan simulator (``project`` or ``sailor``) bound to one model, cluster and
+"""The judge a planner asks: a plan simulator (``planning.simulators``) bound to one model, cluster and
 global batch, counting what it judged and what it had to skip; and the objective a planner optimises."""
 
 from __future__ import annotations
@@ -9,22 +9,12 @@ from dataclasses import dataclass
 from orchestrator.errors import ConfigError, UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.plan.profile import ProfileMissing
-from orchestrator.planning.estimate import PlanEstimate, PlanSimulator
+from orchestrator.planning.estimate import PlanEstimate
+from orchestrator.planning.simulators import PlanSimulator, simulator
+
+__all__ = ["OBJECTIVES", "PlanEvaluator", "PlanObjective", "simulator"]
 
 OBJECTIVES = ("throughput", "cost", "budget")
-
-
-def simulator(name: str) -> PlanSimulator:
-    """A plan simulator by name: ``project`` (the default) or ``sailor`` (the anchor's published one)."""
-    if name == "project":
-        from orchestrator.planning.simulator import ProjectSimulator
-
-        return ProjectSimulator()
-    if name == "sailor":
-        from orchestrator.planning.sailor import SailorSimulator
-
-        return SailorSimulator()
-    raise ConfigError(f"planner.simulator={name!r} (accepted: project, sailor)")
 
 
 @dataclass(frozen=True)

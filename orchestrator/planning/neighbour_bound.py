@@ -23,22 +23,22 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Replica
-from orchestrator.planning.bound import _simulators
-from orchestrator.planning.column_bound import ExactColumns, _Columns, scratch
+from orchestrator.planning.column_bound import Columns, ExactColumns, scratch
+from orchestrator.planning.simulators import simulators
 
 MEMORY = 400e6       # the DP's table (float32) at most this many bytes, else the plain ExactColumns
 
 
 def links(profile: LayeredProfile, cluster: GpuCluster, kinds: list[tuple[str, int]], mbs: int) -> np.ndarray:
     """``link[a, b]``: the least seconds of one activation (the smallest layer output at ``mbs``) between a
-    replica of kind ``a`` and one of kind ``b``, either direction, over both simulators and the zones."""
+    replica of kind ``a`` and one of kind ``b``, either direction, over the registered simulators and the zones."""
     nbytes = min(profile.layer_sizes(1).act_output) * profile.float_bytes * mbs
     zones: dict[str, list[str]] = {}
     for (g, z), n in cluster.gpus.items():
         if n > 0:
             zones.setdefault(g, []).append(z)
     out = np.full((len(kinds), len(kinds)), math.inf)
-    sims = _simulators()
+    sims = simulators()
     for a, (ga, ta) in enumerate(kinds):
         for b, (gb, tb) in enumerate(kinds):
             for za in zones.get(ga, [cluster.zone]):
@@ -60,7 +60,7 @@ class NeighbourColumns(ExactColumns):
     """``ExactColumns`` whose DP knows each stage's previous kind (module docstring). Falls back to the plain
     DP (``self.neighbours = False``) where its table would exceed ``MEMORY``."""
 
-    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, cols: _Columns, starts: list | None = None,
+    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, cols: Columns, starts: list | None = None,
                  link: np.ndarray | None = None, a_max: int = 16, v_max: int = 32):
         T = max(2, len(cols.types))
         self.counts = np.concatenate([cols.counts, np.zeros(T - len(cols.types))])

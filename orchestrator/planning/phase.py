@@ -1,6 +1,6 @@
 """The planning phase of a trial (``+planner=NAME``): the GPU cluster from the hardware adapter, the
 layered profile from the model, the planner's plan judged by the chosen simulator (and, for comparison,
-by the other one), everything logged to the trial's MLflow run: ``plan.*`` metrics, ``plan.json``,
+by the other registered ones), everything logged to the trial's MLflow run: ``plan.*`` metrics, ``plan.json``,
 ``plan_sailor.json``, the Gantt of one iteration and the layer map."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import Any
 from orchestrator.errors import ConfigError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.estimate import PlanEstimate
-from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
+from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
+from orchestrator.planning.plots import gantt, layer_map
+from orchestrator.planning.simulators import PlanSimulator, simulator, simulator_names
 
 DEFAULT_GLOBAL_BATCH = 1024
 
@@ -44,7 +46,7 @@ class PlanningPhase:
     def __init__(self, cfg: Any, planner: Any, hardware: Any, output_dir: Path):
         self.cfg, self.planner, self.hardware, self.output_dir = cfg, planner, hardware, output_dir
         node = cfg.get("planner")
-        self.simulator_name = str(node.get("simulator", "project"))
+        self.sim: PlanSimulator = simulator(str(node.get("simulator", "project")))    # resolved once, here
         self.objective = PlanObjective(str(node.get("objective", "throughput")), node.get("min_samples_per_s"),
                                        node.get("max_usd_per_hour"))
         self.compare = bool(node.get("compare_simulators", True))
@@ -59,7 +61,7 @@ class PlanningPhase:
         tags = {"planner": labels["planner"] or "none", "placer": "none", "sync": "none",
                 "hardware": labels["hardware"], "model": str(self.cfg.model.get("name", labels["model"])),
                 "evaluator": "simulated", "runtime": "plan", "orchestrator.version": version,
-                "cluster.simulated": "true", "plan.simulator": self.simulator_name}
+                "cluster.simulated": "true", "plan.simulator": self.sim.name}
         return profile, tags
 
     def cluster(self) -> GpuCluster:
@@ -82,7 +84,7 @@ class PlanningPhase:
         batch = self.global_batch(model_spec, profile)
         if not cluster.gpus and hasattr(self.planner, "read"):      # without hardware.gpus: the plan's own GPUs
             cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
-        evaluator = PlanEvaluator(simulator(self.simulator_name), profile, cluster, batch)
+        evaluator = PlanEvaluator(self.sim, profile, cluster, batch)
         t0 = time.perf_counter()
         plan: Plan = self.planner.plan(profile, cluster, self.objective, evaluator)
         search_s = time.perf_counter() - t0
@@ -92,9 +94,7 @@ class PlanningPhase:
         est = evaluator.evaluate(plan, timeline=True)
         metrics = self.metrics(plan, est, search_s, evaluator)
         metrics.update(getattr(self.planner, "stats", {}) or {})
-        from orchestrator.planning.sailor_bound import plan_bound
-
-        bound = plan_bound(profile, cluster, batch, est.simulator, plan)
+        bound = self.sim.lower_bound(profile, cluster, batch, plan)
         if bound < float("inf"):
             metrics["plan.bound_iteration_s"] = bound
             metrics["plan.optimality_gap"] = est.iteration_s / bound - 1.0
@@ -103,19 +103,25 @@ class PlanningPhase:
                 "plan.fits": str(est.fits).lower()}
         if not est.fits:
             tags["plan.violations"] = "; ".join(est.violations)[:4900]
-        other = "sailor" if est.simulator == "project" else "project"
         if self.compare:
-            try:
-                alt = simulator(other).estimate(plan, profile, cluster, batch)
-                metrics[f"plan.iteration_s.{other}"] = alt.iteration_s
-            except ConfigError as exc:
-                tags[f"plan.iteration_s.{other}"] = f"not available: {exc}"[:400]
+            self.compare_simulators(plan, profile, cluster, batch, metrics, tags)
         metrics[f"plan.iteration_s.{est.simulator}"] = est.iteration_s
         sink.log_metrics(metrics)
         sink.set_tags(tags)
         self.artifacts(plan, est, profile, sink)
         self.estimate = est
         return metrics
+
+    def compare_simulators(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, batch: int,
+                           metrics: dict[str, float], tags: dict[str, str]) -> None:
+        """The plan's figure on every other registered simulator (``plan.iteration_s.NAME``)."""
+        for other in simulator_names():
+            if other == self.sim.name:
+                continue
+            try:
+                metrics[f"plan.iteration_s.{other}"] = simulator(other).estimate(plan, profile, cluster, batch).iteration_s
+            except ConfigError as exc:
+                tags[f"plan.iteration_s.{other}"] = f"not available: {exc}"[:400]
 
     @staticmethod
     def metrics(plan: Plan, est: PlanEstimate, search_s: float, evaluator: PlanEvaluator) -> dict[str, float]:
@@ -137,8 +143,6 @@ class PlanningPhase:
         return m
 
     def artifacts(self, plan: Plan, est: PlanEstimate, profile: LayeredProfile, sink: Any) -> None:
-        from orchestrator.planning.plots import gantt, layer_map
-
         out = self.output_dir / "plan"
         for path in plan.write(out):
             sink.log_artifact(path)

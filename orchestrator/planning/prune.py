@@ -14,7 +14,7 @@ from orchestrator.planning.evaluator import PlanObjective
 from orchestrator.planning.templates import Kind, kinds_of
 
 
-def _quick_bound(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int, floor_c: float = 0.0,
+def quick_bound(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int, floor_c: float = 0.0,
                  pairs: bool = False) -> float:
     """A lower bound on ``split``'s estimate ``(m - 1) max_s (c_s + k_s) + sum_s (c_s + k_s) + A + u``:
 
@@ -56,8 +56,8 @@ def _quick_bound(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: in
     return (m - 1) * bottleneck + total + k * sum(n) + max(ar_layer, ar_share) + upd
 
 
-def _group_bound(costs: Costs, cluster: GpuCluster, mbs: int, dp: int, B: int, lp_s: float, max_stages: int) -> float:
-    """A lower bound on every template of the group (mbs, dp): ``_quick_bound`` with every kind of every
+def group_bound(costs: Costs, cluster: GpuCluster, mbs: int, dp: int, B: int, lp_s: float, max_stages: int) -> float:
+    """A lower bound on every template of the group (mbs, dp): ``quick_bound`` with every kind of every
     type, one stage (no send) or at most as many stages as the GPUs allow, each of its fastest kind."""
     per_type = kinds_of(costs.profile, cluster, mbs)
     ks = [k for kk in per_type.values() for k in kk if costs.prefix(k, mbs) is not None]
@@ -69,7 +69,7 @@ def _group_bound(costs: Costs, cluster: GpuCluster, mbs: int, dp: int, B: int, l
         return math.inf
     m = math.ceil(B / (mbs * dp))
     floor_c = lp_s * mbs * dp / B
-    _quick_bound(costs, tuple(ks), mbs, m, dp, floor_c, pairs=True)
+    quick_bound(costs, tuple(ks), mbs, m, dp, floor_c, pairs=True)
     total, biggest, ar_layer, upd, kmin = costs.layer_floor[(frozenset(ks), mbs, dp)]
     if not math.isfinite(total):
         return math.inf
@@ -78,7 +78,7 @@ def _group_bound(costs: Costs, cluster: GpuCluster, mbs: int, dp: int, B: int, l
     return min(single, multi) + ar_layer + min(costs.update(k, mbs) for k in ks)
 
 
-def _per_mbs_lp(profile: LayeredProfile, cluster: GpuCluster, B: int) -> dict[int, float]:
+def per_mbs_lp(profile: LayeredProfile, cluster: GpuCluster, B: int) -> dict[int, float]:
     """Per micro-batch size, the work LP of ``bound.work_lp`` (0 where it cannot be solved)."""
     from orchestrator.planning.bound import work_lp
 
@@ -89,17 +89,17 @@ def _per_mbs_lp(profile: LayeredProfile, cluster: GpuCluster, B: int) -> dict[in
     return out
 
 
-def _price(cluster: GpuCluster, kind: Kind) -> float:
+def price(cluster: GpuCluster, kind: Kind) -> float:
     return cluster.gpu_type(kind.gpu).usd_per_gpu_hour or 0.0
 
 
-def _priority(objective: PlanObjective, bound: float, usd_h: float) -> float:
+def priority(objective: PlanObjective, bound: float, usd_h: float) -> float:
     """A lower bound on ``_rank`` from a lower bound on the iteration and the USD per hour (cost: their
     product; otherwise the time)."""
     return bound * usd_h if objective.kind == "cost" else bound
 
 
-def _may_admit(objective: PlanObjective, bound: float, usd_h: float, batch: int) -> bool:
+def may_admit(objective: PlanObjective, bound: float, usd_h: float, batch: int) -> bool:
     """False when no template of this choice can meet the objective's constraint."""
     if objective.kind == "budget" and objective.max_usd_per_hour is not None:
         return usd_h <= objective.max_usd_per_hour

@@ -24,20 +24,26 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.hardware.links import FittedLink, Link, bucketed_allreduce_time, ring_allreduce_time
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.hardware.links import Link, bucketed_allreduce_time, ring_allreduce_time
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica
+from orchestrator.planning.bound import lower_bound as work_bound
 from orchestrator.planning.estimate import PlanEstimate, StageFigures, usd_per_iteration
+from orchestrator.planning.sailor_bound import sailor_lower_bound
+from orchestrator.planning.sailor_rules import (
+    BUCKET_BYTES,
+    cross_pipeline,
+    cross_pipeline_undercharge,
+    sailor_scores_honestly,
+    uncapped,
+)
+from orchestrator.planning.simulators import AllreduceRule, MemoryRule, PlanSimulator, SendFactors
 
-BUCKET_BYTES = 5e8
+__all__ = ["BUCKET_BYTES", "KERNEL_BYTES", "SailorSimulator", "cross_pipeline_undercharge"]
+
 KERNEL_BYTES = 4.76e9 + 300e6
 
 
-def _raw(link: Link) -> Link:
-    """Sailor evaluates its fits uncapped."""
-    return FittedLink(link.coeffs) if isinstance(link, FittedLink) else link
-
-
-class SailorSimulator:
+class SailorSimulator(PlanSimulator):
     name = "sailor"
 
     def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
@@ -80,7 +86,7 @@ class SailorSimulator:
                 limit = mem - over
                 figures.append(StageFigures(pi, si, gpus[si], m, m * comp[si], m * sends[si], ars[si], upd[si], mem, limit))
         t_sync = max(max(_stage_allreduce(p, params1, fb, net), default=0.0) for p in plan.pipelines)
-        t_sync += _cross_pipeline(plan, params1, fb, net)
+        t_sync += cross_pipeline(plan, params1, fb, net)
         iteration = max(pipeline_s) + t_sync
         work = sum(f.compute_s for f in figures)
         busy = sum(len(p.stages) for p in plan.pipelines) * iteration
@@ -88,14 +94,12 @@ class SailorSimulator:
                             bubble_fraction=max(0.0, 1.0 - work / busy) if busy else 0.0,
                             pipeline_s=pipeline_s, sync_s=t_sync)
 
-    @staticmethod
-    def gradient_layer(first: int) -> int:
+    def gradient_layer(self, first: int) -> int:
         """The layer whose output size Sailor charges for the gradient a stage starting at ``first`` sends
         back: ``first`` itself (its own output; physically it is layer ``first - 1``'s)."""
         return first
 
-    @staticmethod
-    def send_factors(stages: int, stage: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    def send_factors(self, stages: int, stage: int) -> SendFactors:
         """The sends Sailor counts per micro-batch (activation, gradient) at a stage's input and output:
         stage 0 one activation (two when more than 3 stages), the last two gradients, others one of each."""
         if stage == 0:
@@ -104,24 +108,37 @@ class SailorSimulator:
             return (0.0, 2.0), (0.0, 0.0)
         return (0.0, 1.0), (1.0, 0.0)
 
-    def boundary_time(self, a, b, nbytes, cluster: GpuCluster):
+    def boundary_time(self, a: Replica, b: Replica, nbytes, cluster: GpuCluster):
         """Seconds of one activation of ``nbytes`` (a number or an array) from a replica of ``a`` to one of ``b``."""
         return _link(cluster.network, a, b).time(nbytes)
 
-    def stage_allreduce(self, profile: LayeredProfile, replica, dp: int, cluster: GpuCluster):
+    def stage_allreduce(self, profile: LayeredProfile, replica: Replica, dp: int, cluster: GpuCluster) -> AllreduceRule:
         """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
-        link = _raw(cluster.network.inter_link(replica.zone, replica.gpu, 1, replica.zone, replica.gpu, 1))
+        link = uncapped(cluster.network.inter_link(replica.zone, replica.gpu, 1, replica.zone, replica.gpu, 1))
         tp_min = min(4, replica.tp)
         fb = profile.float_bytes
         return lambda p1, pt: bucketed_allreduce_time(link, p1 * fb / tp_min, dp, BUCKET_BYTES)  # noqa: ARG005
 
     def stage_memory(self, profile: LayeredProfile, tp: int, gpu: str, mbs: int, stages: int, stage: int,
-                     micro_batches: int, cluster: GpuCluster):  # noqa: ARG002
+                     micro_batches: int, cluster: GpuCluster) -> MemoryRule:  # noqa: ARG002
         """(need(params floats, activation floats per sample), limit): the fit rule, for a search."""
         mult = (4 if profile.optimizer == "sgd" else 8) + 16
         fixed = 2e9 if tp == 1 else 3e9
         scale = mbs * profile.float_bytes * (stages - stage)
         return (lambda params, acts: params * mult + acts * scale + fixed), _nominal(cluster, gpu)
+
+    def scores_honestly(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster) -> bool:
+        """Sailor's formula under-charges some plans (``sailor_rules.sailor_scores_honestly``)."""
+        return sailor_scores_honestly(plan, profile, cluster)
+
+    def lower_bound(self, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+                    plan: Plan | None = None) -> float:
+        """The work bound (``bound.lower_bound``), and the larger of it and the bound on Sailor's metric
+        (``sailor_bound.sailor_lower_bound``) unless ``plan`` is given and the formula under-charges it."""
+        t = work_bound(profile, cluster, global_batch)
+        if plan is None or self.scores_honestly(plan, profile, cluster):
+            t = max(t, sailor_lower_bound(profile, cluster, global_batch))
+        return t
 
     @staticmethod
     def fit_memory(profile: LayeredProfile, layers, tp: int, mbs: int, stages: int, stage: int) -> float:
@@ -145,23 +162,13 @@ class SailorSimulator:
         return params * multiplier + act * (len(p.stages) - stage) + KERNEL_BYTES
 
 
-def cross_pipeline_undercharge(plan: Plan, profile: LayeredProfile, cluster: GpuCluster) -> float:
-    """Seconds by which Sailor's ring across pipelines (the longest pipeline's stages only) falls short of
-    the ring another pipeline's stages would need (0 for one pipeline, or when the longest is the largest)."""
-    if len(plan.pipelines) <= 1:
-        return 0.0
-    params1, fb, net = profile.layer_sizes(1).params, profile.float_bytes, cluster.network
-    charged = _cross_pipeline(plan, params1, fb, net)
-    return max(0.0, max(_cross_pipeline(plan, params1, fb, net, p) for p in plan.pipelines) - charged)
-
-
 def _megatron_ar(profile: LayeredProfile, mbs: int, r, layer: int, net) -> float:
     """A layer's time for a TP group across machines, as published (``get_comm_time_megatron_ar``): only
     its TP all-reduces (the computation term is computed there and dropped), one for the embedding, two for
     layers below the training config's ``num_layers - 1``, none above (so the last decoder blocks and the
     head of OPT-350M count 0)."""
     size = profile.tp_allreduce_bytes(mbs)
-    coef = _raw(net.inter_link(r.zone, r.gpu, r.node_gpus, r.zone, r.gpu, r.node_gpus))
+    coef = uncapped(net.inter_link(r.zone, r.gpu, r.node_gpus, r.zone, r.gpu, r.node_gpus))
     ar = ring_allreduce_time(coef, size, r.tp)
     num_layers = int(profile.extra.get("training_config", {}).get("num_layers", profile.num_layers))
     if layer == 0:
@@ -176,7 +183,7 @@ def _nominal(cluster: GpuCluster, gpu: str) -> float:
 
 
 def _link(net, a, b) -> Link:
-    return _raw(net.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu, min(b.tp, b.node_gpus)))
+    return uncapped(net.inter_link(a.zone, a.gpu, min(a.tp, a.node_gpus), b.zone, b.gpu, min(b.tp, b.node_gpus)))
 
 
 def _sends(plan: Plan, pi: int, act1, fb: int, net) -> list[float]:
@@ -210,22 +217,7 @@ def _stage_allreduce(p, params1, fb: int, net) -> list[float]:
         t = 0.0
         for j in range(s.dp - 1):
             a, b = s.replicas[j], s.replicas[j + 1]
-            link = _raw(net.inter_link(a.zone, a.gpu, 1, b.zone, b.gpu, 1))
+            link = uncapped(net.inter_link(a.zone, a.gpu, 1, b.zone, b.gpu, 1))
             t = max(t, bucketed_allreduce_time(link, size, s.dp, BUCKET_BYTES))
         out.append(t)
     return out
-
-
-def _cross_pipeline(plan: Plan, params1, fb: int, net, pipeline=None) -> float:
-    """The ring across the pipelines, over the stages of the longest pipeline as published (or of
-    ``pipeline``: what the ring would carry if that pipeline's stages were charged)."""
-    if len(plan.pipelines) <= 1:
-        return 0.0
-    longest = pipeline if pipeline is not None else max(plan.pipelines, key=lambda p: len(p.stages))
-    t = 0.0
-    for s in longest.stages:
-        size = sum(params1[layer] * fb for layer in s.layers)
-        for r in s.replicas:
-            link = _raw(net.inter_link(r.zone, r.gpu, 1, r.zone, r.gpu, 1))
-            t = max(t, bucketed_allreduce_time(link, size, len(plan.pipelines), BUCKET_BYTES))
-    return t

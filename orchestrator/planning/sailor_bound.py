@@ -1,5 +1,5 @@
 """The bound on Sailor's metric (docs/plans.md, "The bound on Sailor's metric"): for the plans Sailor's
-formula scores honestly (``sailor_scores_honestly``), a lower bound on its figure from the columns of
+formula scores honestly (``sailor_rules.sailor_scores_honestly``), a lower bound on its figure from the columns of
 replicas (``column_lp``), the fill and drain of one pipeline, the all-reduce no plan of ``N`` columns avoids
 (``_sailor_allreduce_floor``) and the update; at least the work bound of ``bound.py``."""
 
@@ -13,50 +13,35 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.bound import (
-    _kinds,
-    _micro_batches,
-    _min_update,
-    _simulators,
     capacity,
+    cluster_micro_batches,
     lower_bound,
     min_transfer,
+    min_update,
+    replica_kinds,
 )
-from orchestrator.planning.column_bound import ColumnTimes, _Columns, column_bottleneck, column_box, release_scratch
+from orchestrator.planning.column_bound import Columns, ColumnTimes, column_bottleneck, column_box, release_scratch
 from orchestrator.planning.neighbour_bound import NeighbourColumns
+from orchestrator.planning.sailor_rules import sailor_scores_honestly
+from orchestrator.planning.simulators import PlanSimulator, simulators
+from orchestrator.planning.simulators import simulator as resolve_simulator
 from orchestrator.planning.sync_bound import Rings, SyncCoupled
+
+__all__ = ["column_kinds", "column_lp", "plan_bound", "sailor_lower_bound", "sailor_scores_honestly"]
 
 FINE_STEP = 1.01     # the grid of thresholds of the last refinement (level 3)
 
 
-def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, simulator: str | None = None,
-               plan: Plan | None = None) -> float:
+def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+               simulator: PlanSimulator | str | None = None, plan: Plan | None = None) -> float:
     """The bound a plan's figure is compared with: the work bound (``bound.lower_bound``, valid on both
-    simulators), and on ``simulator="sailor"`` the larger of it and ``sailor_lower_bound``, unless ``plan``
-    is given and Sailor's formula does not score it honestly (``sailor_scores_honestly``)."""
-    t = lower_bound(profile, cluster, global_batch)
-    if simulator == "sailor" and (plan is None or sailor_scores_honestly(plan, profile, cluster)):
-        t = max(t, sailor_lower_bound(profile, cluster, global_batch))
-    return t
-
-
-def sailor_scores_honestly(plan: Plan, profile: LayeredProfile | None = None, cluster: GpuCluster | None = None) -> bool:
-    """Whether Sailor's formula charges ``plan`` all the work it does: every stage has at least as many
-    replicas as its pipeline's first (Sailor counts micro-batches by the first stage's replicas and charges
-    each stage one micro-batch's time), the last pipeline's first stage has at most the average of the
-    pipelines' first stages (Sailor counts micro-batches by the last one), and every TP group sits on one
-    machine (Sailor drops the computation of a TP group across machines); and, given the profile and the
-    cluster, the ring across pipelines Sailor charges (the longest pipeline's stages) is at least the one
-    any pipeline's stages need (``cross_pipeline_undercharge``)."""
-    firsts = [p.stages[0].dp for p in plan.pipelines]
-    if firsts[-1] * len(firsts) > sum(firsts):
-        return False
-    if profile is not None and cluster is not None and len(plan.pipelines) > 1:
-        from orchestrator.planning.sailor import cross_pipeline_undercharge
-
-        if cross_pipeline_undercharge(plan, profile, cluster) > 1e-12:
-            return False
-    return all(s.dp >= p.stages[0].dp and all(r.machines == 1 for r in s.replicas)
-               for p in plan.pipelines for s in p.stages)
+    built-in simulators) without a simulator, else the simulator's own (``PlanSimulator.lower_bound``: on
+    Sailor's, the larger of the work bound and ``sailor_lower_bound`` unless ``plan`` is given and Sailor's
+    formula does not score it honestly, ``sailor_scores_honestly``). A name is looked up in the registry."""
+    if simulator is None:
+        return lower_bound(profile, cluster, global_batch)
+    sim = resolve_simulator(simulator) if isinstance(simulator, str) else simulator
+    return sim.lower_bound(profile, cluster, global_batch, plan)
 
 
 def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
@@ -79,7 +64,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     ``pipelines="one"`` or ``"several"``: the bound over plans of one pipeline, or of two or more, only.
     With ``P`` the parameter bytes, ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
     parts, ``G`` the cluster's GPUs and each ring Sailor's bucketed ring on the fastest one-GPU link."""
-    u_min = _min_update(profile, cluster)
+    u_min = min_update(profile, cluster)
     u_min = u_min if math.isfinite(u_min) else 0.0
     G = sum(n for n in cluster.gpus.values() if n > 0)
     if G < 1:
@@ -94,7 +79,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     exact: dict[tuple, NeighbourColumns] = {}             # built when the refinement reaches (b, box)
     coupled: dict[int, SyncCoupled] = {}
     fine: dict[int, SyncCoupled] = {}                     # level 3: sends between neighbours, a finer grid
-    for b in _micro_batches(profile, cluster):
+    for b in cluster_micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
         whole = column_bottleneck(profile, cluster, b, G)     # C(b, N) with whole layers and GPUs
@@ -132,7 +117,7 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
             sync, pipe = coupled[b].bound(n, m, pipe, floors)
         else:
             if b not in fine:
-                fine[b] = SyncCoupled(profile, _Columns(profile, cluster, b, FINE_STEP), rings, rules,
+                fine[b] = SyncCoupled(profile, Columns(profile, cluster, b, FINE_STEP), rings, rules,
                                       lambda cols, starts, box: NeighbourColumns(profile, cluster, cols, starts, None, *box))
             sync, pipe = fine[b].bound(n, m, pipe, floors)
         heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
@@ -149,7 +134,7 @@ def column_kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> tupl
     """(kinds (g, tp), e per kind, tp x w per kind) of ``column_lp`` at micro-batch size ``mbs``."""
     kinds: list[tuple[str, int]] = []
     e_cols, w_cols = [], []
-    for g, tp in _kinds(profile, cluster, mbs):
+    for g, tp in replica_kinds(profile, cluster, mbs):
         cap, whole = capacity(profile, cluster, g, tp, mbs)
         if cap < 1:
             continue
@@ -221,7 +206,7 @@ def _memory_share(profile: LayeredProfile, cluster: GpuCluster, g: str, tp: int,
     p = np.asarray(sizes.params, dtype=float)
     a = np.asarray(sizes.act_mem, dtype=float)
     share = np.full(profile.num_layers, math.inf)
-    for sim in _simulators():
+    for sim in simulators():
         try:
             need, limit = sim.stage_memory(profile, tp, g, mbs, 1, 0, 1, cluster)
         except UserError:
@@ -236,7 +221,7 @@ def _one_pass(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> float:
     """W(b): a micro-batch's forward + backward through every layer, each on its fastest kind (a pipeline's
     ``sum_s c_s`` is at least this)."""
     best = np.full(profile.num_layers, math.inf)
-    for g, tp in _kinds(profile, cluster, mbs):
+    for g, tp in replica_kinds(profile, cluster, mbs):
         t = np.array([f + bw for f, bw, _ in profile.layer_times(g, mbs, tp)])
         best = np.minimum(best, t)
     return float(best.sum()) if np.isfinite(best).all() else 0.0

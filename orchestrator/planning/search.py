@@ -26,12 +26,15 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.errors import InfeasiblePlacementError
 from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Stage
+from orchestrator.planning.classes import class_plans
 from orchestrator.planning.costs import Costs
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.mixed import fill_plans
-from orchestrator.planning.prune import _group_bound, _may_admit, _per_mbs_lp, _price, _priority, _quick_bound
+from orchestrator.planning.moves import neighbours
+from orchestrator.planning.prune import group_bound, may_admit, per_mbs_lp, price, priority, quick_bound
 from orchestrator.planning.templates import Kind, arrangements, kinds_of, template_groups
 
 __all__ = ["CEILINGS", "Candidate", "Costs", "search", "split"]
@@ -129,164 +132,210 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
            slack: float = 0.05, fill: int = 16, classes: bool = True) -> tuple[Plan, PlanEstimate, dict[str, float]]:
     """The best plan found, its estimate, and counters (templates, split, judged, local moves)."""
     t0 = time.perf_counter()
-    deadline = t0 + budget_s
     costs = Costs(profile, cluster, evaluator.sim)
     B = evaluator.global_batch
-    ranked: list[tuple[float, Candidate]] = []
-    kth: list[float] = []                                             # the best ``judged`` estimates (a max-heap)
-    n_templates = n_split = n_pruned = 0
-    # best-first: groups (mbs, dp), choices (a block per type) and templates in one heap by a lower bound on
-    # their estimate, each expanded when popped; ends when the next bound cannot enter the best ``judged``
-    # estimates (nor come within ``slack`` of the best), or at 60% of the budget. Two passes: the narrow
-    # templates (one TP degree per type) give a good incumbent fast, then the wide ones (two per type).
-    lp = _per_mbs_lp(profile, cluster, B)
-    soft = t0 + 0.6 * budget_s
-    best_rank, found_s, narrow_s = math.inf, 0.0, 0.0
-    seen: set[tuple[int, int, tuple[Kind, ...]]] = set()
-    tick = 0
+    walk = _BestFirst(profile, cluster, objective, costs, B, max_stages, judged, slack, t0)
+    walk.run(t0 + 0.6 * budget_s)
+    walk.ranked.sort(key=lambda x: x[0])
+    judge = _Judging(evaluator, objective, t0, budget_s)
+    judge.ranked(walk.ranked, judged)
+    judge.filled(walk.ranked, costs, cluster, B, fill)
+    if classes and objective.kind != "cost" and judge.best is not None:
+        judge.classes(walk.ranked, profile, cluster, B)
+    if judge.best is None or not math.isfinite(judge.best[0]):
+        raise InfeasiblePlacementError(f"planner=joint: none of {walk.n_templates} templates gave a plan that fits in "
+                                       f"memory and meets planner.objective={objective.kind}")
+    judge.local(profile, cluster)
+    stats = {"plan.templates": float(walk.n_templates), "plan.templates_split": float(walk.n_split),
+             "plan.templates_pruned": float(walk.n_pruned),
+             "plan.best_template_found_s": walk.found_s, "plan.narrow_pass_s": walk.narrow_s,
+             "plan.templates_judged": float(judge.judged), "plan.local_moves": float(judge.moves),
+             "plan.filled": float(judge.filled_in), "plan.pipeline_classes": float(judge.classes_in),
+             "plan.class_plans_judged": float(judge.class_tried), "plan.class_plans_refused": float(judge.class_refused)}
+    return judge.best[1], judge.best[2], stats
 
-    def limit() -> float:
+
+class _BestFirst:
+    """The templates, best-first: groups (mbs, dp), choices (a block per type) and templates in one heap by a
+    lower bound on their estimate, each expanded when popped; ends when the next bound cannot enter the best
+    ``judged`` estimates (nor come within ``slack`` of the best), or at the soft limit (60% of the budget). Two
+    passes: the narrow templates (one TP degree per type) give a good incumbent fast, then the wide ones (two
+    per type). ``ranked`` collects (rank, candidate) of every template split."""
+
+    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, costs: Costs,
+                 batch: int, max_stages: int, judged: int, slack: float, t0: float):
+        self.profile, self.cluster, self.objective, self.costs, self.B = profile, cluster, objective, costs, batch
+        self.max_stages, self.judged, self.slack, self.t0 = max_stages, judged, slack, t0
+        self.ranked: list[tuple[float, Candidate]] = []
+        self.kth: list[float] = []                                    # the best ``judged`` ranks (a max-heap)
+        self.n_templates = self.n_split = self.n_pruned = 0
+        self.lp = per_mbs_lp(profile, cluster, batch)
+        self.best_rank, self.found_s, self.narrow_s = math.inf, 0.0, 0.0
+        self.seen: set[tuple[int, int, tuple[Kind, ...]]] = set()
+        self.heap: list[tuple[float, int, Any]] = []
+        self.tick = 0
+
+    def limit(self) -> float:
         """No template whose priority (a lower bound on its rank) reaches this can enter the best ``judged``."""
-        return min(-kth[0] if len(kth) >= judged else math.inf, best_rank * (1 + slack))
+        return min(-self.kth[0] if len(self.kth) >= self.judged else math.inf, self.best_rank * (1 + self.slack))
 
-    for wide in (False, True):
-        heap: list[tuple[float, int, Any]] = []
-        for mbs, dp, choices in template_groups(profile, cluster, B, max_stages, wide):
-            lb = _group_bound(costs, cluster, mbs, dp, B, lp.get(mbs, 0.0), max_stages)
-            cheapest = dp * min((k.tp * _price(cluster, k) for ks in kinds_of(profile, cluster, mbs).values()
+    def run(self, soft: float) -> None:
+        for wide in (False, True):
+            self.heap = []
+            self._push_groups(wide)
+            while self.heap and (time.perf_counter() < soft or not math.isfinite(self.best_rank)):  # past it: until a plan ranks
+                pr, _, (what, mbs, dp, item) = heapq.heappop(self.heap)
+                if pr >= self.limit():
+                    self.n_pruned += 1 + len(self.heap)
+                    break
+                m = math.ceil(self.B / (mbs * dp))
+                if what == "group":
+                    self._expand_group(mbs, dp, m, item)
+                elif what == "choice":
+                    self._expand_choice(pr, mbs, dp, item)
+                else:
+                    self._split(mbs, dp, m, item)
+            if not wide:
+                self.narrow_s = time.perf_counter() - self.t0
+
+    def _push(self, priority_s: float, entry: tuple) -> None:
+        self.tick += 1
+        heapq.heappush(self.heap, (priority_s, self.tick, entry))
+
+    def _push_groups(self, wide: bool) -> None:
+        for mbs, dp, choices in template_groups(self.profile, self.cluster, self.B, self.max_stages, wide):
+            lb = group_bound(self.costs, self.cluster, mbs, dp, self.B, self.lp.get(mbs, 0.0), self.max_stages)
+            cheapest = dp * min((k.tp * price(self.cluster, k) for ks in kinds_of(self.profile, self.cluster, mbs).values()
                                  for k in ks), default=0.0)
             if math.isfinite(lb):
-                heapq.heappush(heap, (_priority(objective, lb, cheapest), tick := tick + 1, ("group", mbs, dp, choices)))
-        while heap and (time.perf_counter() < soft or not math.isfinite(best_rank)):   # past it: until a plan ranks
-            pr, _, (what, mbs, dp, item) = heapq.heappop(heap)
-            if pr >= limit():
-                n_pruned += 1 + len(heap)
-                break
-            m = math.ceil(B / (mbs * dp))
-            if what == "group":                                       # its choices by their quick bound
-                floor_c = lp.get(mbs, 0.0) * mbs * dp / B
-                for choice in item:
-                    kinds = tuple(k for blk in choice for k in blk)
-                    usd_h = dp * sum(k.tp * _price(cluster, k) for k in kinds)
-                    qb = _quick_bound(costs, kinds, mbs, m, dp, floor_c, pairs=True)
-                    if not _may_admit(objective, qb, usd_h, B):
-                        continue
-                    p = _priority(objective, qb, usd_h)
-                    if p < limit():
-                        heapq.heappush(heap, (p, tick := tick + 1, ("choice", mbs, dp, choice)))
-                continue
-            if what == "choice":                                      # its arrangements, at the choice's bound
-                for kinds in arrangements(list(item)):
-                    if (mbs, dp, kinds) not in seen:
-                        seen.add((mbs, dp, kinds))
-                        n_templates += 1
-                        heapq.heappush(heap, (pr, tick := tick + 1, ("template", mbs, dp, kinds)))
-                continue
-            got = split(costs, item, mbs, m, dp, limit=limit() if objective.kind != "cost" else math.inf)
-            if got is None:
-                continue
-            n_split += 1
-            est, bounds, neck = got
-            est += max(costs.update(k, mbs) for k in item)
-            cand = Candidate(mbs, dp, item, bounds, est, neck)
-            rank = _rank(objective, cand, cluster, est, B)
-            ranked.append((rank, cand))
-            if not math.isfinite(rank):
-                continue
-            if rank < best_rank:
-                best_rank, found_s = rank, time.perf_counter() - t0
-            heapq.heappush(kth, -rank)
-            if len(kth) > judged:
-                heapq.heappop(kth)
-        if not wide:
-            narrow_s = time.perf_counter() - t0
-    ranked.sort(key=lambda x: x[0])
-    best: tuple[float, Plan, PlanEstimate] | None = None
-    n_judged = 0
-    for _, cand in ranked[:judged]:
-        if time.perf_counter() > deadline and best is not None:
-            break           # past the budget only until one plan fits: a slow machine gets a plan, not a false "none fits"
-        plan = cand.plan()
-        est = evaluator.try_evaluate(plan)
-        n_judged += 1
-        if est is None:
-            continue
-        score = objective.score(est)
-        if best is None or score < best[0]:
-            best = (score, plan, est)
-    # mixed replicas from the GPUs the templates leave idle (``fill_plans``): scanned over the ranked templates
-    # (to 75% of the budget), estimated by the template's bottleneck, the ``fill`` most promising judged
-    n_filled = 0
-    filled: list[tuple[float, int, Plan]] = []
-    for _, cand in ranked:
-        if time.perf_counter() > t0 + 0.75 * budget_s or fill <= 0 or objective.kind == "cost":
-            break
-        for plan, m_new in fill_plans(cand, costs, cluster, B):
-            m_old = math.ceil(B / (cand.mbs * cand.dp))
-            filled.append((cand.estimate_s - (m_old - m_new) * cand.bottleneck_s, len(filled), plan))
-    for _, _, plan in sorted(filled)[:fill]:
-        if time.perf_counter() > deadline:
-            break
-        est = evaluator.try_evaluate(plan)
-        n_judged += 1
-        if est is None:
-            continue
-        score = objective.score(est)
-        if best is None or score < best[0] - 1e-12:
-            best = (score, plan, est)
-            n_filled += 1
-    # several pipeline classes: two of the best templates side by side, the batch split by their speed
-    n_classes = n_class_tried = n_class_refused = 0
-    if classes and objective.kind != "cost" and best is not None:
-        from orchestrator.planning.classes import class_plans
-        from orchestrator.planning.sailor_bound import sailor_scores_honestly
+                self._push(priority(self.objective, lb, cheapest), ("group", mbs, dp, choices))
 
-        honest_only = getattr(evaluator.sim, "name", "") == "sailor"
-        for plan in class_plans(ranked, cluster, B):
-            if time.perf_counter() > t0 + 0.85 * budget_s:
-                break
-            if honest_only and not sailor_scores_honestly(plan, profile, cluster):
-                n_class_refused += 1
+    def _expand_group(self, mbs: int, dp: int, m: int, choices: Any) -> None:
+        """A group's choices, by their quick bound."""
+        floor_c = self.lp.get(mbs, 0.0) * mbs * dp / self.B
+        for choice in choices:
+            kinds = tuple(k for blk in choice for k in blk)
+            usd_h = dp * sum(k.tp * price(self.cluster, k) for k in kinds)
+            qb = quick_bound(self.costs, kinds, mbs, m, dp, floor_c, pairs=True)
+            if not may_admit(self.objective, qb, usd_h, self.B):
                 continue
-            est = evaluator.try_evaluate(plan)
-            n_judged += 1
-            n_class_tried += 1
+            p = priority(self.objective, qb, usd_h)
+            if p < self.limit():
+                self._push(p, ("choice", mbs, dp, choice))
+
+    def _expand_choice(self, pr: float, mbs: int, dp: int, choice: Any) -> None:
+        """A choice's arrangements, at the choice's bound."""
+        for kinds in arrangements(list(choice)):
+            if (mbs, dp, kinds) not in self.seen:
+                self.seen.add((mbs, dp, kinds))
+                self.n_templates += 1
+                self._push(pr, ("template", mbs, dp, kinds))
+
+    def _split(self, mbs: int, dp: int, m: int, kinds: tuple[Kind, ...]) -> None:
+        """A template's best split, ranked."""
+        got = split(self.costs, kinds, mbs, m, dp, limit=self.limit() if self.objective.kind != "cost" else math.inf)
+        if got is None:
+            return
+        self.n_split += 1
+        est, bounds, neck = got
+        est += max(self.costs.update(k, mbs) for k in kinds)
+        cand = Candidate(mbs, dp, kinds, bounds, est, neck)
+        rank = _rank(self.objective, cand, self.cluster, est, self.B)
+        self.ranked.append((rank, cand))
+        if not math.isfinite(rank):
+            return
+        if rank < self.best_rank:
+            self.best_rank, self.found_s = rank, time.perf_counter() - self.t0
+        heapq.heappush(self.kth, -rank)
+        if len(self.kth) > self.judged:
+            heapq.heappop(self.kth)
+
+
+class _Judging:
+    """The plans the simulator judges, in turn: the ranked templates, mixed replicas, pipeline classes, then a
+    local search; ``best`` is (score, plan, estimate) of the best so far. Only plans the simulator scores
+    honestly (``PlanSimulator.scores_honestly``) are built beyond the templates."""
+
+    def __init__(self, evaluator: PlanEvaluator, objective: PlanObjective, t0: float, budget_s: float):
+        self.evaluator, self.sim, self.objective = evaluator, evaluator.sim, objective
+        self.t0, self.budget_s, self.deadline = t0, budget_s, t0 + budget_s
+        self.best: tuple[float, Plan, PlanEstimate] | None = None
+        self.judged = self.filled_in = self.classes_in = self.class_tried = self.class_refused = self.moves = 0
+
+    def _better(self, plan: Plan) -> bool:
+        """Judge ``plan``; keep it (True) when it scores better than the best by more than rounding."""
+        est = self.evaluator.try_evaluate(plan)
+        self.judged += 1
+        if est is None:
+            return False
+        score = self.objective.score(est)
+        if self.best is None or score < self.best[0] - 1e-12:
+            self.best = (score, plan, est)
+            return True
+        return False
+
+    def ranked(self, ranked: list[tuple[float, Candidate]], judged: int) -> None:
+        """The ``judged`` best templates (past the budget only until one plan fits: a slow machine gets a
+        plan, not a false "none fits")."""
+        for _, cand in ranked[:judged]:
+            if time.perf_counter() > self.deadline and self.best is not None:
+                break
+            plan = cand.plan()
+            est = self.evaluator.try_evaluate(plan)
+            self.judged += 1
             if est is None:
                 continue
-            score = objective.score(est)
-            if score < best[0] - 1e-12:
-                best = (score, plan, est)
-                n_classes += 1
-    if best is None or not math.isfinite(best[0]):
-        from orchestrator.errors import InfeasiblePlacementError
+            score = self.objective.score(est)
+            if self.best is None or score < self.best[0]:
+                self.best = (score, plan, est)
 
-        raise InfeasiblePlacementError(f"planner=joint: none of {n_templates} templates gave a plan that fits in memory "
-                                       f"and meets planner.objective={objective.kind}")
-    moves = 0
-    improved = True
-    honest = getattr(evaluator.sim, "name", "") != "sailor"
-    if not honest:
-        from orchestrator.planning.sailor_bound import sailor_scores_honestly
-    while improved and time.perf_counter() < deadline:
-        improved = False
-        for plan in _neighbours(best[1], profile.num_layers, cluster):
-            if time.perf_counter() > deadline:
+    def filled(self, ranked: list[tuple[float, Candidate]], costs: Costs, cluster: GpuCluster, batch: int,
+               fill: int) -> None:
+        """Mixed replicas from the GPUs the templates leave idle (``fill_plans``): scanned over the ranked
+        templates (to 75% of the budget), estimated by the template's bottleneck, the ``fill`` most
+        promising judged."""
+        filled: list[tuple[float, int, Plan]] = []
+        for _, cand in ranked:
+            if time.perf_counter() > self.t0 + 0.75 * self.budget_s or fill <= 0 or self.objective.kind == "cost":
                 break
-            if not honest and not sailor_scores_honestly(plan, profile, cluster):
-                continue                                # Sailor's formula would under-charge it
-            est = evaluator.try_evaluate(plan)
-            moves += 1
-            if est is not None and objective.score(est) < best[0] - 1e-12:
-                best = (objective.score(est), plan, est)
-                improved = True
+            for plan, m_new in fill_plans(cand, costs, cluster, batch):
+                m_old = math.ceil(batch / (cand.mbs * cand.dp))
+                filled.append((cand.estimate_s - (m_old - m_new) * cand.bottleneck_s, len(filled), plan))
+        for _, _, plan in sorted(filled)[:fill]:
+            if time.perf_counter() > self.deadline:
                 break
-    stats = {"plan.templates": float(n_templates), "plan.templates_split": float(n_split),
-             "plan.templates_pruned": float(n_pruned),
-             "plan.best_template_found_s": found_s, "plan.narrow_pass_s": narrow_s,
-             "plan.templates_judged": float(n_judged), "plan.local_moves": float(moves),
-             "plan.filled": float(n_filled), "plan.pipeline_classes": float(n_classes),
-             "plan.class_plans_judged": float(n_class_tried), "plan.class_plans_refused": float(n_class_refused)}
-    return best[1], best[2], stats
+            if self._better(plan):
+                self.filled_in += 1
+
+    def classes(self, ranked: list[tuple[float, Candidate]], profile: LayeredProfile, cluster: GpuCluster,
+                batch: int) -> None:
+        """Several pipeline classes: two of the best templates side by side, the batch split by their speed."""
+        for plan in class_plans(ranked, cluster, batch):
+            if time.perf_counter() > self.t0 + 0.85 * self.budget_s:
+                break
+            if not self.sim.scores_honestly(plan, profile, cluster):
+                self.class_refused += 1
+                continue
+            self.class_tried += 1
+            if self._better(plan):
+                self.classes_in += 1
+
+    def local(self, profile: LayeredProfile, cluster: GpuCluster) -> None:
+        """First-improvement moves (``moves.neighbours``) on the best plan, until none improves or the budget ends."""
+        improved = True
+        while improved and time.perf_counter() < self.deadline:
+            improved = False
+            for plan in neighbours(self.best[1], profile.num_layers, cluster):  # type: ignore[index]
+                if time.perf_counter() > self.deadline:
+                    break
+                if not self.sim.scores_honestly(plan, profile, cluster):
+                    continue                                # the simulator would under-charge it
+                est = self.evaluator.try_evaluate(plan)
+                self.moves += 1
+                if est is not None and self.objective.score(est) < self.best[0] - 1e-12:  # type: ignore[index]
+                    self.best = (self.objective.score(est), plan, est)
+                    improved = True
+                    break
 
 
 def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: float, batch: int) -> float:
@@ -299,51 +348,3 @@ def _rank(objective: PlanObjective, cand: Candidate, cluster: GpuCluster, est: f
     if objective.kind == "budget" and objective.max_usd_per_hour is not None and usd_h > objective.max_usd_per_hour:
         return math.inf
     return est + 1e-9 * gpus
-
-
-def _neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):
-    """Per pipeline (the others kept): one replica more or less in every stage (where the GPUs allow; a
-    mixed stage keeps its mix), one replica more or less in one stage (a stage's own DP degree), one layer
-    moved across one stage boundary; with two pipelines or more, a micro-batch's worth of each replica
-    column moved between two pipelines' batch shares."""
-    P = len(plan.pipelines)
-
-    def with_pipeline(i: int, new: Pipeline) -> Plan:
-        return Plan([new if j == i else q for j, q in enumerate(plan.pipelines)], plan.mbs)
-
-    def within(cand: Plan) -> bool:
-        return all(n <= cluster.gpus.get(k, 0) for k, n in cand.gpus_used().items())
-
-    for pi, p in enumerate(plan.pipelines):
-        for d in (1, -1):                               # a copy of each stage's last replica, or the last dropped
-            stages = tuple(Stage(s.layers, s.replicas + s.replicas[-1:] if d > 0 else s.replicas[:-1]) for s in p.stages)
-            cand = with_pipeline(pi, Pipeline(stages, p.batch))
-            if all(s.dp >= 1 for s in stages) and within(cand):
-                yield cand
-        for si, st in enumerate(p.stages):              # one stage's own degree
-            for d in (1, -1):
-                reps = st.replicas + st.replicas[-1:] if d > 0 else st.replicas[:-1]
-                if not reps or len(p.stages) == 1:
-                    continue
-                stages = tuple(Stage(s.layers, reps) if j == si else s for j, s in enumerate(p.stages))
-                cand = with_pipeline(pi, Pipeline(stages, p.batch))
-                if within(cand):
-                    yield cand
-        for s in range(len(p.stages) - 1):
-            a, b = p.stages[s], p.stages[s + 1]
-            for d in (-1, 1):
-                cut = b.layers[0] + d
-                if a.layers[0] < cut <= a.layers[-1] + 1 and cut <= b.layers[-1]:
-                    stages = list(p.stages)
-                    stages[s] = Stage(tuple(range(a.layers[0], cut)), a.replicas)
-                    stages[s + 1] = Stage(tuple(range(cut, b.layers[-1] + 1)), b.replicas)
-                    yield with_pipeline(pi, Pipeline(tuple(stages), p.batch))
-    if P > 1 and all(q.batch is not None for q in plan.pipelines):
-        for i in range(P):
-            for j in range(P):
-                step = plan.mbs * plan.pipelines[i].stages[0].dp
-                bi, bj = plan.pipelines[i].batch, plan.pipelines[j].batch
-                if i != j and bi is not None and bj is not None and bi - step >= 1:
-                    moved = [Pipeline(q.stages, bi - step if k == i else bj + step if k == j else q.batch)
-                             for k, q in enumerate(plan.pipelines)]
-                    yield Plan(moved, plan.mbs)

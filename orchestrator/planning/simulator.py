@@ -35,8 +35,10 @@ import numpy as np
 from orchestrator.errors import UserError
 from orchestrator.hardware.links import Link, bucketed_allreduce_time, hierarchical_allreduce_time
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica, Stage
+from orchestrator.planning.bound import lower_bound as work_bound
 from orchestrator.planning.estimate import Event, PlanEstimate, StageFigures, usd_per_iteration
-from orchestrator.schedules import F, schedule
+from orchestrator.planning.simulators import AllreduceRule, MemoryRule, PlanSimulator, SendFactors
+from orchestrator.schedules import F, OneFOneB
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,16 @@ class Calibration:
     bucket_bytes: float = 5e8 * 4           # DeepSpeed's allreduce_bucket_size (5e8 elements) in fp32 bytes
 
 
-class ProjectSimulator:
+class ProjectSimulator(PlanSimulator):
     name = "project"
 
     def __init__(self, calibration: Calibration | None = None):
         self.cal = calibration or Calibration()
 
-    # -- time ------------------------------------------------------------------------------------
+    # -- time and memory of a plan ---------------------------------------------------------------
     def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
                  timeline: bool = False) -> PlanEstimate:
-        sched = schedule(plan.schedule)
+        sched = plan.schedule
         net = cluster.network
         figures: list[StageFigures] = []
         events: list[Event] = []
@@ -173,22 +175,41 @@ class ProjectSimulator:
         firsts = [p.stages[0].replicas[0] for p in plan.pipelines]
         return _group_allreduce(net, firsts, largest * profile.float_bytes, self.cal.bucket_bytes)
 
-    # -- memory ----------------------------------------------------------------------------------
+    # -- the rules a search and the bounds read --------------------------------------------------
+    def send_factors(self, stages: int, stage: int) -> SendFactors:  # noqa: ARG002
+        """Per micro-batch, (activation, gradient) transfers a stage pays at its input and at its output
+        boundary: both, on both sides (blocking sends occupy both ends)."""
+        return (1.0, 1.0), (1.0, 1.0)
+
+    def gradient_layer(self, first: int) -> int:
+        """The gradient a stage starting at ``first`` sends back is layer ``first - 1``'s output's."""
+        return first - 1
+
+    def scores_honestly(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster) -> bool:  # noqa: ARG002
+        """The task-by-task simulation charges every plan all its work."""
+        return True
+
+    def lower_bound(self, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+                    plan: Plan | None = None) -> float:  # noqa: ARG002
+        """The work bound (``bound.lower_bound``), valid on every plan."""
+        return work_bound(profile, cluster, global_batch)
+
     def boundary_time(self, a: Replica, b: Replica, nbytes, cluster: GpuCluster):
         """Seconds of one activation of ``nbytes`` (a number or an array) from a replica of ``a`` to one of ``b``."""
         return _rank_p2p_time(cluster.network, a, b, nbytes) + self.cal.p2p_latency_s
 
-    def stage_allreduce(self, profile: LayeredProfile, replica: Replica, dp: int, cluster: GpuCluster):
+    def stage_allreduce(self, profile: LayeredProfile, replica: Replica, dp: int, cluster: GpuCluster) -> AllreduceRule:
         """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
         members = [replica] * dp
         net, fb, bucket = cluster.network, profile.float_bytes, self.cal.bucket_bytes
         return lambda p1, pt: _group_allreduce(net, members, pt * fb, bucket)  # noqa: ARG005
 
     def stage_memory(self, profile: LayeredProfile, tp: int, gpu: str, mbs: int, stages: int, stage: int,
-                     micro_batches: int, cluster: GpuCluster):
-        """(need(params floats, activation floats per sample), limit) of one stage's GPU, for a search."""
+                     micro_batches: int, cluster: GpuCluster) -> MemoryRule:
+        """(need(params floats, activation floats per sample), limit) of one stage's GPU, for a search (whose
+        plans run 1F1B, ``Plan``'s default)."""
         per_param = (self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0) * self.cal.param_factor
-        inflight = schedule("1f1b").in_flight(micro_batches, stages, stage)
+        inflight = OneFOneB().in_flight(micro_batches, stages, stage)
         scale = mbs * profile.float_bytes * inflight * self.cal.activation_factor
         fixed = self.cal.framework_bytes
         return (lambda params, acts: params * per_param + acts * scale + fixed), cluster.gpu_type(gpu).memory_bytes
@@ -201,7 +222,7 @@ class ProjectSimulator:
         per_param = self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0
         params = sum(sizes.params[layer] for layer in s.layers)
         act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.float_bytes
-        inflight = schedule(plan.schedule).in_flight(micro_batches, len(p.stages), stage)
+        inflight = plan.schedule.in_flight(micro_batches, len(p.stages), stage)
         return (params * per_param * self.cal.param_factor + act * inflight * self.cal.activation_factor
                 + self.cal.framework_bytes)
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile
-from orchestrator.planning.column_bound import ExactColumns, _Columns, column_box
+from orchestrator.planning.column_bound import Columns, ExactColumns, column_box
+from orchestrator.planning.sailor_rules import BUCKET_BYTES, uncapped
 
 GROUP = 1.03       # stage-byte values this close share one restricted bound (it gives away their spread)
 TOLERANCE = 2e-3   # the branch and bound over runs stops this close to the best run found
@@ -46,8 +47,6 @@ class Rings:
     fell with the size."""
 
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, G: int):
-        from orchestrator.planning.sailor import _raw
-
         self.G = G
         self.params = np.asarray(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
         self.total = float(self.params.sum())
@@ -56,7 +55,7 @@ class Rings:
         for ga, za in present:
             for gb, zb in present:
                 try:
-                    self.links.append(_raw(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
+                    self.links.append(uncapped(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
                 except UserError:
                     continue
         self._cache: dict[float, np.ndarray] = {}
@@ -65,8 +64,6 @@ class Rings:
         self._ks = np.arange(2, G + 1, dtype=float)[None, :]
 
     def __call__(self, nbytes: float, least: int) -> float:
-        from orchestrator.planning.sailor import BUCKET_BYTES
-
         if not self.links or self.G < 2 or least < 2:
             return 0.0                                             # one member: no ring
         if nbytes not in self._cache:
@@ -120,7 +117,7 @@ class Rings:
 class SyncCoupled:
     """The bound of the module docstring for one micro-batch size; ``rules`` among ``"one"`` and ``"several"``."""
 
-    def __init__(self, profile: LayeredProfile, cols: _Columns, rings: Rings, rules: tuple[str, ...],
+    def __init__(self, profile: LayeredProfile, cols: Columns, rings: Rings, rules: tuple[str, ...],
                  build=None):
         self.cols, self.rings, self.rules = cols, rings, rules
         self.build = build if build is not None else (lambda c, starts, box: ExactColumns(c, *box, starts=starts))

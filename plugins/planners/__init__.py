@@ -1,4 +1,5 @@
-"""Built-in planners of plans for clusters of mixed GPUs (``+planner=NAME``)."""
+"""Built-in planners of plans for clusters of mixed GPUs (``+planner=NAME``) and plan simulators
+(``planner.simulator=NAME``)."""
 
 from orchestrator.hookspecs import hookimpl
 
@@ -11,6 +12,14 @@ def orchestrator_planners():
         "joint": "orchestrator_plugins.planners.joint:JointPlanner",
         "amp": "orchestrator_plugins.planners.baselines:AMPPlanner",
         "metis": "orchestrator_plugins.planners.baselines:MetisPlanner",
+    }
+
+
+@hookimpl
+def orchestrator_simulators():
+    return {
+        "project": "orchestrator.planning.simulator:ProjectSimulator",
+        "sailor": "orchestrator.planning.sailor:SailorSimulator",
     }
 
 
