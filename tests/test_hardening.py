@@ -94,11 +94,11 @@ def test_mpi_rank_bound_follows_the_hostfile(tmp_path):
     assert hostfile_slots(str(hosts)) == 7
     sync = {"name": "delay", "runtime": "mpi", "hostfile": str(hosts)}
     opts = sync_options(sync, {"hardware": {"workers": 6}})
-    assert check_mpi_ranks(strategy(sync), opts, sync) == 7
+    assert check_mpi_ranks(strategy(sync), opts) == 7
     opts = sync_options(sync, {"hardware": {"workers": 7}})
     with pytest.raises(ConfigError, match=r"hardware.workers=7 needs 8 MPI ranks .* hostfile's slots \(7\)"):
-        check_mpi_ranks(strategy(sync), opts, sync)
-    assert check_mpi_ranks(strategy(sync), opts, {**sync, "oversubscribe": True}) == 8
+        check_mpi_ranks(strategy(sync), opts)
+    assert check_mpi_ranks(strategy({**sync, "oversubscribe": True}), opts) == 8
 
 
 def test_runs_of_a_dead_process_are_marked_failed(tmp_path):

@@ -81,11 +81,11 @@ def hostfile_slots(path: str) -> int:
     return total
 
 
-def check_mpi_ranks(strategy: Any, opts: Any, cfg_sync: Any) -> int:
-    """Refuse more MPI ranks than the hostfile's slots (or, locally, ``LOCAL_RANKS_PER_CORE`` x cores)."""
+def check_mpi_ranks(strategy: Any, opts: Any) -> int:
+    """Refuse more MPI ranks than the hostfile's slots (or, locally, ``LOCAL_RANKS_PER_CORE`` x cores), unless
+    the strategy's typed config says ``sync.oversubscribe``."""
     ranks = strategy.ranks(opts.workers)
-    over = cfg_sync.get("oversubscribe", False) if cfg_sync is not None else False
-    if over in (True, "true", "True"):
+    if strategy.config.oversubscribe:
         return ranks
     if opts.hostfile:
         slots, where = hostfile_slots(str(opts.hostfile)), f"the {opts.hostfile} hostfile's slots"

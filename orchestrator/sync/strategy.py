@@ -155,7 +155,7 @@ class SyncStrategy(ABC):
         if opts.runtime == "mpi":
             from orchestrator.sync.limits import check_mpi_ranks
 
-            check_mpi_ranks(self, opts, self.cfg_sync)
+            check_mpi_ranks(self, opts)
         self._checked = (cfg, opts)
         return opts
 
