@@ -236,8 +236,8 @@ def _task(cfg) -> float:
 
 def _record_failure(cfg, exc: BaseException) -> None:
     """Give a sweep trial that failed before its run started a FAILED run (if it has none)."""
+    from orchestrator.phases.setup import sweep_suffix
     from orchestrator.tracking import store as tracking
-    from orchestrator.trial import sweep_suffix
 
     if getattr(exc, "run_recorded", False):
         return

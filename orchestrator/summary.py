@@ -67,6 +67,27 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
     return lines
 
 
+def headline_speedup(metrics: dict[str, float], trained: bool) -> dict[str, float]:
+    """One meaning of ``speedup`` per trial: the training speedup when it trained (absent if the target
+    was not reached), the placement speedup when it only placed. Set in ``metrics``; returned to log."""
+    key = "train.speedup" if trained else "placement.speedup"
+    if key in metrics:
+        metrics["speedup"] = metrics[key]
+    return {"speedup": metrics["speedup"]} if "speedup" in metrics else {}
+
+
+def objective_value(outcome: dict[str, Any], metrics: dict[str, float], objective: str) -> float:
+    """The value a trial returns (to a sweeper): its ``objective.metric``, NaN (said on stdout) when
+    the trial did not log it."""
+    value = metrics.get(objective, outcome["metrics"].get(objective))
+    if value is None:
+        why = (" (it missed its target: no time to target, so no speedup)"
+               if outcome["tags"].get("train.reached_target") == "false" else "")
+        print(f"objective.metric {objective!r} was not logged by this trial{why}", flush=True)
+        return math.nan
+    return float(value)
+
+
 def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     m, t = outcome["metrics"], outcome["tags"]
     if outcome.get("runtime") == "plan":

@@ -20,7 +20,9 @@ MAY_IMPORT = {
     "graph": set(),
     **{f"placement.{layer}": {f"placement.{x}" for x in LAYERS[:i + 1]} | BELOW for i, layer in enumerate(LAYERS)},
     "placement": GRAPH,                      # the package itself re-exports the model's names
-    "phases": {"phases", "hardware", "execution", "models", "data"} | {f"placement.{x}" for x in LAYERS} | GRAPH,
+    # the trial's phases: placement, training (sync strategies), its MLflow run (tracking)
+    "phases": {"phases", "hardware", "execution", "models", "data", "sync", "tracking"}
+    | {f"placement.{x}" for x in LAYERS} | GRAPH,
     "hardware": {"hardware"} | GRAPH,
     "execution": {"execution", "hardware", "models", "data"} | GRAPH,
     "tracking": {"tracking"},

@@ -48,3 +48,34 @@ def test_tracking_uri_from_environment(workdir):
     out = run_cli(workdir, *QUICK, env={"MLFLOW_TRACKING_URI": f"sqlite:///{other}"}, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert other.exists() and not (workdir / "mlflow.db").exists()
+
+
+def _lengths(path) -> dict[str, int]:
+    """Each function's length in lines (its decorators and docstring included), by qualified name."""
+    import ast
+
+    out: dict[str, int] = {}
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    out[name] = child.end_lineno - child.lineno + 1
+                visit(child, name + ".")
+
+    visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def test_the_trial_reads_as_a_short_sequence_of_its_phases():
+    """Issue 42: the trial is a short linear function of its phases (model, hardware, tracking, placement,
+    training, summary), each phase its own small function or object in orchestrator/phases/."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "orchestrator"
+    trial = _lengths(root / "trial.py")
+    assert trial["Trial._run"] <= 30 and trial["Trial.__init__"] <= 40, trial
+    long = {f"{p.name}:{name}": n for p in [root / "trial.py", *sorted((root / "phases").glob("*.py"))]
+            for name, n in _lengths(p).items() if n > 80}
+    assert not long, long

@@ -147,17 +147,7 @@ class PlacementPhase:
         from orchestrator.phases.schedule import microbatch_spec  # micro-batches (placement.micro_batches)
         microbatch = microbatch_spec(graph, self.settings())
         evaluator = self.evaluator(reward, graph, worker, model_spec, microbatch)
-        context = PlacementContext(seed=self.train.seed, sink=sink, output_dir=self.output_dir,
-                                   show_progress=self.show_progress, cfg=self.cfg)
-        t0 = time.perf_counter()
-        placement = self.placer.place(graph, worker, evaluator, context).check(graph)
-        search_time = time.perf_counter() - t0
-        searched = evaluator.evaluations
-        end_search = getattr(evaluator, "end_search", None)    # measured / mixed rewards: stop the budget
-        search_m = end_search() if end_search is not None else {"placement.measured_placements": 0.0}
-        path = self.output_dir / "placement.json"
-        placement.save(path)
-        sink.log_artifact(path)
+        placement, search_m = self.search(graph, worker, evaluator, sink)
         verdict = evaluator.evaluate(placement, **({"schedule": True} if evaluator.kind == "simulated" else {}))
         if not verdict.feasible:
             over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
@@ -168,24 +158,10 @@ class PlacementPhase:
         # only a search's answer is replaced; a placer that does not search (manual: the placement the user asked
         # for) says so with ``searches = False``
         if reward != "simulated" and getattr(self.placer, "searches", True) and keep_baseline(verdict, base, base_placement):
-            # a measured search can end slower than the baseline (noise, a budget too small): say so and
-            # keep the better placement; the search's own answer stays in placement.searched_*
-            print(f"placement: {self.names['placer']}'s answer measured {verdict.step_time_s:.4g} s per step, slower than "
-                  f"the baseline ({base_label}: {base.step_time_s:.4g} s); keeping the baseline's placement "
-                  "(raise placer.budget_s, or use placer.reward=simulated)", flush=True)
-            fallback = {"placement.searched_step_time_s": verdict.step_time_s,
-                        "placement.searched_speedup": base.value / verdict.value}
+            fallback = self.fall_back(verdict, base_label, base, base_placement, sink)
             placement, verdict = base_placement, base
-            placement.save(path)
-            sink.log_artifact(path)
-            sink.set_tags({"placement.fallback": f"the search's answer was slower than {base_label}; the baseline kept"})
-        m = {
-            "placement.step_time_s": verdict.step_time_s,
-            "placement.search_time_s": search_time,
-            "placement.evaluations": float(searched),
-            "placement.devices_used": float(len(set(placement.assignment.values()))),
-            **search_m, **fallback,
-        }
+        m = {"placement.step_time_s": verdict.step_time_s, **search_m,
+             "placement.devices_used": float(len(set(placement.assignment.values()))), **fallback}
         if objective == "pipeline":
             m["placement.time_per_sample_s"] = verdict.time_per_sample_s
             for dev, load in verdict.loads_s.items():
@@ -194,6 +170,57 @@ class PlacementPhase:
             m.update(self.compare_simulated(graph, worker, evaluator, verdict))
         if "contiguous_optimum_s" in placement.meta:
             m["placement.contiguous_optimum_s"] = float(placement.meta["contiguous_optimum_s"])
+        base_label, base = self.against_baseline(base_label, base, verdict, objective, m)
+        tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward}
+        if evaluator.kind == "simulated":
+            tags["placement.lower_bound"] = self.bound(graph, worker, evaluator, placement, verdict, m)
+            self.gantt(verdict, sink)
+        placed = PlacementOutcome(placement=placement, graph=graph, worker=worker, evaluator=evaluator, verdict=verdict,
+                                  baseline=base, metrics=m, microbatch=microbatch)
+        if not cluster.simulated and model_spec.build is not None:
+            self.measure_too(placed, base_placement, model_spec)
+        from orchestrator.phases.schedule import report_schedule  # the micro-batched
+        report_schedule(self, placed, model_spec, cluster, sink)  # pipeline
+        sink.log_metrics(m)
+        sink.set_tags(tags)
+        return placed
+
+    def search(self, graph, worker, evaluator, sink) -> tuple[Placement, dict[str, float]]:
+        """The placer's answer (saved as ``placement.json``) and the search's metrics: its time, the
+        evaluations it made, what a measured reward spent."""
+        context = PlacementContext(seed=self.train.seed, sink=sink, output_dir=self.output_dir,
+                                   show_progress=self.show_progress, cfg=self.cfg)
+        t0 = time.perf_counter()
+        placement = self.placer.place(graph, worker, evaluator, context).check(graph)
+        search_time = time.perf_counter() - t0
+        searched = evaluator.evaluations
+        end_search = getattr(evaluator, "end_search", None)    # measured / mixed rewards: stop the budget
+        search_m = end_search() if end_search is not None else {"placement.measured_placements": 0.0}
+        self.save(placement, sink)
+        return placement, {"placement.search_time_s": search_time, "placement.evaluations": float(searched), **search_m}
+
+    def save(self, placement: Placement, sink) -> None:
+        path = self.output_dir / "placement.json"
+        placement.save(path)
+        sink.log_artifact(path)
+
+    def fall_back(self, verdict, base_label: str, base, base_placement: Placement, sink) -> dict[str, float]:
+        """A measured search can end slower than the baseline (noise, a budget too small): say so and keep
+        the better placement (saved in place of the search's); the search's own answer stays in
+        ``placement.searched_*`` (the metrics returned)."""
+        print(f"placement: {self.names['placer']}'s answer measured {verdict.step_time_s:.4g} s per step, slower than "
+              f"the baseline ({base_label}: {base.step_time_s:.4g} s); keeping the baseline's placement "
+              "(raise placer.budget_s, or use placer.reward=simulated)", flush=True)
+        fallback = {"placement.searched_step_time_s": verdict.step_time_s,
+                    "placement.searched_speedup": base.value / verdict.value}
+        self.save(base_placement, sink)
+        sink.set_tags({"placement.fallback": f"the search's answer was slower than {base_label}; the baseline kept"})
+        return fallback
+
+    @staticmethod
+    def against_baseline(base_label: str, base, verdict, objective: str, m: dict[str, float]) -> tuple[str, Any]:
+        """The baseline's figures and the speedup over it into ``m``; (label, baseline verdict), the
+        verdict None (and the label saying why) when the baseline does not fit."""
         if base is not None and base.feasible and math.isfinite(base.value):
             m["placement.baseline_step_time_s"] = base.step_time_s
             if objective == "pipeline":
@@ -203,40 +230,34 @@ class PlacementPhase:
             over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in base.oom)
             base_label = f"{base_label}: infeasible ({over})"
             base = None
-        if evaluator.kind == "simulated":
-            lb, parts = evaluator.bound_parts()
-            certified = float(placement.meta.get("certified_bound_s") or 0.0)   # e.g. placer=optimal's MILP
-            limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
-            cert_src = str(placement.meta.get("certified_bound_src") or "milp")
-            if objective == "pipeline" and not certified and limit > 0 and math.isfinite(verdict.value):
-                from orchestrator.placement.solve.config_bound import certify  # certify the gap of any placer
-                from orchestrator.placement.solve.problem import PlacementProblem
+        return base_label, base
 
-                prob = PlacementProblem(graph, worker, evaluator)
-                mine = prob.atoms_of(prob.sim.assignment(placement))
-                certified, cert_src = certify(prob, evaluator.load_model, lb, verdict.value, limit, seeds=[mine])
-            bound_src = cert_src if certified > lb else max(parts, key=parts.get)
-            lb = max(lb, certified)
-            m["placement.lower_bound_s"] = lb
-            if lb > 0 and math.isfinite(verdict.value):
-                m["placement.optimality_gap"] = verdict.value / lb - 1.0
-            for dev, b in verdict.peak_memory_bytes.items():
-                m[f"placement.memory_bytes.{dev}"] = b
-            for dev, busy in verdict.busy_s.items():
-                m[f"placement.utilisation.{dev}"] = busy / verdict.step_time_s if verdict.step_time_s else 0.0
-            self.gantt(verdict, sink)
-        placed = PlacementOutcome(placement=placement, graph=graph, worker=worker, evaluator=evaluator, verdict=verdict,
-                                  baseline=base, metrics=m, microbatch=microbatch)
-        if not cluster.simulated and model_spec.build is not None:
-            self.measure_too(placed, base_placement, model_spec)
-        from orchestrator.phases.schedule import report_schedule  # the micro-batched
-        report_schedule(self, placed, model_spec, cluster, sink)  # pipeline
-        sink.log_metrics(m)
-        tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward}
-        if evaluator.kind == "simulated":
-            tags["placement.lower_bound"] = bound_src
-        sink.set_tags(tags)
-        return placed
+    def bound(self, graph, worker, evaluator, placement: Placement, verdict, m: dict[str, float]) -> str:
+        """A simulated verdict's lower bound, optimality gap, memory and utilisation per device into ``m``;
+        returns where the bound came from (certified by the placer or here, else the evaluator's largest
+        part)."""
+        objective = getattr(evaluator, "objective", "step")
+        lb, parts = evaluator.bound_parts()
+        certified = float(placement.meta.get("certified_bound_s") or 0.0)   # e.g. placer=optimal's MILP
+        limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
+        cert_src = str(placement.meta.get("certified_bound_src") or "milp")
+        if objective == "pipeline" and not certified and limit > 0 and math.isfinite(verdict.value):
+            from orchestrator.placement.solve.config_bound import certify  # certify the gap of any placer
+            from orchestrator.placement.solve.problem import PlacementProblem
+
+            prob = PlacementProblem(graph, worker, evaluator)
+            mine = prob.atoms_of(prob.sim.assignment(placement))
+            certified, cert_src = certify(prob, evaluator.load_model, lb, verdict.value, limit, seeds=[mine])
+        bound_src = cert_src if certified > lb else max(parts, key=parts.get)
+        lb = max(lb, certified)
+        m["placement.lower_bound_s"] = lb
+        if lb > 0 and math.isfinite(verdict.value):
+            m["placement.optimality_gap"] = verdict.value / lb - 1.0
+        for dev, b in verdict.peak_memory_bytes.items():
+            m[f"placement.memory_bytes.{dev}"] = b
+        for dev, busy in verdict.busy_s.items():
+            m[f"placement.utilisation.{dev}"] = busy / verdict.step_time_s if verdict.step_time_s else 0.0
+        return bound_src
 
     def compare_simulated(self, graph, worker, evaluator, verdict) -> dict[str, float]:
         """``placer.compare_simulated``: the same placer searches again with the simulated reward,
