@@ -162,7 +162,6 @@ def rollout_numpy(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str
     cap = np.where(np.isfinite(gi.pool_cap), gi.pool_cap, np.inf)
     P = len(cap)
     q = gi.pool_of
-    finite_cap = np.isfinite(cap[q])
     dev = np.full((B, A), -1, np.int64)
     fin = np.zeros((B, A))
     ready = np.zeros((B, D))
@@ -171,67 +170,22 @@ def rollout_numpy(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str
     latest = np.zeros(B)
     feats = np.zeros((B, A, D, K_DYN), np.float32)
     feas = np.zeros((B, A, D), bool)
-    cb = di.cbar
     for t, a in enumerate(di.order):
-        lo, hi = di.in_ptr[a], di.in_ptr[a + 1]
         c = di.cost[a]
-        if hi > lo:
-            ps = di.in_src[lo:hi]
-            pd = dev[:, ps]                                      # [B, m]
-            placed = pd >= 0
-            pdc = np.maximum(pd, 0)
-            comm = inputs_s(di.in_n[lo:hi, None], di.lat[pdc], di.in_bytes[lo:hi, None], di.inv_bw[pdc],
-                            di.in_fixed[lo:hi, None], di.hops[pdc])   # [B, m, D]
-            comm = np.where(placed[:, :, None], comm, 0.0)
-            arrival = np.where(placed[:, :, None], fin[:, ps][:, :, None] + comm, 0.0).max(axis=1)
-            cin = comm.sum(axis=1)
-            has_pred = placed.any(axis=1)[:, None]
-        else:
-            arrival, cin, comm, has_pred = 0.0, np.zeros((B, D)), None, np.zeros((B, 1), bool)
+        arrival, cin, comm, has_pred, pd, pdc = _inputs(di, a, dev, fin, D)
         eft = np.maximum(ready, arrival) + c
         after = load + c + cin
-        top = load.argmax(axis=1)
-        srt = np.sort(load, axis=1)
-        m1 = srt[:, -1][:, None]
-        m2 = srt[:, -2][:, None] if D > 1 else np.zeros((B, 1))
-        others = np.where(np.arange(D)[None] == top[:, None], m2, m1)
-        bott = np.maximum(after, others)
-        fill = np.where(finite_cap[None], (used[:, q] + gi.res[a] + np.maximum(tmp[:, q], gi.temp[a]))
-                        / np.where(finite_cap, cap[q], 1.0)[None], 0.0)
+        bott = np.maximum(after, _others_max(load))
+        fill = _fill(gi.res[a], gi.temp[a], used[:, q], tmp[:, q], cap[q])
         ok = (fill <= 1.0 + 1e-12) & mask[a][None]
         none = ~ok.any(axis=1)
         if none.any():
             ok[none] = mask[a]
-        emin = np.where(ok, eft, np.inf).min(axis=1, keepdims=True)
-        bmin = np.where(ok, bott, np.inf).min(axis=1, keepdims=True)
         f = feats[:, t]
-        ex_e, is_e = np.log1p(np.maximum(eft - emin, 0) / cb), eft <= emin * (1 + 1e-9) + 1e-15
-        ex_b, is_b = np.log1p(np.maximum(bott - bmin, 0) / cb), bott <= bmin * (1 + 1e-9) + 1e-15
-        if di.pipeline:                     # the trial's objective first: bottleneck for pipeline, eft for step
-            ex_e, is_e, ex_b, is_b = ex_b, is_b, ex_e, is_e
-        f[..., 0], f[..., 1], f[..., 2], f[..., 3] = ex_e, is_e, ex_b, is_b
-        f[..., 4] = np.log1p(cin / cb)
-        f[..., 5] = np.minimum(load / di.share, 4.0)
-        f[..., 6] = np.minimum(fill, 2.0)
-        f[..., 7] = di.pipeline
-        f[..., 8] = np.minimum(np.maximum(eft - emin, 0) / (np.maximum(latest, emin[:, 0]) + 1e-30)[:, None], 4.0)
-        f[..., 9] = t / A
-        f[..., 10] = np.minimum(after / di.share, 4.0)
-        f[..., 11] = has_pred & (cin <= 1e-15)
+        _features(f, di, t / A, eft, bott, ok, cin, load, fill, after, latest, has_pred)
         feas[:, t] = ok
-        logit = head_logits(s[a][None], zr[a][None], head, f, ok)
-        if forced is not None:
-            ch = forced[:, a].astype(np.int64)
-        elif greedy:
-            ch = np.argmax(np.round(logit, 4), axis=1)
-        else:
-            z = np.exp(logit - logit.max(axis=1, keepdims=True)) * ok
-            cum = np.cumsum(z / z.sum(axis=1, keepdims=True), axis=1)
-            assert draws is not None            # sampling: the caller passes the uniforms
-            ch = np.minimum((draws[:, gi.name_rank[a]][:, None] > cum).sum(axis=1), D - 1)
-            bad = ~ok[ar, ch]                                   # rounding at the top end
-            if bad.any():
-                ch[bad] = np.argmax(np.where(ok[bad], logit[bad], -np.inf), axis=1)
+        ch = _choose(head_logits(s[a][None], zr[a][None], head, f, ok), ok, forced, greedy,
+                     None if draws is None else draws[:, gi.name_rank[a]], a)
         dev[:, a] = ch
         fin[:, a] = eft[ar, ch]
         latest = np.maximum(latest, fin[:, a])
@@ -248,3 +202,87 @@ def rollout_numpy(gi: DecodeGraph, s: FloatArray, zr: FloatArray, head: dict[str
     inv = np.empty(A, np.int64)
     inv[di.order] = np.arange(A)
     return Rollouts(dev, feats[:, inv], feas[:, inv])
+
+
+def _inputs(di: DecodeInputs, a: int, dev: IntArray, fin: FloatArray, D: int,
+            ) -> tuple[FloatArray | float, FloatArray, FloatArray | None, BoolArray, IntArray, IntArray]:
+    """Atom ``a``'s inputs from its placed predecessors, per sample [B] and device [D]: (arrival, cin,
+    comm [B, m, D] (None without predecessors), has a placed predecessor [B, 1], the predecessors' devices
+    [B, m] (-1 not placed) and the same clipped at 0)."""
+    B = dev.shape[0]
+    lo, hi = di.in_ptr[a], di.in_ptr[a + 1]
+    if hi <= lo:
+        none = np.zeros((B, 0), np.int64)
+        return 0.0, np.zeros((B, D)), None, np.zeros((B, 1), bool), none, none
+    ps = di.in_src[lo:hi]
+    pd = dev[:, ps]                                      # [B, m]
+    placed = pd >= 0
+    pdc = np.maximum(pd, 0)
+    comm = inputs_s(di.in_n[lo:hi, None], di.lat[pdc], di.in_bytes[lo:hi, None], di.inv_bw[pdc],
+                    di.in_fixed[lo:hi, None], di.hops[pdc])   # [B, m, D]
+    comm = np.where(placed[:, :, None], comm, 0.0)
+    arrival = np.where(placed[:, :, None], fin[:, ps][:, :, None] + comm, 0.0).max(axis=1)
+    return arrival, comm.sum(axis=1), comm, placed.any(axis=1)[:, None], pd, pdc
+
+
+def _others_max(load: FloatArray) -> FloatArray:
+    """Per sample and device d, the largest load over the other devices [B, D]."""
+    B, D = load.shape
+    top = load.argmax(axis=1)
+    srt = np.sort(load, axis=1)
+    m1 = srt[:, -1][:, None]
+    m2 = srt[:, -2][:, None] if D > 1 else np.zeros((B, 1))
+    out: FloatArray = np.where(np.arange(D)[None] == top[:, None], m2, m1)
+    return out
+
+
+def _fill(res: float, temp: float, used: FloatArray, tmp: FloatArray, cap: FloatArray) -> FloatArray:
+    """Each device's memory pool filled with the atom added (resident + peak temporary) / capacity [B, D];
+    0 for an unbounded pool. ``used``, ``tmp`` [B, D] and ``cap`` [D] are the pools of the devices."""
+    finite = np.isfinite(cap)
+    out: FloatArray = np.where(finite[None], (used + res + np.maximum(tmp, temp)) / np.where(finite, cap, 1.0)[None],
+                               0.0)
+    return out
+
+
+def _features(f: F32Array, di: DecodeInputs, progress: float, eft: FloatArray, bott: FloatArray, ok: BoolArray,
+              cin: FloatArray, load: FloatArray, fill: FloatArray, after: FloatArray, latest: FloatArray,
+              has_pred: BoolArray) -> None:
+    """Writes the K_DYN dynamic features of one step into ``f`` [B, D, K] (the module docstring's list)."""
+    cb = di.cbar
+    emin = np.where(ok, eft, np.inf).min(axis=1, keepdims=True)
+    bmin = np.where(ok, bott, np.inf).min(axis=1, keepdims=True)
+    ex_e, is_e = np.log1p(np.maximum(eft - emin, 0) / cb), eft <= emin * (1 + 1e-9) + 1e-15
+    ex_b, is_b = np.log1p(np.maximum(bott - bmin, 0) / cb), bott <= bmin * (1 + 1e-9) + 1e-15
+    if di.pipeline:                     # the trial's objective first: bottleneck for pipeline, eft for step
+        ex_e, is_e, ex_b, is_b = ex_b, is_b, ex_e, is_e
+    f[..., 0], f[..., 1], f[..., 2], f[..., 3] = ex_e, is_e, ex_b, is_b
+    f[..., 4] = np.log1p(cin / cb)
+    f[..., 5] = np.minimum(load / di.share, 4.0)
+    f[..., 6] = np.minimum(fill, 2.0)
+    f[..., 7] = di.pipeline
+    f[..., 8] = np.minimum(np.maximum(eft - emin, 0) / (np.maximum(latest, emin[:, 0]) + 1e-30)[:, None], 4.0)
+    f[..., 9] = progress
+    f[..., 10] = np.minimum(after / di.share, 4.0)
+    f[..., 11] = has_pred & (cin <= 1e-15)
+
+
+def _choose(logit: FloatArray, ok: BoolArray, forced: IntArray | None, greedy: bool, draw: FloatArray | None,
+            a: int) -> IntArray:
+    """The device of atom ``a`` per sample: ``forced[:, a]``, the largest logit (rounded to 1e-4), or drawn
+    by inverse CDF with the uniforms ``draw`` [B] (a disallowed draw at the rounding edge: the best allowed)."""
+    ch: IntArray
+    if forced is not None:
+        ch = forced[:, a].astype(np.int64)
+        return ch
+    if greedy:
+        ch = np.argmax(np.round(logit, 4), axis=1)
+        return ch
+    z = np.exp(logit - logit.max(axis=1, keepdims=True)) * ok
+    cum = np.cumsum(z / z.sum(axis=1, keepdims=True), axis=1)
+    assert draw is not None             # sampling: the caller passes the uniforms
+    ch = np.minimum((draw[:, None] > cum).sum(axis=1), ok.shape[1] - 1)
+    bad = ~ok[np.arange(len(ch)), ch]                   # rounding at the top end
+    if bad.any():
+        ch[bad] = np.argmax(np.where(ok[bad], logit[bad], -np.inf), axis=1)
+    return ch

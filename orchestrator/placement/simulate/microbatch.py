@@ -66,6 +66,8 @@ from orchestrator.schedules import schedule
 Task = tuple[int, int, int]                                  # (phase, device, micro-batch)
 # (src phase, src device, dst device) -> [{link channel: seconds}, consumer phases]
 Transfers = dict[tuple[int, int, int], list[Any]]
+# per (src phase, src dev): (dst dev, [(channel, seconds)] hops, consumer phases) of each tensor it sends
+Sends = dict[tuple[int, int], list[tuple[int, list[tuple[int, float]], set[int]]]]
 _NAMES = "FBU"
 
 
@@ -183,17 +185,8 @@ class MicrobatchSchedule:
         S = len(stages)
         order = {d: [(p, j) for p, j in task_order(self.kind, m, S, s)] + ([(U, 0)] if update else [])
                  for s, d in enumerate(stages)}
-        out_of: dict[tuple[int, int], list[tuple[int, list[tuple[int, float]], set[int]]]] = {}
-        pending: dict[Task, int] = {}
+        out_of, pending = self._dependencies(m, transfers, update)
         ready: dict[Task, float] = {}
-        for (pu, a, b), (hops, consumers) in transfers.items():
-            out_of.setdefault((pu, a), []).append((b, list(hops.items()), consumers))
-            for pv in consumers:
-                if pv == U and update:
-                    pending[U, b, 0] = pending.get((U, b, 0), 0) + m
-                elif pv != U:
-                    for j in range(m):
-                        pending[pv, b, j] = pending.get((pv, b, j), 0) + 1
         chan_free: dict[int, float] = {}
         ptr = {d: 0 for d in stages}
         busy = {d: False for d in stages}
@@ -244,15 +237,7 @@ class MicrobatchSchedule:
             busy[d], free_at[d] = False, t
             ptr[d] += 1
             for b, hops, consumers in out_of.get((p, d), []) if p != U else []:
-                at = t
-                for ch, h in hops:
-                    s = max(at, chan_free.get(ch, 0.0))
-                    at = s + h
-                    chan_free[ch] = at
-                    if record:
-                        events.append({"kind": "transfer", "row": self._chan_name(ch), "name": f"{_NAMES[p]}{j + 1} "
-                                       f"{self.worker.devices[d].name}->{self.worker.devices[b].name}",
-                                       "label": f"{_NAMES[p]}{j + 1}", "start": s, "end": at})
+                at = self._send(hops, t, chan_free, events if record else None, key, b)
                 for pv in consumers:
                     if pv == U and not update:
                         continue
@@ -265,11 +250,48 @@ class MicrobatchSchedule:
         if len(end) < n_tasks:  # pragma: no cover - the orders are deadlock-free by construction
             raise RuntimeError(f"pipeline schedule {self.kind} deadlocked after {len(end)} of {n_tasks} tasks")
         if record:
-            for (p, d, j), s in start.items():
-                lab = "U" if p == U else f"{_NAMES[p]}{j + 1}"
-                events.append({"kind": "node", "row": self.worker.devices[d].name, "name": lab, "label": lab,
-                               "start": s, "end": end[p, d, j]})
+            events += self._task_events(start, end)
         return max(end.values(), default=0.0), start, end, events
+
+    def _dependencies(self, m: int, transfers: Transfers, update: bool) -> tuple[Sends, dict[Task, int]]:
+        """What each (phase, device) sends, and how many inputs each task waits for (an update waits for
+        every micro-batch's tensors; without ``update`` nothing waits for it)."""
+        out_of: Sends = {}
+        pending: dict[Task, int] = {}
+        for (pu, a, b), (hops, consumers) in transfers.items():
+            out_of.setdefault((pu, a), []).append((b, list(hops.items()), consumers))
+            for pv in consumers:
+                if pv == U and update:
+                    pending[U, b, 0] = pending.get((U, b, 0), 0) + m
+                elif pv != U:
+                    for j in range(m):
+                        pending[pv, b, j] = pending.get((pv, b, j), 0) + 1
+        return out_of, pending
+
+    def _send(self, hops: list[tuple[int, float]], t: float, chan_free: dict[int, float],
+              events: list[dict[str, Any]] | None, task: Task, b: int) -> float:
+        """Task ``task``'s tensor to device ``b``, sent at ``t`` along ``hops`` (store and forward, each
+        channel FIFO): when it arrives. With ``events``, one transfer event per hop is appended."""
+        p, d, j = task
+        at = t
+        for ch, h in hops:
+            s = max(at, chan_free.get(ch, 0.0))
+            at = s + h
+            chan_free[ch] = at
+            if events is not None:
+                events.append({"kind": "transfer", "row": self._chan_name(ch), "name": f"{_NAMES[p]}{j + 1} "
+                               f"{self.worker.devices[d].name}->{self.worker.devices[b].name}",
+                               "label": f"{_NAMES[p]}{j + 1}", "start": s, "end": at})
+        return at
+
+    def _task_events(self, start: dict[Task, float], end: dict[Task, float]) -> list[dict[str, Any]]:
+        """One node event per task (the Gantt rows of the devices)."""
+        events = []
+        for (p, d, j), s in start.items():
+            lab = "U" if p == U else f"{_NAMES[p]}{j + 1}"
+            events.append({"kind": "node", "row": self.worker.devices[d].name, "name": lab, "label": lab,
+                           "start": s, "end": end[p, d, j]})
+        return events
 
     def _sharing(self, stages: list[int]) -> SharedCores | None:
         """A processor-sharing clock when two stages share a core pool, else None (each task lasts

@@ -37,7 +37,7 @@ from itertools import product
 
 import numpy as np
 
-from orchestrator.graph.arrays import IntArray
+from orchestrator.graph.arrays import FloatArray, IntArray
 from orchestrator.graph.opgraph import original_edges
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.problem import PlacementProblem
@@ -208,136 +208,180 @@ def solve(prob: PlacementProblem, model: LoadModel | None = None, upper: float =
     assert found is not None   # a chain of n_sup units has n_sup + 1 ideals, under the limit
     masks, steps = found
     classes, links, exact = device_classes(prob, model)
-    nc = len(classes)
-    reps = [c[0] for c in classes]
-    cost = prob.sim.cost
-    comp_c = np.zeros((n_sup, nc))
-    np.add.at(comp_c, sup_of, cost[:, reps])
-    mem = np.bincount(sup_of, weights=prob.sim.resident, minlength=n_sup)
-    tmp = np.zeros(n_sup)
-    np.maximum.at(tmp, sup_of, prob.sim.temp)
-    cap = [float(prob.pool_cap[prob.pool_of[r]]) for r in reps]
-    max_cap = max(cap)
-    # senders: nodes with an edge to another unit; their distinct receiving units
-    sm: dict[int, set[int]] = {}
-    for u, v in zip(model.src, model.dst):
-        if sup_of[u] != sup_of[v]:
-            sm.setdefault(int(u), set()).add(int(sup_of[v]))
-    senders = sorted(sm)
-    deg = {u: len(sm[u]) for u in senders}
+    units = _UnitCosts(prob, sup_of, n_sup, [c[0] for c in classes])
+    comm = _CommLoad(model, sup_of, n_sup, links)
+    table = _Table(classes, len(masks))
+    n_id, pairs = len(masks), 0
+    for j in range(n_id):
+        if time.perf_counter() > deadline:
+            return DPResult(None, math.inf, n_id, pairs, exact, "timeout")
+        table.leave_unused(j)
+        dpj = table.dp[:, j].copy()
+        if dpj.min() >= upper:
+            continue
+        pairs += _walk(j, dpj, steps, units, comm, table, upper)
+    full, top = n_id - 1, len(table.trans) - 1
+    value = table.dp[top, full]
+    if masks[full] != (1 << n_sup) - 1 or not math.isfinite(value) or value >= upper:
+        return DPResult(None, math.inf, n_id, pairs, exact, order)
+    return DPResult(table.assignment(prob.n, classes, masks, sup_of, n_sup), float(value), n_id, pairs, exact, order)
 
-    send = {u: [model.hop_s(u, links[c][0]) for c in range(nc)] for u in senders}
-    recv = {u: [model.hop_s(u, links[c][1]) for c in range(nc)] for u in senders}
-    inside: list[list[int]] = [[] for _ in range(n_sup)]
-    pred_senders: list[list[int]] = [[] for _ in range(n_sup)]
-    for u in senders:
-        inside[int(sup_of[u])].append(u)
-        for x in sm[u]:
-            pred_senders[x].append(u)
-    # device-count states
-    counts = [len(c) for c in classes]
-    states = list(product(*[range(k + 1) for k in counts]))
-    states.sort(key=sum)
-    sid = {s: i for i, s in enumerate(states)}
-    trans = np.array([[sid[s[:c] + (s[c] - 1,) + s[c + 1:]] if s[c] > 0 else -1 for c in range(nc)] for s in states])
-    ks = [np.flatnonzero(trans[:, c] >= 0) for c in range(nc)]
-    kp = [trans[ks[c], c] for c in range(nc)]
-    n_id = len(masks)
-    dp = np.full((len(states), n_id), math.inf)
-    dp[:, 0] = 0.0
-    back_j = np.full((len(states), n_id), -1, dtype=np.int64)
-    back_c = np.full((len(states), n_id), -1, dtype=np.int64)
-    pairs = 0
-    cnt = {u: 0 for u in senders}
-    in_s = {u: False for u in senders}
 
-    def contrib(u: int, c: int) -> float:
-        if in_s[u]:
-            return send[u][c] if cnt[u] < deg[u] else 0.0
-        return recv[u][c] if cnt[u] > 0 else 0.0
+class _UnitCosts:
+    """Per unit of the order: compute seconds on each device class's representative device, resident and
+    temporary bytes; each class's memory capacity (less the headroom)."""
 
-    def move(x: int, sign: int, comm: list[float]) -> None:
-        touched = set(inside[x]) | set(pred_senders[x])
+    def __init__(self, prob: PlacementProblem, sup_of: IntArray, n_sup: int, reps: list[int]):
+        self.comp_c = np.zeros((n_sup, len(reps)))
+        np.add.at(self.comp_c, sup_of, prob.sim.cost[:, reps])
+        self.mem = np.bincount(sup_of, weights=prob.sim.resident, minlength=n_sup)
+        self.tmp = np.zeros(n_sup)
+        np.maximum.at(self.tmp, sup_of, prob.sim.temp)
+        self.cap = [float(prob.pool_cap[prob.pool_of[r]]) for r in reps]
+        self.max_cap = max(self.cap)
+
+
+class _CommLoad:
+    """The communication part of ``load_c(S)`` for the current set S of units, per device class, kept up to
+    date as units enter and leave S (O(degree) per unit): a node in S with an edge leaving S pays its send
+    hop, a node outside S with an edge into S its receive hop (``links[c]``: class c's first and last link)."""
+
+    def __init__(self, model: LoadModel, sup_of: IntArray, n_sup: int, links: list[tuple[int, int]]):
+        sm: dict[int, set[int]] = {}        # senders (nodes with an edge to another unit) -> their receiving units
+        for u, v in zip(model.src, model.dst):
+            if sup_of[u] != sup_of[v]:
+                sm.setdefault(int(u), set()).add(int(sup_of[v]))
+        senders = sorted(sm)
+        self.nc = nc = len(links)
+        self.deg = {u: len(sm[u]) for u in senders}
+        self.send = {u: [model.hop_s(u, links[c][0]) for c in range(nc)] for u in senders}
+        self.recv = {u: [model.hop_s(u, links[c][1]) for c in range(nc)] for u in senders}
+        self.inside: list[list[int]] = [[] for _ in range(n_sup)]
+        self.pred_senders: list[list[int]] = [[] for _ in range(n_sup)]
+        for u in senders:
+            self.inside[int(sup_of[u])].append(u)
+            for x in sm[u]:
+                self.pred_senders[x].append(u)
+        self.cnt, self.in_s = {u: 0 for u in senders}, {u: False for u in senders}   # receivers in S; u in S
+
+    def contrib(self, u: int, c: int) -> float:
+        if self.in_s[u]:
+            return self.send[u][c] if self.cnt[u] < self.deg[u] else 0.0
+        return self.recv[u][c] if self.cnt[u] > 0 else 0.0
+
+    def move(self, x: int, sign: int, comm: list[float]) -> None:
+        """Unit ``x`` enters S (``sign`` +1) or leaves it (-1); ``comm`` (per class) follows."""
+        contrib, nc = self.contrib, self.nc
+        touched = set(self.inside[x]) | set(self.pred_senders[x])
         for u in touched:
             for c in range(nc):
                 comm[c] -= contrib(u, c)
-        for u in inside[x]:
-            in_s[u] = sign > 0
-        for u in pred_senders[x]:
-            cnt[u] += sign
+        for u in self.inside[x]:
+            self.in_s[u] = sign > 0
+        for u in self.pred_senders[x]:
+            self.cnt[u] += sign
         for u in touched:
             for c in range(nc):
                 comm[c] += contrib(u, c)
 
-    for j in range(n_id):
-        if time.perf_counter() > deadline:
-            return DPResult(None, math.inf, n_id, pairs, exact, "timeout")
-        for k in range(1, len(states)):                     # a device left unused
-            for c in range(nc):
+
+class _Table:
+    """``dp[k][I]`` over the device-count states k (how many devices of each class are used, by total) and
+    the ideals I, with back pointers (the J and the class of the last device's share)."""
+
+    def __init__(self, classes: list[list[int]], n_id: int):
+        nc = len(classes)
+        states = sorted(product(*[range(len(c) + 1) for c in classes]), key=sum)
+        sid = {s: i for i, s in enumerate(states)}
+        # trans[k, c]: the state with one device of class c fewer (-1: none used)
+        self.trans = np.array([[sid[s[:c] + (s[c] - 1,) + s[c + 1:]] if s[c] > 0 else -1 for c in range(nc)]
+                               for s in states])
+        self.ks = [np.flatnonzero(self.trans[:, c] >= 0) for c in range(nc)]
+        self.kp = [self.trans[self.ks[c], c] for c in range(nc)]
+        self.dp = np.full((len(states), n_id), math.inf)
+        self.dp[:, 0] = 0.0
+        self.back_j = np.full((len(states), n_id), -1, dtype=np.int64)
+        self.back_c = np.full((len(states), n_id), -1, dtype=np.int64)
+
+    def leave_unused(self, j: int) -> None:
+        """``dp[k][J] <= dp[k - e_c][J]``: a device left unused."""
+        dp, trans = self.dp, self.trans
+        for k in range(1, len(trans)):
+            for c in range(trans.shape[1]):
                 p = trans[k, c]
                 if p >= 0 and dp[p, j] < dp[k, j]:
-                    dp[k, j], back_j[k, j], back_c[k, j] = dp[p, j], j, c
-        dpj = dp[:, j].copy()
-        if dpj.min() >= upper:
+                    dp[k, j], self.back_j[k, j], self.back_c[k, j] = dp[p, j], j, c
+
+    def relax(self, j: int, i: int, c: int, dpj: FloatArray, load: float) -> None:
+        """``I \\ J`` on one more device of class c: ``dp[k][I] <= max(dp[k - e_c][J], load)``."""
+        ks = self.ks[c]
+        cand = np.maximum(dpj[self.kp[c]], load)
+        better = cand < self.dp[ks, i]
+        if better.any():
+            rows = ks[better]
+            self.dp[rows, i] = cand[better]
+            self.back_j[rows, i] = j
+            self.back_c[rows, i] = c
+
+    def assignment(self, n: int, classes: list[list[int]], masks: list[int], sup_of: IntArray, n_sup: int,
+                   ) -> IntArray:
+        """The device of each node in the best split of all nodes on all devices (back pointers followed)."""
+        assign = np.full(n, -1, dtype=np.int64)
+        free = [list(c) for c in classes]
+        k, i = len(self.trans) - 1, len(masks) - 1
+        while i != 0:
+            j, c = int(self.back_j[k, i]), int(self.back_c[k, i])
+            if j != i:
+                dev = free[c].pop(0)
+                units = masks[i] & ~masks[j]
+                for x in range(n_sup):
+                    if units >> x & 1:
+                        assign[sup_of == x] = dev
+                i = j
+            k = int(self.trans[k, c])
+        return assign
+
+
+def _walk(j: int, dpj: FloatArray, steps: list[list[tuple[int, int]]], units: _UnitCosts, comm_load: _CommLoad,
+          table: _Table, upper: float) -> int:
+    """The ideals I above J, depth first, one unit at a time, with the load of ``I \\ J`` per class kept up
+    to date (undone on the way back); each relaxes ``dp[.][I]``. A branch stops where the compute alone or
+    the memory rules it out against ``upper`` (supersets only get worse). Returns the pairs (J, I) walked."""
+    nc, comp_c, mem, tmp, cap, move = comm_load.nc, units.comp_c, units.mem, units.tmp, units.cap, comm_load.move
+    pairs, seen = 0, {j}
+    comm, compute = [0.0] * nc, [0.0] * nc
+    m_used, t_stack = 0.0, [0.0]
+    stack = [(j, iter(steps[j]), -1)]
+    while stack:
+        i, it, _ = stack[-1]
+        nxt = next(it, None)
+        if nxt is None:
+            _, _, x = stack.pop()
+            if x >= 0:                                   # undo adding x
+                move(x, -1, comm)
+                for c in range(nc):
+                    compute[c] -= comp_c[x, c]
+                m_used -= mem[x]
+                t_stack.pop()
             continue
-        seen = {j}
-        comm = [0.0] * nc
-        compute = [0.0] * nc
-        m_used, t_stack = 0.0, [0.0]
-        stack = [(j, iter(steps[j]), -1)]
-        while stack:
-            i, it, _ = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                _, _, x = stack.pop()
-                if x >= 0:                                   # undo adding x
-                    move(x, -1, comm)
-                    for c in range(nc):
-                        compute[c] -= comp_c[x, c]
-                    m_used -= mem[x]
-                    t_stack.pop()
+        x, i2 = nxt
+        if i2 in seen:
+            continue
+        seen.add(i2)
+        new_compute = [compute[c] + comp_c[x, c] for c in range(nc)]
+        new_mem, new_t = m_used + mem[x], max(t_stack[-1], tmp[x])
+        if min(new_compute) >= upper or new_mem + new_t > units.max_cap:
+            continue                                     # supersets only get worse
+        compute, m_used = new_compute, new_mem
+        t_stack.append(new_t)
+        move(x, +1, comm)
+        stack.append((i2, iter(steps[i2]), x))
+        pairs += 1
+        for c in range(nc):
+            if m_used + new_t > cap[c] or not math.isfinite(compute[c]):
                 continue
-            x, i2 = nxt
-            if i2 in seen:
-                continue
-            seen.add(i2)
-            new_compute = [compute[c] + comp_c[x, c] for c in range(nc)]
-            new_mem, new_t = m_used + mem[x], max(t_stack[-1], tmp[x])
-            if min(new_compute) >= upper or new_mem + new_t > max_cap:
-                continue                                     # supersets only get worse
-            compute, m_used = new_compute, new_mem
-            t_stack.append(new_t)
-            move(x, +1, comm)
-            stack.append((i2, iter(steps[i2]), x))
-            pairs += 1
-            for c in range(nc):
-                if m_used + new_t > cap[c] or not math.isfinite(compute[c]):
-                    continue
-                load = compute[c] + max(comm[c], 0.0)
-                cand = np.maximum(dpj[kp[c]], load)
-                better = cand < dp[ks[c], i2]
-                if better.any():
-                    rows = ks[c][better]
-                    dp[rows, i2] = cand[better]
-                    back_j[rows, i2] = j
-                    back_c[rows, i2] = c
-    full, top = n_id - 1, len(states) - 1
-    if masks[full] != (1 << n_sup) - 1 or not math.isfinite(dp[top, full]) or dp[top, full] >= upper:
-        return DPResult(None, math.inf, n_id, pairs, exact, order)
-    assign = np.full(prob.n, -1, dtype=np.int64)
-    free = [list(c) for c in classes]
-    k, i = top, full
-    while i != 0:
-        j, c = int(back_j[k, i]), int(back_c[k, i])
-        if j != i:
-            dev = free[c].pop(0)
-            units = masks[i] & ~masks[j]
-            for x in range(n_sup):
-                if units >> x & 1:
-                    assign[sup_of == x] = dev
-            i = j
-        k = int(trans[k, c])
-    return DPResult(assign, float(dp[top, full]), n_id, pairs, exact, order)
+            table.relax(j, i2, c, dpj, compute[c] + max(comm[c], 0.0))
+    return pairs
 
 
 def best_contiguous(prob: PlacementProblem, model: LoadModel | None = None, upper: float = math.inf,

@@ -51,82 +51,25 @@ def solve_milp(prob: PlacementProblem, model: LoadModel, time_limit_s: float = 3
     classes, links, exact = device_classes(prob, model)
     if not exact:
         return MILPResult(0.0, None, "not built: the worker is not a hub topology")
-    na, nd = prob.n_atoms, prob.nd
-    link_of: dict[int, tuple[int, int]] = {}
-    for cls, (up, down) in zip(classes, links):
-        for d in cls:
-            link_of[d] = (up, down)
     feeds = group_feeds(prob, model)
     senders = sorted(feeds)
-    ns = len(senders)
-
-    nx = na * nd
-
-    def X(a: int, d: int) -> int:   # column of x[a,d]
-        return a * nd + d
-
-    def S(i: int, d: int) -> int:   # column of s[senders[i],d]
-        return nx + i * nd + d
-
-    def R(i: int, d: int) -> int:   # column of r[senders[i],d]
-        return nx + ns * nd + i * nd + d
-
-    T = nx + 2 * ns * nd
-    nv = T + 1
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    lo: list[float] = []
-    hi: list[float] = []
-    r = 0
-
-    def row(entries: list[tuple[int, float]], low: float, high: float) -> None:
-        nonlocal r
-        for c, v in entries:
-            rows.append(r)
-            cols.append(c)
-            vals.append(v)
-        lo.append(low)
-        hi.append(high)
-        r += 1
-
-    for a in range(na):
-        row([(X(a, d), 1.0) for d in range(nd)], 1.0, 1.0)
-    for i, u in enumerate(senders):
-        au = int(prob.atom_of[u])
-        for b in feeds[u]:
-            for d in range(nd):
-                row([(S(i, d), 1.0), (X(au, d), -1.0), (X(b, d), 1.0)], 0.0, np.inf)
-                row([(R(i, d), 1.0), (X(b, d), -1.0), (X(au, d), 1.0)], 0.0, np.inf)
-    cost = np.where(prob.allowed, prob.atom_cost, 0.0)
-    scale = float(cost.max(initial=0.0)) or 1.0            # times ~1: the solver's absolute tolerances stay small
-    cost = cost / scale
-    for d in range(nd):
-        up, down = link_of[d]
-        ent = [(X(a, d), float(cost[a, d])) for a in range(na) if cost[a, d] > 0]
-        ent += [(S(i, d), hop_s(model, u, up) / scale) for i, u in enumerate(senders) if hop_s(model, u, up) > 0]
-        ent += [(R(i, d), hop_s(model, u, down) / scale) for i, u in enumerate(senders) if hop_s(model, u, down) > 0]
-        row(ent + [(T, -1.0)], -np.inf, 0.0)
-    for d in range(nd):
-        cap = float(prob.full_cap[prob.pool_of[d]])
-        if math.isfinite(cap):
-            row([(X(a, d), float(prob.atom_resident[a])) for a in range(na) if prob.atom_resident[a] > 0], -np.inf, cap)
-    order = np.argsort(prob.atom_pos, kind="stable")
-    for cls in classes:                                # value precedence over identical devices
-        for k in range(1, len(cls)):
-            for i, a in enumerate(order):
-                row([(X(int(a), cls[k]), 1.0)] + [(X(int(b), cls[k - 1]), -1.0) for b in order[:i]], -np.inf, 0.0)
-    a_mat = coo_matrix((vals, (rows, cols)), shape=(r, nv)).tocsr()
-    c = np.zeros(nv)
-    c[T] = 1.0
-    integrality = np.zeros(nv)
-    integrality[:nx] = 1
-    ub = np.ones(nv)
-    ub[T] = np.inf
-    ub[:nx][~prob.allowed.ravel()] = 0.0
+    col = _Columns(prob.n_atoms, prob.nd, len(senders))
+    cons = _Rows()
+    _placement_rows(cons, col, prob, feeds, senders)
+    scale = _load_rows(cons, col, prob, model, classes, links, senders)
+    _memory_rows(cons, col, prob)
+    _symmetry_rows(cons, col, prob, classes)
+    a_mat = coo_matrix((cons.vals, (cons.rows, cons.cols)), shape=(cons.r, col.nv)).tocsr()
+    c = np.zeros(col.nv)
+    c[col.T] = 1.0
+    integrality = np.zeros(col.nv)
+    integrality[:col.nx] = 1
+    ub = np.ones(col.nv)
+    ub[col.T] = np.inf
+    ub[:col.nx][~prob.allowed.ravel()] = 0.0
     try:
         with _quiet_stdout():                              # HiGHS prints from C++ even with disp off
-            res = milp(c, constraints=[LinearConstraint(a_mat, lo, hi)], integrality=integrality,
+            res = milp(c, constraints=[LinearConstraint(a_mat, cons.lo, cons.hi)], integrality=integrality,
                        bounds=Bounds(0.0, ub), options={"time_limit": float(time_limit_s), "disp": False})
     except (ValueError, MemoryError) as exc:
         return MILPResult(0.0, None, f"solver error: {exc}")
@@ -137,9 +80,105 @@ def solve_milp(prob: PlacementProblem, model: LoadModel, time_limit_s: float = 3
     bound = max(0.0, bound * (1 - 1e-5)) * scale           # solver tolerances (1e-7 on ~1): stay below
     assign = None
     if res.x is not None:
-        atoms = res.x[:nx].reshape(na, nd).argmax(axis=1)
+        atoms = res.x[:col.nx].reshape(prob.n_atoms, prob.nd).argmax(axis=1)
         assign = prob.expand(atoms)
     return MILPResult(bound, assign, "optimal" if res.status == 0 else "time limit" if res.status == 1 else res.message)
+
+
+class _Columns:
+    """The MILP's columns: x[a,d] (atom a on device d), s[i,d] and r[i,d] (sender i's output leaves or
+    enters d), then T (the time per sample, the objective)."""
+
+    def __init__(self, na: int, nd: int, ns: int):
+        self.nd, self.ns, self.nx = nd, ns, na * nd
+        self.T = self.nx + 2 * ns * nd
+        self.nv = self.T + 1
+
+    def X(self, a: int, d: int) -> int:
+        return a * self.nd + d
+
+    def S(self, i: int, d: int) -> int:
+        return self.nx + i * self.nd + d
+
+    def R(self, i: int, d: int) -> int:
+        return self.nx + self.ns * self.nd + i * self.nd + d
+
+
+class _Rows:
+    """The constraint matrix as COO triplets, one row at a time, with each row's bounds."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.r = 0
+
+    def add(self, entries: list[tuple[int, float]], low: float, high: float) -> None:
+        for c, v in entries:
+            self.rows.append(self.r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.lo.append(low)
+        self.hi.append(high)
+        self.r += 1
+
+
+def _placement_rows(cons: _Rows, col: _Columns, prob: PlacementProblem, feeds: dict[int, set[int]],
+                    senders: list[int]) -> None:
+    """Each atom on one device; s[i,d] >= x[au,d] - x[b,d] and r[i,d] >= x[b,d] - x[au,d] for each group b
+    that sender i (in atom au) feeds."""
+    X, S, R = col.X, col.S, col.R
+    for a in range(prob.n_atoms):
+        cons.add([(X(a, d), 1.0) for d in range(col.nd)], 1.0, 1.0)
+    for i, u in enumerate(senders):
+        au = int(prob.atom_of[u])
+        for b in feeds[u]:
+            for d in range(col.nd):
+                cons.add([(S(i, d), 1.0), (X(au, d), -1.0), (X(b, d), 1.0)], 0.0, np.inf)
+                cons.add([(R(i, d), 1.0), (X(b, d), -1.0), (X(au, d), 1.0)], 0.0, np.inf)
+
+
+def _load_rows(cons: _Rows, col: _Columns, prob: PlacementProblem, model: LoadModel, classes: list[list[int]],
+               links: list[tuple[int, int]], senders: list[int]) -> float:
+    """Each device's load (compute + the hops it sends and receives) <= T, in units of the largest atom
+    cost (returned: the scale)."""
+    link_of: dict[int, tuple[int, int]] = {}
+    for cls, (up, down) in zip(classes, links):
+        for d in cls:
+            link_of[d] = (up, down)
+    cost = np.where(prob.allowed, prob.atom_cost, 0.0)
+    scale = float(cost.max(initial=0.0)) or 1.0            # times ~1: the solver's absolute tolerances stay small
+    cost = cost / scale
+    X, S, R = col.X, col.S, col.R
+    for d in range(col.nd):
+        up, down = link_of[d]
+        ent = [(X(a, d), float(cost[a, d])) for a in range(prob.n_atoms) if cost[a, d] > 0]
+        ent += [(S(i, d), hop_s(model, u, up) / scale) for i, u in enumerate(senders) if hop_s(model, u, up) > 0]
+        ent += [(R(i, d), hop_s(model, u, down) / scale) for i, u in enumerate(senders) if hop_s(model, u, down) > 0]
+        cons.add(ent + [(col.T, -1.0)], -np.inf, 0.0)
+    return scale
+
+
+def _memory_rows(cons: _Rows, col: _Columns, prob: PlacementProblem) -> None:
+    """The resident bytes on each device of a bounded pool within its capacity."""
+    for d in range(col.nd):
+        cap = float(prob.full_cap[prob.pool_of[d]])
+        if math.isfinite(cap):
+            cons.add([(col.X(a, d), float(prob.atom_resident[a])) for a in range(prob.n_atoms)
+                      if prob.atom_resident[a] > 0], -np.inf, cap)
+
+
+def _symmetry_rows(cons: _Rows, col: _Columns, prob: PlacementProblem, classes: list[list[int]]) -> None:
+    """Value precedence over identical devices: an atom goes to the k-th device of a class only if an
+    earlier atom (in position order) is on the (k-1)-th."""
+    order = np.argsort(prob.atom_pos, kind="stable")
+    for cls in classes:
+        for k in range(1, len(cls)):
+            for i, a in enumerate(order):
+                cons.add([(col.X(int(a), cls[k]), 1.0)] + [(col.X(int(b), cls[k - 1]), -1.0) for b in order[:i]],
+                         -np.inf, 0.0)
 
 
 def group_feeds(prob: PlacementProblem, model: LoadModel) -> dict[int, set[int]]:
