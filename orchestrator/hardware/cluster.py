@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.hardware.cost import roofline_s
+from orchestrator.hardware.cost import hop_s, roofline_s
 
 
 @dataclass
@@ -92,7 +92,8 @@ class Link:
     kind: str = "pcie"             # "pcie", "nvlink", "network", "local"
 
     def transfer_time(self, nbytes: float) -> float:
-        return self.latency_s + nbytes / self.bandwidth
+        t: float = hop_s(self.latency_s, nbytes, self.bandwidth)
+        return t
 
 
 @dataclass
