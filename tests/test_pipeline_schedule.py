@@ -155,6 +155,26 @@ def test_settings_are_checked():
             settings(bad)
 
 
+def test_schedules_are_one_registry_of_classes_resolved_once():
+    """``SCHEDULES`` maps each name to its class; a plan file's name becomes the schedule object at reading
+    (written back by name), an unknown one is one line naming the registered ones."""
+    from orchestrator.plan import Pipeline, Plan, Replica, Stage
+    from orchestrator.schedules import SCHEDULES, GPipe, OneFOneB, PipelineSchedule, schedule
+
+    assert SCHEDULES == {"gpipe": GPipe, "1f1b": OneFOneB}
+    assert all(issubclass(cls, PipelineSchedule) and cls.name == name for name, cls in SCHEDULES.items())
+    assert schedule("gpipe") == GPipe() and schedule("gpipe") != OneFOneB() and isinstance(schedule("1f1b"), OneFOneB)
+    with pytest.raises(ConfigError, match=r"unknown pipeline schedule 'zb' \(known: gpipe, 1f1b\)"):
+        schedule("zb")
+    plan = Plan([Pipeline((Stage((0, 1), (Replica("A100-40"),)),))], 1, schedule=GPipe())
+    doc = plan.to_dict()
+    assert doc["schedule"] == "gpipe" and Plan.from_dict(doc) == plan and Plan.from_dict(doc).schedule.in_flight(8, 4, 3) == 8
+    assert Plan([Pipeline((Stage((0,), (Replica("A100-40"),)),))], 1).schedule == OneFOneB()
+    with pytest.raises(ConfigError) as err:
+        Plan.from_dict({**doc, "schedule": "zb"})
+    assert str(err.value) == "plan: unknown schedule 'zb' (known: gpipe, 1f1b)"
+
+
 def test_gantt_shows_every_micro_batch(tmp_path):
     from orchestrator.placement.simulate.gantt import gantt_events
 

@@ -173,6 +173,68 @@ def test_the_planning_trial_logs_the_plan(tmp_path):
     assert both.returncode == 2 and "drop +placer= and +sync=" in both.stderr
 
 
+def test_simulators_are_plugins_resolved_once_by_name(tmp_path, monkeypatch):
+    """``planner.simulator`` names a registered simulator (``orchestrator_simulators``): a third party's judges
+    the trial (the built-ins give the comparison figures); an unknown name, or a class that is not a
+    ``PlanSimulator``, is one line naming the registered ones."""
+    import dataclasses
+    import sys
+    import types
+
+    from orchestrator import plugins
+    from orchestrator.planning.simulator import ProjectSimulator
+    from orchestrator.planning.simulators import simulator_names
+
+    class Doubled(ProjectSimulator):
+        """The project's figure, twice (and its rules: the bounds stay below it)."""
+
+        name = "doubled"
+
+        def estimate(self, plan, profile, cluster, global_batch, timeline=False):
+            est = super().estimate(plan, profile, cluster, global_batch, timeline)
+            return dataclasses.replace(est, iteration_s=2 * est.iteration_s)
+
+    class ThirdParty:
+        @api.hookimpl
+        def orchestrator_simulators(self):
+            return {"doubled": "third_party_sim:Doubled"}
+
+    class Broken:
+        @api.hookimpl
+        def orchestrator_simulators(self):
+            return {"broken": "third_party_sim:NotOne"}
+
+    module = types.ModuleType("third_party_sim")
+    module.Doubled, module.NotOne = Doubled, dict
+    monkeypatch.setitem(sys.modules, "third_party_sim", module)
+    plan_file = SAILOR / "measured" / "gh200-opt-350" / "plan_config_N16_D4.json"
+    args = ["+planner=file", f"planner.path={plan_file}", "model=llm", "model.name=OPT-350", f"model.data={SAILOR}",
+            "hardware=gpu_cluster", f"hardware.data={SAILOR}"]
+    pm = plugins.get_plugin_manager()
+    pm.register(Broken(), name="broken-simulators")
+    try:
+        with pytest.raises(ConfigError, match=r"planner.simulator='broken': dict does not subclass"):
+            simulator("broken")
+    finally:
+        pm.unregister(name="broken-simulators")
+    pm.register(ThirdParty(), name="third-party-simulators")
+    try:
+        assert simulator_names() == ["doubled", "project", "sailor"]
+        assert isinstance(simulator("doubled"), Doubled)
+        out = run_inprocess(tmp_path, *args, "planner.simulator=doubled")
+        assert out.returncode == 0, out.stderr
+        run = store_runs(tmp_path)[0]
+        m, t = run.data.metrics, run.data.tags
+        assert t["plan.simulator"] == "doubled" and m["plan.iteration_s"] == m["plan.iteration_s.doubled"]
+        assert m["plan.iteration_s.doubled"] == pytest.approx(2 * m["plan.iteration_s.project"], rel=1e-12)
+        assert m["plan.iteration_s.sailor"] == pytest.approx(2.303, abs=1e-3)
+    finally:
+        pm.unregister(name="third-party-simulators")
+    assert simulator_names() == ["project", "sailor"]
+    bad = run_inprocess(tmp_path, *args, "planner.simulator=nope")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: planner.simulator='nope' (registered: project, sailor)"]
+
+
 def test_sailors_simulator_gives_the_published_figure_of_every_published_plan(data):
     """The planners' plans of issue 28's table, scored by the anchor's own code (``sailor_simulator_iteration_s``):
     mixed A100 + V100 clusters, unequal stages, Metis' TP groups across machines, up to 512 GPUs."""

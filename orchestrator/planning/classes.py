@@ -1,9 +1,10 @@
 """Several pipeline classes in one plan (docs/plans.md, "The joint planner", 5): two of the best templates,
 each its own pipeline with its own data-parallel degree and stage structure, sharing the cluster's GPUs,
 the global batch split between them by their throughput (a load-balanced split; the project's simulator
-runs each pipeline's ``batch``). On Sailor's metric a plan is kept only if the formula scores it honestly
-(``sailor_bound.sailor_scores_honestly``: every pipeline runs ``ceil(B / (mbs dp_0,last P))`` micro-batches and the
-ring across pipelines must carry every pipeline's stages)."""
+runs each pipeline's ``batch``). A plan is kept only if the judging simulator scores it honestly
+(``PlanSimulator.scores_honestly``; on Sailor's metric ``sailor_rules.sailor_scores_honestly``: every pipeline
+runs ``ceil(B / (mbs dp_0,last P))`` micro-batches and the ring across pipelines must carry every pipeline's
+stages)."""
 
 from __future__ import annotations
 

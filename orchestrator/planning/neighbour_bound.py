@@ -75,30 +75,50 @@ class NeighbourColumns(ExactColumns):
         kinds = [(g, tp) for g, tp, *_ in cols.kinds]
         starts = cols.starts if starts is None else starts               # a subset of the stages: a restricted bound
         link = links(profile, cluster, kinds, cols.mbs) if link is None else link
-        own = np.array([float(k[3][1, 2]) / 2.0 for k in cols.kinds])      # kappa per send (a middle stage's / 2)
-        grid, size, L = cols.grid, len(cols.grid), cols.L
-        axis = [cols.types.index(g) for g, _ in kinds]
-        tps = [tp for _, tp in kinds]
-        lat = scratch((L + 1, K, *(b + 1 for b in box), size))
-        live = np.zeros((L + 1, K), dtype=bool)
-        comp = [k[2][None, :] - k[2][:, None] for k in cols.kinds]        # c[j, i] per kind
-        fits = [k[4] & (st < size) for k, (st, _) in zip(cols.kinds, starts)]
+        dp = _NeighbourDP(cols, starts, link, box)
+        dp.two_stages()
+        out = dp.more_stages()
+        dp.one_stage(out)
+        self._finish(cols, box, out)
 
-        def vec(*ks):
-            v = [0] * T
-            for k in ks:
-                v[axis[k]] += tps[k]
-            return tuple(v) if all(x <= b for x, b in zip(v, box)) else None
 
-        # two stages: the first (0..j on k0) and the second (j..i on k1), both sends known; per (k0, k1) every
-        # (j, i) at once: A[i, s] the least latency of those within grid[s] (a running minimum over s)
+class _NeighbourDP:
+    """The DP's table while ``NeighbourColumns`` is built: ``lat[i, k, x, s]`` the least latency of a column's
+    first stages ending at layer ``i``, the last on kind ``k``, on the GPU vector ``x``, every stage within
+    ``grid[s]`` (a running minimum over ``s``); ``final`` the same for whole columns."""
+
+    def __init__(self, cols: Columns, starts: list, link: np.ndarray, box: list[int]):
+        self.cols, self.link, self.box = cols, link, box
+        self.T, self.K = len(box), len(cols.kinds)
+        self.own = np.array([float(k[3][1, 2]) / 2.0 for k in cols.kinds])  # kappa per send (a middle stage's / 2)
+        self.grid, self.size, self.L = cols.grid, len(cols.grid), cols.L
+        kinds = [(g, tp) for g, tp, *_ in cols.kinds]
+        self.axis = [cols.types.index(g) for g, _ in kinds]
+        self.tps = [tp for _, tp in kinds]
+        self.lat = scratch((self.L + 1, self.K, *(b + 1 for b in box), self.size))
+        self.live = np.zeros((self.L + 1, self.K), dtype=bool)
+        self.comp = [k[2][None, :] - k[2][:, None] for k in cols.kinds]   # c[j, i] per kind
+        self.fits = [k[4] & (st < self.size) for k, (st, _) in zip(cols.kinds, starts)]
+        self.starts = starts
+
+    def vec(self, *ks: int) -> tuple[int, ...] | None:
+        """The GPU vector of one replica of each kind ``ks`` (None: outside the box)."""
+        v = [0] * self.T
+        for k in ks:
+            v[self.axis[k]] += self.tps[k]
+        return tuple(v) if all(x <= b for x, b in zip(v, self.box)) else None
+
+    def two_stages(self) -> None:
+        """The first (0..j on k0) and the second stage (j..i on k1), both sends known; per (k0, k1) every (j, i)
+        at once: A[i, s] the least latency of those within grid[s] (a running minimum over s)."""
+        L, K, grid, size, comp, fits, own = self.L, self.K, self.grid, self.size, self.comp, self.fits, self.own
         ii = np.arange(L + 1)
         for k0 in range(K):
             for k1 in range(K):
-                v = vec(k0, k1)
+                v = self.vec(k0, k1)
                 if v is None:
                     continue
-                lk = float(link[k0, k1])
+                lk = float(self.link[k0, k1])
                 c0 = comp[k0][0, :] + lk                                  # the first stage ends at j
                 c1 = comp[k1] + np.where(ii == L, 2 * lk, lk + own[k1])[None, :]
                 ok = fits[k1] & fits[k0][0, :, None] & (ii[:, None] >= 1) & (ii[:, None] < L)
@@ -110,56 +130,70 @@ class NeighbourColumns(ExactColumns):
                 table = np.full((L + 1, size + 1), math.inf)
                 np.minimum.at(table, (iw, s[jj, iw]), c0[jj] + c1[jj, iw])
                 table = np.minimum.accumulate(table[:, :size], axis=1).astype(np.float32)
-                dst = lat[(slice(None), k1, *v)]
+                dst = self.lat[(slice(None), k1, *v)]
                 np.minimum(dst, table, out=dst)
-                live[:, k1] |= np.isfinite(table).any(axis=1)
-        # a third stage onwards, pushed from each layer j once the prefixes ending there are final
+                self.live[:, k1] |= np.isfinite(table).any(axis=1)
+
+    def more_stages(self) -> np.ndarray:
+        """A third stage onwards, pushed from each layer j once the prefixes ending there are final; returns
+        ``final``, the whole columns' least latency per (GPU vector, threshold)."""
+        L, K, T, lat, link, own, comp = self.L, self.K, self.T, self.lat, self.link, self.own, self.comp
         everything = (slice(None),) * T
-        cell = math.prod(b + 1 for b in box) * size
-        buf = np.empty(cell, dtype=np.float32)
-        shift = [(everything[:axis[k]] + (slice(None, -tps[k]),) + everything[axis[k] + 1:],
-                  everything[:axis[k]] + (slice(tps[k], None),) + everything[axis[k] + 1:]) for k in range(K)]
+        self.buf = np.empty(math.prod(b + 1 for b in self.box) * self.size, dtype=np.float32)
+        self.shift = [(everything[:self.axis[k]] + (slice(None, -self.tps[k]),) + everything[self.axis[k] + 1:],
+                       everything[:self.axis[k]] + (slice(self.tps[k], None),) + everything[self.axis[k] + 1:])
+                      for k in range(K)]
         into = link.min(axis=0)                                           # the cheapest send into each kind
         final = lat[L].min(axis=0)
         nxt = np.empty((K, *lat.shape[2:]), dtype=np.float32)
-
-        def push(src_all, k, add, s, dst_all):
-            src, dst = src_all[(*shift[k][0], slice(s, None))], dst_all[(*shift[k][1], slice(s, None))]
-            tmp = buf[:src.size].reshape(src.shape)
-            np.add(src, add, out=tmp)
-            np.minimum(dst, tmp, out=dst)
-
-        mid = [np.where(fits[k], np.searchsorted(grid, comp[k] + into[k] + own[k]), size) for k in range(K)]
-        last = [np.searchsorted(grid, comp[k][:, L][None, :] + 2 * link[:, k, None]) for k in range(K)]   # [k'][j]
+        mid = [np.where(self.fits[k], np.searchsorted(self.grid, comp[k] + into[k] + own[k]), self.size) for k in range(K)]
+        last = [np.searchsorted(self.grid, comp[k][:, L][None, :] + 2 * link[:, k, None]) for k in range(K)]   # [k'][j]
         for j in range(2, L):
-            ok = [kp for kp in range(K) if live[j, kp]]
-            if not ok:
+            ok = [kp for kp in range(K) if self.live[j, kp]]
+            if ok:
+                self._last_stage(j, ok, last, final)
+                self._middle_stage(j, ok, mid, nxt)
+        return final
+
+    def _push(self, src_all: np.ndarray, k: int, add: float, s: int, dst_all: np.ndarray) -> None:
+        """``dst = min(dst, src + add)`` from grid index ``s`` on, ``dst`` shifted by one replica of kind ``k``."""
+        src, dst = src_all[(*self.shift[k][0], slice(s, None))], dst_all[(*self.shift[k][1], slice(s, None))]
+        tmp = self.buf[:src.size].reshape(src.shape)
+        np.add(src, add, out=tmp)
+        np.minimum(dst, tmp, out=dst)
+
+    def _last_stage(self, j: int, ok: list[int], last: list[np.ndarray], final: np.ndarray) -> None:
+        """The last stage j..L on each kind k after k': its sends, 2 link(k', k), exactly."""
+        L, comp, link, own, lat = self.L, self.comp, self.link, self.own, self.lat
+        for k in range(self.K):
+            if self.tps[k] > self.box[self.axis[k]] or not self.fits[k][j, L]:
                 continue
-            for k in range(K):
-                if tps[k] > box[axis[k]] or not fits[k][j, L]:
-                    continue
-                for kp in ok:                                             # the last stage: 2 link(k', k), exactly
-                    st = int(last[k][kp, j])
-                    if st < size:
-                        push(lat[j, kp], k, float(comp[k][j, L]) + 3 * float(link[kp, k]) - own[kp], st, final)
-            # a middle stage on k: its sends checked at into(k) + kappa_k; the previous stage's outgoing
-            # send (link(k', k) - kappa_k' more than it was charged) and this one's incoming join the latency
-            for k in range(K):
-                np.add(lat[j, ok[0]], np.float32(2 * link[ok[0], k] - own[ok[0]]), out=nxt[k])
-                for kp in ok[1:]:
-                    np.add(lat[j, kp], np.float32(2 * link[kp, k] - own[kp]), out=buf.reshape(nxt[k].shape))
-                    np.minimum(nxt[k], buf.reshape(nxt[k].shape), out=nxt[k])
-            for k in range(K):
-                if tps[k] > box[axis[k]]:
-                    continue
-                for i in range(j + 1, L):
-                    st = int(mid[k][j, i])
-                    if st < size:
-                        push(nxt[k], k, float(comp[k][j, i]) + own[k], st, lat[i, k])
-                        live[i, k] = True
-        out = final
-        for k, (_, whole) in enumerate(starts):                           # one stage, the whole model
-            v = vec(k)
-            if whole < size and v is not None:
-                np.minimum(out[v][whole:], float(cols.kinds[k][2][-1]), out=out[v][whole:])
-        self._finish(cols, box, out)
+            for kp in ok:
+                st = int(last[k][kp, j])
+                if st < self.size:
+                    self._push(lat[j, kp], k, float(comp[k][j, L]) + 3 * float(link[kp, k]) - own[kp], st, final)
+
+    def _middle_stage(self, j: int, ok: list[int], mid: list[np.ndarray], nxt: np.ndarray) -> None:
+        """A middle stage j..i on k: its sends checked at into(k) + kappa_k; the previous stage's outgoing send
+        (link(k', k) - kappa_k' more than it was charged) and this one's incoming join the latency."""
+        L, comp, link, own, lat, buf = self.L, self.comp, self.link, self.own, self.lat, self.buf
+        for k in range(self.K):
+            np.add(lat[j, ok[0]], np.float32(2 * link[ok[0], k] - own[ok[0]]), out=nxt[k])
+            for kp in ok[1:]:
+                np.add(lat[j, kp], np.float32(2 * link[kp, k] - own[kp]), out=buf.reshape(nxt[k].shape))
+                np.minimum(nxt[k], buf.reshape(nxt[k].shape), out=nxt[k])
+        for k in range(self.K):
+            if self.tps[k] > self.box[self.axis[k]]:
+                continue
+            for i in range(j + 1, L):
+                st = int(mid[k][j, i])
+                if st < self.size:
+                    self._push(nxt[k], k, float(comp[k][j, i]) + own[k], st, lat[i, k])
+                    self.live[i, k] = True
+
+    def one_stage(self, out: np.ndarray) -> None:
+        """One stage, the whole model, on each kind."""
+        for k, (_, whole) in enumerate(self.starts):
+            v = self.vec(k)
+            if whole < self.size and v is not None:
+                np.minimum(out[v][whole:], float(self.cols.kinds[k][2][-1]), out=out[v][whole:])

@@ -73,12 +73,25 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     rings = Rings(profile, cluster, G)
     floors = _sailor_allreduce_floor(profile, cluster, G, rings)
     ar = [min(floors[r][n] for r in rules) for n in range(G + 1)]
-    cands = []                                             # (bound, b, n, c, w, pipelines' part, all-reduce, level)
+    cands, times = _column_candidates(profile, cluster, global_batch, G, u_min, ar)
+    best, where = _Refinement(profile, cluster, global_batch, times, rings, rules, floors).run(cands, u_min)
+    release_scratch()
+    if detail is not None and math.isfinite(best):
+        b, n, c, w, pipe, sync = where
+        m = math.ceil(global_batch / (b * n))
+        detail.update({"mbs": b, "columns": n, "micro_batches": m, "work_s": m * c, "bubble_s": max(c, w) - c,
+                       "pipelines_s": pipe, "update_s": u_min, "allreduce_s": sync})
+    return best
+
+
+def _column_candidates(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, G: int, u_min: float,
+                       ar: list[float]) -> tuple[list[tuple], dict[int, ColumnTimes]]:
+    """Level 0 of the bound per micro-batch size ``b`` and column count ``n``: the column LP, whole layers and
+    GPUs, one pass and the fill, (bound, b, n, c, w, pipelines' part, all-reduce, level 0); with the columns'
+    ``ColumnTimes`` per ``b`` (bottleneck and fill together)."""
+    cands = []
     grid = sorted({1, G} | {int(round(x)) for x in np.geomspace(1, G, 40)})
     times: dict[int, ColumnTimes] = {}
-    exact: dict[tuple, NeighbourColumns] = {}             # built when the refinement reaches (b, box)
-    coupled: dict[int, SyncCoupled] = {}
-    fine: dict[int, SyncCoupled] = {}                     # level 3: sends between neighbours, a finer grid
     for b in cluster_micro_batches(profile, cluster):
         w = _one_pass(profile, cluster, b)
         data = column_kinds(profile, cluster, b)
@@ -94,40 +107,55 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
                 c = max(v * n, float(whole[n]))
                 pipe = max((m - 1) * c + max(c, w), both.average(n, m))
                 cands.append((pipe + u_min + ar[n], b, n, c, w, pipe, ar[n], 0))
-    # the costlier terms only where they can change the least (each only raises a candidate): level 1 every
-    # column's bottleneck and fill (sends priced by the neighbours' kinds, neighbour_bound), level 2 the
-    # all-reduce with the columns (sync_bound.SyncCoupled), level 3 the same with the neighbours' sends on a
-    # finer grid of thresholds (FINE_STEP)
-    heapq.heapify(cands)
-    best, where = math.inf, (0, 0, 0.0, 0.0, 0.0, 0.0)
-    while cands:
-        t, b, n, c, w, pipe, sync, level = heapq.heappop(cands)
-        if level == 3:
-            best, where = t, (b, n, c, w, pipe, sync)
-            break
-        m = math.ceil(global_batch / (b * n))
+    return cands, times
+
+
+class _Refinement:
+    """The costlier terms only where they can change the least (each only raises a candidate): level 1 every
+    column's bottleneck and fill (sends priced by the neighbours' kinds, neighbour_bound), level 2 the
+    all-reduce with the columns (sync_bound.SyncCoupled), level 3 the same with the neighbours' sends on a
+    finer grid of thresholds (FINE_STEP). Each bound is built when the refinement first reaches it."""
+
+    def __init__(self, profile: LayeredProfile, cluster: GpuCluster, global_batch: int, times: dict[int, ColumnTimes],
+                 rings: Rings, rules: tuple[str, ...], floors: dict[str, list[float]]):
+        self.profile, self.cluster, self.global_batch, self.times = profile, cluster, global_batch, times
+        self.rings, self.rules, self.floors = rings, rules, floors
+        self.exact: dict[tuple, NeighbourColumns] = {}             # per (b, box)
+        self.coupled: dict[int, SyncCoupled] = {}
+        self.fine: dict[int, SyncCoupled] = {}                     # level 3: sends between neighbours, a finer grid
+
+    def run(self, cands: list[tuple], u_min: float) -> tuple[float, tuple]:
+        """(the least candidate once refined to level 3, (b, n, c, w, pipelines' part, all-reduce) of it)."""
+        heapq.heapify(cands)
+        best, where = math.inf, (0, 0, 0.0, 0.0, 0.0, 0.0)
+        while cands:
+            t, b, n, c, w, pipe, sync, level = heapq.heappop(cands)
+            if level == 3:
+                best, where = t, (b, n, c, w, pipe, sync)
+                break
+            sync, pipe = self.raised(level, b, n, pipe, sync)
+            heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
+        return best, where
+
+    def raised(self, level: int, b: int, n: int, pipe: float, sync: float) -> tuple[float, float]:
+        """(all-reduce, pipelines' part) of a candidate at ``level`` refined to the next level."""
+        profile, cluster, times = self.profile, self.cluster, self.times
+        m = math.ceil(self.global_batch / (b * n))
         if level == 0:
             box = column_box(times[b].cols.counts, n)
-            if (b, box) not in exact:
-                exact[(b, box)] = NeighbourColumns(profile, cluster, times[b].cols, None, None, *box)
-            pipe = exact[(b, box)].worst(n, m, times[b].worst(n, m, pipe))
+            if (b, box) not in self.exact:
+                self.exact[(b, box)] = NeighbourColumns(profile, cluster, times[b].cols, None, None, *box)
+            pipe = self.exact[(b, box)].worst(n, m, times[b].worst(n, m, pipe))
         elif level == 1:
-            if b not in coupled:
-                coupled[b] = SyncCoupled(profile, times[b].cols, rings, rules)
-            sync, pipe = coupled[b].bound(n, m, pipe, floors)
+            if b not in self.coupled:
+                self.coupled[b] = SyncCoupled(profile, times[b].cols, self.rings, self.rules)
+            sync, pipe = self.coupled[b].bound(n, m, pipe, self.floors)
         else:
-            if b not in fine:
-                fine[b] = SyncCoupled(profile, Columns(profile, cluster, b, FINE_STEP), rings, rules,
-                                      lambda cols, starts, box: NeighbourColumns(profile, cluster, cols, starts, None, *box))
-            sync, pipe = fine[b].bound(n, m, pipe, floors)
-        heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
-    release_scratch()
-    if detail is not None and math.isfinite(best):
-        b, n, c, w, pipe, sync = where
-        m = math.ceil(global_batch / (b * n))
-        detail.update({"mbs": b, "columns": n, "micro_batches": m, "work_s": m * c, "bubble_s": max(c, w) - c,
-                       "pipelines_s": pipe, "update_s": u_min, "allreduce_s": sync})
-    return best
+            if b not in self.fine:
+                self.fine[b] = SyncCoupled(profile, Columns(profile, cluster, b, FINE_STEP), self.rings, self.rules,
+                                           lambda cols, starts, box: NeighbourColumns(profile, cluster, cols, starts, None, *box))
+            sync, pipe = self.fine[b].bound(n, m, pipe, self.floors)
+        return sync, pipe
 
 
 def column_kinds(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> tuple[list[tuple[str, int]], list[np.ndarray], list[np.ndarray]]:

@@ -198,7 +198,7 @@ class _BestFirst:
             if not wide:
                 self.narrow_s = time.perf_counter() - self.t0
 
-    def _push(self, priority_s: float, entry: tuple) -> None:
+    def _push(self, priority_s: float, entry: tuple[Any, ...]) -> None:
         self.tick += 1
         heapq.heappush(self.heap, (priority_s, self.tick, entry))
 
