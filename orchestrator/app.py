@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import sys
 import warnings
@@ -143,6 +144,12 @@ def _compose_check(overrides: list[str]):
         if known is not None:
             raise UserError(known) from None
         text = f"{exc}\n{exc.__cause__}" if exc.__cause__ is not None else str(exc)
+        optional = re.search(r"Could not override '(\w+)'\. No match in the defaults list", text)
+        if optional:
+            group = optional.group(1)
+            given = next((o.split("=", 1)[1] for o in overrides if o.startswith(f"{group}=")), "NAME")
+            raise UserError(f"{group} is an optional group, not in the defaults: add it with a '+' "
+                            f"(+{group}={given})") from None
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("full_key", "object_type", "To append"))]
         raise UserError(" ".join(lines) or type(exc).__name__) from None
     finally:
