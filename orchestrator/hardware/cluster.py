@@ -10,7 +10,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.hardware.cost import hop_s, roofline_s
+from orchestrator.hardware.cost import roofline_s
+from orchestrator.hardware.links import ConstantLink
 
 
 @dataclass
@@ -79,21 +80,21 @@ class CorePool:
         return 1.0 if k <= 1 else self.eff(k) / k
 
 
-@dataclass
-class Link:
-    """A connection between two devices (or a device and host memory): latency + bytes/bandwidth.
-    Links with the same ``shared`` name contend (a PCIe switch, a host's NIC)."""
+@dataclass(frozen=True, init=False)
+class Link(ConstantLink):
+    """A ``ConstantLink`` between two endpoints (devices, or a device and host memory), whose ``time`` it
+    keeps. Links with the same ``shared`` name contend (a PCIe switch, a host's NIC): one channel."""
 
     src: str
     dst: str
-    bandwidth: float               # bytes/s
-    latency_s: float = 0.0
     shared: str | None = None
     kind: str = "pcie"             # "pcie", "nvlink", "network", "local"
 
-    def transfer_time(self, nbytes: float) -> float:
-        t: float = hop_s(self.latency_s, nbytes, self.bandwidth)
-        return t
+    def __init__(self, src: str, dst: str, bandwidth: float, latency_s: float = 0.0, shared: str | None = None,
+                 kind: str = "pcie"):
+        for key, value in (("src", src), ("dst", dst), ("bandwidth", bandwidth), ("latency_s", latency_s),
+                           ("shared", shared), ("kind", kind)):
+            object.__setattr__(self, key, value)
 
 
 @dataclass

@@ -41,12 +41,14 @@ class ConstantLink:
     def bandwidth_at(self, nbytes: float) -> float:  # noqa: ARG002
         return self.bandwidth
 
-    def time(self, nbytes):
+    def time(self, nbytes, senders: int = 1):
+        """Seconds of a message of ``nbytes`` (a number or a numpy array; 0 for none) while ``senders``
+        messages share the link's bandwidth."""
         if isinstance(nbytes, np.ndarray):
-            return np.where(nbytes > 0, hop_s(self.latency_s, nbytes, self.bandwidth), 0.0)
+            return np.where(nbytes > 0, hop_s(self.latency_s, nbytes, self.bandwidth / senders), 0.0)
         if nbytes <= 0:
             return 0.0
-        return hop_s(self.latency_s, nbytes, self.bandwidth)
+        return hop_s(self.latency_s, nbytes, self.bandwidth / senders)
 
 
 @dataclass(frozen=True)
@@ -73,13 +75,14 @@ class FittedLink:
         cap = self.max_bandwidth if math.isfinite(self.max_bandwidth) else abs(bw)
         return min(max(bw, 0.01 * cap), cap) if cap > 0 else bw
 
-    def time(self, nbytes):
+    def time(self, nbytes, senders: int = 1):
+        """As ``ConstantLink.time``, at the bandwidth fitted for a message of ``nbytes``."""
         if isinstance(nbytes, np.ndarray):
             safe = np.where(nbytes > 0, nbytes, 1.0)
-            return np.where(nbytes > 0, hop_s(self.latency_s, safe, self.bandwidth_at(safe)), 0.0)
+            return np.where(nbytes > 0, hop_s(self.latency_s, safe, self.bandwidth_at(safe) / senders), 0.0)
         if nbytes <= 0:
             return 0.0
-        return hop_s(self.latency_s, nbytes, self.bandwidth_at(nbytes))
+        return hop_s(self.latency_s, nbytes, self.bandwidth_at(nbytes) / senders)
 
 
 Link = ConstantLink | FittedLink

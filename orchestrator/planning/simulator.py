@@ -228,12 +228,12 @@ class ProjectSimulator(PlanSimulator):
 
 
 def _rank_p2p_time(net, x: Replica, y: Replica, nbytes: float) -> float:
-    """Each TP rank of ``x`` sends its own copy of the activation to its peer in ``y``, all at once: one
-    rank's share of the machine's link is the best of ``B(j) / j`` over the fits for ``j = 1 .. k``
-    communicating GPUs (``k`` the TP group's GPUs on one machine): ``B(1)`` where every GPU has its own
+    """Each TP rank of ``x`` sends its own copy of the activation to its peer in ``y``, all at once: the
+    best, over the fits for ``j = 1 .. k`` communicating GPUs (``k`` the TP group's GPUs on one machine), of
+    the link's time with its bandwidth ``B(j)`` shared by ``j`` senders: ``B(1)`` where every GPU has its own
     NIC (the fits grow with ``j``), ``B(k) / k`` where they share one."""
     k = min(x.tp, x.node_gpus, y.tp, y.node_gpus)
-    best = 0.0
+    best = None
     for j in sorted({1, 2, 4, 8, k}):
         if j > k:
             continue
@@ -241,10 +241,9 @@ def _rank_p2p_time(net, x: Replica, y: Replica, nbytes: float) -> float:
             link = net.inter_link(x.zone, x.gpu, j, y.zone, y.gpu, j)
         except UserError:
             continue
-        best = np.maximum(best, link.bandwidth_at(nbytes) / j)
-    if np.all(best <= 0):
-        return _p2p_link(net, x, y).time(nbytes)
-    return nbytes / best
+        t = link.time(nbytes, senders=j)
+        best = t if best is None else np.minimum(best, t)
+    return _p2p_link(net, x, y).time(nbytes) if best is None else best
 
 
 def _p2p_link(net, x: Replica, y: Replica) -> Link:

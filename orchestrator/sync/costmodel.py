@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.cost import GBIT, FifoLink, hop_s, ring_allgather_s
+from orchestrator.hardware.cost import GBIT, FifoLink, ring_allgather_s
 from orchestrator.hardware.links import ConstantLink, ring_allreduce_time
 
 # GBIT (bytes in one Gbit) and FifoLink (a server shard's link) live in the cost core, importable from here too
@@ -31,17 +31,7 @@ DEFAULT_BANDWIDTH_GBPS = 10.0
 DEFAULT_LATENCY_US = 50.0
 
 
-@dataclass(frozen=True)
-class LinkSpec:
-    bandwidth: float                 # bytes/s
-    latency_s: float
-
-    def time(self, nbytes: float) -> float:
-        t: float = hop_s(self.latency_s, nbytes, self.bandwidth)
-        return t
-
-
-def _link(node: Any, key: str, default: LinkSpec) -> LinkSpec:
+def _link(node: Any, key: str, default: ConstantLink) -> ConstantLink:
     if node is None:
         return default
     bw = node.get("bandwidth_Gbps", None) if hasattr(node, "get") else None
@@ -55,20 +45,20 @@ def _link(node: Any, key: str, default: LinkSpec) -> LinkSpec:
         raise ConfigError(f"{key}.bandwidth_Gbps={bw / GBIT:g} must be > 0")
     if lat < 0:
         raise ConfigError(f"{key}.latency_us={lat * 1e6:g} must be >= 0")
-    return LinkSpec(bw, lat)
+    return ConstantLink(bw, lat)
 
 
 @dataclass(frozen=True)
 class Network:
     """Per-worker links and the server's link (one per shard)."""
 
-    workers: tuple[LinkSpec, ...]
-    server: LinkSpec
+    workers: tuple[ConstantLink, ...]
+    server: ConstantLink
 
     @classmethod
     def from_cfg(cls, node: Any, workers: int) -> Network:
         """``hardware.network: {bandwidth_Gbps, latency_us, server: {...}, workers: {i: {...}}}``."""
-        base = _link(node, "hardware.network", LinkSpec(DEFAULT_BANDWIDTH_GBPS * GBIT, DEFAULT_LATENCY_US * 1e-6))
+        base = _link(node, "hardware.network", ConstantLink(DEFAULT_BANDWIDTH_GBPS * GBIT, DEFAULT_LATENCY_US * 1e-6))
         per = (node.get("workers", None) if node is not None and hasattr(node, "get") else None) or {}
         links = [base] * workers
         items = per.items() if hasattr(per, "items") else enumerate(per)
@@ -87,7 +77,7 @@ class Network:
     @classmethod
     def uniform(cls, workers: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS * GBIT,
                 latency_s: float = DEFAULT_LATENCY_US * 1e-6) -> Network:
-        link = LinkSpec(bandwidth, latency_s)
+        link = ConstantLink(bandwidth, latency_s)
         return cls((link,) * workers, link)
 
 
