@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("graph", "placement", "phases", "sync", "hardware", "execution", "tracking", "plan", "planning")
+PACKAGES = ("graph", "placement", "phases", "sync", "hardware", "execution", "tracking", "plan", "planning",
+            "partition")
 
 # the op-graph model (OpGraph, Node, Edge, Placement, array types): the lowest layer, importable from every
 # package; it imports nothing of ours but the core
 GRAPH = {"graph"}
 # placement/ is cut by layer: each imports only the layers before it (and hardware, execution, models, graph)
 LAYERS = ("graph", "simulate", "solve", "evaluate", "learn")
-BELOW = {"hardware", "execution", "models"} | GRAPH
+BELOW = {"hardware", "execution", "models", "partition"} | GRAPH
 MAY_IMPORT = {
     "graph": set(),
     **{f"placement.{layer}": {f"placement.{x}" for x in LAYERS[:i + 1]} | BELOW for i, layer in enumerate(LAYERS)},
@@ -31,7 +32,9 @@ MAY_IMPORT = {
     # its simulator, planners and trial phase above it, a sibling of placement/ (a plan spans model
     # and data parallelism), reusing placement's Gantt and graph layers
     "plan": {"plan", "hardware"} | GRAPH | {"placement.simulate"},
-    "planning": {"planning", "plan", "hardware"} | GRAPH | {"placement.simulate"},
+    "planning": {"planning", "plan", "hardware", "partition"} | GRAPH | {"placement.simulate"},
+    # the partitioning engine and its bounds (arrays and callbacks): below placement/ and planning/
+    "partition": {"partition", "hardware"} | GRAPH,
 }
 # importable from every layer: "" is the orchestrator package itself; "api" (the plugin contract) and
 # "config" (the typed config schema) too, as long as no circle results (test_no_import_circle)

@@ -12,8 +12,8 @@ stage ``s``), over segments that fit in memory by the simulator's own rule (``st
     best[0][0] = 0,   best[s][i] = min over j < i of max(best[s-1][j], t_s(j, i))     (min-max)
     then, with B = best[S][L]:  sum[s][i] = min over j < i, t_s(j, i) <= B of sum[s-1][j] + t_s(j, i)
 
-Both are exact over contiguous splits (Bokhari 1988; the chain case of the project's contiguous DP over
-ideals, ``orchestrator.placement.solve.contiguous``), vectorised over ``j`` with numpy.
+Both are exact over contiguous splits: the chain case of the partitioning engine
+(``orchestrator.partition.split.chain_split``), vectorised over ``j`` with numpy.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InfeasiblePlacementError
+from orchestrator.partition.split import chain_minmax, chain_split
 from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Stage
 from orchestrator.planning.classes import class_plans
 from orchestrator.planning.costs import Costs
@@ -73,7 +74,7 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
     ars = [costs.allreduce(k, dp) for k in kinds]
     upper = costs.upper
     if math.isfinite(limit):                                             # a cheap lower bound first
-        B0 = _minmax(tables, L)
+        B0 = chain_minmax(tables, L)
         floor = max(float(np.min(np.stack([np.diagonal(a, 1) for a in ars]), axis=0).max()), 0.0)
         if not math.isfinite(B0) or (m - 1) * B0 + B0 + floor >= limit:
             return None
@@ -83,7 +84,7 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
     best_est, best_bounds, best_b = math.inf, None, 0.0
     for ceiling in ceilings if len(ceilings) else [0.0]:
         tabs = [np.where(a <= ceiling * (1 + 1e-12), t, math.inf) for t, a in zip(tables, ars)]
-        got = _minmax_then_sum(tabs, L)
+        got = chain_split(tabs, L)
         if got is None:
             continue
         B, total, bounds = got
@@ -91,40 +92,6 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
         if est < best_est:
             best_est, best_bounds, best_b = est, bounds, B
     return None if best_bounds is None else (best_est, best_bounds, best_b)
-
-
-def _minmax(tables: list[np.ndarray], L: int) -> float:
-    best = np.full(L + 1, math.inf)
-    best[0] = 0.0
-    for t in tables:
-        best = np.min(np.maximum(best[:, None], t), axis=0)
-    return float(best[L])
-
-
-def _minmax_then_sum(tables: list[np.ndarray], L: int) -> tuple[float, float, tuple[int, ...]] | None:
-    best = np.full(L + 1, math.inf)
-    best[0] = 0.0
-    for t in tables:
-        best = np.min(np.maximum(best[:, None], t), axis=0)
-    B = best[L]
-    if not math.isfinite(B):
-        return None
-    total = np.full(L + 1, math.inf)
-    total[0] = 0.0
-    back = []
-    for t in tables:
-        cand = np.where(t <= B * (1 + 1e-12), total[:, None] + t, math.inf)
-        back.append(np.argmin(cand, axis=0))
-        total = np.min(cand, axis=0)
-    bounds = [L]
-    i = L
-    for s in range(len(tables) - 1, -1, -1):
-        i = int(back[s][i])
-        bounds.append(i)
-    bounds.reverse()
-    if bounds[0] != 0:
-        return None
-    return float(B), float(total[L]), tuple(bounds)
 
 
 def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, evaluator: PlanEvaluator,

@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from orchestrator.graph.arrays import BoolArray, FloatArray, IntArray
+from orchestrator.partition.ideals import ideals
 from orchestrator.placement.simulate.load import LoadModel
-from orchestrator.placement.solve.contiguous import device_classes, ideals, supers
+from orchestrator.placement.solve.contiguous import device_classes, supers
 from orchestrator.placement.solve.milp import _quiet_stdout, group_feeds, hop_s, solve_milp
 from orchestrator.placement.solve.problem import PlacementProblem
 

@@ -31,18 +31,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 
-from orchestrator.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.arrays import IntArray
 from orchestrator.graph.opgraph import original_edges
+from orchestrator.partition import split as engine
+from orchestrator.partition.ideals import IDEALS_LIMIT, chain, ideals, scc
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.problem import PlacementProblem
-
-IDEALS_LIMIT = 200_000
 
 
 @dataclass
@@ -78,7 +76,7 @@ def supers(prob: PlacementProblem) -> tuple[IntArray, int, list[set[int]]]:
             adj[a].add(b)
         elif role_bwd[u] and role_bwd[v] and (atom_bwd_only[a] or atom_bwd_only[b]):
             adj[b].add(a)
-    comp = _scc(adj)
+    comp = scc(adj)
     n_sup = int(comp.max()) + 1 if len(comp) else 0
     preds: list[set[int]] = [set() for _ in range(n_sup)]
     for a, outs in enumerate(adj):
@@ -86,78 +84,6 @@ def supers(prob: PlacementProblem) -> tuple[IntArray, int, list[set[int]]]:
             if comp[a] != comp[b]:
                 preds[comp[b]].add(int(comp[a]))
     return comp, n_sup, preds
-
-
-def _scc(adj: list[set[int]]) -> IntArray:
-    """Tarjan's strongly connected components, iterative; component ids in topological order."""
-    n = len(adj)
-    index, low, on, comp = [-1] * n, [0] * n, [False] * n, [-1] * n
-    stack: list[int] = []
-    counter, n_comp = 0, 0
-    for root in range(n):
-        if index[root] >= 0:
-            continue
-        work = [(root, iter(sorted(adj[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on[root] = True
-        while work:
-            v, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if index[nxt] < 0:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on[nxt] = True
-                    work.append((nxt, iter(sorted(adj[nxt]))))
-                elif on[nxt]:
-                    low[v] = min(low[v], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                while True:
-                    w = stack.pop()
-                    on[w] = False
-                    comp[w] = n_comp
-                    if w == v:
-                        break
-                n_comp += 1
-    comp_arr = np.array(comp, dtype=np.int64)
-    return (n_comp - 1 - comp_arr) if n else comp_arr      # Tarjan emits sinks first
-
-
-def ideals(n_sup: int, preds: list[set[int]], limit: int = IDEALS_LIMIT) -> tuple[list[int], list[list[tuple[int, int]]]] | None:
-    """All ideals as bitmasks, in nondecreasing size (BFS from the empty set), and per ideal the
-    (unit added, ideal reached) steps; None past ``limit``."""
-    pmask = [sum(1 << p for p in ps) for ps in preds]
-    succ: list[list[int]] = [[] for _ in range(n_sup)]
-    for x, ps in enumerate(preds):
-        for p in ps:
-            succ[p].append(x)
-    ids = {0: 0}
-    masks, frontier = [0], [frozenset(x for x in range(n_sup) if not pmask[x])]
-    steps: list[list[tuple[int, int]]] = [[]]
-    q = deque([0])
-    while q:
-        i = q.popleft()
-        m = masks[i]
-        for x in sorted(frontier[i]):
-            nm = m | (1 << x)
-            j = ids.get(nm)
-            if j is None:
-                if len(masks) >= limit:
-                    return None
-                j = ids[nm] = len(masks)
-                masks.append(nm)
-                steps.append([])
-                frontier.append((frontier[i] - {x}) | {y for y in succ[x] if pmask[y] & ~nm == 0})
-                q.append(j)
-            steps[i].append((x, j))
-    return masks, steps
 
 
 def device_classes(prob: PlacementProblem, model: LoadModel) -> tuple[list[list[int]], list[tuple[int, int]], bool]:
@@ -204,27 +130,33 @@ def solve(prob: PlacementProblem, model: LoadModel | None = None, upper: float =
     order = "ideals"
     if found is None:                                       # too many (or asked): prefixes of one order
         order = "linear"
-        found = ideals(n_sup, [set() if x == 0 else {x - 1} for x in range(n_sup)], n_sup + 2)
+        found = ideals(n_sup, chain(n_sup), n_sup + 2)
     assert found is not None   # a chain of n_sup units has n_sup + 1 ideals, under the limit
     masks, steps = found
     classes, links, exact = device_classes(prob, model)
-    units = _UnitCosts(prob, sup_of, n_sup, [c[0] for c in classes])
-    comm = _CommLoad(model, sup_of, n_sup, links)
-    table = _Table(classes, len(masks))
-    n_id, pairs = len(masks), 0
-    for j in range(n_id):
-        if time.perf_counter() > deadline:
-            return DPResult(None, math.inf, n_id, pairs, exact, "timeout")
-        table.leave_unused(j)
-        dpj = table.dp[:, j].copy()
-        if dpj.min() >= upper:
-            continue
-        pairs += _walk(j, dpj, steps, units, comm, table, upper)
-    full, top = n_id - 1, len(table.trans) - 1
-    value = table.dp[top, full]
-    if masks[full] != (1 << n_sup) - 1 or not math.isfinite(value) or value >= upper:
-        return DPResult(None, math.inf, n_id, pairs, exact, order)
-    return DPResult(table.assignment(prob.n, classes, masks, sup_of, n_sup), float(value), n_id, pairs, exact, order)
+    load = _Load(_UnitCosts(prob, sup_of, n_sup, [c[0] for c in classes]), _CommLoad(model, sup_of, n_sup, links), upper)
+    table = engine.Split([len(c) for c in classes], len(masks))
+    pairs, done = engine.solve(table, steps, load, upper, deadline)
+    if not done:
+        return DPResult(None, math.inf, len(masks), pairs, exact, "timeout")
+    value = table.value
+    if masks[-1] != (1 << n_sup) - 1 or not math.isfinite(value) or value >= upper:
+        return DPResult(None, math.inf, len(masks), pairs, exact, order)
+    return DPResult(_assignment(table, prob.n, classes, masks, sup_of, n_sup), value, len(masks), pairs, exact, order)
+
+
+def _assignment(table: engine.Split, n: int, classes: list[list[int]], masks: list[int], sup_of: IntArray,
+                n_sup: int) -> IntArray:
+    """The device of each node in the best split of all nodes on all devices (each class's devices in turn)."""
+    assign = np.full(n, -1, dtype=np.int64)
+    free = [list(c) for c in classes]
+    for c, j, i in table.segments():
+        dev = free[c].pop(0)
+        units = masks[i] & ~masks[j]
+        for x in range(n_sup):
+            if units >> x & 1:
+                assign[sup_of == x] = dev
+    return assign
 
 
 class _UnitCosts:
@@ -285,103 +217,40 @@ class _CommLoad:
                 comm[c] += contrib(u, c)
 
 
-class _Table:
-    """``dp[k][I]`` over the device-count states k (how many devices of each class are used, by total) and
-    the ideals I, with back pointers (the J and the class of the last device's share)."""
+class _Load:
+    """The engine's ``Segment``: ``load_c(I \\ J)`` per class as units enter and leave (compute, memory and the
+    communication of ``_CommLoad``). A segment stops growing where the compute alone or the memory rules it out
+    against ``upper`` (supersets only get worse); a class is skipped where it does not fit."""
 
-    def __init__(self, classes: list[list[int]], n_id: int):
-        nc = len(classes)
-        states = sorted(product(*[range(len(c) + 1) for c in classes]), key=sum)
-        sid = {s: i for i, s in enumerate(states)}
-        # trans[k, c]: the state with one device of class c fewer (-1: none used)
-        self.trans = np.array([[sid[s[:c] + (s[c] - 1,) + s[c + 1:]] if s[c] > 0 else -1 for c in range(nc)]
-                               for s in states])
-        self.ks = [np.flatnonzero(self.trans[:, c] >= 0) for c in range(nc)]
-        self.kp = [self.trans[self.ks[c], c] for c in range(nc)]
-        self.dp = np.full((len(states), n_id), math.inf)
-        self.dp[:, 0] = 0.0
-        self.back_j = np.full((len(states), n_id), -1, dtype=np.int64)
-        self.back_c = np.full((len(states), n_id), -1, dtype=np.int64)
+    def __init__(self, units: _UnitCosts, comm: _CommLoad, upper: float):
+        self.units, self.comm_load, self.upper, self.nc = units, comm, upper, comm.nc
 
-    def leave_unused(self, j: int) -> None:
-        """``dp[k][J] <= dp[k - e_c][J]``: a device left unused."""
-        dp, trans = self.dp, self.trans
-        for k in range(1, len(trans)):
-            for c in range(trans.shape[1]):
-                p = trans[k, c]
-                if p >= 0 and dp[p, j] < dp[k, j]:
-                    dp[k, j], self.back_j[k, j], self.back_c[k, j] = dp[p, j], j, c
+    def start(self) -> None:
+        self.comm, self.compute = [0.0] * self.nc, [0.0] * self.nc
+        self.m_used, self.t_stack = 0.0, [0.0]
 
-    def relax(self, j: int, i: int, c: int, dpj: FloatArray, load: float) -> None:
-        """``I \\ J`` on one more device of class c: ``dp[k][I] <= max(dp[k - e_c][J], load)``."""
-        ks = self.ks[c]
-        cand = np.maximum(dpj[self.kp[c]], load)
-        better = cand < self.dp[ks, i]
-        if better.any():
-            rows = ks[better]
-            self.dp[rows, i] = cand[better]
-            self.back_j[rows, i] = j
-            self.back_c[rows, i] = c
+    def enter(self, x: int) -> bool:
+        u = self.units
+        new_compute = [self.compute[c] + u.comp_c[x, c] for c in range(self.nc)]
+        new_mem, new_t = self.m_used + u.mem[x], max(self.t_stack[-1], u.tmp[x])
+        if min(new_compute) >= self.upper or new_mem + new_t > u.max_cap:
+            return False
+        self.compute, self.m_used = new_compute, new_mem
+        self.t_stack.append(new_t)
+        self.comm_load.move(x, +1, self.comm)
+        return True
 
-    def assignment(self, n: int, classes: list[list[int]], masks: list[int], sup_of: IntArray, n_sup: int,
-                   ) -> IntArray:
-        """The device of each node in the best split of all nodes on all devices (back pointers followed)."""
-        assign = np.full(n, -1, dtype=np.int64)
-        free = [list(c) for c in classes]
-        k, i = len(self.trans) - 1, len(masks) - 1
-        while i != 0:
-            j, c = int(self.back_j[k, i]), int(self.back_c[k, i])
-            if j != i:
-                dev = free[c].pop(0)
-                units = masks[i] & ~masks[j]
-                for x in range(n_sup):
-                    if units >> x & 1:
-                        assign[sup_of == x] = dev
-                i = j
-            k = int(self.trans[k, c])
-        return assign
+    def leave(self, x: int) -> None:
+        self.comm_load.move(x, -1, self.comm)
+        for c in range(self.nc):
+            self.compute[c] -= self.units.comp_c[x, c]
+        self.m_used -= self.units.mem[x]
+        self.t_stack.pop()
 
-
-def _walk(j: int, dpj: FloatArray, steps: list[list[tuple[int, int]]], units: _UnitCosts, comm_load: _CommLoad,
-          table: _Table, upper: float) -> int:
-    """The ideals I above J, depth first, one unit at a time, with the load of ``I \\ J`` per class kept up
-    to date (undone on the way back); each relaxes ``dp[.][I]``. A branch stops where the compute alone or
-    the memory rules it out against ``upper`` (supersets only get worse). Returns the pairs (J, I) walked."""
-    nc, comp_c, mem, tmp, cap, move = comm_load.nc, units.comp_c, units.mem, units.tmp, units.cap, comm_load.move
-    pairs, seen = 0, {j}
-    comm, compute = [0.0] * nc, [0.0] * nc
-    m_used, t_stack = 0.0, [0.0]
-    stack = [(j, iter(steps[j]), -1)]
-    while stack:
-        i, it, _ = stack[-1]
-        nxt = next(it, None)
-        if nxt is None:
-            _, _, x = stack.pop()
-            if x >= 0:                                   # undo adding x
-                move(x, -1, comm)
-                for c in range(nc):
-                    compute[c] -= comp_c[x, c]
-                m_used -= mem[x]
-                t_stack.pop()
-            continue
-        x, i2 = nxt
-        if i2 in seen:
-            continue
-        seen.add(i2)
-        new_compute = [compute[c] + comp_c[x, c] for c in range(nc)]
-        new_mem, new_t = m_used + mem[x], max(t_stack[-1], tmp[x])
-        if min(new_compute) >= upper or new_mem + new_t > units.max_cap:
-            continue                                     # supersets only get worse
-        compute, m_used = new_compute, new_mem
-        t_stack.append(new_t)
-        move(x, +1, comm)
-        stack.append((i2, iter(steps[i2]), x))
-        pairs += 1
-        for c in range(nc):
-            if m_used + new_t > cap[c] or not math.isfinite(compute[c]):
-                continue
-            table.relax(j, i2, c, dpj, compute[c] + max(comm[c], 0.0))
-    return pairs
+    def costs(self) -> list[tuple[int, float]]:
+        used, cap, compute, comm = self.m_used + self.t_stack[-1], self.units.cap, self.compute, self.comm
+        return [(c, compute[c] + max(comm[c], 0.0)) for c in range(self.nc)
+                if not (used > cap[c] or not math.isfinite(compute[c]))]
 
 
 def best_contiguous(prob: PlacementProblem, model: LoadModel | None = None, upper: float = math.inf,
