@@ -43,3 +43,21 @@ def test_cluster_file(tmp_path):
         with pytest.raises(ConfigError) as exc:
             load_cluster_file(f)
         assert words in str(exc.value) and str(f) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_one_parser_for_the_units_users_write():
+    """Gbit/s keys (hardware.network) and GB/s keys (links, cluster files) differ by 8; both land in bytes/s,
+    and a bad value is one line naming the key."""
+    from orchestrator.hardware.links import ConstantLink
+    from orchestrator.hardware.units import in_unit, parse_bandwidth, parse_latency_us, parse_rate
+
+    assert parse_bandwidth(10, "Gbit/s", "k") == 1.25e9 and parse_bandwidth(10, "GB/s", "k") == 1e10
+    assert in_unit(1.25e9, "Gbit/s") == 10.0 and parse_latency_us(50, "k") == pytest.approx(5e-5)
+    assert parse_rate("1gbit") == 1.25e8 == parse_rate("125mbps")
+    with pytest.raises(ConfigError, match=r"^hardware.x.bandwidth_GBps=0 must be > 0$"):
+        parse_bandwidth(0, "GB/s", "hardware.x.bandwidth_GBps")
+    with pytest.raises(ConfigError, match="latency_us='soon' is not a number"):
+        parse_latency_us("soon", "latency_us")
+    w = multi_host_worker(sim_hetero_cluster())          # a device link is a ConstantLink with its endpoints
+    link = w.route(w.device("host0/gpu:0"), w.device("host2/gpu:1"))[1]
+    assert isinstance(link, ConstantLink) and link.time(1e9) == link.latency_s + 1e9 / link.bandwidth

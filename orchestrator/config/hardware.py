@@ -20,8 +20,9 @@ PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
 
 @dataclass
 class NetworkConfig:
-    bandwidth_Gbps: Any = option(10, "every worker's link and the parameter server's (each shard's)")
-    latency_us: Any = option(50, "per message on a data-parallel link")
+    bandwidth_Gbps: Any = option(10, "Gbit/s (gigabits per second): every worker's link and the parameter "
+                                 "server's (each shard's)")
+    latency_us: Any = option(50, "microseconds per message on a data-parallel link")
     server: Any = option(None, "the server's link per shard, e.g. {bandwidth_Gbps: 1} (null: as above)")
     workers: Any = option(None, "per-worker links {index: {bandwidth_Gbps, latency_us}} (null: as above)")
 
@@ -41,8 +42,8 @@ class HardwareConfig(Schema):
     stragglers: Any = option(None, "transient stragglers: {probability: 0.1, slowdown: 4.0}")
     jitter: Any = option(None, "step-time jitter: {distribution: lognormal, sigma: 0.3}: every compute time x "
                          "exp(sigma Z - sigma^2/2), mean 1 (docs/sync.md)")
-    network: NetworkConfig = option(factory=NetworkConfig, help="data-parallel links (virtual clock); per worker: "
-                                    "workers: {2: {bandwidth_Gbps: 1}}")
+    network: NetworkConfig = option(factory=NetworkConfig, help="data-parallel links (virtual clock), bandwidths in "
+                                    "Gbit/s; per worker: workers: {2: {bandwidth_Gbps: 1}}")
     speed_changes: Any = option(None, "mid-run speed changes: [{worker: 2, at_s: 5.0, speed: 0.25}] (run clock seconds)")
     emulated_step_s: Any = option(None, "sync.runtime=mpi: a speed-1.0 rank's iteration lasts at least this long "
                                   "(the rest asleep)")
@@ -55,10 +56,10 @@ class LocalHardwareConfig(HardwareConfig):
     gpus: bool = option(True, "include the GPUs TensorFlow sees (gpu:0 ...)")
     cost_scale: float | None = option(None, "simulator calibration (fit with benchmarks/calibration.py): multiply "
                                          "this machine's profiled layer costs by this factor (null: 1)", gt=0)
-    link_latency_us: float | None = option(None, "per tensor sent between two logical CPU devices (null and "
-                                              "bandwidth null: free)", min=0)
-    link_bandwidth_GBps: float | None = option(None, "bandwidth between two logical CPU devices (null: infinite "
-                                                  "once a latency is set)", gt=0)
+    link_latency_us: float | None = option(None, "microseconds per tensor sent between two logical CPU devices "
+                                              "(null and bandwidth null: free)", min=0)
+    link_bandwidth_GBps: float | None = option(None, "GB/s (gigabytes per second) between two logical CPU devices "
+                                                  "(null: infinite once a latency is set)", gt=0)
     core_sharing: Any = option("auto", "the logical CPUs share this machine's cores: auto (measure their parallel "
                                "efficiency eff(k) here, on a fixed probe workload), model (on the trial's own model's "
                                "training step), none (independent devices) or a number c (eff(k) = min(k, c))",
@@ -73,8 +74,10 @@ class TFClusterHardwareConfig(HardwareConfig):
     tasks: int = option(2, "start this many local tf.distribute.Server processes as stand-in hosts ...", min=1)
     addresses: Any = option(None, "... or connect to servers you started: [host1:port, host2:port]; task i's CPU is cpu:i")
     threads: int = option(1, "TensorFlow threads per local server process", min=1)
-    link_bandwidth_GBps: float = option(1.0, "what the simulator assumes between two tasks (gRPC; loopback here) ...", gt=0)
-    link_latency_us: float = option(200.0, "... and per transfer: calibration knobs for searching placers", min=0)
+    link_bandwidth_GBps: float = option(1.0, "GB/s (gigabytes per second) the simulator assumes between two tasks "
+                                        "(gRPC; loopback here) ...", gt=0)
+    link_latency_us: float = option(200.0, "... and microseconds per transfer: calibration knobs for searching "
+                                    "placers", min=0)
     netlab: str | None = option(None, "an emulated cluster's directory (python -m orchestrator.netlab): its hosts' "
                                    "bandwidths are the links'")
 
@@ -83,7 +86,8 @@ class TFClusterHardwareConfig(HardwareConfig):
 class SimulatedHardwareConfig(HardwareConfig):
     name: str = option("simulated", "the cost model: nothing runs for real, every figure is labelled simulated")
     preset: str | None = option(None, "a built-in cluster", choices=PRESETS)
-    path: str | None = option(None, "a user's own cluster file (YAML; see docs: cluster files), instead of a preset")
+    path: str | None = option(None, "a user's own cluster file (YAML; see docs: cluster files; its network in "
+                                 "bandwidth_GBps, GB/s, and latency_us), instead of a preset")
     gpu: str | None = option(None, "preset sim_1cpu_4gpu: the GPU profile (null: \"K80 (datasheet)\"); see "
                                 "orchestrator.hardware.profiles")
 

@@ -29,29 +29,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.units import in_unit, parse_rate
 
 PREFIX = "orch"        # names: namespaces PREFIX-h0.., bridge PREFIXbr0, veths PREFIXv0..
 DEFAULT_SUBNET = "10.77.0"
 DEFAULT_DIR = Path(os.environ.get("ORCHESTRATOR_NETLAB_DIR", "/run/orchestrator-netlab"))
 TCP_PAYLOAD_SHARE = 1448 / 1514
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$", re.IGNORECASE)
-_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-         "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
 
 
 class NetlabUnavailable(ConfigError):
     """This machine does not allow the namespaces (not root, no ``ip netns``, ...)."""
-
-
-def rate_bytes_per_s(rate: str) -> float:
-    """A tc rate (``100mbit``, ``1gbit``, ``12.5mbps``) in bytes per second."""
-    m = _RATE.match(str(rate).strip())
-    if not m:
-        raise ConfigError(f"bandwidth {rate!r} is not a tc rate (e.g. 100mbit, 1gbit, 10mbps)")
-    value = float(m.group(1)) * _BITS[m.group(2).lower()] / 8.0
-    if value <= 0:
-        raise ConfigError(f"bandwidth {rate!r} must be positive")
-    return value
 
 
 @dataclass
@@ -63,7 +50,7 @@ class Host:
 
     @property
     def bandwidth_Bps(self) -> float:
-        return rate_bytes_per_s(self.bandwidth)
+        return parse_rate(self.bandwidth)
 
     @property
     def payload_Bps(self) -> float:
@@ -171,7 +158,7 @@ def _bandwidths(bandwidth: str | list[str], n: int) -> list[str]:
     if len(rates) != n:
         raise ConfigError(f"--bandwidth gives {len(rates)} rates for {n} hosts (give one, or one per host)")
     for r in rates:
-        rate_bytes_per_s(r)
+        parse_rate(r)
     return rates
 
 
@@ -340,7 +327,7 @@ def network_config(lab: Lab, workers: int, server: bool) -> dict:
     hosts = rank_hosts(lab, workers + (1 if server else 0))
     server_host = hosts[0] if server else None
     worker_hosts = hosts[1:] if server else hosts
-    gbps = lambda h: h.payload_Bps * 8 / 1e9  # noqa: E731
+    gbps = lambda h: in_unit(h.payload_Bps, "Gbit/s")  # noqa: E731
     per = {i: {"bandwidth_Gbps": 100.0 if h is server_host else gbps(h)} for i, h in enumerate(worker_hosts)}
     out = {"workers": per}
     if server_host is not None:

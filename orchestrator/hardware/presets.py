@@ -10,8 +10,8 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
-from orchestrator.hardware.cost import GB
 from orchestrator.hardware.profiles import HardwareProfile, profile
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 
 PCIE_LATENCY_S = 10e-6
 NVLINK_LATENCY_S = 2e-6
@@ -106,10 +106,10 @@ def load_cluster_file(path: str | Path) -> Cluster:
             raise ConfigError(f"{path}: hosts[{i}]: {exc}") from None
         workers.append(Worker(f"worker-{name}", devs, links, host=name))
     net = data.get("network") or {}
-    try:
-        bw, lat = float(net.get("bandwidth_GBps", 1.25)) * GB, float(net.get("latency_us", 50)) * 1e-6
-    except (TypeError, ValueError, AttributeError):
-        raise ConfigError(f"{path}: network needs numeric bandwidth_GBps and latency_us") from None
+    if not isinstance(net, dict):
+        raise ConfigError(f"{path}: network needs numeric bandwidth_GBps and latency_us")
+    bw = parse_bandwidth(net.get("bandwidth_GBps", 1.25), "GB/s", f"{path}: network.bandwidth_GBps")
+    lat = parse_latency_us(net.get("latency_us", 50), f"{path}: network.latency_us")
     return Cluster(str(data.get("name", Path(path).stem)), workers, simulated=True, network_bandwidth=bw,
                    network_latency_s=lat)
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
-from orchestrator.hardware.links import GB, ConstantLink, FittedLink, Link
+from orchestrator.hardware.links import ConstantLink, FittedLink, Link
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
 
 DEFAULT_ZONE = "us-central1-a"
 # USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed
@@ -160,7 +161,8 @@ class GpuCluster:
         for name, spec in doc["node_types"].items():
             try:
                 price = spec.get("usd_per_gpu_hour", PRICES.get(name))
-                types[str(name)] = GpuType(str(name), int(spec["gpus_per_node"]), float(spec["memory_GB"]) * 1024 ** 3,
+                types[str(name)] = GpuType(str(name), int(spec["gpus_per_node"]),
+                                           parse_memory_gb(spec["memory_GB"], f"{p}: node_types.{name}.memory_GB", WorkloadError),
                                            None if price is None else float(price))
             except (KeyError, TypeError, ValueError, AttributeError):
                 raise WorkloadError(f"{p}: node type {name!r} needs gpus_per_node and memory_GB numbers") from None
@@ -204,17 +206,16 @@ def _fits(node: Any, depth: int, path: Path, where: str = "") -> Any:
 
 
 def _link_spec(spec: Any, where: str) -> Link:
-    """``{bandwidth_GBps, latency_us}`` or ``{fit: [a, b, c], max_GBps}``."""
-    if not isinstance(spec, dict):
+    """``{bandwidth_GBps, latency_us}`` or ``{fit: [a, b, c], max_GBps}`` (units: ``hardware.units``)."""
+    if not isinstance(spec, dict) or not ("fit" in spec or "bandwidth_GBps" in spec):
         raise WorkloadError(f"{where}: a link is {{bandwidth_GBps: B, latency_us: L}} or {{fit: [a, b, c], max_GBps: M}}")
-    try:
-        latency = float(spec.get("latency_us", 0.0)) * 1e-6
-        if "fit" in spec:
-            cap = float(spec.get("max_GBps", math.inf)) * GB
+    latency = parse_latency_us(spec.get("latency_us", 0.0), f"{where}.latency_us", WorkloadError)
+    if "fit" in spec:
+        cap = parse_bandwidth(spec["max_GBps"], "GB/s", f"{where}.max_GBps", WorkloadError, finite=False) \
+            if "max_GBps" in spec else math.inf
+        try:
             return FittedLink(tuple(float(c) for c in spec["fit"]), cap, latency)
-        bw = float(spec["bandwidth_GBps"]) * GB
-    except (KeyError, TypeError, ValueError):
-        raise WorkloadError(f"{where}: a link is {{bandwidth_GBps: B, latency_us: L}} or {{fit: [a, b, c], max_GBps: M}}") from None
-    if not bw > 0:
-        raise WorkloadError(f"{where}: bandwidth_GBps must be > 0")
-    return ConstantLink(bw, latency)
+        except (TypeError, ValueError):
+            raise WorkloadError(f"{where}.fit={spec['fit']!r} must be a list of numbers [a, b, c]") from None
+    return ConstantLink(parse_bandwidth(spec["bandwidth_GBps"], "GB/s", f"{where}.bandwidth_GBps", WorkloadError,
+                                        finite=False), latency)

@@ -25,6 +25,7 @@ import numpy as np
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cost import GBIT, FifoLink, ring_allgather_s
 from orchestrator.hardware.links import ConstantLink, ring_allreduce_time
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 
 # GBIT (bytes in one Gbit) and FifoLink (a server shard's link) live in the cost core, importable from here too
 DEFAULT_BANDWIDTH_GBPS = 10.0
@@ -32,20 +33,11 @@ DEFAULT_LATENCY_US = 50.0
 
 
 def _link(node: Any, key: str, default: ConstantLink) -> ConstantLink:
-    if node is None:
-        return default
+    """``{bandwidth_Gbps, latency_us}`` (each optional: ``default``'s) as a link."""
     bw = node.get("bandwidth_Gbps", None) if hasattr(node, "get") else None
     lat = node.get("latency_us", None) if hasattr(node, "get") else None
-    try:
-        bw = default.bandwidth if bw is None else float(bw) * GBIT
-        lat = default.latency_s if lat is None else float(lat) * 1e-6
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} needs numbers bandwidth_Gbps and latency_us (got {dict(node)!r})") from None
-    if not bw > 0 or not math.isfinite(bw):
-        raise ConfigError(f"{key}.bandwidth_Gbps={bw / GBIT:g} must be > 0")
-    if lat < 0:
-        raise ConfigError(f"{key}.latency_us={lat * 1e6:g} must be >= 0")
-    return ConstantLink(bw, lat)
+    return ConstantLink(default.bandwidth if bw is None else parse_bandwidth(bw, "Gbit/s", f"{key}.bandwidth_Gbps"),
+                        default.latency_s if lat is None else parse_latency_us(lat, f"{key}.latency_us"))
 
 
 @dataclass(frozen=True)

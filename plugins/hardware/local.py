@@ -25,6 +25,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.hardware.calibration import Calibration, calibrate_worker
 from orchestrator.hardware.cluster import Cluster, Device, Worker
 from orchestrator.hardware.contention import core_pool, pool_name
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 from orchestrator.hardware.workers import worker_layout
 
 
@@ -80,4 +81,5 @@ def calibration_of(cfg: Any) -> Calibration:
     c = _typed(cfg)
     scale, lat, bw = c.cost_scale, c.link_latency_us, c.link_bandwidth_GBps
     return Calibration({"local-cpu": scale} if scale is not None else {},
-                       None if lat is None else lat * 1e-6, None if bw is None else bw * 1e9)
+                       None if lat is None else parse_latency_us(lat, "hardware.link_latency_us"),
+                       None if bw is None else parse_bandwidth(bw, "GB/s", "hardware.link_bandwidth_GBps", finite=False))

@@ -10,6 +10,7 @@ from orchestrator.api import TrialContext
 from orchestrator.config.hardware import TFClusterHardwareConfig
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 from orchestrator.hardware.workers import worker_layout
 
 
@@ -36,8 +37,8 @@ class TFClusterHardware:
         # What the simulator assumes between the processes (searching placers judge with it; the
         # final placement is measured): gRPC over the network, here loopback. Calibrate with
         # hardware.link_bandwidth_GBps / hardware.link_latency_us.
-        bw = float(self.options.link_bandwidth_GBps) * 1e9
-        lat = float(self.options.link_latency_us) * 1e-6
+        bw = parse_bandwidth(self.options.link_bandwidth_GBps, "GB/s", "hardware.link_bandwidth_GBps", finite=False)
+        lat = parse_latency_us(self.options.link_latency_us, "hardware.link_latency_us")
         rates = self._lab_rates(len(devices))
         links = [Link(host_memory(a.host), host_memory(b.host), min(rates[i], rates[j]) if rates else bw, lat, None,
                       "network")
