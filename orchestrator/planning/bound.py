@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from orchestrator.errors import UserError
+from orchestrator.partition.bounds import work_lp as partition_lp
 from orchestrator.plan import GpuCluster, LayeredProfile, Replica
 from orchestrator.planning.simulators import simulators
 
@@ -138,9 +139,8 @@ def per_sample_costs(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> 
 
 
 def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs: int) -> float:
-    """The work LP's optimum T*(mbs) in seconds (inf: no memory-feasible replica covers some layer)."""
-    from scipy.optimize import linprog
-
+    """The work LP's optimum T*(mbs) in seconds (inf: no memory-feasible replica covers some layer):
+    ``partition.bounds.work_lp`` with the layers as items and the GPU types as resources."""
     names, e = per_sample_costs(profile, cluster, mbs)
     if not names or not np.isfinite(e).any(axis=1).all():
         return math.inf
@@ -148,19 +148,8 @@ def work_lp(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, mbs
     for (g, _), n in cluster.gpus.items():
         if g in counts:
             counts[g] += n
-    L, G = e.shape
-    n = L * G + 1                                     # variables: x (L x G, row-major), then T
-    c = np.zeros(n)
-    c[-1] = 1.0
-    a_eq = np.zeros((L, n))
-    for layer in range(L):
-        a_eq[layer, layer * G:(layer + 1) * G] = 1.0
-    a_ub = np.zeros((G, n))
-    for gi, g in enumerate(names):
-        a_ub[gi, np.arange(L) * G + gi] = global_batch * np.where(np.isfinite(e[:, gi]), e[:, gi], 1e30)
-        a_ub[gi, -1] = -counts[g]
-    res = linprog(c, A_ub=a_ub, b_ub=np.zeros(G), A_eq=a_eq, b_eq=np.ones(L), bounds=[(0, None)] * n, method="highs")
-    if res.status != 0:
+    res = partition_lp(global_batch * e, np.array([float(counts[g]) for g in names]))
+    if res is None or res.status != 0:
         return math.inf
     return float(res.x[-1])
 

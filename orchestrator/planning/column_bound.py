@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from orchestrator.partition.bounds import column_dp
 from orchestrator.plan import GpuCluster, LayeredProfile
 from orchestrator.planning.bound import min_transfer, replica_kinds, stage_fits
 
@@ -118,18 +119,9 @@ class ColumnTimes:
         self.lams, self.shapes, self.scales = _prices(cols)
         size, L = len(cols.grid), cols.L
         wk = cols.weights(self.lams)                              # (prices, kinds)
-        cost = np.full((L + 1, len(self.lams), size), math.inf)
-        cost[0] = 0.0
-        for i in range(1, L + 1):
-            best = cost[i]
-            for k, ((_, _, t, kappa, _), (start, _)) in enumerate(zip(cols.kinds, cols.starts)):
-                for j in np.nonzero(start[:i, i] < size)[0]:
-                    s = int(start[j, i])                          # a stage of a pipeline of two or more
-                    np.minimum(best[:, s:], cost[j, :, s:] + (t[i] - t[j] + kappa[j, i] + wk[:, k, None]), out=best[:, s:])
-        d = cost[L]
-        for k, ((_, _, t, _, _), (_, whole)) in enumerate(zip(cols.kinds, cols.starts)):
-            if whole < size:                                      # one stage, the whole model: no transfer
-                np.minimum(d[:, whole:], t[-1] + wk[:, k, None], out=d[:, whole:])
+        t, kap = [k[2] for k in cols.kinds], [k[3] for k in cols.kinds]
+        d = column_dp(L, size, cols.starts, lambda k, j, i: t[k][i] - t[k][j] + kap[k][j, i] + wk[:, k, None],
+                      lambda k: t[k][-1] + wk[:, k, None], (len(self.lams),))   # one stage, the whole model: no transfer
         self.d = d
         self.below = np.concatenate([[0.0], cols.grid[:-1]])      # a column within grid[i] has C > grid[i - 1]
         self.rent = self.lams @ cols.counts
@@ -182,22 +174,9 @@ def _prices(cols: Columns) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
 
 
 def _cheapest_column(L: int, size: int, starts: list, weight: list[float]) -> np.ndarray:
-    """phi(C) on the grid: the least weighted GPUs of a column of whole-layer stages, every stage within C."""
-    cost = np.full((L + 1, size), math.inf)
-    cost[0] = 0.0
-    for i in range(1, L + 1):
-        best = np.full(size, math.inf)
-        for (start, _), w in zip(starts, weight):
-            for j in range(i):
-                s = start[j, i]
-                if s < size:
-                    np.minimum(best[s:], cost[j, s:] + w, out=best[s:])
-        cost[i] = best
-    phi = cost[L]
-    for (_, whole), w in zip(starts, weight):       # one stage, the whole model: no transfer
-        if whole < size:
-            np.minimum(phi[whole:], w, out=phi[whole:])
-    return phi
+    """phi(C) on the grid: the least weighted GPUs of a column of whole-layer stages, every stage within C (one
+    stage, the whole model: no transfer)."""
+    return column_dp(L, size, starts, lambda k, j, i: weight[k], lambda k: weight[k])
 
 
 def _directions(types: int) -> list[np.ndarray]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from orchestrator.graph.opgraph import OpGraph
 from orchestrator.hardware.cluster import Worker
+from orchestrator.partition.bounds import work_lp
 from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator.placement.solve.problem import PlacementProblem
 
@@ -40,51 +41,11 @@ class _SimOnly:
 
 
 def _lp_bound(prob: PlacementProblem, time_limit_s: float) -> float:
-    try:
-        from scipy.optimize import linprog
-        from scipy.sparse import coo_matrix
-    except ImportError:  # pragma: no cover - scipy is a dependency of the project's set
-        return 0.0
-    na, nd = prob.n_atoms, prob.nd
-    ix = [(a, d) for a in range(na) for d in range(nd) if prob.allowed[a, d]]
-    nv = len(ix) + 1                                  # x[a,d] ..., T
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    b_ub: list[float] = []
-    r = 0
-    for d in range(nd):                               # load_d - T <= 0
-        for j, (a, dd) in enumerate(ix):
-            if dd == d and prob.atom_cost[a, d] > 0:
-                rows.append(r)
-                cols.append(j)
-                vals.append(float(prob.atom_cost[a, d]))
-        rows.append(r)
-        cols.append(nv - 1)
-        vals.append(-1.0)
-        b_ub.append(0.0)
-        r += 1
-    need = prob.atom_resident                         # (temp is a max per pool, not a sum: left out)
-    for p, cap in enumerate(prob.full_cap):           # memory per pool (full capacity: a valid bound)
-        if not math.isfinite(cap):
-            continue
-        for j, (a, d) in enumerate(ix):
-            if prob.pool_of[d] == p and need[a] > 0:
-                rows.append(r)
-                cols.append(j)
-                vals.append(float(need[a]))
-        b_ub.append(float(cap))
-        r += 1
-    a_eq = coo_matrix(([1.0] * len(ix), ([a for a, _ in ix], list(range(len(ix))))), shape=(na, nv))
-    a_ub = coo_matrix((vals, (rows, cols)), shape=(r, nv))
-    c = np.zeros(nv)
-    c[-1] = 1.0
-    try:
-        res = linprog(c, A_ub=a_ub.tocsr(), b_ub=b_ub, A_eq=a_eq.tocsr(), b_eq=np.ones(na), bounds=(0, None),
-                      method="highs", options={"time_limit": float(time_limit_s)})
-    except (ValueError, MemoryError):
-        return 0.0
-    if res.status != 0:
+    """The LP relaxation of the assignment (``partition.bounds.work_lp``: one resource per device, memory per
+    pool at full capacity; temporary memory, a max per pool and not a sum, left out)."""
+    res = work_lp(np.where(prob.allowed, prob.atom_cost, np.inf), np.ones(prob.nd), prob.atom_resident, prob.pool_of,
+                  prob.full_cap, time_limit_s)
+    if res is None or res.status != 0:
         return 0.0
     # HiGHS' dual bound on an optimal LP equals the objective; shave the solver's tolerance off so
     # the figure stays a bound.
