@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from orchestrator.config.root import TrainConfig
 from orchestrator.errors import ConfigError
 from orchestrator.execution.training import TrainSettings
 from orchestrator.sync.balance import Balancer
@@ -34,6 +35,24 @@ def test_ring_allreduce_by_hand():
     assert net.workers[2].bandwidth == pytest.approx(1.25e8) and net.workers[1].latency_s == pytest.approx(2e-4)
     assert allreduce_s(1e6, net) == pytest.approx(1.5 * 1e6 / 1.25e8 + 6 * 2e-4)
 
+
+
+def test_one_topology_for_the_virtual_clock_and_the_plans(tmp_path):
+    """The virtual clock's links and a GPU cluster's are one Topology of ConstantLink / FittedLink."""
+    from orchestrator.errors import WorkloadError
+    from orchestrator.hardware.links import ConstantLink
+    from orchestrator.hardware.topology import NETWORK, SERVER, Topology, worker
+    from orchestrator.plan import GpuCluster
+
+    net = Network.from_cfg({"server": {"bandwidth_Gbps": 1}}, 3)
+    assert isinstance(net, Topology) and net.links[SERVER, NETWORK] is net.server and len(net.workers) == 3
+    assert net.links[worker(2), NETWORK] == ConstantLink(1.25e9, 50 * 1e-6) and net.server.bandwidth == 1.25e8
+    f = tmp_path / "c.yaml"
+    f.write_text("node_types: {A: {gpus_per_node: 4, memory_GB: 8}}\nlinks: {inter: {bandwidth_GBps: 2, latency_us: 3}}\n")
+    plan = GpuCluster.from_yaml(f).network
+    assert isinstance(plan, Topology) and plan.inter_link("z", "A", 1, "z", "A", 1) == ConstantLink(2e9, 3e-6)
+    with pytest.raises(WorkloadError, match="no link fit from A x1 in z to A x2 in y"):
+        Topology().inter_link("z", "A", 1, "y", "A", 2)
 
 def test_server_link_is_a_fifo_queue():
     link = FifoLink(bandwidth=1e9, latency_s=1e-4)
@@ -106,7 +125,7 @@ def test_compute_model_fit_and_balanced_split():
 
 def test_lr_rules():
     assert lr_multiplier("linear", 4) == 4 and lr_multiplier("sqrt", 4) == 2 and lr_multiplier("none", 4) == 1
-    o = SyncOptions(lr_rule="linear", warmup_samples=1000)
+    o = SyncOptions(train=TrainConfig(lr_scaling="linear", batch_size=1, warmup_updates=1000))   # 1000 samples
     assert scaled_lr(o, 0.1, 256, 64, 0) == pytest.approx(0.1)        # warm-up starts at lr
     assert scaled_lr(o, 0.1, 256, 64, 500) == pytest.approx(0.25)     # half-way to 4 x lr
     assert scaled_lr(o, 0.1, 256, 64, 5000) == pytest.approx(0.4)
@@ -208,5 +227,5 @@ def test_global_batch_policy_splits_batch_size():
     o = sync_options({"name": "allreduce", "balance": "static"},
                              {"hardware": {"workers": 4, "worker_speeds": [1, 1, 1, 0.5]}, "train": {"batch_policy": "global"}})
     assert o.total_batch(64) == 64
-    assert Balancer(o.balance, o.speeds, 64, 64, ComputeModel(0, 1)).batches == [19, 18, 18, 9]  # 18.3 x 3, 9.1: largest remainder
-    assert dataclasses.replace(o, batch_policy="per_worker").total_batch(64) == 256
+    assert Balancer(o.sync.balance, o.speeds, 64, 64, ComputeModel(0, 1)).batches == [19, 18, 18, 9]  # 18.3 x 3, 9.1: largest remainder
+    assert dataclasses.replace(o, train=dataclasses.replace(o.train, batch_policy="per_worker")).total_batch(64) == 256

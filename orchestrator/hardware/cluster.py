@@ -131,8 +131,7 @@ class Cluster:
     name: str
     workers: list[Worker]
     simulated: bool                # True when no device of it exists for real here
-    network_bandwidth: float = 1.25e9   # bytes/s between hosts (10 GbE)
-    network_latency_s: float = 50e-6
+    network: ConstantLink = ConstantLink(1.25e9, 50e-6)   # between hosts, one NIC channel per host (10 GbE)
     description: str = ""
 
     @property

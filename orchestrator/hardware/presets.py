@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.links import ConstantLink
 from orchestrator.hardware.profiles import HardwareProfile, profile
 from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 
@@ -63,7 +64,7 @@ def sim_hetero_cluster() -> Cluster:
     for host, gpu, n in spec:
         devs, links = make_host(host, "Xeon Platinum 8380 (datasheet)", gpu, n)
         workers.append(Worker(f"worker-{host}", devs, links, host=host))
-    return Cluster("sim_hetero_cluster", workers, simulated=True, network_bandwidth=12.5e9, network_latency_s=5e-6,
+    return Cluster("sim_hetero_cluster", workers, simulated=True, network=ConstantLink(12.5e9, 5e-6),
                    description="; ".join(f"{h}: {n} x {g}" for h, g, n in spec))
 
 
@@ -110,8 +111,7 @@ def load_cluster_file(path: str | Path) -> Cluster:
         raise ConfigError(f"{path}: network needs numeric bandwidth_GBps and latency_us")
     bw = parse_bandwidth(net.get("bandwidth_GBps", 1.25), "GB/s", f"{path}: network.bandwidth_GBps")
     lat = parse_latency_us(net.get("latency_us", 50), f"{path}: network.latency_us")
-    return Cluster(str(data.get("name", Path(path).stem)), workers, simulated=True, network_bandwidth=bw,
-                   network_latency_s=lat)
+    return Cluster(str(data.get("name", Path(path).stem)), workers, simulated=True, network=ConstantLink(bw, lat))
 
 
 def single_host_worker(cluster: Cluster, index: int = 0) -> Worker:
@@ -127,6 +127,6 @@ def multi_host_worker(cluster: Cluster, name: str = "all") -> Worker:
     for a in hosts:
         for b in hosts:
             if a != b:
-                links.append(Link(host_memory(a), host_memory(b), cluster.network_bandwidth, cluster.network_latency_s,
+                links.append(Link(host_memory(a), host_memory(b), cluster.network.bandwidth, cluster.network.latency_s,
                                   f"{a}/nic:out", "network"))
     return Worker(name, devs, links, host=hosts[0] if hosts else "host0")

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.links import ConstantLink, FittedLink, Link
+from orchestrator.hardware.topology import Topology
 from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
 
 DEFAULT_ZONE = "us-central1-a"
@@ -37,55 +38,14 @@ class GpuType:
 
 
 @dataclass
-class Network:
-    """Links between nodes (``inter``) and inside one node (``intra``), and the USD per GB between zones.
-
-    ``inter[src_zone][src_type][src_gpus][dst_zone][dst_type][dst_gpus]`` and ``intra[type][gpus]`` hold
-    a ``Link`` each (``src_gpus``: GPUs of the sending node that take part; Sailor's key); ``default_inter``
-    and ``default_intra`` answer where no entry is given (a hand-written cluster), else a missing entry
-    is an error naming it."""
-
-    inter: dict[str, Any] = field(default_factory=dict)
-    intra: dict[str, dict[int, Link]] = field(default_factory=dict)
-    egress_usd_per_gb: dict[str, dict[str, float]] = field(default_factory=dict)
-    default_inter: Link | None = None
-    default_intra: Link | None = None
-
-    def inter_link(self, src_zone: str, src_type: str, src_gpus: int, dst_zone: str, dst_type: str,
-                   dst_gpus: int) -> Link:
-        node: Any = self.inter
-        for key in (src_zone, src_type, str(src_gpus), dst_zone, dst_type, str(dst_gpus)):
-            if not isinstance(node, dict) or key not in node:
-                if self.default_inter is not None:
-                    return self.default_inter
-                raise WorkloadError(f"no link fit from {src_type} x{src_gpus} in {src_zone} to {dst_type} x{dst_gpus} "
-                                    f"in {dst_zone} (missing key {key!r} in the network file)")
-            node = node[key]
-        return node
-
-    def intra_link(self, gpu_type: str, gpus: int) -> Link:
-        per = self.intra.get(gpu_type, {})
-        if gpus in per:
-            return per[gpus]
-        larger = sorted(g for g in per if g >= gpus)
-        if larger:                                   # a subset of a node: its smallest measured group above
-            return per[larger[0]]
-        if self.default_intra is not None:
-            return self.default_intra
-        raise WorkloadError(f"no intra-node link fit for {gpus} GPUs of type {gpu_type}")
-
-    def egress(self, src_zone: str, dst_zone: str) -> float:
-        return float(self.egress_usd_per_gb.get(src_zone, {}).get(dst_zone, 0.0))
-
-
-@dataclass
 class GpuCluster:
-    """GPU types, counts per (type, zone), and the network."""
+    """GPU types, counts per (type, zone), and the links (``hardware.topology.Topology``: ``inter_link``,
+    ``intra_link``, ``egress``)."""
 
     name: str
     types: dict[str, GpuType]
     gpus: dict[tuple[str, str], int]          # (type, zone) -> GPUs available
-    network: Network
+    network: Topology
     zone: str = DEFAULT_ZONE                  # the zone a GPU count without one is in
 
     def gpu_type(self, name: str) -> GpuType:
@@ -136,10 +96,10 @@ class GpuCluster:
         intra_raw = read_json(root / "network" / "intra_node_bandwidths.json")
         cost_file = root / "network" / "communication_cost.json"
         egress = read_json(cost_file) if cost_file.exists() else {}
-        network = Network(inter=_fits(inter_raw, 6, root / "network" / "multizone_bandwidths_het.json"),
-                          intra={t: {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
-                                 for t, per in intra_raw.items()},
-                          egress_usd_per_gb=egress)
+        network = Topology(_fits(inter_raw, root / "network" / "multizone_bandwidths_het.json"),
+                           intra={t: {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
+                                  for t, per in intra_raw.items()},
+                           egress_usd_per_gb=egress)
         return cls(root.name, types, {}, network, zone)
 
     @classmethod
@@ -171,10 +131,10 @@ class GpuCluster:
         for t, spec in (links.get("intra") or {}).items():
             link = _link_spec(spec, f"{p}: links.intra.{t}")
             intra[str(t)] = {g: link for g in (2, 4, 8, 16)}
-        network = Network(intra=intra, egress_usd_per_gb=doc.get("egress_usd_per_gb") or {},
-                          default_inter=_link_spec(links.get("inter", {"bandwidth_GBps": 3.0}), f"{p}: links.inter"),
-                          default_intra=_link_spec(links.get("intra_default", {"bandwidth_GBps": 100.0}),
-                                                   f"{p}: links.intra_default"))
+        network = Topology(intra=intra, egress_usd_per_gb=doc.get("egress_usd_per_gb") or {},
+                           default_inter=_link_spec(links.get("inter", {"bandwidth_GBps": 3.0}), f"{p}: links.inter"),
+                           default_intra=_link_spec(links.get("intra_default", {"bandwidth_GBps": 100.0}),
+                                                    f"{p}: links.intra_default"))
         cluster = cls(str(doc.get("name", p.stem)), types, {}, network, zone)
         return cluster.with_gpus(doc["gpus"]) if doc.get("gpus") else cluster
 
@@ -197,12 +157,21 @@ def _fit(value: Any, where: str) -> FittedLink:
         raise WorkloadError(f"link fit {where}: expected [[a, b, c], max_bytes_per_s], got {value!r}"[:200]) from None
 
 
-def _fits(node: Any, depth: int, path: Path, where: str = "") -> Any:
-    if depth == 0:
-        return _fit(node, f"{path}{where}")
-    if not isinstance(node, dict):
-        raise WorkloadError(f"{path}: expected a mapping at {where or 'the top'}")
-    return {str(k): _fits(v, depth - 1, path, f"{where}[{k}]") for k, v in node.items()}
+def _fits(node: Any, path: Path) -> dict[tuple[Any, Any], Link]:
+    """``[src_zone][src_type][src_gpus][dst_zone][dst_type][dst_gpus] -> fit`` as links between
+    ``(zone, type, gpus)`` endpoints."""
+    out: dict[tuple[Any, Any], Link] = {}
+
+    def walk(node: Any, keys: tuple[str, ...]) -> None:
+        if len(keys) == 6:
+            out[keys[:3], keys[3:]] = _fit(node, f"{path}{''.join(f'[{k}]' for k in keys)}")
+        elif not isinstance(node, dict):
+            raise WorkloadError(f"{path}: expected a mapping at {''.join(f'[{k}]' for k in keys) or 'the top'}")
+        else:
+            for k, v in node.items():
+                walk(v, (*keys, str(k)))
+    walk(node, ())
+    return out
 
 
 def _link_spec(spec: Any, where: str) -> Link:

@@ -2,8 +2,8 @@
 
 - compute: a batch of ``b`` samples on a worker of speed ``v`` takes ``(t0 + b * t1) / v`` seconds
   (``ComputeModel``; t0, t1 fitted to step times measured at several batch sizes, or configured);
-- links (``Network``, from ``hardware.network``): each worker has a link (bandwidth, latency), the
-  parameter server has one link per shard; default 10 Gbit/s and 50 us everywhere;
+- links (``hardware.topology.Topology``, from ``hardware.network``): each worker has a link (bandwidth,
+  latency), the parameter server has one link per shard; default 10 Gbit/s and 50 us everywhere;
 - ring allreduce of ``n`` bytes over W workers: ``2 (W-1)/W * n / B + 2 (W-1) * L`` with B the slowest
   worker link's bandwidth and L the largest latency (Patarasuk & Yuan 2009; Horovod's algorithm);
 - parameter server: a push (gradient) and a pull (parameters) per iteration, each split over
@@ -18,59 +18,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.cost import GBIT, FifoLink, ring_allgather_s
+from orchestrator.hardware.cost import GBIT, FifoLink, ring_allgather_s  # noqa: F401 (GBIT: importable from here)
 from orchestrator.hardware.links import ConstantLink, ring_allreduce_time
-from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
+from orchestrator.hardware.topology import Topology
 
-# GBIT (bytes in one Gbit) and FifoLink (a server shard's link) live in the cost core, importable from here too
-DEFAULT_BANDWIDTH_GBPS = 10.0
-DEFAULT_LATENCY_US = 50.0
-
-
-def _link(node: Any, key: str, default: ConstantLink) -> ConstantLink:
-    """``{bandwidth_Gbps, latency_us}`` (each optional: ``default``'s) as a link."""
-    bw = node.get("bandwidth_Gbps", None) if hasattr(node, "get") else None
-    lat = node.get("latency_us", None) if hasattr(node, "get") else None
-    return ConstantLink(default.bandwidth if bw is None else parse_bandwidth(bw, "Gbit/s", f"{key}.bandwidth_Gbps"),
-                        default.latency_s if lat is None else parse_latency_us(lat, f"{key}.latency_us"))
-
-
-@dataclass(frozen=True)
-class Network:
-    """Per-worker links and the server's link (one per shard)."""
-
-    workers: tuple[ConstantLink, ...]
-    server: ConstantLink
-
-    @classmethod
-    def from_cfg(cls, node: Any, workers: int) -> Network:
-        """``hardware.network: {bandwidth_Gbps, latency_us, server: {...}, workers: {i: {...}}}``."""
-        base = _link(node, "hardware.network", ConstantLink(DEFAULT_BANDWIDTH_GBPS * GBIT, DEFAULT_LATENCY_US * 1e-6))
-        per = (node.get("workers", None) if node is not None and hasattr(node, "get") else None) or {}
-        links = [base] * workers
-        items = per.items() if hasattr(per, "items") else enumerate(per)
-        for k, v in items:
-            try:
-                i = int(k)
-            except (TypeError, ValueError):
-                raise ConfigError(f"hardware.network.workers: key {k!r} is not a worker index") from None
-            if not 0 <= i < workers:
-                raise ConfigError(f"hardware.network.workers.{k}: no such worker (W={workers})")
-            links[i] = _link(v, f"hardware.network.workers.{k}", base)
-        server = _link(node.get("server", None) if node is not None and hasattr(node, "get") else None,
-                       "hardware.network.server", base)
-        return cls(tuple(links), server)
-
-    @classmethod
-    def uniform(cls, workers: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS * GBIT,
-                latency_s: float = DEFAULT_LATENCY_US * 1e-6) -> Network:
-        link = ConstantLink(bandwidth, latency_s)
-        return cls((link,) * workers, link)
+# GBIT and FifoLink live in the cost core; the links are the hardware topology's view (``Topology.workers``,
+# ``.server``). ``Network``: its name here, which sync.core and sync.compare import.
+Network = Topology
 
 
 def ring_allreduce_s(nbytes: float, workers: int, bandwidth: float, latency_s: float) -> float:
@@ -80,13 +38,13 @@ def ring_allreduce_s(nbytes: float, workers: int, bandwidth: float, latency_s: f
     return ring_allreduce_time(ConstantLink(bandwidth, latency_s), nbytes, workers)
 
 
-def allreduce_s(nbytes: float, net: Network, workers: list[int] | None = None) -> float:
+def allreduce_s(nbytes: float, net: Topology, workers: list[int] | None = None) -> float:
     """Ring allreduce on the slowest link (smallest bandwidth, largest latency) among ``workers``."""
     links = net.workers if workers is None else [net.workers[i] for i in workers]
     return ring_allreduce_s(nbytes, len(links), min(l.bandwidth for l in links), max(l.latency_s for l in links))
 
 
-def allgather_s(nbytes: float, net: Network, workers: list[int] | None = None) -> float:
+def allgather_s(nbytes: float, net: Topology, workers: list[int] | None = None) -> float:
     """Ring all-gather of one message of ``nbytes`` from each of the W workers (every worker ends with all W):
     ``(W-1)`` steps, each moving one message on every link, ``(W-1) (n / B + L)`` on the slowest link. What a
     sparse collective costs (top-k values and indices cannot be summed on the way, Renggli et al. 2019
@@ -100,7 +58,7 @@ def allgather_s(nbytes: float, net: Network, workers: list[int] | None = None) -
 COLLECTIVES = ("ring_allreduce", "ring_allgather")
 
 
-def collective_s(kind: str, nbytes: float, net: Network) -> float:
+def collective_s(kind: str, nbytes: float, net: Topology) -> float:
     """One collective round's communication: ``ring_allreduce`` (dense sums) or ``ring_allgather`` (sparse messages)."""
     if kind == "ring_allgather":
         return allgather_s(nbytes, net)
@@ -113,7 +71,7 @@ def collective_s(kind: str, nbytes: float, net: Network) -> float:
 class ServerLinks:
     """The parameter server's shards: each has an inbound (pushes) and an outbound (pulls) FIFO link."""
 
-    net: Network
+    net: Topology
     shards: int
     nbytes: float
     inbound: list[FifoLink] = field(default_factory=list)
@@ -159,7 +117,7 @@ class ColocatedServerLinks:
     the receiver's link at once, the transfer ending when the later one is done), which under-charges a
     congested link by at most one slice's time."""
 
-    net: Network
+    net: Topology
     nbytes: float
     out: list[FifoLink] = field(default_factory=list)
     into: list[FifoLink] = field(default_factory=list)
@@ -192,7 +150,7 @@ class ColocatedServerLinks:
         return min(1.0, max(q.busy_s for q in self.out + self.into) / elapsed)
 
 
-def server_links(net: Network, shards: int, nbytes: float, colocated: bool = False):
+def server_links(net: Topology, shards: int, nbytes: float, colocated: bool = False):
     """The server's links: ``shards`` dedicated ones (``ServerLinks``) or one shard on every worker."""
     return ColocatedServerLinks(net, nbytes) if colocated else ServerLinks(net, shards, nbytes)
 
