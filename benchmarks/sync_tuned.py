@@ -59,6 +59,7 @@ class Bench(VirtualBench):
 
     # -- 1. S(G) ------------------------------------------------------------------------------
     def steps(self, G: int, opt: str, lr: float, budget_samples: int):
+        from orchestrator.config.root import TrainConfig
         from orchestrator.sync.core import SyncOptions
         from orchestrator.sync.reference import reference_options
         from orchestrator.sync.strategy import SingleWorker
@@ -67,7 +68,7 @@ class Bench(VirtualBench):
         out = []
         for seed in range(self.seeds):
             s = self.settings(G, opt, lr, seed, budget_samples)
-            r, _ = VirtualRun(SingleWorker(), reference_options(SyncOptions(warmup_samples=0)), s, self.runtime(seed),
+            r, _ = VirtualRun(SingleWorker(), reference_options(SyncOptions(train=TrainConfig(warmup_updates=0))), s, self.runtime(seed),
                               self.ds, self.cm).run()
             out.append(r.updates_to_target)
         return out
@@ -164,12 +165,13 @@ class Bench(VirtualBench):
 
     # -- 3. measured ----------------------------------------------------------------------------
     def reference(self, grid):
+        from orchestrator.config.root import TrainConfig
         from orchestrator.sync.core import SyncOptions
         from orchestrator.sync.reference import reference
 
         opt, lrs = next(iter(grid.items()))    # the reference's first cell is its "own": the grid's first
         ctx = dataclasses.replace(self.ctx, settings=self.settings(64, opt, lrs[0], 0, BUDGET[self.name], seeds=self.seeds))
-        return reference(SyncOptions(workers=1, speeds=[1.0], warmup_samples=0), ctx, self.cm, grid, "tuned", EXTEND)
+        return reference(SyncOptions(speeds=[1.0], train=TrainConfig(warmup_updates=0)), ctx, self.cm, grid, "tuned", EXTEND)
 
     def parallel(self, name: str, speeds, grid, sync: dict, train: dict | None = None, give_up_s: float | None = None):
         """Each (optimizer, lr) of ``grid``, the median over the seeds; returns the best cell. A seed's run

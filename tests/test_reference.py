@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from orchestrator.config.root import TrainConfig
 from orchestrator.errors import ConfigError
 from orchestrator.execution.training import EvalPoint, crossing
 from orchestrator.sync.core import SyncOptions
@@ -28,13 +29,17 @@ def test_the_crossing_is_interpolated_between_evaluations():
 
 
 def test_hybrid_batch_policy_caps_the_global_batch():
-    o = SyncOptions(workers=16, batch_policy="hybrid", global_batch_max=512)
+    o = SyncOptions(speeds=[1.0] * 16, train=TrainConfig(batch_policy="hybrid", global_batch_max=512))
+
+    def train(**kw):
+        return dataclasses.replace(o, train=dataclasses.replace(o.train, **kw))
+
     assert o.total_batch(64) == 512                              # 16 x 64 = 1024, capped
-    assert dataclasses.replace(o, workers=4).total_batch(64) == 256   # under the cap: weak scaling
-    assert dataclasses.replace(o, batch_policy="per_worker").total_batch(64) == 1024
-    assert dataclasses.replace(o, batch_policy="global").total_batch(64) == 64
+    assert dataclasses.replace(o, speeds=[1.0] * 4).total_batch(64) == 256   # under the cap: weak scaling
+    assert train(batch_policy="per_worker").total_batch(64) == 1024
+    assert train(batch_policy="global").total_batch(64) == 64
     with pytest.raises(ConfigError, match="global_batch_max"):
-        dataclasses.replace(o, global_batch_max=8).total_batch(64)
+        train(global_batch_max=8).total_batch(64)
 
 
 def _train(tmp_path, cfg, mnist):

@@ -107,7 +107,7 @@ def test_the_virtual_runtime_runs_a_delay_compensated_server():
     for lam in (0.0, 0.5):
         cfg_sync = {"name": "async", "delay_compensation": lam}
         opts = sync_options(cfg_sync, {"hardware": {"workers": 4, "worker_speeds": [1, 0.5, 0.25, 1]}})
-        v = VirtualRun(strategy(cfg_sync), dataclasses.replace(opts, balance="none"), s, FakeRuntime(), fake_data(), 1.0)
+        v = VirtualRun(strategy(cfg_sync), dataclasses.replace(opts, sync=dataclasses.replace(opts.sync, balance="none")), s, FakeRuntime(), fake_data(), 1.0)
         result, stats = v.run()
         assert stats.pushes_applied == 40 and max(stats.update_staleness) > 0    # stale pushes happened
         finals[lam] = v.final_params
@@ -130,7 +130,7 @@ def _fake_run(strat_cfg, workers, speeds, **train):
     strat = SingleWorker() if strat_cfg is None else strategy(strat_cfg)
     opts = strat.options({"hardware": {"workers": workers, "worker_speeds": speeds}, "train": {"warmup_updates": 0}})
     rt = FakeRuntime()
-    v = VirtualRun(strat, dataclasses.replace(opts, balance="none"), s, rt, fake_data(), 1.0)
+    v = VirtualRun(strat, dataclasses.replace(opts, sync=dataclasses.replace(opts.sync, balance="none")), s, rt, fake_data(), 1.0)
     v.run()
     return v, rt, s
 

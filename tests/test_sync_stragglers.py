@@ -25,10 +25,11 @@ def settings(**kw) -> TrainSettings:
                                    budget_updates=80), **kw})
 
 
-def run(cfg_sync, workers=4, speeds=None, s=None, hw=None, net=None, **kw):
+def run(cfg_sync, workers=4, speeds=None, s=None, hw=None, net=None, train=None):
     strat = strategy(cfg_sync)
-    cfg = {"hardware": {"workers": workers, "worker_speeds": speeds, **(hw or {})}, "train": {"warmup_updates": 0}}
-    opts = dataclasses.replace(strat.options(cfg), network=net or FREE_NETWORK, **kw)
+    cfg = {"hardware": {"workers": workers, "worker_speeds": speeds, **(hw or {})},
+           "train": {"warmup_updates": 0, **(train or {})}}
+    opts = dataclasses.replace(strat.options(cfg), network=net or FREE_NETWORK)
     v = VirtualRun(strat, opts, s or settings(), FakeRuntime(), fake_data(), 1.0)
     return v, *v.run()
 
@@ -71,7 +72,7 @@ def test_the_round_averages_the_gradients_it_kept():
     """The update of a backup round is the batch-weighted mean of the first N gradients only: with equal
     batches and one hopeless straggler, it is allreduce over the other three (same data order)."""
     v, _, _ = run({"name": "backup", "backup_workers": 1, "balance": "none"}, speeds=[1, 1, 1, 0.01],
-                  s=settings(budget_updates=4), lr_rule="none")
+                  s=settings(budget_updates=4), train={"lr_scaling": "none"})
     rt, data = FakeRuntime(), fake_data()
     from orchestrator.execution.training import BatchSampler
 
@@ -120,7 +121,7 @@ def test_jitter_config():
         with pytest.raises(ConfigError, match=msg):
             parse_jitter(bad)
     s = strategy("allreduce")
-    assert s.options({"hardware": {"workers": 2, "jitter": {"sigma": 0.2}}}).jitter_sigma == 0.2
+    assert s.options({"hardware": {"workers": 2, "jitter": {"sigma": 0.2}}}).hardware.jitter_sigma == 0.2
 
 
 def test_jitter_keeps_the_straggler_draws_and_sigma0_changes_nothing():
@@ -171,7 +172,7 @@ def test_the_options_compose_with_their_schema(name, key, value):
         cfg = compose("config", overrides=[f"+sync={name}", "hardware.jitter={sigma: 0.3}"])
     assert cfg.sync.name == name and cfg.sync[key] == value and cfg.hardware.jitter.sigma == 0.3
     strat = strategy(cfg.sync)
-    assert strat.options(cfg).jitter_sigma == 0.3
+    assert strat.options(cfg).hardware.jitter_sigma == 0.3
 
 
 @pytest.mark.slow

@@ -1,6 +1,5 @@
 """Sync rules in the virtual runtime, on a numpy stand-in model (fast) and on the real CNN."""
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -17,10 +16,16 @@ from tests.fakes import FakeRuntime, fake_data, strategy, sync_options
 FREE_NETWORK = {"bandwidth_Gbps": 1e12, "latency_us": 0.0}  # communication ~0 s: compute-only clocks
 
 
-def options(name, workers, speeds=None, **kw) -> SyncOptions:
+def options(name, workers, speeds=None, stragglers=None, network=None, **sync) -> SyncOptions:
+    """The options of strategy ``name`` with the ``sync`` keys given (staleness, balance, push_lr...) on ``workers``
+    of ``speeds``; ``stragglers``: (probability, slowdown); ``network``: ``hardware.network``."""
     # no warm-up: it ramps the allreduce's lr (pushes get none), which the equivalence tests compare
-    cfg = {"hardware": {"workers": workers, "worker_speeds": speeds}, "train": {"warmup_updates": 0}}
-    return dataclasses.replace(sync_options({"name": name}, cfg), **kw)
+    hardware = {"workers": workers, "worker_speeds": speeds}
+    if stragglers is not None:
+        hardware["stragglers"] = {"probability": stragglers[0], "slowdown": stragglers[1]}
+    if network is not None:
+        hardware["network"] = network
+    return sync_options({"name": name, **sync}, {"hardware": hardware, "train": {"warmup_updates": 0}})
 
 
 def train_settings(**kw) -> TrainSettings:
@@ -55,7 +60,7 @@ def test_staleness_bound_holds_under_random_delays(workers, s, p, k, speeds_seed
             return CheckingGate(opts.workers, opts.staleness)
 
     speeds = list(np.random.default_rng(speeds_seed).uniform(0.1, 1.0, workers))
-    opts = options("delay", workers, speeds, staleness=float(s), straggler_p=p, straggler_slowdown=k,
+    opts = options("delay", workers, speeds, staleness=float(s), stragglers=(p, k),
                    balance="static" if proportional else "none")
     v, result, stats, _ = run(opts, strat=CheckedDelaySync({"name": "delay"}))
     assert isinstance(v.gate, CheckingGate)
@@ -66,7 +71,7 @@ def test_staleness_bound_holds_under_random_delays(workers, s, p, k, speeds_seed
 
 
 def test_no_update_lost():
-    opts = options("delay", 3, [1.0, 0.5, 0.3], staleness=2.0, straggler_p=0.3, straggler_slowdown=5.0,
+    opts = options("delay", 3, [1.0, 0.5, 0.3], staleness=2.0, stragglers=(0.3, 5.0),
                    balance="none", push_lr=0.5)
     v, result, stats, rt = run(opts)
     weights = push_weights(0.1, v.batches, 0.5)
@@ -104,7 +109,7 @@ def test_fast_worker_blocks_exactly_when_the_bound_says():
 
 
 def test_async_never_waits_and_is_deterministic():
-    opts = options("async", 4, [1.0, 0.5, 0.25, 1.0], straggler_p=0.2, straggler_slowdown=4.0)
+    opts = options("async", 4, [1.0, 0.5, 0.25, 1.0], stragglers=(0.2, 4.0))
     _, r1, s1, _ = run(opts)
     _, r2, s2, _ = run(opts)
     assert s1.wait_s == [0.0] * 4

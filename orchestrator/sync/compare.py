@@ -39,6 +39,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator.execution.training import NullSink
+from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.reference import PRUNE, median_time, reference_options
 
 MAX_LIMIT_BATCH = 512
@@ -109,9 +110,36 @@ def strategy_defaults(name: str) -> dict[str, Any]:
     return {"sync": OmegaConf.to_container(node.get("sync") or {}), "train": OmegaConf.to_container(node.get("train") or {})}
 
 
-def _cluster_key(opts: Any, ctx: Any) -> list[Any]:
+def flat_record(opts: SyncOptions) -> dict[str, Any]:
+    """``opts`` as the flat record ``SyncOptions`` was before it held the typed groups (issue 42): the cache keys
+    hash these names and values, so that figures an earlier version cached in a tracking store still hit."""
+    c, t, hw = opts.sync, opts.train, opts.hardware
+    return {"name": opts.name, "runtime": c.runtime, "workers": opts.workers, "speeds": list(opts.speeds),
+            "straggler_p": hw.stragglers.probability, "straggler_slowdown": hw.stragglers.slowdown,
+            "jitter_sigma": hw.jitter_sigma, "staleness": opts.staleness, "push_lr": getattr(c, "push_lr", "scaled"),
+            "balance": c.balance, "balance_every": c.balance_every,
+            "dynamic_staleness": bool(getattr(c, "dynamic_staleness", False)),
+            "max_staleness": float(getattr(c, "max_staleness", 8.0)), "lr_rule": t.lr_scaling,
+            "warmup_samples": opts.warmup_samples, "batch_policy": t.batch_policy,
+            "global_batch_max": t.global_batch_max, "adaptive_min_batch": t.adaptive_min_batch,
+            "adaptive_max_batch": t.adaptive_max_batch, "adaptive_every": t.adaptive_every,
+            "adaptive_ema": t.adaptive_ema, "adaptive_noise": t.adaptive_noise, "base_time_s": c.base_time_s,
+            "step_overhead_s": c.step_overhead_s, "per_sample_s": c.per_sample_s, "shards": opts.shards,
+            "colocated": opts.colocated, "overlap": bool(c.overlap), "network": opts.network,
+            "speed_changes": _speed_changes(opts), "emulated_step_s": hw.emulated_step_s,
+            "timeout_s": float(c.timeout_s), "hostfile": opts.hostfile,
+            "delay_compensation": float(getattr(c, "delay_compensation", 0.0)),
+            "delay_compensation_mode": str(getattr(c, "delay_compensation_mode", "constant"))}
+
+
+def _speed_changes(opts: SyncOptions) -> list[tuple[int, float, float]]:
+    return [(ch.worker, ch.at_s, ch.speed) for ch in opts.hardware.speed_changes]
+
+
+def _cluster_key(opts: SyncOptions, ctx: Any) -> list[Any]:
     ds = ctx.dataset
-    return [list(opts.speeds), opts.network, opts.straggler_p, opts.straggler_slowdown, opts.speed_changes,
+    hw = opts.hardware
+    return [list(opts.speeds), opts.network, hw.stragglers.probability, hw.stragglers.slowdown, _speed_changes(opts),
             str(getattr(ctx.model, "name", "?")), f"{getattr(ds, 'source', '?')}:{len(ds.y_train)}:{len(ds.y_test)}",
             sorted((ctx.worker_step_time_s or {}).items())]
 
@@ -119,7 +147,7 @@ def _cluster_key(opts: Any, ctx: Any) -> list[Any]:
 def comparison_key(opts: Any, ctx: Any, settings: Any, sync_node: dict[str, Any]) -> str:
     """Everything the comparison's run depends on: its options (cluster, network, stragglers, jitter,
     batch policy...), settings, model, data and the workers' step times."""
-    o = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("runtime", "timeout_s", "hostfile")}
+    o = {k: v for k, v in flat_record(opts).items() if k not in ("runtime", "timeout_s", "hostfile")}
     return _hash(["comparison", o, _cluster_key(opts, ctx), dataclasses.asdict(settings), sync_node])
 
 
@@ -165,7 +193,7 @@ def comparison(strategy: Any, opts: Any, ctx: Any, result: Any, name: str) -> Fi
         return fig
     cfg, settings, sync_node = _comparison_setup(ctx, name)
     strat = plugins.load("sync", name)(OmegaConf.create(sync_node))
-    copts = dataclasses.replace(strat.options(cfg), workers=opts.workers, speeds=list(opts.speeds))
+    copts = dataclasses.replace(strat.options(cfg), speeds=list(opts.speeds))
     k = comparison_key(copts, ctx, settings, sync_node)
     found = _lookup(ctx.sink, "compare", k)
     if found is not None:
@@ -284,8 +312,8 @@ def trial_context(strategy: Any, cfg: Any, ctx: Any, result: Any) -> dict[str, f
     out = {"hardware.capacity": sum(speeds)}
     if result.time_to_target_s is None:
         return out
-    opts = dataclasses.replace(strategy.options(cfg), workers=len(speeds), speeds=speeds)
-    if opts.batch_policy == "adaptive":     # the summary names the limit of one global batch for what it is
+    opts = dataclasses.replace(strategy.run_options(cfg), speeds=speeds)
+    if opts.train.batch_policy == "adaptive":     # the summary names the limit of one global batch for what it is
         ctx.sink.set_tags({"train.batch_policy": "adaptive"})
     tt, ref_t = result.time_to_target_s, result.reference_time_to_target_s
     name = compare_with(cfg)

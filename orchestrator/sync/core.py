@@ -1,9 +1,10 @@
 """The one place that holds the data-parallel sync rules, shared by the virtual and the MPI runtime:
 
-- ``SyncOptions``: what one run of a strategy is set to, resolved from the validated config objects
-  (the strategy's ``SyncConfig``, ``TrainConfig``, ``DataParallelHardware``) and the workers; a flat
-  record, because the MPI ranks receive it as JSON (the strategy itself, ``orchestrator.sync.strategy``,
-  says which rules apply);
+- ``SyncOptions``: what one run of a strategy is set to: the groups it reads, each validated once into its
+  dataclass (the strategy's ``SyncConfig``, ``TrainConfig``, ``DataParallelHardware``), the workers'
+  speeds, and the few values only the groups together decide (the staleness bound, the server's shards,
+  the links with an emulated cluster's, the MPI hostfile); the MPI ranks receive it as JSON (``plain`` /
+  ``from_plain``); the strategy itself (``orchestrator.sync.strategy``) says which rules apply;
 - ``batch_shares``: per-worker batch sizes (equal, or proportional to speed); learning-rate scaling.
 
 The parameter server's rules (``StalenessGate``, ``ParameterServer``) are in ``orchestrator.sync.server``.
@@ -18,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config.hardware import DataParallelHardware, SpeedChange
+from orchestrator.config.hardware import DataParallelHardware, SpeedChange, Stragglers
 from orchestrator.config.root import TrainConfig
 from orchestrator.config.sync import SyncConfig
 from orchestrator.errors import ConfigError
@@ -27,45 +28,39 @@ from orchestrator.hardware.workers import worker_layout
 
 @dataclass
 class SyncOptions:
+    """The settings of one run of a strategy. Read the groups as they were validated: ``sync`` (the strategy's
+    own config object, ``strategy.config``: ``sync.balance``, ``sync.overlap``, a server's ``push_lr``...),
+    ``train`` (``lr_scaling``, ``batch_policy``, the adaptive batch's keys...) and ``hardware`` (stragglers,
+    jitter, speed changes, the emulated step); ``workers``, ``runtime`` and ``warmup_samples`` are derived."""
+
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    hardware: DataParallelHardware = field(default_factory=DataParallelHardware)
+    speeds: list[float] = field(default_factory=lambda: [1.0] * 4)   # one per worker (W = len)
     name: str = ""                        # the strategy's name: a label for runs and logs, never a switch
-    runtime: str = "virtual"              # "virtual" (emulated clock) or "mpi" (real processes)
-    workers: int = 4
-    speeds: list[float] = field(default_factory=lambda: [1.0] * 4)
-    straggler_p: float = 0.0              # transient straggler probability per iteration
-    straggler_slowdown: float = 1.0       # a transient straggler's iteration is this many times longer
-    jitter_sigma: float = 0.0             # hardware.jitter: each compute time x LogNormal(-sigma^2/2, sigma) (mean 1)
-    staleness: float = 0.0                # s; math.inf for async
-    push_lr: str | float = "scaled"       # push weight: "scaled", "lr", "lr/staleness", or a multiplier
-    balance: str = "static"               # batch split: none (equal), static (nominal speeds), online (measured)
-    balance_every: int = 10               # online: re-derive the split every k iterations per worker
-    dynamic_staleness: bool = False
-    max_staleness: float = 8.0            # upper end for the dynamic bound
-    lr_rule: str = "sqrt"                 # train.lr_scaling: lr x rule(batch / train.batch_size)
-    warmup_samples: int = 0               # train.warmup_updates x train.batch_size: linear warm-up (Goyal et al.)
-    batch_policy: str = "per_worker"      # per_worker: G = W x batch_size; global: G = batch_size; hybrid: capped
-    global_batch_max: int = 512           # hybrid: G = min(W x batch_size, global_batch_max)
-    adaptive_min_batch: int | None = None  # adaptive: the smallest (and first) global batch (None: max(batch_size, W))
-    adaptive_max_batch: int = 1024        # adaptive: the largest global batch
-    adaptive_every: int = 20              # adaptive: rounds between choices of the global batch
-    adaptive_ema: float = 0.9             # adaptive: decay of the EMAs of |G|^2 and tr(Sigma)
-    adaptive_noise: str = "simple"        # adaptive: simple | preconditioned (by Adam's sqrt(v)+eps)
-    base_time_s: float | None = None      # virtual: one speed-1.0 iteration at the base batch (None: measure)
-    step_overhead_s: float | None = None  # t0 of the compute model (with per_sample_s; None: fit / linear)
-    per_sample_s: float | None = None     # t1 of the compute model
-    shards: int = 1                       # parameter-server shards (each with its own link)
+    staleness: float = 0.0                # the strategy's staleness_bound(): s; math.inf for async
+    shards: int = 1                       # parameter-server shards (each with its own link), sync.shards resolved
     colocated: bool = False               # sync.shards=colocated: one shard on each worker's link
-    overlap: bool = False                 # allreduce overlapped with the backward pass
-    network: dict | None = None           # hardware.network (plain); see costmodel.Network
-    speed_changes: list = field(default_factory=list)   # [(worker, at_s, speed)]
-    emulated_step_s: float | None = None  # mpi: a speed-1.0 iteration lasts at least this long
-    timeout_s: float = 600.0
-    hostfile: str | None = None
-    delay_compensation: float = 0.0       # DC-ASGD's lambda (server strategies; 0: off)
-    delay_compensation_mode: str = "constant"   # constant (DC-ASGD-c) | adaptive (DC-ASGD-a)
+    network: dict | None = None           # hardware.network (plain) with an emulated cluster's links; costmodel.Network
+    hostfile: str | None = None           # sync.hostfile, or the emulated cluster's
+
+    @property
+    def workers(self) -> int:
+        return len(self.speeds)
+
+    @property
+    def runtime(self) -> str:
+        """``sync.runtime``: virtual (emulated clock) or mpi (real processes)."""
+        return self.sync.runtime
+
+    @property
+    def warmup_samples(self) -> int:
+        """``train.warmup_updates`` x ``train.batch_size``: the linear warm-up's length (Goyal et al.)."""
+        return self.train.warmup_updates * self.train.batch_size
 
     @property
     def proportional_batches(self) -> bool:
-        return self.balance != "none"
+        return self.sync.balance != "none"
 
     def net(self):
         from orchestrator.sync.costmodel import Network
@@ -75,31 +70,49 @@ class SyncOptions:
     def schedule(self):
         from orchestrator.sync.balance import SpeedSchedule
 
-        return SpeedSchedule(self.speeds, tuple(SpeedChange(int(w), float(a), float(v)) for w, a, v in self.speed_changes))
+        return SpeedSchedule(self.speeds, self.hardware.speed_changes)
 
     def total_batch(self, batch_size: int) -> int:
         """The global batch G of one round: ``per_worker`` W x B (weak scaling), ``global`` B (strong
         scaling), ``hybrid`` min(W x B, ``train.global_batch_max``) (weak scaling up to a cap near the
         critical batch, strong beyond it). The workers split G by speed (``sync.balance``)."""
-        if self.batch_policy == "per_worker":
+        policy = self.train.batch_policy
+        if policy == "per_worker":
             return self.workers * batch_size
-        if self.batch_policy == "adaptive":       # the first batch; the runtime re-decides it (sync.adaptive)
+        if policy == "adaptive":       # the first batch; the runtime re-decides it (sync.adaptive)
             return self.adaptive_range(batch_size)[0]
-        total = batch_size if self.batch_policy == "global" else min(self.workers * batch_size, self.global_batch_max)
+        total = batch_size if policy == "global" else min(self.workers * batch_size, self.train.global_batch_max)
         if total < self.workers:
-            raise ConfigError(f"train.batch_policy={self.batch_policy}: a global batch of {total} < {self.workers} "
+            raise ConfigError(f"train.batch_policy={policy}: a global batch of {total} < {self.workers} "
                               "workers (raise train.batch_size / train.global_batch_max)")
         return total
 
     def adaptive_range(self, batch_size: int) -> tuple[int, int]:
         """``train.batch_policy=adaptive``: the smallest and the largest global batch it may choose."""
-        low = self.adaptive_min_batch if self.adaptive_min_batch is not None else max(batch_size, self.workers)
+        t = self.train
+        low = t.adaptive_min_batch if t.adaptive_min_batch is not None else max(batch_size, self.workers)
         if low < self.workers:
             raise ConfigError(f"train.adaptive_min_batch={low} < {self.workers} workers (each needs a sample)")
-        if self.adaptive_max_batch < low:
-            raise ConfigError(f"train.adaptive_max_batch={self.adaptive_max_batch} < the smallest global batch {low} "
+        if t.adaptive_max_batch < low:
+            raise ConfigError(f"train.adaptive_max_batch={t.adaptive_max_batch} < the smallest global batch {low} "
                               "(train.adaptive_min_batch, else max(train.batch_size, W))")
-        return low, self.adaptive_max_batch
+        return low, t.adaptive_max_batch
+
+    def plain(self) -> dict[str, Any]:
+        """What an MPI rank receives (JSON): everything but ``sync``, which the rank's strategy rebuilds from the
+        plain ``sync`` node (``from_plain``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sync"}
+        return {**out, "train": dataclasses.asdict(self.train), "hardware": dataclasses.asdict(self.hardware)}
+
+    @classmethod
+    def from_plain(cls, d: dict[str, Any], sync: SyncConfig) -> SyncOptions:
+        """``plain()``'s dict back, with the rank's strategy's ``sync`` config."""
+        hw = d["hardware"]
+        hardware = DataParallelHardware(Stragglers(**hw["stragglers"]), hw["jitter_sigma"],
+                                        tuple(SpeedChange(**ch) for ch in hw["speed_changes"]),
+                                        hw["emulated_step_s"], hw["network"], hw["netlab"])
+        rest = {k: v for k, v in d.items() if k not in ("train", "hardware")}
+        return cls(sync=sync, train=TrainConfig.from_node(d["train"], "train"), hardware=hardware, **rest)
 
     @classmethod
     def from_cfg(cls, cfg_sync: Any, cfg: Any, strategy: Any) -> SyncOptions:
@@ -115,33 +128,17 @@ class SyncOptions:
     def from_configs(cls, strategy: Any, train: TrainConfig, hardware: DataParallelHardware,
                      speeds: list[float]) -> SyncOptions:
         """The settings of a run of ``strategy`` (its typed ``sync`` config is ``strategy.config``) on workers of
-        ``speeds``; checks across the groups are one-line errors. A setting the strategy's schema lacks (a
-        collective has no server shards) keeps this dataclass's default."""
+        ``speeds``; checks across the groups are one-line errors."""
         c: SyncConfig = strategy.config
-        here = {f.name: f.default for f in dataclasses.fields(cls)}
-        opt = lambda key: getattr(c, key, here[key])  # noqa: E731
         name = str(getattr(strategy, "name", "") or type(strategy).__name__)
         workers = len(speeds)
         network, hostfile = _links(hardware, c.hostfile, workers, strategy.uses_server)
         _check_across(c, train, strategy, name, workers)
-        shards, colocated = _shards(c, opt("shards"), strategy.uses_server, workers)
-        out = cls(name=name, runtime=c.runtime, workers=workers, speeds=speeds,
-                  straggler_p=hardware.stragglers.probability, straggler_slowdown=hardware.stragglers.slowdown,
-                  staleness=float(strategy.staleness_bound()), push_lr=opt("push_lr"), balance=c.balance,
-                  balance_every=c.balance_every, dynamic_staleness=bool(opt("dynamic_staleness")),
-                  max_staleness=float(opt("max_staleness")), lr_rule=train.lr_scaling,
-                  warmup_samples=train.warmup_updates * train.batch_size, batch_policy=train.batch_policy,
-                  global_batch_max=train.global_batch_max, adaptive_min_batch=train.adaptive_min_batch,
-                  adaptive_max_batch=train.adaptive_max_batch, adaptive_every=train.adaptive_every,
-                  adaptive_ema=train.adaptive_ema, adaptive_noise=train.adaptive_noise,
-                  base_time_s=c.base_time_s, step_overhead_s=c.step_overhead_s, per_sample_s=c.per_sample_s,
-                  shards=shards, colocated=colocated, overlap=bool(c.overlap), network=network,
-                  jitter_sigma=hardware.jitter_sigma,
-                  speed_changes=[(ch.worker, ch.at_s, ch.speed) for ch in hardware.speed_changes],
-                  emulated_step_s=hardware.emulated_step_s, timeout_s=float(c.timeout_s), hostfile=hostfile,
-                  delay_compensation=float(opt("delay_compensation")),
-                  delay_compensation_mode=str(opt("delay_compensation_mode")))
-        if out.batch_policy == "adaptive":
+        shards, colocated = _shards(c, getattr(c, "shards", 1), strategy.uses_server, workers)
+        out = cls(sync=c, train=train, hardware=hardware, speeds=list(speeds), name=name,
+                  staleness=float(strategy.staleness_bound()), shards=shards, colocated=colocated, network=network,
+                  hostfile=hostfile)
+        if train.batch_policy == "adaptive":
             out.adaptive_range(train.batch_size)   # a bad range is one line before the run
         return out
 
@@ -214,9 +211,7 @@ def tracked_settings(strategy: Any, opts: SyncOptions, settings):
     samples each): an update of ``k x batch_size`` samples (an allreduce step over W batches, k = W)
     evaluates every ``eval_every / k`` updates, so every W (and every strategy) is evaluated at the
     same sample counts."""
-    import dataclasses
-
-    if opts.batch_policy == "adaptive":   # rounds of changing size: the runtime counts samples itself
+    if opts.train.batch_policy == "adaptive":   # rounds of changing size: the runtime counts samples itself
         return settings
     k = strategy.samples_per_update(opts, settings.batch_size) / settings.batch_size
     return dataclasses.replace(settings, eval_every=max(1, round(settings.eval_every / k)),
@@ -249,7 +244,7 @@ def scaled_lr(opts: SyncOptions, lr: float, batch: int, batch_size: int, samples
     """The learning rate of an update over ``batch`` samples: ``lr x rule(batch / batch_size)`` (``noise``: the
     measured noise scale, for ``adascale``), reached linearly over the first ``warmup_samples`` samples from
     ``lr`` (gradual warm-up, Goyal et al. 2017)."""
-    target = lr * lr_multiplier(opts.lr_rule, batch / batch_size,
+    target = lr * lr_multiplier(opts.train.lr_scaling, batch / batch_size,
                                 None if noise is None else noise / batch_size)
     if opts.warmup_samples > 0 and samples_seen < opts.warmup_samples and target > lr:
         return lr + (target - lr) * samples_seen / opts.warmup_samples

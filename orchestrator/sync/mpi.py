@@ -242,7 +242,7 @@ def _rank_host(run_dir: Path, rank: str) -> str:
 
 
 def job_spec(strategy: SyncStrategy, opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) -> dict:
-    opts_d = dataclasses.asdict(opts)
+    opts_d = opts.plain()
     ds_cfg = (ctx.cfg or {}).get("dataset", {}) if ctx.cfg is not None else {}
     model_cfg = (ctx.cfg or {}).get("model") if ctx.cfg is not None else None
     if model_cfg is not None and not isinstance(model_cfg, dict):
@@ -324,7 +324,7 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
     speed-1.0 step time measured here, what the reference's virtual W=1 runs use."""
     label = re.sub(r"[^A-Za-z0-9_.-]+", "_", opts.name or "sync")
     run_dir = Path(ctx.output_dir) / f"mpi-{label}-{int(time.time() * 1000)}"
-    launch(job_spec(strategy, opts, ctx, run_dir, inject), run_dir, strategy.ranks(opts.workers), opts.timeout_s,
+    launch(job_spec(strategy, opts, ctx, run_dir, inject), run_dir, strategy.ranks(opts.workers), float(opts.sync.timeout_s),
            opts.hostfile)
     result, stats, rank_info = collect(strategy, run_dir, opts, ctx.settings.target_accuracy)
     for p in result.history:  # the ranks evaluated; the trial's run records the curve
@@ -339,7 +339,8 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
     stats.batches = server.get("batches") or stats.batches or Job(str(next(run_dir.glob("job-*.json")))).batches
     stats.rebalances = int(server.get("rebalances", 0))
     stats.capacity = opts.schedule().capacity(result.elapsed_s)
-    emulated = (opts.emulated_step_s or opts.straggler_p > 0 or opts.jitter_sigma > 0 or opts.speed_changes
+    hw = opts.hardware
+    emulated = (hw.emulated_step_s or hw.stragglers.probability > 0 or hw.jitter_sigma > 0 or hw.speed_changes
                 or any(v != 1.0 for v in opts.speeds))
     stats.breakdown_kind = ("emulated" if emulated else "measured") + " (MPI ranks, wall clock)"
     if not strategy.uses_server:  # every rank holds a replica: they must agree
@@ -354,7 +355,7 @@ def measured_base(opts, ctx, rank_info, batches) -> float:
     per_sample = [r["compute_median_per_sample_s"] if "compute_median_per_sample_s" in r else r["compute_median_s"] / b
                   for r, b in zip(rank_info, batches) if np.isfinite(r["compute_median_s"])]
     base = float(np.median(per_sample)) * ctx.settings.batch_size
-    if opts.emulated_step_s:  # a speed-1.0 rank's iteration lasts at least emulated_step_s
-        base = max(base, opts.emulated_step_s)
+    if opts.hardware.emulated_step_s:  # a speed-1.0 rank's iteration lasts at least emulated_step_s
+        base = max(base, opts.hardware.emulated_step_s)
     ctx.sink.set_tags({"sync.reference_method": f"virtual W=1 run x measured per-rank gradient time {base:.4f}s"})
     return base

@@ -26,15 +26,16 @@ class Job:
         spec = json.loads(Path(path).read_text())
         self.raw = spec
         self.strategy = load_ref(spec["strategy"])(spec.get("cfg_sync") or {})
-        self.opts = o = SyncOptions(**spec["opts"])
+        self.opts = o = SyncOptions.from_plain(spec["opts"], self.strategy.config)
         self.settings = s = TrainSettings(**spec["settings"])
         self.out = Path(spec["out_dir"])
         # the compute model's shape (for batch-size ratios and balancing); its scale cancels out
-        self.cm = (ComputeModel(o.step_overhead_s or 0.0, o.per_sample_s) if o.per_sample_s is not None
+        c = o.sync
+        self.cm = (ComputeModel(c.step_overhead_s or 0.0, c.per_sample_s) if c.per_sample_s is not None
                    else ComputeModel.linear(1.0, s.batch_size))
         # ranks of a collective decide nothing alone: an online split stays at its static start
-        balance = o.balance if self.strategy.uses_server or o.balance != "online" else "static"
-        self.balancer = Balancer(balance, o.speeds, o.total_batch(s.batch_size), s.batch_size, self.cm, o.balance_every)
+        balance = c.balance if self.strategy.uses_server or c.balance != "online" else "static"
+        self.balancer = Balancer(balance, o.speeds, o.total_batch(s.batch_size), s.batch_size, self.cm, c.balance_every)
         self.batches = self.balancer.batches
         self.weights = (self.strategy.push_weights(s.lr, self.batches, o, s.batch_size) if self.strategy.uses_server
                         else [])
@@ -75,10 +76,11 @@ class Stretch:
 
     def __init__(self, job: Job, worker: int):
         self.sched = job.opts.schedule()
-        self.emulated, self.cm, self.batch_size = job.opts.emulated_step_s, job.cm, job.settings.batch_size
-        self.p, self.k = job.opts.straggler_p, job.opts.straggler_slowdown
+        hw = job.opts.hardware
+        self.emulated, self.cm, self.batch_size = hw.emulated_step_s, job.cm, job.settings.batch_size
+        self.p, self.k = hw.stragglers.probability, hw.stragglers.slowdown
         self.rng = np.random.default_rng([job.settings.seed, 7919, worker])
-        self.sigma = job.opts.jitter_sigma        # hardware.jitter: the same lognormal factor as the virtual clock's
+        self.sigma = hw.jitter_sigma              # hardware.jitter: the same lognormal factor as the virtual clock's
         self.jitter_rng = np.random.default_rng([job.settings.seed, 104729, worker])
         self.worker, self.inject, self.iteration = worker, job.inject, 0
         self.compute: list[float] = []
@@ -135,14 +137,14 @@ class RankAdaptive:
         self.job, self.rank, self.h, self.o = job, rank, local_steps, o
         self.rounds = RankRounds(workers, rank)
         low, high = o.adaptive_range(s.batch_size)
-        step_time = self.rounds.step_time(job.balancer.split, local_steps, job.cm, o.overlap)
-        self.chooser = AdaptiveBatch(low, high, s.batch_size, o.adaptive_every, step_time,
-                                     samples=lambda m: float(local_steps * m), noise=NoiseScale(decay=o.adaptive_ema))
+        step_time = self.rounds.step_time(job.balancer.split, local_steps, job.cm, o.sync.overlap)
+        self.chooser = AdaptiveBatch(low, high, s.batch_size, o.train.adaptive_every, step_time,
+                                     samples=lambda m: float(local_steps * m), noise=NoiseScale(decay=o.train.adaptive_ema))
         self.log: list[list] = [[0, 0.0, self.chooser.current, None]]
 
     def begin_round(self, optimizer) -> None:
         precond, skip = None, False
-        if self.o.adaptive_noise == "preconditioned":
+        if self.o.train.adaptive_noise == "preconditioned":
             precond = optimizer.preconditioner()
             skip = precond is None and self.job.settings.optimizer == "adam"   # before Adam's first step
         self.rounds.begin(precond, skip)

@@ -50,7 +50,7 @@ class _CollectiveRank:
         _warm_up(rt, data, self.bal.batches[rank])
         self.tracker = job.tracker()
         self.every = self.tracker.s.eval_every
-        self.ada = RankAdaptive(job, rank, w, self.h) if job.opts.batch_policy == "adaptive" else None
+        self.ada = RankAdaptive(job, rank, w, self.h) if job.opts.train.batch_policy == "adaptive" else None
         self.n_eval = job.settings.eval_samples or len(data.y_test)
         self.step, self.samples, self.wait_s, self.eval_s, self.max_diff = 0, 0, 0.0, 0.0, 0.0
         self.verify = int(job.inject.get("verify_every", 0))

@@ -269,19 +269,19 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
 
 def reference_options(opts: SyncOptions) -> SyncOptions:
     """One worker of speed 1.0, no stragglers: the single-worker baseline for speedups."""
+    from orchestrator.config.hardware import Stragglers
     from orchestrator.sync.strategy import SingleWorker
 
-    return dataclasses.replace(opts, name=SingleWorker.name, workers=1, speeds=[1.0], straggler_p=0.0,
-                               straggler_slowdown=1.0, staleness=0.0, balance="none", batch_policy="per_worker",
-                               dynamic_staleness=False, speed_changes=[], network=None)
+    return dataclasses.replace(opts, name=SingleWorker.name, speeds=[1.0], staleness=0.0, network=None,
+                               sync=dataclasses.replace(opts.sync, balance="none"),
+                               train=dataclasses.replace(opts.train, batch_policy="per_worker"),
+                               hardware=dataclasses.replace(opts.hardware, stragglers=Stragglers(), speed_changes=()))
 
 
-def for_trial(opts, ctx, base):
+def for_trial(opts: SyncOptions, ctx, base):
     """The trial's reference with the compute model ``base``: tuned over ``train.reference_grid``
-    unless ``train.reference=same``."""
-    from orchestrator.config.root import TrainConfig
-
-    train = TrainConfig.from_node((ctx.cfg or {}).get("train", None), "train")
+    unless ``train.reference=same`` (the run's validated ``train`` group, ``opts.train``)."""
+    train = opts.train
     return reference(opts, ctx, base, train.reference_grid, train.reference, train.reference_extend)
 
 

@@ -24,8 +24,7 @@ def train(strategy: SyncStrategy, ctx: TrainContext) -> TrainResult:
     if ctx.cluster is not None:
         # The hardware adapter is the authority on how many workers there are and how fast each is
         # (it may derive speeds from the workers' devices and placed step times).
-        opts = dataclasses.replace(opts, workers=len(ctx.cluster.workers),
-                                   speeds=[float(w.speed) for w in ctx.cluster.workers])
+        opts = dataclasses.replace(opts, speeds=[float(w.speed) for w in ctx.cluster.workers])
     runs: list[tuple[TrainResult, Any]] = []
     for k in range(ctx.settings.seeds):
         sctx = ctx if k == 0 else dataclasses.replace(

@@ -232,22 +232,23 @@ class ServerStrategy(SyncStrategy):
 
     def push_weights(self, lr: float, batches: list[int], opts: SyncOptions, batch_size: int) -> list[float]:
         """The learning rate each worker's push is applied with (``sync.push_lr``, ``core.push_weights``)."""
-        return push_weights(lr, batches, opts.push_lr, batch_size=batch_size, rule=opts.lr_rule)
+        return push_weights(lr, batches, opts.sync.push_lr, batch_size=batch_size, rule=opts.train.lr_scaling)
 
     def make_server(self, theta0: np.ndarray, weights: list[float], opts: SyncOptions,
                     optimizer: Optimizer | None = None) -> ParameterServer:
         """The server's state and update rule (subclass ``ParameterServer`` for another rule): each push
         goes through ``optimizer`` (the trial's ``train.optimizer``; its state on the server), plain or
         delay-compensated with ``sync.delay_compensation`` > 0 (DC-ASGD)."""
-        damped = opts.push_lr == "lr/staleness"
-        if opts.delay_compensation > 0:
-            return DelayCompensatedServer(theta0, weights, damped, optimizer, lam=opts.delay_compensation,
-                                          adaptive=opts.delay_compensation_mode == "adaptive")
+        c = opts.sync
+        damped = c.push_lr == "lr/staleness"
+        if c.delay_compensation > 0:
+            return DelayCompensatedServer(theta0, weights, damped, optimizer, lam=float(c.delay_compensation),
+                                          adaptive=c.delay_compensation_mode == "adaptive")
         return ParameterServer(theta0, weights, damped, optimizer)
 
     def make_gate(self, opts: SyncOptions) -> StalenessGate:
-        return StalenessGate(opts.workers, opts.staleness, dynamic=opts.dynamic_staleness,
-                             max_staleness=opts.max_staleness)
+        """The gate with the bound ``staleness_bound()`` (``opts.staleness``)."""
+        return StalenessGate(opts.workers, opts.staleness)
 
 
 def parse_staleness(value: Any) -> float:

@@ -66,7 +66,8 @@ class _Clock:
 
     def __init__(self, opts: SyncOptions, cm: ComputeModel, seed: int):
         self.cm, self.sched = cm, opts.schedule()
-        self.p, self.k, self.sigma = opts.straggler_p, opts.straggler_slowdown, opts.jitter_sigma
+        hw = opts.hardware
+        self.p, self.k, self.sigma = hw.stragglers.probability, hw.stragglers.slowdown, hw.jitter_sigma
         self.rngs = [np.random.default_rng([seed, 7919, i]) for i in range(opts.workers)]
         self.jitter_rngs = [np.random.default_rng([seed, 104729, i]) for i in range(opts.workers)]
 
@@ -86,8 +87,8 @@ class VirtualRun:
         self.strategy, self.o, self.s, self.rt, self.data = strategy, opts, settings, runtime, dataset
         w = opts.workers
         self.cm = base if isinstance(base, ComputeModel) else ComputeModel.linear(float(base), settings.batch_size)
-        self.balancer = Balancer(opts.balance, opts.speeds, opts.total_batch(settings.batch_size),
-                                 settings.batch_size, self.cm, opts.balance_every)
+        self.balancer = Balancer(opts.sync.balance, opts.speeds, opts.total_batch(settings.batch_size),
+                                 settings.batch_size, self.cm, opts.sync.balance_every)
         self.clock = _Clock(opts, self.cm, settings.seed)
         self.samplers = [BatchSampler(len(dataset.y_train), settings.seed, i) for i in range(w)]
         self.tracker = ConvergenceTracker(tracked_settings(strategy, opts, settings), sink or NullSink(), progress)
@@ -98,7 +99,7 @@ class VirtualRun:
         self.net = opts.net()
         self.stats = SyncStats([0] * w, [0.0] * w, batches=list(self.batches), compute_s=[0.0] * w, comm_s=[0.0] * w,
                                queue_s=[0.0] * w, dropped=[0] * w)
-        self.adaptive = self._adaptive() if opts.batch_policy == "adaptive" and not strategy.uses_server else None
+        self.adaptive = self._adaptive() if opts.train.batch_policy == "adaptive" and not strategy.uses_server else None
         self._capture: tuple[list[float | None], np.ndarray] | None = None   # this round's |g_i|^2, sum_i b_i g_i
         self._comm_s, self._now = 0.0, 0.0
         self._precond: np.ndarray | None = None   # adaptive_noise=preconditioned: Adam's 1/(sqrt(v)+eps) this round
@@ -110,13 +111,13 @@ class VirtualRun:
 
         def step_time(m: int) -> float:
             b = self.balancer.split(m)
-            speeds = (self.balancer.estimate if self.o.balance == "online"
+            speeds = (self.balancer.estimate if self.o.sync.balance == "online"
                       else [self.clock.sched.speed(i, self._now) for i in range(self.o.workers)])
             compute = h * max(self.cm.time(bi, v) for bi, v in zip(b, speeds))
-            return max(compute, self._comm_s) if self.o.overlap else compute + self._comm_s
+            return max(compute, self._comm_s) if self.o.sync.overlap else compute + self._comm_s
 
-        return AdaptiveBatch(low, high, self.s.batch_size, self.o.adaptive_every, step_time,
-                             samples=lambda m: float(h * m), noise=NoiseScale(decay=self.o.adaptive_ema))
+        return AdaptiveBatch(low, high, self.s.batch_size, self.o.train.adaptive_every, step_time,
+                             samples=lambda m: float(h * m), noise=NoiseScale(decay=self.o.train.adaptive_ema))
 
     @property
     def batches(self) -> list[int]:
@@ -180,7 +181,7 @@ class VirtualRun:
             durs = [0.0] * w
             if ada is not None:
                 self._capture = ([None] * w, np.zeros(n_params, dtype=np.float64))
-                if self.o.adaptive_noise == "preconditioned":
+                if self.o.train.adaptive_noise == "preconditioned":
                     self._precond = optimizer.preconditioner()
                     if self._precond is None and self.s.optimizer == "adam":
                         self._capture = None        # before Adam's first step: no preconditioner to measure with
@@ -200,7 +201,7 @@ class VirtualRun:
                     update += np.float32(weights[i]) * vecs[i]
                 included, close = rnd.contributors, durs[first[-1]]
             comm = collective_s(strat.collective, strat.message_bytes(rnd, n_params), self.net)
-            step_s = max(close, comm) if self.o.overlap else close + comm
+            step_s = max(close, comm) if self.o.sync.overlap else close + comm
             inc = set(included)
             for i in range(w):
                 if i in inc:
@@ -350,10 +351,11 @@ def compute_model(opts: SyncOptions, ctx, runtime) -> tuple[ComputeModel, str]:
     measured here (fitted at several batch sizes, cached per process). ``hardware.emulated_step_s`` rescales
     it so that a speed-1.0 step of ``train.batch_size`` lasts that long (what the MPI ranks emulate)."""
     b = ctx.settings.batch_size
-    if opts.per_sample_s is not None:
-        cm, how = ComputeModel(opts.step_overhead_s or 0.0, opts.per_sample_s), "configured"
-    elif opts.base_time_s:
-        cm, how = ComputeModel.linear(opts.base_time_s, b), "configured, linear"
+    c = opts.sync
+    if c.per_sample_s is not None:
+        cm, how = ComputeModel(c.step_overhead_s or 0.0, c.per_sample_s), "configured"
+    elif c.base_time_s:
+        cm, how = ComputeModel.linear(c.base_time_s, b), "configured, linear"
     elif ctx.worker_step_time_s:
         cm, how = ComputeModel.linear(float(np.median(list(ctx.worker_step_time_s.values()))), b), "placed, linear"
     else:
@@ -361,9 +363,10 @@ def compute_model(opts: SyncOptions, ctx, runtime) -> tuple[ComputeModel, str]:
         if key not in _MEASURED:
             _MEASURED[key] = measure_compute_model(runtime, ctx.dataset.x_train, ctx.dataset.y_train, b)
         cm, how = _MEASURED[key], "measured, fitted"
-    if opts.emulated_step_s:
-        f = opts.emulated_step_s / cm.time(b)
-        cm, how = ComputeModel(cm.t0 * f, cm.t1 * f), how + f", scaled to emulated_step_s={opts.emulated_step_s:g}"
+    emulated = opts.hardware.emulated_step_s
+    if emulated:
+        f = emulated / cm.time(b)
+        cm, how = ComputeModel(cm.t0 * f, cm.t1 * f), how + f", scaled to emulated_step_s={emulated:g}"
     return cm, how
 
 

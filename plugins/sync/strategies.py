@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from orchestrator.errors import ConfigError
+from orchestrator.sync.server import StalenessGate
 from orchestrator.sync.strategy import CollectiveStrategy, ServerStrategy, parse_staleness
 from orchestrator_plugins.sync.config import (
     AllReduceConfig,
@@ -45,6 +46,12 @@ class DelaySync(ServerStrategy):
 
     def staleness_bound(self) -> float:
         return parse_staleness(self.config.staleness)
+
+    def make_gate(self, opts):
+        """The bound follows the observed speed spread with ``sync.dynamic_staleness`` (up to ``sync.max_staleness``)."""
+        c = opts.sync
+        return StalenessGate(opts.workers, opts.staleness, dynamic=bool(c.dynamic_staleness),
+                             max_staleness=float(c.max_staleness))
 
 
 class BackupWorkers(CollectiveStrategy):
