@@ -1,18 +1,23 @@
 """The bounds beside the partitioning engine, on arrays: the work LP (the work of each item spread over
 resources, fractionally: ``work_lp``; the placement's LP relaxation of the assignment and the plans' work bound)
 and the column DP (the least weighted column of stages, every stage within a threshold, for every threshold of a
-grid at once: ``column_dp``; the plans' bounds on Sailor's metric). The configuration LP's column generation is
-``placement.solve.config_bound`` (its pricing is a MILP on the op graph)."""
+grid at once: ``column_dp``; the plans' bounds on Sailor's metric) and the configuration LP (set covering by the
+loads of sets of items, by column generation: ``ConfigLP``; the placement's ``config_bound``, whose pricing is a
+MILP on the op graph)."""
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from orchestrator.graph.arrays import FloatArray, IntArray
+from orchestrator.graph.arrays import BoolArray, FloatArray, IntArray
+
+log = logging.getLogger(__name__)
 
 
 def work_lp(cost: FloatArray, count: FloatArray, need: FloatArray | None = None, pool_of: IntArray | None = None,
@@ -85,3 +90,132 @@ def column_dp(n: int, size: int, starts: Sequence[tuple[IntArray, int]], add: Ca
         if w < size:                                  # one stage, the whole chain
             np.minimum(out[..., w:], whole(k), out=out[..., w:])
     return out
+
+
+class ConfigLP:
+    """The configuration LP's column generation: ``counts[c]`` resources of each class cover the items with sets
+    of load at most T (each fitting its class's memory ``caps[c]``, items of ``mem``); weights ``pi >= 0`` on the
+    items with ``sum pi > sum_c counts[c] P_c(pi, T)`` (``P_c`` the pricing bound) prove T unreachable (Farkas).
+    The pool of generated sets (class, members, load), the restricted master LP over it and the certificate test
+    at one T (``certify``), and the largest T certified in a range (``largest``). A pricer per class gives
+    ``allowed`` (per item), ``load(members)`` and ``solve(pi, T, time_limit_s)``: (an upper bound on ``max pi(S)
+    s.t. load(S) <= T``, S fits and is allowed; the best set found or None)."""
+
+    def __init__(self, pricers: Sequence[Any], counts: FloatArray, mem: FloatArray, caps: list[float],
+                 pricing_limit_s: float, t_start: float) -> None:
+        self.na, self.n_classes = len(mem), len(pricers)
+        self.pricers, self.counts, self.mem, self.caps = pricers, counts, mem, caps
+        self.cols: list[tuple[int, BoolArray, float]] = []     # (class, members, load)
+        self.pricing_limit_s, self.t_start = pricing_limit_s, t_start
+
+    def add(self, k: int, members: BoolArray) -> None:
+        if members.any() and self.pricers[k].allowed[members].all() and self.mem[members].sum() <= self.caps[k]:
+            self.cols.append((k, members.copy(), self.pricers[k].load(members)))
+
+    def master(self, T: float) -> tuple[float, FloatArray, FloatArray] | None:
+        """The restricted master LP over the sets of load <= T: (lambda, π_LP, σ), or None when the LP
+        fails; where some atom fits no generated set (infeasible), lambda is inf and π_LP prices the
+        uncovered atoms."""
+        from scipy.optimize import linprog
+        from scipy.sparse import coo_matrix
+
+        na, cols = self.na, self.cols
+        use = [j for j, (_, _, l) in enumerate(cols) if l <= T]
+        nz = len(use)
+        nv = nz + 1                                          # z_j ..., lambda
+        r_, c_, v_ = [], [], []
+        for jj, j in enumerate(use):
+            k, m, _ = cols[j]
+            idx = np.flatnonzero(m)
+            r_ += idx.tolist(); c_ += [jj] * len(idx); v_ += [-1.0] * len(idx)
+            r_.append(na + k); c_.append(jj); v_.append(1.0)
+        for k in range(self.n_classes):
+            r_.append(na + k); c_.append(nz); v_.append(-self.counts[k])
+        a_ub = coo_matrix((v_, (r_, c_)), shape=(na + self.n_classes, nv)).tocsr()
+        b_ub = np.concatenate([-np.ones(na), np.zeros(self.n_classes)])
+        c = np.zeros(nv)
+        c[nz] = 1.0
+        res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+        if res.status == 2:                                  # some atom fits no generated set
+            pi_lp = np.zeros(na)
+            covered = np.zeros(na, dtype=bool)
+            for j in use:
+                covered |= cols[j][1]
+            pi_lp[~covered] = 1.0
+            return math.inf, pi_lp, np.zeros(self.n_classes)
+        if res.status != 0:
+            return None
+        return float(res.fun), np.maximum(0.0, -res.ineqlin.marginals[:na]), np.maximum(0.0, -res.ineqlin.marginals[na:])
+
+    def price(self, pi: FloatArray, pi_lp: FloatArray, sigma: FloatArray, T: float,
+              until: float) -> tuple[list[float], int] | None:
+        """Each class's pricing bound P_c(π, T), the sets that price out added to the pool: (bounds, how
+        many were added), or None when out of time (``until``)."""
+        ubs, new = [], 0
+        for k, pr in enumerate(self.pricers):
+            left = until - time.perf_counter()
+            if left <= 0:
+                return None
+            ub, members = pr.solve(pi, T, min(self.pricing_limit_s, left))
+            ubs.append(ub)
+            if members is not None and float(pi_lp[members].sum()) > sigma[k] + 1e-7 and pr.load(members) <= T * (1 + 1e-9):
+                self.add(k, members)
+                new += 1
+        return ubs, new
+
+    def certify(self, T: float, until: float) -> bool | None:
+        """True: T is proven unreachable; False: the LP covers at T; None: out of time (``until``).
+        Duals are smoothed (Wentges): pricing uses α π_best + (1 - α) π_LP, π_best the weights with
+        the best certificate ratio so far; any π >= 0 gives a valid certificate."""
+        best_pi, best_ratio, alpha = None, 0.0, 0.5
+        while True:
+            if time.perf_counter() > until:
+                return None
+            solved = self.master(T)
+            if solved is None:
+                return None
+            lam, pi_lp, sigma = solved
+            if lam <= 1.0 + 1e-9:                                # these sets already cover: no certificate
+                return False
+            smooth = best_pi is not None and alpha > 0 and math.isfinite(lam)
+            pi = alpha * best_pi + (1 - alpha) * pi_lp if smooth and best_pi is not None else pi_lp  # smooth implies best_pi
+            priced = self.price(pi, pi_lp, sigma, T, until)
+            if priced is None:
+                return None
+            ubs, new = priced
+            ratio = float(pi.sum()) / max(1e-300, float(self.counts @ np.array(ubs)))
+            log.debug("T=%.6g lambda=%.4f ratio=%.4f new=%d columns=%d t=%.1fs", T, lam, ratio, new, len(self.cols),
+                      time.perf_counter() - self.t_start)
+            if ratio > 1 + 1e-7:
+                return True
+            if ratio > best_ratio and math.isfinite(lam):
+                best_pi, best_ratio = pi.copy(), ratio
+            if new == 0:
+                if not smooth:
+                    return False                                 # the LP is solved and covers at T
+                alpha = 0.0                                      # mispriced: price the LP's own duals once
+            else:
+                alpha = 0.5
+
+    def largest(self, lower: float, upper: float, time_limit_s: float, rel_tol: float) -> tuple[float, int, str]:
+        """(the largest T in [lower, upper] certified unreachable, to ``rel_tol``, 0 if none; the T tried; "ok" or
+        "time limit"). From below: a T far under the threshold is certified in few iterations, so the bound grows
+        early even where the time limit stops the search; the step doubles after each success."""
+        lo, hi, tested = lower, upper, 0
+        step, status = (hi - lo) / 4, "ok"
+        while hi - lo > rel_tol * hi:
+            T = lo + min(step, 0.5 * (hi - lo))
+            tested += 1
+            now = time.perf_counter()
+            left = time_limit_s - (now - self.t_start)
+            if left <= 0:
+                status = "time limit"
+                break
+            verdict = self.certify(T, now + max(min(left, 2.0), left / 3))   # one T may not take all the time
+            if verdict is None:                                                # undecided: look lower
+                status, verdict = "time limit", False
+            if verdict:
+                lo, step = T, 2 * step
+            else:
+                hi, step = T, (T - lo) / 4
+        return (lo if lo > lower else 0.0), tested, status

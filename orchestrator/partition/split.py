@@ -34,19 +34,17 @@ from orchestrator.graph.arrays import FloatArray
 
 
 class Segment(Protocol):
-    """The cost of the segment ``I \\ J`` as the walk grows it from ``J`` (``start``) one unit at a time."""
+    """The cost of the segment ``I \\ J`` as the walk grows it from J (``start``: empty) one unit at a time:
+    ``enter(x)`` False (nothing added) where this segment and every larger one are ruled out; ``leave(x)`` the
+    last unit added; ``costs()`` (class, cost) for every device class the segment fits on."""
 
-    def start(self) -> None:
-        """An empty segment (a new J)."""
+    def start(self) -> None: ...
 
-    def enter(self, x: int) -> bool:
-        """Add unit ``x``; False (nothing added) where this segment and every larger one are ruled out."""
+    def enter(self, x: int) -> bool: ...
 
-    def leave(self, x: int) -> None:
-        """Remove unit ``x``, the last one added."""
+    def leave(self, x: int) -> None: ...
 
-    def costs(self) -> list[tuple[int, float]]:
-        """(class, cost) for every device class the segment fits on."""
+    def costs(self) -> list[tuple[int, float]]: ...
 
 
 class Split:

@@ -95,25 +95,26 @@ def min_transfer(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int
     nbytes = min(profile.layer_sizes(1).act_output) * profile.float_bytes * mbs
     zone_of = {g: z for (g, z), n in cluster.gpus.items() if n > 0}
     me = Replica(gpu, tp, cluster.gpu_type(gpu).gpus_per_node, zone_of.get(gpu, cluster.zone))
-    best = math.inf
-    sims = simulators()
-    for (g, z), n in cluster.gpus.items():
-        if n <= 0:
-            continue
-        per_node = cluster.gpu_type(g).gpus_per_node
-        for t in (1, 2, 4, 8, 16):
-            if t > per_node:
-                break
-            other = Replica(g, t, per_node, z)
-            for sim in sims:
-                for a, b in ((me, other), (other, me)):
-                    try:
-                        x = float(np.asarray(sim.boundary_time(a, b, nbytes, cluster)))
-                    except UserError:
-                        continue
-                    if math.isfinite(x):
-                        best = min(best, max(x, 0.0))
+    partners = [Replica(g, t, cluster.gpu_type(g).gpus_per_node, z) for (g, z), n in cluster.gpus.items() if n > 0
+                for t in (1, 2, 4, 8, 16) if t <= cluster.gpu_type(g).gpus_per_node]
+    best = least_send(simulators(), [(me, other) for other in partners], nbytes, cluster)
     return best if math.isfinite(best) else 0.0
+
+
+def least_send(sims: list, pairs: list[tuple[Replica, Replica]], nbytes: float, cluster: GpuCluster) -> float:
+    """The least ``boundary_time`` of ``nbytes`` between the replicas of any pair, either direction, on any of
+    ``sims`` (>= 0; inf: none gives a finite time)."""
+    best = math.inf
+    for x, y in pairs:
+        for sim in sims:
+            for a, b in ((x, y), (y, x)):
+                try:
+                    v = float(np.asarray(sim.boundary_time(a, b, nbytes, cluster)))
+                except UserError:
+                    continue
+                if math.isfinite(v):
+                    best = min(best, max(v, 0.0))
+    return best
 
 
 def per_sample_costs(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> tuple[list[str], np.ndarray]:

@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from orchestrator.errors import UserError
 from orchestrator.plan import GpuCluster, LayeredProfile, Replica
+from orchestrator.planning.bound import least_send
 from orchestrator.planning.column_bound import Columns, ExactColumns, scratch
 from orchestrator.planning.simulators import simulators
 
@@ -41,18 +41,10 @@ def links(profile: LayeredProfile, cluster: GpuCluster, kinds: list[tuple[str, i
     sims = simulators()
     for a, (ga, ta) in enumerate(kinds):
         for b, (gb, tb) in enumerate(kinds):
-            for za in zones.get(ga, [cluster.zone]):
-                for zb in zones.get(gb, [cluster.zone]):
-                    ra = Replica(ga, ta, cluster.gpu_type(ga).gpus_per_node, za)
-                    rb = Replica(gb, tb, cluster.gpu_type(gb).gpus_per_node, zb)
-                    for sim in sims:
-                        for x, y in ((ra, rb), (rb, ra)):
-                            try:
-                                v = float(np.asarray(sim.boundary_time(x, y, nbytes, cluster)))
-                            except UserError:
-                                continue
-                            if math.isfinite(v):
-                                out[a, b] = min(out[a, b], max(v, 0.0))
+            out[a, b] = least_send(sims, [(Replica(ga, ta, cluster.gpu_type(ga).gpus_per_node, za),
+                                           Replica(gb, tb, cluster.gpu_type(gb).gpus_per_node, zb))
+                                          for za in zones.get(ga, [cluster.zone]) for zb in zones.get(gb, [cluster.zone])],
+                                   nbytes, cluster)
     return np.where(np.isfinite(out), out, 0.0)
 
 

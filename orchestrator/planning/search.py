@@ -7,13 +7,8 @@ by the trial's simulator, plans with mixed GPU types inside a stage made of the 
 
 For a template of ``S`` stage kinds the split minimises the bottleneck, then the sum (1F1B's
 ``T ~ (m - 1) max_s t_s + sum_s t_s``; ``t_s`` a micro-batch's forward, backward and boundary sends on
-stage ``s``), over segments that fit in memory by the simulator's own rule (``stage_memory``):
-
-    best[0][0] = 0,   best[s][i] = min over j < i of max(best[s-1][j], t_s(j, i))     (min-max)
-    then, with B = best[S][L]:  sum[s][i] = min over j < i, t_s(j, i) <= B of sum[s-1][j] + t_s(j, i)
-
-Both are exact over contiguous splits: the chain case of the partitioning engine
-(``orchestrator.partition.split.chain_split``), vectorised over ``j`` with numpy.
+stage ``s``), over segments that fit in memory by the simulator's own rule (``stage_memory``): the chain
+case of the partitioning engine (``orchestrator.partition.split.chain_split``), exact over contiguous splits.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.graph.arrays import BoolArray, FloatArray, IntArray
+from orchestrator.partition.bounds import ConfigLP
 from orchestrator.partition.ideals import ideals
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.contiguous import device_classes, supers
@@ -206,127 +207,24 @@ def _contiguous_sets(prob: PlacementProblem, work: FloatArray, upper: float, lim
     return out
 
 
-class _Columns:
-    """The column generation of one ``config_bound`` call: the pool of generated sets (class, members,
-    load) and the certificate test at one T."""
-
-    def __init__(self, prob: PlacementProblem, model: LoadModel, classes: list[list[int]],
-                 links: list[tuple[int, int]], pricing_limit_s: float, t_start: float) -> None:
-        self.na, self.n_classes = prob.n_atoms, len(classes)
-        feeds = group_feeds(prob, model)
-        self.pricers = [_Pricing(prob, model, cls[0], up, down, feeds) for cls, (up, down) in zip(classes, links)]
-        self.counts = np.array([len(c) for c in classes], dtype=float)
-        self.cols: list[tuple[int, BoolArray, float]] = []     # (class, members, load)
-        self.mem = prob.atom_resident
-        self.caps = [float(prob.full_cap[prob.pool_of[c[0]]]) for c in classes]
-        self.pricing_limit_s, self.t_start = pricing_limit_s, t_start
-
-    def add(self, k: int, members: BoolArray) -> None:
-        if members.any() and self.pricers[k].allowed[members].all() and self.mem[members].sum() <= self.caps[k]:
-            self.cols.append((k, members.copy(), self.pricers[k].load(members)))
-
-    def seed(self, prob: PlacementProblem, classes: list[list[int]], upper: float, seeds: list[IntArray] | None) -> None:
-        """The starting pool: every contiguous candidate set each class can hold within ``upper``, and the
-        device sets of the ``seeds`` placements."""
-        cand = _contiguous_sets(prob, np.where(prob.allowed, prob.atom_cost, np.inf).min(axis=1), upper)
-        for k, pr in enumerate(self.pricers):
-            ok = pr.allowed[None, :] | ~cand
-            ok = ok.all(axis=1) & (cand.astype(float) @ self.mem <= self.caps[k])
-            sub = cand[ok]
-            if len(sub):
-                sub = sub[sub.astype(float) @ pr.cost <= upper]       # compute alone rules most out
-                for m, l in zip(sub, pr.loads(sub)):
-                    if l <= upper:
-                        self.cols.append((k, m.copy(), float(l)))
-        for s in seeds or []:
-            for k, cls in enumerate(classes):
-                for d in cls:
-                    self.add(k, np.asarray(s) == d)
-
-    def master(self, T: float) -> tuple[float, FloatArray, FloatArray] | None:
-        """The restricted master LP over the sets of load <= T: (lambda, π_LP, σ), or None when the LP
-        fails; where some atom fits no generated set (infeasible), lambda is inf and π_LP prices the
-        uncovered atoms."""
-        from scipy.optimize import linprog
-        from scipy.sparse import coo_matrix
-
-        na, cols = self.na, self.cols
-        use = [j for j, (_, _, l) in enumerate(cols) if l <= T]
-        nz = len(use)
-        nv = nz + 1                                          # z_j ..., lambda
-        r_, c_, v_ = [], [], []
-        for jj, j in enumerate(use):
-            k, m, _ = cols[j]
-            idx = np.flatnonzero(m)
-            r_ += idx.tolist(); c_ += [jj] * len(idx); v_ += [-1.0] * len(idx)
-            r_.append(na + k); c_.append(jj); v_.append(1.0)
-        for k in range(self.n_classes):
-            r_.append(na + k); c_.append(nz); v_.append(-self.counts[k])
-        a_ub = coo_matrix((v_, (r_, c_)), shape=(na + self.n_classes, nv)).tocsr()
-        b_ub = np.concatenate([-np.ones(na), np.zeros(self.n_classes)])
-        c = np.zeros(nv)
-        c[nz] = 1.0
-        res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
-        if res.status == 2:                                  # some atom fits no generated set
-            pi_lp = np.zeros(na)
-            covered = np.zeros(na, dtype=bool)
-            for j in use:
-                covered |= cols[j][1]
-            pi_lp[~covered] = 1.0
-            return math.inf, pi_lp, np.zeros(self.n_classes)
-        if res.status != 0:
-            return None
-        return float(res.fun), np.maximum(0.0, -res.ineqlin.marginals[:na]), np.maximum(0.0, -res.ineqlin.marginals[na:])
-
-    def price(self, pi: FloatArray, pi_lp: FloatArray, sigma: FloatArray, T: float,
-              until: float) -> tuple[list[float], int] | None:
-        """Each class's pricing bound P_c(π, T), the sets that price out added to the pool: (bounds, how
-        many were added), or None when out of time (``until``)."""
-        ubs, new = [], 0
-        for k, pr in enumerate(self.pricers):
-            left = until - time.perf_counter()
-            if left <= 0:
-                return None
-            ub, members = pr.solve(pi, T, min(self.pricing_limit_s, left))
-            ubs.append(ub)
-            if members is not None and float(pi_lp[members].sum()) > sigma[k] + 1e-7 and pr.load(members) <= T * (1 + 1e-9):
-                self.add(k, members)
-                new += 1
-        return ubs, new
-
-    def certify(self, T: float, until: float) -> bool | None:
-        """True: T is proven unreachable; False: the LP covers at T; None: out of time (``until``).
-        Duals are smoothed (Wentges): pricing uses α π_best + (1 - α) π_LP, π_best the weights with
-        the best certificate ratio so far; any π >= 0 gives a valid certificate."""
-        best_pi, best_ratio, alpha = None, 0.0, 0.5
-        while True:
-            if time.perf_counter() > until:
-                return None
-            solved = self.master(T)
-            if solved is None:
-                return None
-            lam, pi_lp, sigma = solved
-            if lam <= 1.0 + 1e-9:                                # these sets already cover: no certificate
-                return False
-            smooth = best_pi is not None and alpha > 0 and math.isfinite(lam)
-            pi = alpha * best_pi + (1 - alpha) * pi_lp if smooth and best_pi is not None else pi_lp  # smooth implies best_pi
-            priced = self.price(pi, pi_lp, sigma, T, until)
-            if priced is None:
-                return None
-            ubs, new = priced
-            ratio = float(pi.sum()) / max(1e-300, float(self.counts @ np.array(ubs)))
-            log.debug("T=%.6g lambda=%.4f ratio=%.4f new=%d columns=%d t=%.1fs", T, lam, ratio, new, len(self.cols),
-                      time.perf_counter() - self.t_start)
-            if ratio > 1 + 1e-7:
-                return True
-            if ratio > best_ratio and math.isfinite(lam):
-                best_pi, best_ratio = pi.copy(), ratio
-            if new == 0:
-                if not smooth:
-                    return False                                 # the LP is solved and covers at T
-                alpha = 0.0                                      # mispriced: price the LP's own duals once
-            else:
-                alpha = 0.5
+def _seed(lp: ConfigLP, pricers: list[_Pricing], prob: PlacementProblem, classes: list[list[int]], upper: float,
+          seeds: list[IntArray] | None) -> None:
+    """The starting pool: every contiguous candidate set each class can hold within ``upper``, and the
+    device sets of the ``seeds`` placements."""
+    cand = _contiguous_sets(prob, np.where(prob.allowed, prob.atom_cost, np.inf).min(axis=1), upper)
+    for k, pr in enumerate(pricers):
+        ok = pr.allowed[None, :] | ~cand
+        ok = ok.all(axis=1) & (cand.astype(float) @ lp.mem <= lp.caps[k])
+        sub = cand[ok]
+        if len(sub):
+            sub = sub[sub.astype(float) @ pr.cost <= upper]       # compute alone rules most out
+            for m, l in zip(sub, pr.loads(sub)):
+                if l <= upper:
+                    lp.cols.append((k, m.copy(), float(l)))
+    for s in seeds or []:
+        for k, cls in enumerate(classes):
+            for d in cls:
+                lp.add(k, np.asarray(s) == d)
 
 
 def config_bound(prob: PlacementProblem, model: LoadModel, lower: float, upper: float, time_limit_s: float = 30.0,
@@ -341,28 +239,12 @@ def config_bound(prob: PlacementProblem, model: LoadModel, lower: float, upper: 
         return ConfigBound(0.0, 0, 0, "not built: the worker is not a hub topology", 0.0)
     if not (math.isfinite(upper) and upper > lower >= 0):
         return ConfigBound(0.0, 0, 0, "nothing to certify", 0.0)
-    columns = _Columns(prob, model, classes, links, pricing_limit_s, t_start)
-    columns.seed(prob, classes, upper, seeds)
-    # From below: a T far under the threshold is certified in few iterations, so the bound grows
-    # early even where the time limit stops the search; the step doubles after each success.
-    lo, hi, tested = lower, upper, 0
-    step, status = (hi - lo) / 4, "ok"
-    while hi - lo > rel_tol * hi:
-        T = lo + min(step, 0.5 * (hi - lo))
-        tested += 1
-        now = time.perf_counter()
-        left = time_limit_s - (now - t_start)
-        if left <= 0:
-            status = "time limit"
-            break
-        verdict = columns.certify(T, now + max(min(left, 2.0), left / 3))   # one T may not take all the time
-        if verdict is None:                                                   # undecided: look lower
-            status, verdict = "time limit", False
-        if verdict:
-            lo, step = T, 2 * step
-        else:
-            hi, step = T, (T - lo) / 4
-    bound = lo if lo > lower else 0.0
+    feeds = group_feeds(prob, model)
+    pricers = [_Pricing(prob, model, cls[0], up, down, feeds) for cls, (up, down) in zip(classes, links)]
+    columns = ConfigLP(pricers, np.array([len(c) for c in classes], dtype=float), prob.atom_resident,
+                       [float(prob.full_cap[prob.pool_of[c[0]]]) for c in classes], pricing_limit_s, t_start)
+    _seed(columns, pricers, prob, classes, upper, seeds)
+    bound, tested, status = columns.largest(lower, upper, time_limit_s, rel_tol)
     return ConfigBound(bound, tested, len(columns.cols), status, time.perf_counter() - t_start)
 
 

@@ -1,26 +1,17 @@
 """The exact optimiser of the pipeline objective among *contiguous* splits: every device gets
 ``I \\ J`` for two ideals ``J ⊂ I`` of the DAG (down-closed sets of its forward nodes; a backward
 node goes with its forward twin), as in the workload authors' DP (msr-fiddle/dnn-partitioning
-``throughput-dp/dp.cpp``, ``Graph::runDP``)::
+``throughput-dp/dp.cpp``, ``Graph::runDP``): the partitioning engine's min-max split
+(``orchestrator.partition.split``) with ``load_c(S)``, the pipeline load of ``S`` on a device of class c
+(``orchestrator.placement.simulate.load``), as its segment cost: compute + the hop cost of each node of S
+with an edge leaving S + of each node outside S with an edge into S; infinite when S does not fit the
+device's memory (less the headroom) or holds a node the class cannot run.
 
-    dp[k][∅] = 0
-    dp[k][I] = min over a device class c with k_c > 0 of
-               min( dp[k - e_c][I],                                           (a device left unused)
-                    min over ideals J ⊂ I of max(dp[k - e_c][J], load_c(I \\ J)) )
-    answer  = dp[all devices][all nodes]
-
-``k`` counts the devices used per class (identical devices: same costs, memory and links), and
-``load_c(S)`` is the pipeline load of ``S`` on a device of class c (``orchestrator.placement.simulate.load``):
-compute + the hop cost of each node of S with an edge leaving S + of each node outside S with an
-edge into S; infinite when S does not fit the device's memory (less the headroom) or holds a node
-the class cannot run.
-
-What makes it fast where the reference takes minutes: (1) for each J the ideals above it are
-walked depth first, adding one node at a time, with the load updated incrementally (O(degree) per
-step, undone on the way back) instead of recomputed per pair; (2) a walk stops as soon as the
-compute alone, or the memory, of ``I \\ J`` rules it out against the best answer known (``upper``,
-e.g. a heuristic's value): both only grow along a walk, so nothing better is cut off; (3) a J whose
-every dp value is already >= ``upper`` is skipped.
+What makes it fast where the reference takes minutes: (1) the load is updated incrementally as the
+engine's walk adds and removes units (O(degree) per step) instead of recomputed per pair; (2) a walk stops
+as soon as the compute alone, or the memory, of ``I \\ J`` rules it out against the best answer known
+(``upper``, e.g. a heuristic's value): both only grow along a walk, so nothing better is cut off; (3) a J
+whose every dp value is already >= ``upper`` is skipped.
 
 Exact when every device reaches the others through one link of its own to a hub (the format's
 hardware: accelerators linked to host memory, CPU cores in it); elsewhere the loads are estimated
