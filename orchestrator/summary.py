@@ -26,6 +26,9 @@ def _figures(tags: dict[str, str], runtime: str) -> str:
     return "; ".join(kinds) or tags.get("evaluator", "?")
 
 
+_NOTES = {"sailor": "Sailor's published cost model: the anchor's metric"}   # what a simulator's figure is
+
+
 def plan_lines(outcome: dict[str, Any]) -> list[str]:
     """What a planning trial planned, its figures and against what they were judged."""
     m, t = outcome["metrics"], outcome["tags"]
@@ -50,11 +53,11 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
                       if k.startswith("plan.peak_memory_bytes."))
     if peaks:
         lines.append(f"  memory:   peak per GPU: {peaks}")
-    other = "sailor" if sim == "project" else "project"
-    if f"plan.iteration_s.{other}" in m:
+    others = sorted(k.rpartition(".")[2] for k in m if k.startswith("plan.iteration_s.") and k != f"plan.iteration_s.{sim}")
+    if others:   # every other registered simulator's figure of the plan (planning.phase logs one per simulator)
         lines.append(f"  judged:   {_fmt(m.get(f'plan.iteration_s.{sim}'), ' s')} by the {sim} simulator (the trial's), "
-                     f"{_fmt(m[f'plan.iteration_s.{other}'], ' s')} by the {other} simulator"
-                     + (" (Sailor's published cost model: the anchor's metric)" if other == "sailor" else ""))
+                     + ", ".join(f"{_fmt(m[f'plan.iteration_s.{o}'], ' s')} by the {o} simulator"
+                                 + (f" ({_NOTES[o]})" if o in _NOTES else "") for o in others))
     lines.append(f"  search:   {_fmt(m.get('plan.search_time_s'), ' s')}, {int(m.get('plan.evaluations', 0))} plans judged"
                  + (f", {int(m['plan.skipped_candidates'])} skipped (missing profile entries)"
                     if m.get("plan.skipped_candidates") else ""))

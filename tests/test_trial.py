@@ -79,3 +79,18 @@ def test_the_trial_reads_as_a_short_sequence_of_its_phases():
     long = {f"{p.name}:{name}": n for p in [root / "trial.py", *sorted((root / "phases").glob("*.py"))]
             for name, n in _lengths(p).items() if n > 80}
     assert not long, long
+
+
+def test_the_plan_summary_names_every_other_simulators_figure():
+    """A planning trial's summary compares its simulator's figure with every other registered one's
+    (``plan.iteration_s.NAME``), not with a hard-coded pair."""
+    from orchestrator.summary import plan_lines
+
+    m = {"plan.fits": 1.0, "plan.iteration_s.project": 1.5, "plan.iteration_s.sailor": 1.7, "plan.iteration_s.toy": 2.5,
+         "plan.iteration_s_if_it_fitted": 9.0}
+    judged = [line for line in plan_lines({"metrics": m, "tags": {"plan.simulator": "toy"}}) if "judged:" in line]
+    assert judged == ["  judged:   2.5 s by the toy simulator (the trial's), 1.5 s by the project simulator, 1.7 s by "
+                      "the sailor simulator (Sailor's published cost model: the anchor's metric)"]
+    alone = plan_lines({"metrics": {"plan.fits": 1.0, "plan.iteration_s.project": 1.5},
+                        "tags": {"plan.simulator": "project"}})
+    assert not any("judged:" in line for line in alone)
