@@ -12,14 +12,10 @@ from omegaconf import DictConfig
 
 from orchestrator import __version__
 from orchestrator.api import TrialContext
-from orchestrator.config import from_node, validate
-from orchestrator.config.root import ObjectiveConfig
-from orchestrator.execution.training import TrainSettings
 from orchestrator.phases import setup
 from orchestrator.phases.placement import PlacementPhase
 from orchestrator.phases.tracking import TrialRecord, stop_if_interrupted
 from orchestrator.phases.training import TrainingPhase
-from orchestrator.progress import enabled as progress_enabled
 from orchestrator.summary import headline_speedup, objective_value
 
 
@@ -33,20 +29,10 @@ class Trial:
         # Resolve every plugin before anything starts, so that a bad name costs no MLflow run.
         classes = setup.load_plugins(self.names)
         self.model_fn, self.placer_cls = classes.model, classes.placer
-        validate(cfg)  # every typed key: type, range, choices, no unknown key (one line, before any run)
-        self.settings = TrainSettings.from_cfg(cfg.get("train"), seed=cfg.get("seed"))
-        if classes.sync is not None:
-            from orchestrator.sync.reference import check_grid
-
-            check_grid((cfg.get("train") or {}).get("reference_grid"))
-        objective = from_node(ObjectiveConfig, cfg.get("objective"), "objective")
-        self.objective_metric, self.direction = objective.metric, objective.direction
-        if classes.planner is not None and self.objective_metric == "speedup":   # the default: a plan's own figure
-            self.objective_metric = "plan.samples_per_s"
-        self.show_progress = progress_enabled(cfg.get("progress", "auto"))
+        groups = setup.validated(cfg, classes)   # every group checked once, as its object (one line, before any run)
+        self.settings, self.dataset_cfg, self.show_progress = groups.settings, groups.dataset, groups.show_progress
+        self.objective_metric, self.direction = groups.objective_metric, groups.direction
         # Build the pieces whose config can be wrong before the run starts, too.
-        self.dataset_cfg = setup.dataset_config(cfg)   # null / auto train.*: the dataset's target, cadence and budget
-        self.settings = setup.with_dataset_defaults(self.settings, cfg.get("train"), self.dataset_cfg)
         self.hardware = setup.build("hardware", classes.hardware, cfg)
         self.placer = setup.build("placer", classes.placer, cfg)
         self.sync = setup.build("sync", classes.sync, cfg)
@@ -54,9 +40,9 @@ class Trial:
         if self.sync is not None:
             self.sync.check_config(cfg)
         self.dataset = setup.LazyDataset(self.dataset_cfg, cfg)
-        self.placing = PlacementPhase(cfg=cfg, names=self.names, settings=self.settings, placer=self.placer,
-                                      hardware=self.hardware, output_dir=output_dir, show_progress=self.show_progress,
-                                      dataset=self.dataset)
+        self.placing = PlacementPhase(cfg=cfg, names=self.names, settings=self.settings, placement=groups.placement,
+                                      placer=self.placer, hardware=self.hardware, output_dir=output_dir,
+                                      show_progress=self.show_progress, dataset=self.dataset)
         self.training = TrainingPhase(cfg=cfg, settings=self.settings, sync=self.sync, placer=self.placer,
                                       placing=self.placing, runtime=self.runtime_kind, output_dir=output_dir,
                                       show_progress=self.show_progress, dataset=self.dataset)
@@ -72,7 +58,7 @@ class Trial:
 
     @property
     def runtime_kind(self) -> str:
-        return str(self.cfg.sync.get("runtime", "virtual")) if self.sync is not None else "local"
+        return str(self.sync.config.runtime) if self.sync is not None else "local"   # the strategy's typed sync group
 
     def run_name(self) -> str:
         custom = (self.cfg.get("tracking") or {}).get("run_name")

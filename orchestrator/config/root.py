@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.config import Schema
 from orchestrator.config.choices import OPTIMIZERS
 from orchestrator.config.fields import option
+from orchestrator.schedules import SCHEDULES
 
 
 @dataclass
@@ -111,7 +112,7 @@ class PlacementConfig(Schema):
                                 "micro-batches of train.batch_size; > 1 schedules it and counts the activations in "
                                 "flight", min=1)
     schedule: str = option("1f1b", "with micro_batches > 1: gpipe (all forwards, then all backwards) | 1f1b (one "
-                           "forward, one backward; fewer micro-batches in flight)", choices=("gpipe", "1f1b"))
+                           "forward, one backward; fewer micro-batches in flight)", choices=tuple(SCHEDULES))
     pipeline_steps: int = option(5, "with micro_batches > 1 on real devices: mini-batches trained pipelined for real "
                                  "and timed (after 2 untimed)", min=1)
     profile_scale: str = option("step", "with micro_batches > 1 on real devices: step (the simulated figures use the "

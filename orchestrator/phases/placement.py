@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.api import PlacementOutcome
+from orchestrator.config.root import PlacementConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.graph.placement import Placement, PlacementContext
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
@@ -52,28 +53,22 @@ def best_accelerator(evaluator, graph, worker):
     return best if best is not None else ("none: no single accelerator holds the model", None, None)
 
 
-def memory_headroom(cfg, objective: str) -> float:
+def memory_headroom(p: PlacementConfig, objective: str) -> float:
     """``placement.memory_headroom``: auto -> 0.1 for the pipeline objective (a stage keeps the
     activations of micro-batches in flight, which the workload's sizes do not count), 0 for step
     (the simulator already holds every activation of the step)."""
-    h = cfg.get("memory_headroom", "auto") if cfg is not None else "auto"
+    h = p.memory_headroom
     if h is None or str(h) == "auto":
         return 0.1 if objective == "pipeline" else 0.0
-    try:
-        return float(h)
-    except (TypeError, ValueError):
-        raise ConfigError(f"placement.memory_headroom={h!r} (a fraction in [0, 1), or auto)") from None
+    return float(h)          # the schema checked it: a fraction in [0, 1)
 
 
-def resolve_objective(cfg, graph) -> str:
+def resolve_objective(p: PlacementConfig, graph) -> str:
     """``placement.objective``: auto -> pipeline for the throughput inputs of the public workloads
     (their file says so: ``graph.meta["objective"]``), step elsewhere."""
-    wanted = str(cfg.get("objective", "auto") if cfg is not None else "auto")
-    if wanted == "auto":
+    if p.objective == "auto":
         return str(graph.meta.get("objective", "step"))
-    if wanted not in ("step", "pipeline"):
-        raise ConfigError(f"placement.objective={wanted!r} (accepted: auto, step, pipeline)")
-    return wanted
+    return str(p.objective)
 
 
 class PlacementPhase:
@@ -81,9 +76,10 @@ class PlacementPhase:
     placer, the training settings for the batch, where to write, how to load the data), never the
     trial; ``place`` returns a ``PlacementOutcome``."""
 
-    def __init__(self, *, cfg: Any, names: dict[str, str | None], settings: Any, placer: Any, hardware: Any,
-                 output_dir: Path, show_progress: bool, dataset: Callable[[], Any]):
+    def __init__(self, *, cfg: Any, names: dict[str, str | None], settings: Any, placement: PlacementConfig,
+                 placer: Any, hardware: Any, output_dir: Path, show_progress: bool, dataset: Callable[[], Any]):
         self.cfg, self.names, self.train, self.placer = cfg, names, settings, placer
+        self.placement = placement              # the placement group, validated where the trial started
         self.hardware, self.output_dir, self.show_progress, self.dataset = hardware, output_dir, show_progress, dataset
         self.simulated_cluster = True           # set by ``place`` (or the caller) once the cluster is known
 
@@ -106,8 +102,9 @@ class PlacementPhase:
             graph = calibrate_graph(graph, calib)
         return graph
 
-    def settings(self) -> Any:
-        return self.cfg.get("placement") or {}
+    def settings(self) -> PlacementConfig:
+        """The ``placement`` group (``orchestrator.config.root.PlacementConfig``)."""
+        return self.placement
 
     def evaluator(self, kind: str, graph, worker, model_spec, microbatch: MicrobatchSpec | None = None):
         from orchestrator.placement.evaluate.evaluator import MeasuredEvaluator, SimulatedEvaluator
@@ -239,7 +236,7 @@ class PlacementPhase:
         objective = getattr(evaluator, "objective", "step")
         lb, parts = evaluator.bound_parts()
         certified = float(placement.meta.get("certified_bound_s") or 0.0)   # e.g. placer=optimal's MILP
-        limit = float(self.settings().get("bound_time_limit_s", 0) or 0)
+        limit = float(self.placement.bound_time_limit_s or 0)
         cert_src = str(placement.meta.get("certified_bound_src") or "milp")
         if objective == "pipeline" and not certified and limit > 0 and math.isfinite(verdict.value):
             from orchestrator.placement.solve.config_bound import certify  # certify the gap of any placer

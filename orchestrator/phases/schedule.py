@@ -11,17 +11,18 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.config.root import PlacementConfig
 from orchestrator.errors import ConfigError, InfeasiblePlacementError
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
-from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings
+from orchestrator.placement.simulate.microbatch import MicrobatchSchedule
 
 
-def microbatch_spec(graph: Any, cfg: Any) -> MicrobatchSpec | None:
-    """``placement.micro_batches`` and ``placement.schedule`` as the spec the placement is judged under
-    (None: no micro-batching), after checking ``placement.pipeline_steps`` and ``profile_scale``."""
-    m, kind = settings(cfg)
-    pipeline_steps(cfg)
-    profile_scale_mode(cfg)
+def microbatch_spec(graph: Any, p: PlacementConfig | Any) -> MicrobatchSpec | None:
+    """``placement.micro_batches`` and ``placement.schedule`` of the placement group ``p`` (validated where the
+    trial started; a plain mapping is validated here) as the spec the placement is judged under (None: no
+    micro-batching)."""
+    p = p if isinstance(p, PlacementConfig) else PlacementConfig.from_node(p, "placement")
+    m, kind = p.micro_batches, p.schedule
     if m <= 1:
         return None
     if graph.meta.get("format") == "msr-dnn-partitioning":
@@ -30,29 +31,14 @@ def microbatch_spec(graph: Any, cfg: Any) -> MicrobatchSpec | None:
     return MicrobatchSpec(m, kind)
 
 
-def pipeline_steps(cfg: Any) -> int:
-    steps = cfg.get("pipeline_steps", 5) if cfg is not None else 5
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"placement.pipeline_steps={steps!r} must be an integer >= 1")
-    return steps
-
-
-def profile_scale_mode(cfg: Any) -> str:
-    """``placement.profile_scale``: ``step`` (default) or ``none``."""
-    v = cfg.get("profile_scale", "step") if cfg is not None else "step"
-    if not isinstance(v, str) or v.strip().lower() not in ("step", "none"):
-        raise ConfigError(f"placement.profile_scale={v!r} must be step or none")
-    return v.strip().lower()
-
-
-def normalise_profile(cfg: Any, graph, worker, model_spec, x, y, metrics: dict):
+def normalise_profile(p: PlacementConfig, graph, worker, model_spec, x, y, metrics: dict):
     """``placement.profile_scale=step``: the layer graph's ``local-cpu`` costs (each layer timed
     alone) scaled by one number so that its forward and backward add up to the model's training
     step measured whole on one logical CPU (``contention.measure_model_step``, the micro-batch
     ``x``, ``y``): timing tiny layers one by one over-counts their fixed overheads (the CNN's
     layers add up to 1.4x its step) and large ones can under-count. Logs ``placement.profile_scale``;
     returns the graph the simulated figures use (``graph`` itself with ``none`` or no such CPU)."""
-    if profile_scale_mode(cfg) == "none":
+    if p.profile_scale == "none":
         return graph
     cpu = next((d for d in worker.devices if d.profile == "local-cpu" and d.tf_device), None)
     profiled = layer_profile_s(graph)
@@ -139,7 +125,7 @@ def measure(phase: Any, model_spec, graph, placement, worker, r, sink) -> dict[s
     from orchestrator.execution.pipelined import PipelinedRuntime, PipelineOrderError
     from orchestrator.placement.simulate.microbatch import task_order
 
-    steps = pipeline_steps(phase.settings())
+    steps = phase.settings().pipeline_steps
     tf_dev = {d.name: d.tf_device for d in worker.devices}
     layers = [n for n in graph.nodes if n.role == "forward"]
     device_of = {n.name: tf_dev[placement.assignment[n.name]] for n in layers}

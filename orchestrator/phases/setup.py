@@ -10,8 +10,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from orchestrator import plugins
-from orchestrator.config import from_node, schema_of
+from orchestrator.config import from_node, schema_of, validate
 from orchestrator.config.model import MNISTDatasetConfig
+from orchestrator.config.root import ObjectiveConfig, PlacementConfig
 from orchestrator.errors import ConfigError, PluginError, number
 
 GROUPS = ("placer", "sync", "hardware", "model", "planner")
@@ -92,6 +93,43 @@ def load_plugins(names: dict[str, str | None]) -> PluginClasses:
         raise PluginError(f"sync strategy {names['sync']!r} ({loaded.sync!r}) is not a subclass of "
                           "orchestrator.api.CollectiveStrategy or ServerStrategy")
     return loaded
+
+
+@dataclasses.dataclass(frozen=True)
+class Groups:
+    """The trial's own groups, each validated once into its object where the trial starts (the plugins'
+    groups are their plugins' to read): the training settings (``train``, completed by the dataset's
+    target, cadence and budget), the ``dataset``, ``placement`` and ``objective`` groups, and ``progress``."""
+
+    settings: Any                     # execution.training.TrainSettings
+    dataset: MNISTDatasetConfig
+    placement: PlacementConfig
+    objective_metric: str
+    direction: str
+    show_progress: bool
+
+
+def validated(cfg: DictConfig, classes: PluginClasses) -> Groups:
+    """Every typed key of ``cfg`` checked (type, range, choices, no unknown key: one line, before any run),
+    then each group the trial reads as its object."""
+    from orchestrator.execution.training import TrainSettings
+    from orchestrator.progress import enabled as progress_enabled
+
+    validate(cfg)
+    settings = TrainSettings.from_cfg(cfg.get("train"), seed=cfg.get("seed"))
+    if classes.sync is not None:
+        from orchestrator.sync.reference import check_grid
+
+        check_grid((cfg.get("train") or {}).get("reference_grid"))
+    objective = from_node(ObjectiveConfig, cfg.get("objective"), "objective")
+    metric = objective.metric
+    if classes.planner is not None and metric == "speedup":   # the default: a plan's own figure
+        metric = "plan.samples_per_s"
+    show_progress = progress_enabled(cfg.get("progress", "auto"))
+    ds = dataset_config(cfg)   # null / auto train.*: the dataset's target, cadence and budget
+    settings = with_dataset_defaults(settings, cfg.get("train"), ds)
+    placement = from_node(PlacementConfig, cfg.get("placement"), "placement")
+    return Groups(settings, ds, placement, metric, objective.direction, show_progress)
 
 
 def build(group: str, cls: Any, cfg: DictConfig) -> Any:
