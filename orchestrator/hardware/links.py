@@ -38,9 +38,6 @@ class ConstantLink:
     bandwidth: float                    # bytes/s
     latency_s: float = 0.0
 
-    def bandwidth_at(self, nbytes: float) -> float:  # noqa: ARG002
-        return self.bandwidth
-
     def time(self, nbytes, senders: int = 1):
         """Seconds of a message of ``nbytes`` (a number or a numpy array; 0 for none) while ``senders``
         messages share the link's bandwidth."""
@@ -86,11 +83,6 @@ class FittedLink:
 
 
 Link = ConstantLink | FittedLink
-
-
-def p2p_time(link: Link, nbytes: float) -> float:
-    """One point-to-point message."""
-    return link.time(nbytes)
 
 
 def ring_allreduce_time(link: Link, nbytes, members: int):

@@ -114,10 +114,6 @@ def load_cluster_file(path: str | Path) -> Cluster:
     return Cluster(str(data.get("name", Path(path).stem)), workers, simulated=True, network=ConstantLink(bw, lat))
 
 
-def single_host_worker(cluster: Cluster, index: int = 0) -> Worker:
-    return cluster.workers[index]
-
-
 def multi_host_worker(cluster: Cluster, name: str = "all") -> Worker:
     """All devices of a cluster as one worker (model parallelism across hosts): host links plus one
     shared NIC channel per host direction for the network."""

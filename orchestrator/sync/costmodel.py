@@ -38,10 +38,16 @@ def ring_allreduce_s(nbytes: float, workers: int, bandwidth: float, latency_s: f
     return ring_allreduce_time(ConstantLink(bandwidth, latency_s), nbytes, workers)
 
 
+def _slowest(net: Topology, workers: list[int] | None) -> tuple[int, float, float]:
+    """(W, the smallest bandwidth, the largest latency) of the links of ``workers`` (default: all)."""
+    links = net.workers if workers is None else [net.workers[i] for i in workers]
+    return len(links), min(l.bandwidth for l in links), max(l.latency_s for l in links)
+
+
 def allreduce_s(nbytes: float, net: Topology, workers: list[int] | None = None) -> float:
     """Ring allreduce on the slowest link (smallest bandwidth, largest latency) among ``workers``."""
-    links = net.workers if workers is None else [net.workers[i] for i in workers]
-    return ring_allreduce_s(nbytes, len(links), min(l.bandwidth for l in links), max(l.latency_s for l in links))
+    w, bw, lat = _slowest(net, workers)
+    return ring_allreduce_s(nbytes, w, bw, lat)
 
 
 def allgather_s(nbytes: float, net: Topology, workers: list[int] | None = None) -> float:
@@ -49,10 +55,8 @@ def allgather_s(nbytes: float, net: Topology, workers: list[int] | None = None) 
     ``(W-1)`` steps, each moving one message on every link, ``(W-1) (n / B + L)`` on the slowest link. What a
     sparse collective costs (top-k values and indices cannot be summed on the way, Renggli et al. 2019
     "SparCML"; Lin et al. 2018 "Deep Gradient Compression")."""
-    links = net.workers if workers is None else [net.workers[i] for i in workers]
-    if len(links) <= 1 or nbytes <= 0:
-        return 0.0
-    return ring_allgather_s(len(links), nbytes, min(l.bandwidth for l in links), max(l.latency_s for l in links))
+    w, bw, lat = _slowest(net, workers)
+    return ring_allgather_s(w, nbytes, bw, lat)
 
 
 COLLECTIVES = ("ring_allreduce", "ring_allgather")
