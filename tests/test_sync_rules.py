@@ -189,3 +189,48 @@ def test_the_single_worker_loop_applies_the_optimizer(tmp_path):
         ref.set_flat(theta)
         theta = rule.step(theta, ref.gradient(data.x_train[idx], data.y_train[idx])[1], s.lr)
     np.testing.assert_allclose(rt.get_flat(), theta, rtol=1e-4, atol=1e-6)
+
+
+# -- SyncOptions: the typed groups, their record and the MPI ranks' copy -----------------------------
+_ALLREDUCE_NODE = {"name": "allreduce", "balance": "static", "overlap": True}
+_ALLREDUCE_CFG = {"hardware": {"workers": 2, "stragglers": {"probability": 0.1, "slowdown": 3}, "jitter": {"sigma": 0.2},
+                               "speed_changes": [{"worker": 1, "at_s": 2.0, "speed": 0.5}], "network": {"bandwidth_Gbps": 5}},
+                  "train": {"lr_scaling": "linear", "batch_policy": "hybrid", "warmup_updates": 3, "batch_size": 32}}
+
+
+def test_the_comparison_key_hashes_the_record_an_earlier_version_cached_under():
+    """``compare.flat_record`` is the flat record SyncOptions was before it held the typed groups: the comparison's
+    cache key hashes it, so that figures an earlier version stored still hit (the literal is that version's
+    ``dataclasses.asdict(opts)``)."""
+    import json
+
+    from orchestrator.sync.compare import flat_record
+
+    opts = sync_options(_ALLREDUCE_NODE, _ALLREDUCE_CFG)
+    old = ('{"adaptive_ema": 0.9, "adaptive_every": 20, "adaptive_max_batch": 1024, "adaptive_min_batch": null, '
+           '"adaptive_noise": "simple", "balance": "static", "balance_every": 10, "base_time_s": null, "batch_policy": '
+           '"hybrid", "colocated": false, "delay_compensation": 0.0, "delay_compensation_mode": "constant", '
+           '"dynamic_staleness": false, "emulated_step_s": null, "global_batch_max": 512, "hostfile": null, '
+           '"jitter_sigma": 0.2, "lr_rule": "linear", "max_staleness": 8.0, "name": "allreduce", "network": '
+           '{"bandwidth_Gbps": 5}, "overlap": true, "per_sample_s": null, "push_lr": "scaled", "runtime": "virtual", '
+           '"shards": 1, "speed_changes": [[1, 2.0, 0.5]], "speeds": [1.0, 1.0], "staleness": 0.0, "step_overhead_s": '
+           'null, "straggler_p": 0.1, "straggler_slowdown": 3.0, "timeout_s": 600.0, "warmup_samples": 96, "workers": 2}')
+    assert json.dumps(flat_record(opts), sort_keys=True, default=str) == old
+
+
+@pytest.mark.parametrize("node,cfg", [
+    (_ALLREDUCE_NODE, _ALLREDUCE_CFG),
+    ({"name": "delay", "staleness": 3, "dynamic_staleness": True, "max_staleness": 5, "push_lr": 0.5}, {"hardware": {"workers": 4}}),
+    ({"name": "async", "delay_compensation": 0.3, "shards": 2}, {"hardware": {"workers": 3, "emulated_step_s": 0.1}}),
+])
+def test_an_mpi_rank_rebuilds_the_options_it_was_sent(node, cfg):
+    """What an MPI rank reads (``plain()`` through JSON, ``from_plain`` with its own strategy's sync config) is
+    the trial's options."""
+    import json
+
+    from orchestrator.sync.core import SyncOptions
+
+    strat = strategy(node)
+    opts = strat.options(cfg)
+    again = SyncOptions.from_plain(json.loads(json.dumps(opts.plain())), strategy(dict(node)).config)
+    assert again == opts and again.sync is not opts.sync
