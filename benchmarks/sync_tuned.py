@@ -127,7 +127,8 @@ class Bench(VirtualBench):
 
     # -- 2. the limit ---------------------------------------------------------------------------
     def step_time(self, speeds, G: int) -> float:
-        from orchestrator.sync.costmodel import Network, allreduce_s, balanced_batches
+        from orchestrator.hardware.topology import Topology
+        from orchestrator.sync.costmodel import allreduce_s, balanced_batches
 
         nbytes = 4 * self.ctx.model.new_model().count_params() if not hasattr(self, "_nb") else self._nb
         self._nb = nbytes
@@ -139,7 +140,7 @@ class Bench(VirtualBench):
                 break
             b = balanced_batches(vs, G, self.cm)
             comp = max(self.cm.time(bi, v) for bi, v in zip(b, vs))
-            comm = allreduce_s(nbytes, Network.from_cfg(None, k)) if k > 1 else 0.0
+            comm = allreduce_s(nbytes, Topology.from_cfg(None, k)) if k > 1 else 0.0
             best = min(best, comp + comm)
         return best
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from orchestrator.execution.training import TrainSettings
-from orchestrator.sync.costmodel import GBIT, Network, allgather_s, allreduce_s, collective_s
+from orchestrator.hardware.cost import GBIT
+from orchestrator.hardware.topology import Topology
+from orchestrator.sync.costmodel import allgather_s, allreduce_s, collective_s
 from orchestrator.sync.virtual import VirtualRun
 
 from tests.fakes import FakeRuntime, fake_data, strategy
@@ -51,11 +53,11 @@ def run(strat, workers=4, net=None, s=None, d=64, speeds=None):
 
 
 def test_allgather_formula():
-    net = Network.uniform(4, bandwidth=1000.0, latency_s=0.01)
+    net = Topology.uniform(4, bandwidth=1000.0, latency_s=0.01)
     assert allgather_s(100.0, net) == pytest.approx(3 * (0.1 + 0.01))
     assert collective_s("ring_allreduce", 100.0, net) == allreduce_s(100.0, net)
     assert collective_s("ring_allgather", 100.0, net) == allgather_s(100.0, net)
-    assert allgather_s(100.0, Network.uniform(1)) == 0.0
+    assert allgather_s(100.0, Topology.uniform(1)) == 0.0
 
 
 def test_fp16_is_the_default_hooks_half_size():

@@ -9,12 +9,12 @@ import pytest
 from orchestrator.config.root import TrainConfig
 from orchestrator.errors import ConfigError
 from orchestrator.execution.training import TrainSettings
+from orchestrator.hardware.topology import Topology
 from orchestrator.sync.balance import Balancer
 from orchestrator.sync.core import SyncOptions, lr_multiplier, push_weights, scaled_lr
 from orchestrator.sync.costmodel import (
     ComputeModel,
     FifoLink,
-    Network,
     ServerLinks,
     allreduce_s,
     balanced_batches,
@@ -30,7 +30,7 @@ def test_ring_allreduce_by_hand():
     assert ring_allreduce_s(1e6, 4, 1e9, 1e-5) == pytest.approx(1.56e-3)
     assert ring_allreduce_s(1e6, 1, 1e9, 1e-5) == 0.0
     # the slowest link sets the pace: worker 2 on 1 Gbit/s, worker 1 with 200 us
-    net = Network.from_cfg({"bandwidth_Gbps": 10, "latency_us": 50,
+    net = Topology.from_cfg({"bandwidth_Gbps": 10, "latency_us": 50,
                             "workers": {2: {"bandwidth_Gbps": 1}, 1: {"latency_us": 200}}}, 4)
     assert net.workers[2].bandwidth == pytest.approx(1.25e8) and net.workers[1].latency_s == pytest.approx(2e-4)
     assert allreduce_s(1e6, net) == pytest.approx(1.5 * 1e6 / 1.25e8 + 6 * 2e-4)
@@ -44,7 +44,7 @@ def test_one_topology_for_the_virtual_clock_and_the_plans(tmp_path):
     from orchestrator.hardware.topology import NETWORK, SERVER, Topology, worker
     from orchestrator.plan import GpuCluster
 
-    net = Network.from_cfg({"server": {"bandwidth_Gbps": 1}}, 3)
+    net = Topology.from_cfg({"server": {"bandwidth_Gbps": 1}}, 3)
     assert isinstance(net, Topology) and net.links[SERVER, NETWORK] is net.server and len(net.workers) == 3
     assert net.links[worker(2), NETWORK] == ConstantLink(1.25e9, 50 * 1e-6) and net.server.bandwidth == 1.25e8
     f = tmp_path / "c.yaml"
@@ -63,13 +63,13 @@ def test_server_link_is_a_fifo_queue():
 
 
 def test_shards_split_the_server_load():
-    net = Network.from_cfg({"bandwidth_Gbps": 1000, "latency_us": 0, "server": {"bandwidth_Gbps": 8}}, 3)  # server 1 GB/s
+    net = Topology.from_cfg({"bandwidth_Gbps": 1000, "latency_us": 0, "server": {"bandwidth_Gbps": 8}}, 3)  # server 1 GB/s
     one, two = ServerLinks(net, 1, 1e6), ServerLinks(net, 2, 1e6)
     assert [one.push(i, 0.0) for i in range(3)] == pytest.approx([1e-3, 2e-3, 3e-3])
     assert [two.push(i, 0.0) for i in range(3)] == pytest.approx([0.5e-3, 1e-3, 1.5e-3])
     assert one.utilisation(3e-3) == pytest.approx(1.0) and two.utilisation(3e-3) == pytest.approx(0.5)
     # a worker's own link still carries all its bytes: 1 MB on a 1 Gbit/s worker link = 8 ms
-    slow = Network.from_cfg({"bandwidth_Gbps": 1, "latency_us": 0, "server": {"bandwidth_Gbps": 1000}}, 1)
+    slow = Topology.from_cfg({"bandwidth_Gbps": 1, "latency_us": 0, "server": {"bandwidth_Gbps": 1000}}, 1)
     assert ServerLinks(slow, 4, 1e6).pull(0, 0.0) == pytest.approx(8e-3)
 
 
@@ -79,7 +79,7 @@ def test_colocated_shards_put_the_server_on_the_workers_links():
     dedicated 1 GB/s server link serves them one after another (1, 2, 3, 4 ms)."""
     from orchestrator.sync.costmodel import ColocatedServerLinks, server_links
 
-    net = Network.from_cfg({"bandwidth_Gbps": 8, "latency_us": 0, "server": {"bandwidth_Gbps": 8}}, 4)
+    net = Topology.from_cfg({"bandwidth_Gbps": 8, "latency_us": 0, "server": {"bandwidth_Gbps": 8}}, 4)
     co = server_links(net, 4, 1e6, colocated=True)
     assert isinstance(co, ColocatedServerLinks)
     assert [co.push(i, 0.0) for i in range(4)] == pytest.approx([0.75e-3] * 4)
@@ -90,7 +90,7 @@ def test_colocated_shards_put_the_server_on_the_workers_links():
     assert co.pull(0, 0.0) == pytest.approx(0.75e-3 + 0.75e-3)
     assert co.queued_s[0] == pytest.approx(0.75e-3)
     # one worker: its shard holds the whole model, nothing crosses a link
-    assert server_links(Network.from_cfg({}, 1), 1, 1e6, colocated=True).push(0, 2.0) == 2.0
+    assert server_links(Topology.from_cfg({}, 1), 1, 1e6, colocated=True).push(0, 2.0) == 2.0
 
 
 def test_colocated_shards_lift_a_saturated_server_and_stay_on_the_virtual_runtime():

@@ -235,7 +235,8 @@ def batches(workers: int, batch_size: int) -> list[int]:
 
 def step_time(speeds: list[float], G: int, cm: Any, nbytes: float, network: Any) -> tuple[float, int]:
     """min over k of T_k(G) (see the module's doc) and the k that gives it."""
-    from orchestrator.sync.costmodel import Network, allreduce_s, balanced_batches
+    from orchestrator.hardware.topology import Topology
+    from orchestrator.sync.costmodel import allreduce_s, balanced_batches
 
     best, at = math.inf, 1
     order = sorted(speeds, reverse=True)
@@ -244,7 +245,7 @@ def step_time(speeds: list[float], G: int, cm: Any, nbytes: float, network: Any)
             break
         vs = order[:k]
         b = balanced_batches(vs, G, cm)
-        t = max(cm.time(bi, v) for bi, v in zip(b, vs)) + (allreduce_s(nbytes, Network.from_cfg(network, k)) if k > 1 else 0.0)
+        t = max(cm.time(bi, v) for bi, v in zip(b, vs)) + (allreduce_s(nbytes, Topology.from_cfg(network, k)) if k > 1 else 0.0)
         if t < best:
             best, at = t, k
     return best, at

@@ -41,7 +41,7 @@ class SyncOptions:
     staleness: float = 0.0                # the strategy's staleness_bound(): s; math.inf for async
     shards: int = 1                       # parameter-server shards (each with its own link), sync.shards resolved
     colocated: bool = False               # sync.shards=colocated: one shard on each worker's link
-    network: dict | None = None           # hardware.network (plain) with an emulated cluster's links; costmodel.Network
+    network: dict | None = None           # hardware.network (plain) with an emulated cluster's links; hardware.topology.Topology
     hostfile: str | None = None           # sync.hostfile, or the emulated cluster's
 
     @property
@@ -63,9 +63,9 @@ class SyncOptions:
         return self.sync.balance != "none"
 
     def net(self):
-        from orchestrator.sync.costmodel import Network
+        from orchestrator.hardware.topology import Topology
 
-        return Network.from_cfg(self.network, self.workers)
+        return Topology.from_cfg(self.network, self.workers)
 
     def schedule(self):
         from orchestrator.sync.balance import SpeedSchedule
@@ -153,7 +153,7 @@ def _group(cfg: Any, name: str) -> Any:
 def _links(hardware: DataParallelHardware, hostfile: str | None, workers: int, server: bool) -> tuple[dict | None, str | None]:
     """``hardware.network`` (plain) and the MPI hostfile; an emulated cluster (``hardware.netlab``) adds its
     links and its hostfile. The links are checked now: one-line errors before any run starts."""
-    from orchestrator.sync.costmodel import Network
+    from orchestrator.hardware.topology import Topology
 
     network = hardware.network
     if hardware.netlab:
@@ -162,7 +162,7 @@ def _links(hardware: DataParallelHardware, hostfile: str | None, workers: int, s
         lab = netlab.require(hardware.netlab)
         hostfile = hostfile or str(lab.hostfile)
         network = {**(network or {}), **netlab.network_config(lab, workers, server=server)}
-    Network.from_cfg(network, workers)   # costmodel parses hardware.network (it needs W)
+    Topology.from_cfg(network, workers)   # the topology parses hardware.network (it needs W)
     return network, hostfile
 
 

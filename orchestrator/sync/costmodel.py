@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.cost import GBIT, FifoLink, ring_allgather_s  # noqa: F401 (GBIT: importable from here)
+from orchestrator.hardware.cost import FifoLink, ring_allgather_s
 from orchestrator.hardware.links import ConstantLink, ring_allreduce_time
 from orchestrator.hardware.topology import Topology
 
-# GBIT and FifoLink live in the cost core; the links are the hardware topology's view (``Topology.workers``,
-# ``.server``). ``Network``: its name here, which sync.core and sync.compare import.
-Network = Topology
+# FifoLink lives in the cost core; the links are the hardware topology's view (``Topology.workers``,
+# ``.server``).
 
 
 def ring_allreduce_s(nbytes: float, workers: int, bandwidth: float, latency_s: float) -> float:
