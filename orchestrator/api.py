@@ -28,8 +28,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.config import Schema
 from orchestrator.config.fields import option
+from orchestrator.config.planning import PlannerConfig
 from orchestrator.config.sync import ServerSyncConfig, SyncConfig
-from orchestrator.errors import ConfigError, InfeasiblePlacementError, UserError, WorkloadError
+from orchestrator.errors import ConfigError, InfeasiblePlacementError, InfeasiblePlanError, UserError, WorkloadError
 from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
 from orchestrator.graph import Edge, Node, OpGraph, Placement, PlacementContext
@@ -54,8 +55,8 @@ __all__ = [
     "OpGraph", "Node", "Edge", "Placement", "PlacementContext", "PlacementOutcome", "MicrobatchSpec",
     "Cluster", "Worker", "Device", "Link",
     "Planner", "Plan", "Pipeline", "Stage", "Replica", "GpuCluster", "GpuType", "LayeredProfile", "PlanEstimate",
-    "StageFigures", "PlanEvaluator", "PlanObjective", "PlanSimulator",
-    "UserError", "ConfigError", "InfeasiblePlacementError", "WorkloadError",
+    "StageFigures", "PlanEvaluator", "PlanObjective", "PlanSimulator", "PlannerConfig",
+    "UserError", "ConfigError", "InfeasiblePlacementError", "InfeasiblePlanError", "WorkloadError",
 ]
 
 

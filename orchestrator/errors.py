@@ -23,6 +23,10 @@ class InfeasiblePlacementError(UserError):
     """A placement (or every placement) exceeds some device's memory."""
 
 
+class InfeasiblePlanError(UserError):
+    """No plan of a planner fits the cluster (memory, the objective's constraint): one line, exit 2."""
+
+
 class WorkerFailedError(Exception):
     """A worker process of a distributed run died or timed out."""
 

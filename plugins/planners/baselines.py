@@ -22,7 +22,7 @@ import numpy as np
 
 from orchestrator.api import GpuCluster, LayeredProfile, Plan, PlanEvaluator, PlanObjective
 from orchestrator.config.planning import BaselinePlannerConfig
-from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.errors import ConfigError, InfeasiblePlanError
 
 
 def _best(cands, objective: PlanObjective, evaluator: PlanEvaluator, budget_s: float, name: str) -> Plan:
@@ -37,7 +37,7 @@ def _best(cands, objective: PlanObjective, evaluator: PlanEvaluator, budget_s: f
         if est is not None and objective.score(est) < score:
             best, score = plan, objective.score(est)
     if best is None:
-        raise InfeasiblePlacementError(f"planner={name}: none of {n} candidate plans fits in memory and meets "
+        raise InfeasiblePlanError(f"planner={name}: none of {n} candidate plans fits in memory and meets "
                                        f"planner.objective={objective.kind}")
     return best
 

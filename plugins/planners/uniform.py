@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.api import GpuCluster, LayeredProfile, Pipeline, Plan, PlanEvaluator, PlanObjective, Replica, Stage
 from orchestrator.config.planning import UniformPlannerConfig
-from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.errors import ConfigError, InfeasiblePlanError
 
 
 def even_split(layers: int, parts: int) -> list[range]:
@@ -63,7 +63,7 @@ class UniformPlanner:
             if score < best_score:
                 best, best_score = cand, score
         if best is None:
-            raise InfeasiblePlacementError(f"planner=uniform: no plan of {self.considered} candidates fits in memory "
+            raise InfeasiblePlanError(f"planner=uniform: no plan of {self.considered} candidates fits in memory "
                                            f"and meets planner.objective={objective.kind} ({evaluator.skipped} skipped "
                                            "for missing profile entries)")
         return best
