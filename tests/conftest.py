@@ -1,5 +1,6 @@
 """Shared helpers: run the real CLI (in a subprocess, or in-process for the fast tier) in a scratch
-directory and read the MLflow store it wrote; TensorFlow set up lazily; Hypothesis profiles.
+directory and read the MLflow store it wrote; TensorFlow set up lazily; new MLflow stores in this
+process copied from one migrated empty store; Hypothesis profiles.
 
 Nothing here imports TensorFlow: tests that never touch it (config errors, ``--help``, plugin listing,
 layout, the simulator) do not pay its import. The first import of ``tensorflow``, by whatever test or
@@ -8,12 +9,15 @@ module, is configured on the spot (two logical CPU devices, two threads), before
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.abc
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -60,36 +64,95 @@ def _configure_tensorflow(tf) -> None:
         pass  # already initialised (imported before this conftest): keep what is there
 
 
-class _ConfigureTensorFlowOnImport(importlib.abc.MetaPathFinder):
-    """A one-shot import hook: finds the real ``tensorflow`` package and configures it as soon as
-    its ``__init__`` has run, i.e. before anything can create a tensor."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """A one-shot import hook: finds the real module ``name`` and calls ``then(module)`` as soon as
+    its body has run, i.e. before anything else can use it."""
 
-    marker = "orchestrator-tests-configure-tf"
-
-    def __init__(self) -> None:
-        self.done = False
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then, self.done = name, then, False
+        self.marker = _marker(name)
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "tensorflow" or self.done:
+        if fullname != self.name or self.done:
             return None
         self.done = True                       # before the lookup below, which asks us again
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None:
             return spec
-        real_exec = spec.loader.exec_module
+        real_exec, then = spec.loader.exec_module, self.then
 
         def exec_module(module):
             real_exec(module)
-            _configure_tensorflow(module)
+            then(module)
 
         spec.loader.exec_module = exec_module  # this spec's own loader instance
         return spec
 
 
-if "tensorflow" in sys.modules:
-    _configure_tensorflow(sys.modules["tensorflow"])
-elif not any(getattr(f, "marker", None) == _ConfigureTensorFlowOnImport.marker for f in sys.meta_path):
-    sys.meta_path.insert(0, _ConfigureTensorFlowOnImport())
+def _marker(name: str) -> str:
+    return f"orchestrator-tests-after-import:{name}"
+
+
+def _after_import(name: str, then) -> None:
+    """``then(module)`` once ``name`` is imported: now if it is, else from an import hook (one per
+    name, however often this file is imported)."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    elif not any(getattr(f, "marker", None) == _marker(name) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _sqlite_copy(src, dst) -> None:
+    """SQLite's online backup from ``src`` to ``dst``, each a file path or a SQLAlchemy engine (whose
+    own connection is used, so the engine sees the copy)."""
+    import sqlite3
+
+    with contextlib.ExitStack() as stack:
+        conns = []
+        for end in (src, dst):
+            if isinstance(end, Path):
+                conns.append(stack.enter_context(contextlib.closing(sqlite3.connect(end))))
+            else:
+                raw = end.raw_connection()
+                stack.callback(raw.close)
+                conns.append(raw.driver_connection)
+        conns[0].backup(conns[1])
+
+
+def _share_the_empty_store(utils) -> None:
+    """MLflow builds every new SQLite store by running its whole migration history (seconds a store;
+    a trial or ``store_runs`` in this process makes one in each test's directory). In this process the
+    first store is migrated for real and its empty schema kept; later new stores start as a copy of
+    it (the same tables, indexes and schema version, no rows). Child processes migrate theirs as a
+    user's would; a store the copy cannot write gets MLflow's own migration and its own error."""
+    import sqlite3
+
+    real = utils._initialize_tables
+    if getattr(real, "copies_the_empty_store", False):
+        return
+    made: list[Path] = []   # the migrated empty store, once there is one
+
+    def initialize_tables(engine):
+        if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+            return real(engine)
+        if made:
+            try:
+                return _sqlite_copy(made[0], engine)
+            except sqlite3.Error:
+                pass
+        real(engine)
+        if not made:
+            keep = Path(tempfile.mkdtemp(prefix="orchestrator-tests-store-"))
+            atexit.register(shutil.rmtree, keep, True)
+            _sqlite_copy(engine, keep / "empty.db")
+            made.append(keep / "empty.db")
+
+    initialize_tables.copies_the_empty_store = True
+    utils._initialize_tables = initialize_tables
+
+
+_after_import("tensorflow", _configure_tensorflow)
+_after_import("mlflow.store.db.utils", _share_the_empty_store)
 
 
 def __getattr__(name: str):
