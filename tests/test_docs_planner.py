@@ -55,3 +55,30 @@ def test_the_documented_planner_plans_with_its_keys_and_fails_in_one_line(two_st
     lines = poor.stderr.strip().splitlines()
     assert poor.returncode == 2 and lines == ["error: planner=two_stages: two stages of 2 do not fit"], poor.stderr
     assert all(r.info.status != "RUNNING" for r in store_runs(work))
+
+
+def test_a_simulator_missing_a_rule_is_one_line_naming_it(monkeypatch):
+    import types
+
+    from orchestrator import api, plugins
+    from orchestrator.errors import ConfigError
+    from orchestrator.planning.simulators import simulator
+
+    class OnlyEstimate(api.PlanSimulator):
+        def estimate(self, plan, profile, cluster, global_batch, timeline=False):
+            raise AssertionError("never built")
+
+    class Registers:
+        @api.hookimpl
+        def orchestrator_simulators(self):
+            return {"partial": "partial_sim:OnlyEstimate"}
+
+    monkeypatch.setitem(sys.modules, "partial_sim", types.SimpleNamespace(OnlyEstimate=OnlyEstimate))
+    pm = plugins.get_plugin_manager()
+    pm.register(Registers(), name="partial-simulator")
+    try:
+        with pytest.raises(ConfigError, match=r"planner.simulator='partial': OnlyEstimate does not implement "
+                                              r"boundary_time, .*stage_memory"):
+            simulator("partial")
+    finally:
+        pm.unregister(name="partial-simulator")

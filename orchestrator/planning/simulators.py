@@ -84,6 +84,9 @@ def simulator(name: str) -> PlanSimulator:
         if name in simulator_names():
             raise
         raise ConfigError(f"planner.simulator={name!r} (registered: {', '.join(simulator_names())})") from exc
+    if isinstance(cls, type) and issubclass(cls, PlanSimulator) and cls.__abstractmethods__:
+        raise ConfigError(f"planner.simulator={name!r}: {cls.__name__} does not implement "
+                          f"{', '.join(sorted(cls.__abstractmethods__))} (orchestrator.api.PlanSimulator)")
     sim = cls()
     if not isinstance(sim, PlanSimulator):
         raise ConfigError(f"planner.simulator={name!r}: {type(sim).__name__} does not subclass "
