@@ -214,33 +214,35 @@ class _Load:
     against ``upper`` (supersets only get worse); a class is skipped where it does not fit."""
 
     def __init__(self, units: _UnitCosts, comm: _CommLoad, upper: float):
-        self.units, self.comm_load, self.upper, self.nc = units, comm, upper, comm.nc
+        self.comp_c, self.mem, self.tmp, self.cap, self.max_cap = units.comp_c, units.mem, units.tmp, units.cap, units.max_cap
+        self.move, self.upper, self.nc, self.classes = comm.move, upper, comm.nc, range(comm.nc)
 
     def start(self) -> None:
         self.comm, self.compute = [0.0] * self.nc, [0.0] * self.nc
         self.m_used, self.t_stack = 0.0, [0.0]
 
     def enter(self, x: int) -> bool:
-        u = self.units
-        new_compute = [self.compute[c] + u.comp_c[x, c] for c in range(self.nc)]
-        new_mem, new_t = self.m_used + u.mem[x], max(self.t_stack[-1], u.tmp[x])
-        if min(new_compute) >= self.upper or new_mem + new_t > u.max_cap:
+        compute, comp_x = self.compute, self.comp_c[x]
+        new_compute = [compute[c] + comp_x[c] for c in self.classes]
+        new_mem, new_t = self.m_used + self.mem[x], max(self.t_stack[-1], self.tmp[x])
+        if min(new_compute) >= self.upper or new_mem + new_t > self.max_cap:
             return False
         self.compute, self.m_used = new_compute, new_mem
         self.t_stack.append(new_t)
-        self.comm_load.move(x, +1, self.comm)
+        self.move(x, +1, self.comm)
         return True
 
     def leave(self, x: int) -> None:
-        self.comm_load.move(x, -1, self.comm)
-        for c in range(self.nc):
-            self.compute[c] -= self.units.comp_c[x, c]
-        self.m_used -= self.units.mem[x]
+        self.move(x, -1, self.comm)
+        compute, comp_x = self.compute, self.comp_c[x]
+        for c in self.classes:
+            compute[c] -= comp_x[c]
+        self.m_used -= self.mem[x]
         self.t_stack.pop()
 
     def costs(self) -> list[tuple[int, float]]:
-        used, cap, compute, comm = self.m_used + self.t_stack[-1], self.units.cap, self.compute, self.comm
-        return [(c, compute[c] + max(comm[c], 0.0)) for c in range(self.nc)
+        used, cap, compute, comm = self.m_used + self.t_stack[-1], self.cap, self.compute, self.comm
+        return [(c, compute[c] + max(comm[c], 0.0)) for c in self.classes
                 if not (used > cap[c] or not math.isfinite(compute[c]))]
 
 
