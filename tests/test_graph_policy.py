@@ -20,7 +20,7 @@ from orchestrator.placement.learn.graph_policy import SHIPPED, GraphPolicy, grap
 from orchestrator.placement.solve.problem import PlacementProblem
 from orchestrator_plugins.placers.rl import RLPlacer
 
-from conftest import run_cli, run_inprocess, store_runs
+from conftest import run_inprocess, store_runs
 
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 BERT = DATA / "throughput-inputs" / "LayerGraphs" / "bert24_training.json"
@@ -145,10 +145,10 @@ def test_pretrain_bad_input_is_one_line(workdir):
 
 @pytest.mark.slow
 def test_pretrain_writes_a_checkpoint_and_an_mlflow_run(workdir):
-    out = run_cli(workdir, "--models", "nmt-2", "--workloads", str(workdir / "none"), "--synthetic", "0", "--imitate", "2",
-                  "--teacher-budget", "50", "--updates", "4", "--eval-every", "2", "--no-heldout",
-                  "--out", str(workdir / "p.npz"), "--tracking-uri", f"sqlite:///{workdir / 'mlflow.db'}",
-                  module="orchestrator.pretrain", timeout=600)
+    out = run_inprocess(workdir, "--models", "nmt-2", "--workloads", str(workdir / "none"), "--synthetic", "0",
+                        "--imitate", "2", "--teacher-budget", "50", "--updates", "4", "--eval-every", "2", "--no-heldout",
+                        "--out", str(workdir / "p.npz"), "--tracking-uri", f"sqlite:///{workdir / 'mlflow.db'}",
+                        module="orchestrator.pretrain")
     assert out.returncode == 0, out.stderr[-2000:]
     pol = GraphPolicy.load(workdir / "p.npz")
     assert len(pol.meta["cases"]) == 4 and all(c.startswith("nmt-2 on ") for c in pol.meta["cases"])

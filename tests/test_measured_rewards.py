@@ -192,11 +192,11 @@ def test_reward_keys_and_their_checks():
 
 @pytest.mark.slow
 def test_measured_reward_search_on_two_logical_cpus(workdir):
-    from conftest import QUICK, run_cli, store_runs
+    from conftest import QUICK, run_inprocess, store_runs
 
-    out = run_cli(workdir, "+placer=rl", "hardware=local", "hardware.logical_cpus=2", "placer.reward=measured",
-                  "placer.budget_s=6", "placer.measure_steps=3", "placer.budget_evaluations=200", "placer.compare_simulated=true",
-                  *QUICK, timeout=900)
+    out = run_inprocess(workdir, "+placer=rl", "hardware=local", "hardware.logical_cpus=2", "placer.reward=measured",
+                        "placer.budget_s=6", "placer.measure_steps=3", "placer.budget_evaluations=200",
+                        "placer.compare_simulated=true", *QUICK)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     m, tags = run.data.metrics, run.data.tags

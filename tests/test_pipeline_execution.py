@@ -16,7 +16,7 @@ from orchestrator.phases.schedule import microbatch_spec
 from orchestrator.placement.graph.workload import load_msr_workload
 from orchestrator.placement.simulate.microbatch import task_order
 
-from conftest import LOGICAL_CPUS, run_cli, run_inprocess, store_runs
+from conftest import LOGICAL_CPUS, run_inprocess, store_runs
 
 DATA = Path(__file__).parent / "data" / "msr-dnn-partitioning"
 
@@ -94,8 +94,8 @@ def test_bad_schedule_is_a_one_line_error(workdir):
 
 @pytest.mark.slow
 def test_pipelined_training_runs_for_real_and_logs_both_figures(workdir):
-    out = run_cli(workdir, "+placer=manual", "placement.micro_batches=2", "placement.pipeline_steps=2",
-                  "train.budget_updates=20", "train.eval_every=10", "train.eval_samples=200")
+    out = run_inprocess(workdir, "+placer=manual", "placement.micro_batches=2", "placement.pipeline_steps=2",
+                        "train.budget_updates=20", "train.eval_every=10", "train.eval_samples=200")
     assert out.returncode == 0, out.stderr[-3000:]
     run = _metrics(workdir)
     m, tags = run.data.metrics, run.data.tags

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_inprocess, store_runs
 
 RECIPES = sorted(p.stem for p in Path(str(resources.files("orchestrator_conf") / "experiment")).glob("*.yaml"))
 
@@ -25,14 +25,14 @@ def test_recipe_composes_as_a_sweep(recipe):
 
 @pytest.mark.slow
 def test_staleness_recipe_runs_and_ends_with_a_comparison(workdir):
-    out = run_cli(workdir, "-m", "+experiment=delay_sync_staleness", "sync.staleness=0,4", *QUICK, timeout=900)
+    out = run_inprocess(workdir, "-m", "+experiment=delay_sync_staleness", "sync.staleness=0,4", *QUICK)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sweep " in out.stdout and "time to target" in out.stdout  # the comparison table
     assert "verdict:  none/delay/local/cnn" in out.stdout or "verdict:  no trial reported" in out.stdout, out.stdout
     children = [r for r in store_runs(workdir) if r.data.tags.get("mlflow.parentRunId")]
     assert sorted(r.data.params["sync.staleness"] for r in children) == ["0", "4"]
     assert all("sync.staleness=" in r.info.run_name for r in children)
-    report = run_cli(workdir, "--experiment", "delay_sync_staleness", module="orchestrator.tracking.report", timeout=120)
+    report = run_inprocess(workdir, "--experiment", "delay_sync_staleness", module="orchestrator.tracking.report")
     assert report.returncode == 0 and report.stdout.count("none/delay/local/cnn") == 2, report.stdout
 
 
@@ -40,7 +40,7 @@ def test_staleness_recipe_runs_and_ends_with_a_comparison(workdir):
 def test_tune_delay_resumes_its_study(workdir):
     args = ["-m", "+experiment=tune_delay", "hydra.sweeper.n_trials=2", *QUICK]
     for _ in range(2):
-        out = run_cli(workdir, *args, timeout=900)
+        out = run_inprocess(workdir, *args)
         assert out.returncode == 0, out.stderr[-3000:]
     import optuna
 

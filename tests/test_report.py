@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, run_inprocess, store_runs
+from conftest import QUICK, run_inprocess, store_runs
 
 MLFLOW_ENV = {"MLFLOW_TRACKING_URI": ""}  # the tests choose the store; an inherited one must not leak in
 
@@ -161,7 +161,7 @@ def test_plots_say_simulated_or_measured(store, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_real_sweep_logs_plots_on_parent_and_reports(workdir):
-    out = run_cli(workdir, "-m", "train.lr=0.05,0.1", *QUICK, timeout=600, env=MLFLOW_ENV)
+    out = run_inprocess(workdir, "-m", "train.lr=0.05,0.1", *QUICK, env=MLFLOW_ENV)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "\r" not in out.stderr and "update/s" not in out.stderr  # no bars off a terminal
     runs = store_runs(workdir)

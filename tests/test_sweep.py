@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_inprocess, store_runs
 
 
 def _parent_and_children(workdir):
@@ -15,11 +15,10 @@ def _parent_and_children(workdir):
 
 @pytest.mark.slow
 def test_optuna_sweep_makes_one_parent_and_three_children(workdir):
-    out = run_cli(workdir, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
-                  "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=t",
-                  "train.lr=interval(0.05,0.2)", "train.stop=budget", "train.budget_updates=30",
-                  "train.eval_every=10", "train.eval_samples=300", "objective.metric=train.final_test_accuracy",
-                  timeout=900)
+    out = run_inprocess(workdir, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+                        "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=t",
+                        "train.lr=interval(0.05,0.2)", "train.stop=budget", "train.budget_updates=30",
+                        "train.eval_every=10", "train.eval_samples=300", "objective.metric=train.final_test_accuracy")
     assert out.returncode == 0, out.stderr[-3000:]
     parent, children = _parent_and_children(workdir)
     assert len(children) == 3 and parent.info.status == "FINISHED"
@@ -31,7 +30,7 @@ def test_optuna_sweep_makes_one_parent_and_three_children(workdir):
 @pytest.mark.slow
 def test_a_failing_trial_does_not_stop_the_sweep(workdir):
     # a failure only the trial can see (its data directory), not the config check before the sweep
-    out = run_cli(workdir, "-m", "dataset.path=null,/nonexistent/mnist", *QUICK, timeout=900)
+    out = run_inprocess(workdir, "-m", "dataset.path=null,/nonexistent/mnist", *QUICK)
     assert out.returncode == 1, out.stderr[-3000:]  # the sweep went on, then says a trial failed
     assert ("sweep: 2 trials, 1 finished, 1 failed; first error: ConfigError: dataset.path '/nonexistent/mnist' "
             "is not a directory") in out.stderr, out.stderr[-3000:]
@@ -45,10 +44,10 @@ def test_a_failing_trial_does_not_stop_the_sweep(workdir):
 @pytest.mark.slow
 def test_an_optuna_sweep_without_any_value_ends_with_one_line_not_a_traceback(workdir):
     """No trial reaches its target, so Optuna's study has no best trial: one line, exit 1, runs closed."""
-    out = run_cli(workdir, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1",
-                  "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=none",
-                  "train.lr=interval(0.05,0.2)", "train.target_accuracy=0.99", "train.budget_updates=4",
-                  "train.eval_every=2", "train.eval_samples=200", timeout=600)
+    out = run_inprocess(workdir, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1",
+                        "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=none",
+                        "train.lr=interval(0.05,0.2)", "train.target_accuracy=0.99", "train.budget_updates=4",
+                        "train.eval_every=2", "train.eval_samples=200")
     assert out.returncode == 1, out.stderr[-3000:]
     assert ("error: no trial of the Optuna sweep reported speedup (each failed or missed its "
             "target), so the study has no best trial") in out.stderr, out.stderr[-3000:]
