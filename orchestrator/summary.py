@@ -29,6 +29,89 @@ def _figures(tags: dict[str, str], runtime: str) -> str:
 _NOTES = {"sailor": "Sailor's published cost model: the anchor's metric"}   # what a simulator's figure is
 
 
+def _gib(v: float | None) -> str:
+    return "-" if v is None else f"{v / 2**30:.1f}"
+
+
+def _result_line(m: dict[str, float]) -> str:
+    """What the plan does: its iteration, throughput, cost; the bubble only where there are stages."""
+    bubble = (f"; bubble {_fmt(100 * m['plan.bubble_fraction'])}%" if "plan.bubble_fraction" in m
+              else "; one stage: no pipeline bubble")
+    return (f"  result:   {_fmt(m.get('plan.iteration_s'), ' s')} per iteration of {int(m.get('plan.global_batch', 0))} "
+            f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {int(m.get('plan.gpus', 0))} GPUs{bubble}; "
+            f"{_fmt(m.get('plan.usd_per_iteration'))} USD per iteration = {_fmt(m.get('plan.usd_per_hour'))} USD/h")
+
+
+def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
+    """The objective's own figure against its constraint, and the bound that matches it."""
+    kind, out = t.get("plan.objective", "throughput"), []
+    if kind == "cost":
+        floor = m.get("plan.min_samples_per_s")
+        met = "" if floor is None else (" (met)" if m.get("plan.samples_per_s", 0.0) >= floor else " (NOT met)")
+        out.append(f"  objective: cost: {_fmt(m.get('plan.usd_per_iteration'))} USD per iteration at "
+                   f"{_fmt(m.get('plan.samples_per_s'))} samples/s against the floor {_fmt(floor)} samples/s{met}")
+        if "plan.bound_usd_per_iteration" in m:
+            out.append(f"  bound:    no plan on these GPUs costs less than {_fmt(m['plan.bound_usd_per_iteration'])} USD "
+                       "per iteration (lower bound: every sample's compute at its cheapest GPU per layer); this plan "
+                       f"is {_fmt(100 * m.get('plan.optimality_gap', 0.0))}% above it")
+    elif kind == "budget":
+        ceiling = m.get("plan.max_usd_per_hour")
+        met = "" if ceiling is None else (" (met)" if m.get("plan.usd_per_hour", 0.0) <= ceiling * (1 + 1e-9) else " (NOT met)")
+        out.append(f"  objective: budget: {_fmt(m.get('plan.samples_per_s'))} samples/s at {_fmt(m.get('plan.usd_per_hour'))} "
+                   f"USD/h against the ceiling {_fmt(ceiling)} USD/h{met}")
+        if "plan.bound_samples_per_s" in m:
+            out.append(f"  bound:    no plan on these GPUs within the ceiling exceeds {_fmt(m['plan.bound_samples_per_s'])} "
+                       "samples/s (the time bound's, or the ceiling over the least USD per sample); this plan is "
+                       f"{_fmt(100 * m.get('plan.optimality_gap', 0.0))}% below it")
+    elif "plan.bound_iteration_s" in m:
+        given = t.get("plan.cluster_source", "given") == "given"
+        what = ("certified lower bound for the cluster given; docs/plans.md" if given else
+                "a lower bound over the plan's own GPUs only: hardware.gpus was not given, so it certifies nothing about "
+                "a larger cluster")
+        out.append(f"  bound:    no plan of this model on {t.get('plan.cluster', 'these GPUs')} is faster than "
+                   f"{_fmt(m['plan.bound_iteration_s'], ' s')} per iteration ({what}); this plan is "
+                   f"{_fmt(100 * m.get('plan.optimality_gap', 0.0))}% above it")
+    return out
+
+
+def _memory_line(m: dict[str, float]) -> str | None:
+    """Peak per GPU type as used / capacity, with the headroom's limit when one is kept."""
+    parts = []
+    for k, v in sorted(m.items()):
+        if not k.startswith("plan.peak_memory_bytes."):
+            continue
+        gpu = k.rsplit(".", 1)[-1]
+        cap, lim = m.get(f"plan.memory_capacity_bytes.{gpu}"), m.get(f"plan.memory_limit_bytes.{gpu}")
+        part = f"{gpu} {_gib(v)} / {_gib(cap)} GiB" if cap is not None else f"{gpu} {_gib(v)} GiB"
+        if lim is not None and cap is not None and lim < cap:
+            part += f" (limit {_gib(lim)} GiB)"
+        parts.append(part)
+    if not parts:
+        return None
+    head = m.get("plan.memory_headroom")
+    return (f"  memory:   peak per GPU used / capacity: {', '.join(parts)}"
+            + (f"; headroom {_fmt(100 * head)}% kept free (planner.memory_headroom)" if head else ""))
+
+
+def _judged_lines(m: dict[str, float], t: dict[str, str], sim: str) -> list[str]:
+    out = []
+    others = sorted(k.rpartition(".")[2] for k in m if k.startswith("plan.iteration_s.") and k != f"plan.iteration_s.{sim}")
+    if others:   # every other registered simulator's figure of the plan (planning.phase logs one per simulator)
+        out.append(f"  judged:   {_fmt(m.get(f'plan.iteration_s.{sim}'), ' s')} by the {sim} simulator (the trial's), "
+                   + ", ".join(f"{_fmt(m[f'plan.iteration_s.{o}'], ' s')} by the {o} simulator"
+                               + (f" ({_NOTES[o]})" if o in _NOTES else "") for o in others))
+    if "plan.simulators_disagree" in t:
+        out.append(f"  WARNING:  {t['plan.simulators_disagree']}"[:600])
+    if "plan.measured_iteration_s" in m:
+        real = m["plan.measured_iteration_s"]
+        line = (f"  measured: {_fmt(real, ' s')} per iteration (the plan file's `real`); simulated "
+                f"{_fmt(m.get(f'plan.iteration_s.{sim}'), ' s')} ({sim}), error {100 * m.get('plan.simulated_error', 0.0):+.1f}%")
+        if "plan.measured_peak_memory_bytes" in m:
+            line += f"; measured peak memory {_gib(m['plan.measured_peak_memory_bytes'])} GiB"
+        out.append(line)
+    return out
+
+
 def plan_lines(outcome: dict[str, Any]) -> list[str]:
     """What a planning trial planned, its figures and against what they were judged."""
     m, t = outcome["metrics"], outcome["tags"]
@@ -38,34 +121,29 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
              f"(hardware {t.get('hardware')}), objective {t.get('plan.objective', 'throughput')}",
              f"  plan:     {t.get('plan.description', '?')}"[:600]]
     if m.get("plan.fits") == 1.0:
-        lines.append(f"  result:   {_fmt(m.get('plan.iteration_s'), ' s')} per iteration of {int(m.get('plan.global_batch', 0))} "
-                     f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {int(m.get('plan.gpus', 0))} GPUs; "
-                     f"bubble {_fmt(100 * m.get('plan.bubble_fraction', 0.0))}%; "
-                     f"{_fmt(m.get('plan.usd_per_iteration'))} USD per iteration")
+        lines.append(_result_line(m))
     else:
         lines.append(f"  result:   DOES NOT FIT in memory: {t.get('plan.violations', '?')}"[:600])
         lines.append(f"            (it would take {_fmt(m.get('plan.iteration_s_if_it_fitted'), ' s')} per iteration if it fitted)")
-    if "plan.bound_iteration_s" in m:
-        lines.append(f"  bound:    no plan of this model on these GPUs is faster than {_fmt(m['plan.bound_iteration_s'], ' s')} "
-                     f"per iteration (certified lower bound; docs/plans.md); this plan is "
-                     f"{_fmt(100 * m.get('plan.optimality_gap', 0.0))}% above it")
-    peaks = ", ".join(f"{k.rsplit('.', 1)[-1]} {v / 2**30:.1f} GiB" for k, v in sorted(m.items())
-                      if k.startswith("plan.peak_memory_bytes."))
-    if peaks:
-        lines.append(f"  memory:   peak per GPU: {peaks}")
-    others = sorted(k.rpartition(".")[2] for k in m if k.startswith("plan.iteration_s.") and k != f"plan.iteration_s.{sim}")
-    if others:   # every other registered simulator's figure of the plan (planning.phase logs one per simulator)
-        lines.append(f"  judged:   {_fmt(m.get(f'plan.iteration_s.{sim}'), ' s')} by the {sim} simulator (the trial's), "
-                     + ", ".join(f"{_fmt(m[f'plan.iteration_s.{o}'], ' s')} by the {o} simulator"
-                                 + (f" ({_NOTES[o]})" if o in _NOTES else "") for o in others))
-    lines.append(f"  search:   {_fmt(m.get('plan.search_time_s'), ' s')}, {int(m.get('plan.evaluations', 0))} plans judged"
-                 + (f", {int(m['plan.skipped_candidates'])} skipped (missing profile entries)"
-                    if m.get("plan.skipped_candidates") else ""))
+    lines += _objective_lines(m, t)
+    memory = _memory_line(m)
+    if memory:
+        lines.append(memory)
+    lines += _judged_lines(m, t, sim)
+    timing = f"  search:   {_fmt(m.get('plan.search_time_s'), ' s')}, {int(m.get('plan.evaluations', 0))} plans judged"
+    if "plan.bound_time_s" in m:
+        timing += f"; bound {_fmt(m['plan.bound_time_s'], ' s')}; planning phase {_fmt(m.get('plan.phase_time_s'), ' s')} in all"
+    if m.get("plan.skipped_candidates"):
+        timing += (f"; {int(m['plan.skipped_candidates'])} candidates skipped: "
+                   f"{t.get('plan.skipped_reasons', 'missing profile entries or links')}"[:300])
+    lines.append(timing)
     if est is not None:
         worst = max(est.stages, key=lambda s: s.compute_s + s.send_s)
         lines.append(f"  where:    slowest stage p{worst.pipeline} s{worst.stage} ({worst.gpu}): compute {_fmt(worst.compute_s, ' s')}, "
                      f"sends {_fmt(worst.send_s, ' s')}, all-reduce {_fmt(worst.allreduce_s, ' s')}, update {_fmt(worst.update_s, ' s')}")
-    lines.append(f"  figures:  simulated ({sim} simulator: cost model from profiled layers and fitted links; "
+    layers = ("layer times derived from the model's graph and built-in device profiles (not measured)"
+              if t.get("plan.profile") == "derived" else "profiled layers")
+    lines.append(f"  figures:  simulated ({sim} simulator: cost model from {layers} and fitted links; "
                  "docs/benchmarks/plans.md has its error against measured GPU runs)")
     return lines
 

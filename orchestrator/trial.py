@@ -60,13 +60,14 @@ class Trial:
     def runtime_kind(self) -> str:
         return str(self.sync.config.runtime) if self.sync is not None else "local"   # the strategy's typed sync group
 
-    def run_name(self) -> str:
+    def run_name(self, cluster: str = "") -> str:
         custom = (self.cfg.get("tracking") or {}).get("run_name")
         if custom:
             return str(custom)
         n = self.labels
         if self.planner is not None:
-            name = f"plan:{n['planner']}/{n['hardware']}/{self.cfg.model.get('name', n['model'])}"
+            where = f"{n['hardware']} ({cluster})" if cluster else n["hardware"]       # runs on different clusters differ
+            name = f"plan:{n['planner']}/{where}/{self.cfg.model.get('name', n['model'])}"
             return (name + setup.sweep_suffix())[:250]
         name = f"{n['placer'] or 'none'}/{n['sync'] or 'none'}/{n['hardware']}/{n['model']}"
         return (name + setup.sweep_suffix())[:250]
@@ -110,7 +111,7 @@ class Trial:
 
         phase = PlanningPhase(self.cfg, self.planner, self.hardware, self.output_dir)
         profile, tags = phase.prepare(model_spec, self.placing, self.labels, __version__)
-        with self.record.open(self.run_name(), tags) as (sink, metrics):
+        with self.record.open(self.run_name(phase.run_label()), tags) as (sink, metrics):
             metrics.update(phase.run(model_spec, profile, sink))
         return self._summary(metrics, workers=0, runtime="plan", target=None, plan=phase.estimate)
 

@@ -26,6 +26,9 @@ class PlannerConfig(Schema):
     min_samples_per_s: float | None = option(None, "objective=cost: the throughput floor", gt=0)
     max_usd_per_hour: float | None = option(None, "objective=budget: the spending ceiling", gt=0)
     budget_s: float | None = option(None, "seconds of search at most (null: the planner's own limit)", gt=0)
+    memory_headroom: float = option(0.0, "share h of each GPU's memory plans keep free: the planners and "
+                                    "the project simulator hold every GPU to (1 - h) of its memory (Sailor's "
+                                    "simulator reads a GPU's memory from its name)", min=0, lt=1)
     compare_simulators: bool = option(True, "also log the plan's figure on the other registered simulators "
                                       "(plan.iteration_s.sailor / plan.iteration_s.project)")
 

@@ -33,8 +33,13 @@ PRICES = {"A100-40": 3.673385, "V100-16": 2.859998, "GH-96": 11.06}
 class GpuType:
     name: str
     gpus_per_node: int
-    memory_bytes: float
+    memory_bytes: float                       # what a plan may use per GPU: the capacity less the headroom
     usd_per_gpu_hour: float | None = None
+    capacity_bytes: float | None = None       # the GPU's memory when a headroom is kept (None: memory_bytes)
+
+    @property
+    def capacity(self) -> float:
+        return self.memory_bytes if self.capacity_bytes is None else self.capacity_bytes
 
 
 @dataclass
@@ -69,6 +74,17 @@ class GpuCluster:
                     raise ConfigError(f"hardware.gpus.{t}={n!r} must be a whole number >= 0")
                 counts[(str(t), str(z))] = counts.get((str(t), str(z)), 0) + int(n)
         return GpuCluster(self.name, self.types, counts, self.network, self.zone)
+
+    def with_headroom(self, headroom: float) -> GpuCluster:
+        """This cluster with ``headroom`` (a share, 0 <= h < 1) of every GPU's memory kept free: plans may use
+        ``(1 - h)`` of it (``planner.memory_headroom``); 0 is this cluster unchanged."""
+        if not 0.0 <= headroom < 1.0:
+            raise ConfigError(f"planner.memory_headroom={headroom!r} must be a share in [0, 1)")
+        if headroom == 0.0:
+            return self
+        types = {n: GpuType(t.name, t.gpus_per_node, t.capacity * (1.0 - headroom), t.usd_per_gpu_hour, t.capacity)
+                 for n, t in self.types.items()}
+        return GpuCluster(self.name, types, dict(self.gpus), self.network, self.zone)
 
     def describe(self) -> str:
         parts = [f"{n} {t}" + (f" ({z})" if z != self.zone else "") for (t, z), n in sorted(self.gpus.items()) if n]

@@ -32,6 +32,14 @@ def plan_schedule(name: str) -> PipelineSchedule:
     return SCHEDULES[name]()
 
 
+def replicas_text(n: int, gpu: str, tp: int) -> str:
+    """``n`` replicas of a TP group of ``tp`` GPUs, written so that the GPU count cannot be misread:
+    ``4 replicas x tp4 = 16 GH-96``; without TP, ``4 A100-40`` (one GPU a replica)."""
+    if tp <= 1:
+        return f"{n} {gpu}"
+    return f"{n} replica{'s' if n != 1 else ''} x tp{tp} = {n * tp} {gpu}"
+
+
 @dataclass(frozen=True)
 class Replica:
     """One data-parallel replica of a stage: a TP group of ``tp`` GPUs of type ``gpu`` on machines of
@@ -114,8 +122,8 @@ class Plan:
                 kinds: dict[tuple[str, int], int] = {}
                 for r in s.replicas:
                     kinds[(r.gpu, r.tp)] = kinds.get((r.gpu, r.tp), 0) + 1
-                who = "+".join(f"{n}x{g}" + (f"(tp{t})" if t > 1 else "") for (g, t), n in sorted(kinds.items()))
-                stages.append(f"L{s.layers[0]}-{s.layers[-1]}:{who}")
+                who = " + ".join(replicas_text(n, g, t) for (g, t), n in sorted(kinds.items()))
+                stages.append(f"L{s.layers[0]}-{s.layers[-1]}: {who}")
             parts.append(f"p{i}[" + " | ".join(stages) + "]")
         return f"mbs {self.mbs}, " + "; ".join(parts)
 

@@ -5,11 +5,12 @@ by the other registered ones), everything logged to the trial's MLflow run: ``pl
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
@@ -17,6 +18,10 @@ from orchestrator.planning.plots import gantt, layer_map
 from orchestrator.planning.simulators import PlanSimulator, simulator, simulator_names
 
 DEFAULT_GLOBAL_BATCH = 1024
+
+# The largest |error| of each simulator's iteration time against the measured plans (docs/benchmarks/plans.md,
+# "|err| over all plans"): two figures further apart than this cannot both be within their measured error.
+MEASURED_TIME_ERROR = {"project": 0.160, "sailor": 0.161}
 
 
 # GPU type name prefixes -> the built-in device profile a derived layered profile uses for them
@@ -42,6 +47,59 @@ def layered_profile(model_spec: Any, graph: Any = None, cluster: GpuCluster | No
     return derive(graph, model_spec.name, gpus, batch=batch)
 
 
+def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
+    """Every GPU the cluster lists can be planned for: its type has profile entries, and the links its machines
+    need exist (between two of its machines in its zone when it has more than one there; inside a machine).
+    Otherwise one line naming the missing entry: a planner would leave those GPUs out without a word, and a
+    bound over the rest would not hold for the cluster given."""
+    for (t, z), n in sorted(cluster.gpus.items()):
+        if n <= 0:
+            continue
+        per_node = cluster.gpu_type(t).gpus_per_node
+        if not any(profile.tp_degrees(t, mbs) for mbs in profile.micro_batches(t)):
+            derived = profile.source.startswith("derived")
+            how = (f"a derived profile needs a GPU type whose name starts with {', '.join(p for p, _ in DEVICE_PROFILES)}"
+                   if derived else f"add {t} to {profile.source or 'the profile'}/profiles_tmp.json")
+            raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but model {profile.model} has no profile on {t} "
+                              f"(profiled: {', '.join(profile.gpu_types) or 'none'}): {how}, or leave {t} out")
+        if n > per_node:
+            try:
+                cluster.network.inter_link(z, t, 1, z, t, 1)
+            except WorkloadError:
+                raise ConfigError(f"hardware.gpus lists {n} {t} GPUs in {z} ({math.ceil(n / per_node)} machines) but the "
+                                  f"network has no link fit between two {t} machines in {z} (multizone_bandwidths_het"
+                                  f".json[{z}][{t}][1][{z}][{t}][1], or links.inter in a cluster file): add it, or list "
+                                  f"at most {per_node} {t}") from None
+        if min(n, per_node) > 1:
+            try:
+                cluster.network.intra_link(t, min(n, per_node))
+            except WorkloadError:
+                raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but the network has no link fit inside a {t} "
+                                  f"machine (intra_node_bandwidths.json[{t}], or links.intra.{t} in a cluster file)") from None
+
+
+def cost_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
+    """USD per iteration no plan on ``cluster`` beats: every sample's forward and backward of each layer, at the
+    GPU type, micro-batch and TP degree where it costs least (GPU-seconds x price), bills at least that much
+    (sends, bubbles, all-reduces and updates only add). 0 when a listed type has no price."""
+    total = 0.0
+    for layer in range(profile.num_layers):
+        best = math.inf
+        for (t, _), n in cluster.gpus.items():
+            price = cluster.gpu_type(t).usd_per_gpu_hour if n > 0 else None
+            if n <= 0:
+                continue
+            if not price:
+                return 0.0
+            for mbs in profile.micro_batches(t):
+                for tp in profile.tp_degrees(t, mbs):
+                    if tp <= n:
+                        f, b, _ = profile.layer_times(t, mbs, tp)[layer]
+                        best = min(best, price * tp * (f + b) / mbs)
+        total += best
+    return total * global_batch / 3600.0 if math.isfinite(total) else 0.0
+
+
 class PlanningPhase:
     def __init__(self, cfg: Any, planner: Any, hardware: Any, output_dir: Path):
         self.cfg, self.planner, self.hardware, self.output_dir = cfg, planner, hardware, output_dir
@@ -50,6 +108,7 @@ class PlanningPhase:
         self.objective = PlanObjective(str(node.get("objective", "throughput")), node.get("min_samples_per_s"),
                                        node.get("max_usd_per_hour"))
         self.compare = bool(node.get("compare_simulators", True))
+        self.headroom = float(node.get("memory_headroom", 0.0) or 0.0)
 
     def prepare(self, model_spec: Any, placing: Any, labels: dict[str, Any], version: str) -> tuple[LayeredProfile, dict[str, str]]:
         """The layered profile (derived from the model's graph when it has none) and the run's tags; a bad
@@ -61,14 +120,22 @@ class PlanningPhase:
         tags = {"planner": labels["planner"] or "none", "placer": "none", "sync": "none",
                 "hardware": labels["hardware"], "model": str(self.cfg.model.get("name", labels["model"])),
                 "evaluator": "simulated", "runtime": "plan", "orchestrator.version": version,
-                "cluster.simulated": "true", "plan.simulator": self.sim.name}
+                "cluster.simulated": "true", "plan.simulator": self.sim.name,
+                "plan.profile": "derived" if profile.source.startswith("derived") else "measured"}
         return profile, tags
 
     def cluster(self) -> GpuCluster:
         get = getattr(self.hardware, "gpu_cluster", None)
         if get is None:
             raise ConfigError("a planning trial (+planner=...) needs hardware=gpu_cluster (a cluster of GPUs)")
-        return get()
+        return get().with_headroom(self.headroom)
+
+    def run_label(self) -> str:
+        """The cluster part of the run's name (runs on different clusters get different names)."""
+        try:
+            return self.cluster().describe()
+        except Exception:          # a bad cluster is reported by the run itself
+            return "?"
 
     def global_batch(self, model_spec: Any, profile: LayeredProfile) -> int:
         given = (model_spec.extra or {}).get("global_batch")
@@ -79,11 +146,21 @@ class PlanningPhase:
             return int(from_file())
         return int(profile.global_batch or DEFAULT_GLOBAL_BATCH)
 
-    def run(self, model_spec: Any, profile: LayeredProfile, sink: Any) -> dict[str, float]:
+    def planning_cluster(self, profile: LayeredProfile) -> tuple[GpuCluster, str]:
+        """The cluster planned for and where its GPUs come from: ``given`` (hardware.gpus or the cluster file),
+        else ``plan`` (a plan file's own GPUs). Every listed GPU can be planned for (``check_covered``)."""
         cluster = self.cluster()
-        batch = self.global_batch(model_spec, profile)
+        source = "given"
         if not cluster.gpus and hasattr(self.planner, "read"):      # without hardware.gpus: the plan's own GPUs
             cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
+            source = "plan"
+        check_covered(profile, cluster)
+        return cluster, source
+
+    def run(self, model_spec: Any, profile: LayeredProfile, sink: Any) -> dict[str, float]:
+        t_start = time.perf_counter()
+        cluster, source = self.planning_cluster(profile)
+        batch = self.global_batch(model_spec, profile)
         evaluator = PlanEvaluator(self.sim, profile, cluster, batch)
         t0 = time.perf_counter()
         plan: Plan = self.planner.plan(profile, cluster, self.objective, evaluator)
@@ -94,23 +171,85 @@ class PlanningPhase:
         est = evaluator.evaluate(plan, timeline=True)
         metrics = self.metrics(plan, est, search_s, evaluator)
         metrics.update(getattr(self.planner, "stats", {}) or {})
-        bound = self.sim.lower_bound(profile, cluster, batch, plan)
-        if bound < float("inf"):
-            metrics["plan.bound_iteration_s"] = bound
-            metrics["plan.optimality_gap"] = est.iteration_s / bound - 1.0
+        metrics.update(self.memory_metrics(cluster, est))
+        limits = {"plan.min_samples_per_s": self.objective.min_samples_per_s if self.objective.kind == "cost" else None,
+                  "plan.max_usd_per_hour": self.objective.max_usd_per_hour if self.objective.kind == "budget" else None,
+                  "plan.memory_headroom": self.headroom or None}
+        metrics.update({k: float(v) for k, v in limits.items() if v is not None})
         tags = {"plan.simulator": est.simulator, "plan.description": plan.describe()[:4900],
-                "plan.cluster": cluster.describe(), "plan.objective": self.objective.kind,
+                "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
                 "plan.fits": str(est.fits).lower()}
+        t0 = time.perf_counter()
+        metrics.update(self.bounds(profile, cluster, batch, plan, est))
+        metrics["plan.bound_time_s"] = time.perf_counter() - t0
         if not est.fits:
             tags["plan.violations"] = "; ".join(est.violations)[:4900]
+        if evaluator.skipped_reasons:
+            tags["plan.skipped_reasons"] = "; ".join(f"{n} x {why}" for why, n in sorted(
+                evaluator.skipped_reasons.items(), key=lambda kv: -kv[1]))[:4900]
+        metrics.update(self.measured(plan, est, batch))
         if self.compare:
             self.compare_simulators(plan, profile, cluster, batch, metrics, tags)
         metrics[f"plan.iteration_s.{est.simulator}"] = est.iteration_s
+        self.disagreement(est.simulator, metrics, tags)
+        metrics["plan.phase_time_s"] = time.perf_counter() - t_start
         sink.log_metrics(metrics)
         sink.set_tags(tags)
         self.artifacts(plan, est, profile, sink)
         self.estimate = est
         return metrics
+
+    def bounds(self, profile: LayeredProfile, cluster: GpuCluster, batch: int, plan: Plan,
+               est: PlanEstimate) -> dict[str, float]:
+        """The bound that matches the objective, and the plan's gap to it (``plan.optimality_gap``):
+        throughput: least s/iteration (``plan.bound_iteration_s``, the simulator's certified bound); cost:
+        least USD/iteration (``plan.bound_usd_per_iteration``); budget: most samples/s within the ceiling
+        (``plan.bound_samples_per_s``: the time bound's, or the ceiling over the least USD per sample)."""
+        out: dict[str, float] = {}
+        bound = self.sim.lower_bound(profile, cluster, batch, plan)
+        if bound < float("inf"):
+            out["plan.bound_iteration_s"] = bound
+            out["plan.optimality_gap"] = est.iteration_s / bound - 1.0
+        kind = self.objective.kind
+        if kind == "throughput" or not est.fits:
+            return out
+        out.pop("plan.optimality_gap", None)
+        usd = cost_lower_bound(profile, cluster, batch)
+        if kind == "cost" and usd > 0:
+            out["plan.bound_usd_per_iteration"] = usd
+            out["plan.optimality_gap"] = est.usd_per_iteration / usd - 1.0
+        elif kind == "budget":
+            ceiling = self.objective.max_usd_per_hour
+            best = [batch / b for b in (out.get("plan.bound_iteration_s"),) if b]
+            if ceiling is not None and usd > 0:
+                best.append(ceiling / 3600.0 / (usd / batch))
+            if best:
+                out["plan.bound_samples_per_s"] = min(best)
+                out["plan.optimality_gap"] = min(best) / est.samples_per_s - 1.0
+        return out
+
+    @staticmethod
+    def measured(plan: Plan, est: PlanEstimate, batch: int) -> dict[str, float]:
+        """A plan file's measured figures (Sailor's ``real`` seconds, ``max_mem`` bytes) beside the simulated
+        ones, when it was measured at this global batch."""
+        meta = plan.meta or {}
+        real, gbs = meta.get("real"), meta.get("gbs")
+        if not isinstance(real, int | float) or real <= 0 or (gbs is not None and int(gbs) != batch):
+            return {}
+        out = {"plan.measured_iteration_s": float(real), "plan.simulated_error": est.iteration_s / float(real) - 1.0}
+        if isinstance(meta.get("max_mem"), int | float) and meta["max_mem"] > 0:
+            out["plan.measured_peak_memory_bytes"] = float(meta["max_mem"])
+        return out
+
+    @staticmethod
+    def memory_metrics(cluster: GpuCluster, est: PlanEstimate) -> dict[str, float]:
+        """Per GPU type the plan uses: its capacity and the limit plans are held to (capacity less the headroom)."""
+        out = {}
+        for gpu in est.peak_memory:
+            t = cluster.gpu_type(gpu)
+            out[f"plan.memory_capacity_bytes.{gpu}"] = t.capacity
+            out[f"plan.memory_limit_bytes.{gpu}"] = t.memory_bytes
+        return out
 
     def compare_simulators(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, batch: int,
                            metrics: dict[str, float], tags: dict[str, str]) -> None:
@@ -124,14 +263,39 @@ class PlanningPhase:
                 tags[f"plan.iteration_s.{other}"] = f"not available: {exc}"[:400]
 
     @staticmethod
+    def disagreement(sim: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
+        """``plan.simulators_disagree``: both figures, where the trial's simulator and another are further apart
+        than their measured errors allow (``MEASURED_TIME_ERROR``)."""
+        mine = metrics.get(f"plan.iteration_s.{sim}")
+        notes = []
+        for key, theirs in sorted(metrics.items()):
+            other = key.rpartition(".")[2]
+            if not key.startswith("plan.iteration_s.") or other == sim or mine is None or other not in MEASURED_TIME_ERROR:
+                continue
+            if sim not in MEASURED_TIME_ERROR or not (mine > 0 and theirs > 0):
+                continue
+            err = max(MEASURED_TIME_ERROR[sim], MEASURED_TIME_ERROR[other])
+            if max(mine, theirs) / min(mine, theirs) - 1.0 > err:
+                notes.append(f"the {sim} simulator gives {mine:.4g} s, the {other} simulator {theirs:.4g} s: "
+                             f"{max(mine, theirs) / min(mine, theirs):.2f}x apart, beyond their measured error "
+                             f"(at most {err:.0%} on measured plans, docs/benchmarks/plans.md); trust neither figure")
+        if notes:
+            tags["plan.simulators_disagree"] = "; ".join(notes)[:4900]
+
+    @staticmethod
     def metrics(plan: Plan, est: PlanEstimate, search_s: float, evaluator: PlanEvaluator) -> dict[str, float]:
         # a plan that does not fit is never figured as if it did: its time goes under another name
         key = "plan.iteration_s" if est.fits else "plan.iteration_s_if_it_fitted"
         m = {key: est.iteration_s, "plan.fits": float(est.fits), "plan.usd_per_iteration": est.usd_per_iteration,
-             "plan.bubble_fraction": est.bubble_fraction, "plan.search_time_s": search_s,
+             "plan.search_time_s": search_s,
              "plan.gpus": float(plan.gpus), "plan.pipelines": float(len(plan.pipelines)), "plan.mbs": float(plan.mbs),
+             "plan.stages": float(max(len(p.stages) for p in plan.pipelines)),
              "plan.global_batch": float(est.global_batch), "plan.evaluations": float(evaluator.evaluations),
              "plan.skipped_candidates": float(evaluator.skipped)}
+        if est.iteration_s > 0:
+            m["plan.usd_per_hour"] = est.usd_per_iteration * 3600.0 / est.iteration_s
+        if m["plan.stages"] > 1:         # a pipeline bubble exists only where there are stages
+            m["plan.bubble_fraction"] = est.bubble_fraction
         if est.fits:
             m["plan.samples_per_s"] = est.samples_per_s
         for gpu, peak in est.peak_memory.items():
