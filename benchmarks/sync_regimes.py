@@ -350,6 +350,49 @@ def plot(results: dict, path: Path, target: float, seeds: int) -> None:
     print(f"wrote {path}")
 
 
+RUNS = {"mnist": ROOT / "docs" / "benchmarks" / "sync_regimes_runs.json",
+        "fashion_mnist": ROOT / "docs" / "benchmarks" / "sync_regimes_fashion_runs.json"}
+MAP = ROOT / "orchestrator" / "sync" / "regime_map.json"
+
+
+def export_map(runs: dict[str, Path] | None = None) -> dict:
+    """The packaged regime map ``+sync=auto`` decides from (``--export-map``; ``orchestrator/sync/regimes.py``
+    reads it), derived from the committed runs of each dataset: per regime its hardware (``regime_hardware``),
+    per strategy its sync name and the sync group it ran with (``conf/sync/NAME.yaml``'s and ``STRATEGIES``'s
+    overrides), median seconds to target over the seeds (None:
+    missed or stopped), the seeds' min and max (of those that reached it), the seeds that reached it of those
+    run, and the tuned lr; the winner (``table``'s: the least median, the first in ``STRATEGIES`` on a tie)
+    and its margin over allreduce (allreduce's median / the winner's)."""
+    out: dict = {"workers": W, "maps": {}}
+    for dataset, path in (runs or RUNS).items():
+        results = load_cache(path)
+        cells = []
+        for regime in (r for r in REGIMES if r in results):
+            strategies = {}
+            for label in (s for s in STRATEGIES if s in results[regime]):
+                c = results[regime][label]
+                times = [r["time"] for r in c["runs"] if r["time"] is not None]
+                name, over = STRATEGIES[label]
+                config = {**conf_defaults(name)[0], **over, "name": name}   # what +sync=NAME and the overrides run
+                strategies[label] = {"sync": name, "config": config, "median_s": c["median"], "lr": float(c["lr"]),
+                                     "min_s": min(times, default=None), "max_s": max(times, default=None),
+                                     "reached": len(times), "seeds": len(c["runs"])}
+            reached = {s: v["median_s"] for s, v in strategies.items() if v["median_s"] is not None}
+            win = min(reached, key=reached.get) if reached else None
+            ar = reached.get("allreduce")
+            cells.append({"regime": regime, "hardware": regime_hardware(regime), "strategies": strategies,
+                          "winner": win, "margin": ar / reached[win] if win and ar else None})
+        out["maps"][dataset] = {"target": TARGET[dataset], "cells": cells}
+    return out
+
+
+def write_map(path: Path = MAP) -> None:
+    import json
+
+    path.write_text(json.dumps(export_map(), indent=1) + "\n")
+    print(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=2)
@@ -364,7 +407,12 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", type=Path, default=None, help="keep each regime's cells in this JSON and reuse them")
     ap.add_argument("--write", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--export-map", action="store_true", help=f"write {MAP.relative_to(ROOT)} from the committed "
+                    "runs (the map +sync=auto decides from) and stop")
     a = ap.parse_args(argv)
+    if a.export_map:
+        write_map()
+        return 0
     global STRATEGIES, DATASET
     DATASET = a.dataset
     a.target = TARGET[a.dataset] if a.target is None else a.target

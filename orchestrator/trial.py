@@ -6,6 +6,7 @@ reports; a planning trial (``+planner=``) plans the whole GPU cluster instead. E
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -38,7 +39,8 @@ class Trial:
         self.sync = setup.build("sync", classes.sync, cfg)
         self.planner = setup.build("planner", classes.planner, cfg)
         if self.sync is not None:
-            self.sync.check_config(cfg)
+            self.sync.check_config(cfg)   # +sync=auto becomes here the strategy it picks (its sync group, train.lr)
+            self.settings = dataclasses.replace(self.settings, lr=self.sync.run_options(cfg).train.lr)
         self.dataset = setup.LazyDataset(self.dataset_cfg, cfg)
         self.placing = PlacementPhase(cfg=cfg, names=self.names, settings=self.settings, placement=groups.placement,
                                       placer=self.placer, hardware=self.hardware, output_dir=output_dir,
@@ -124,7 +126,8 @@ class Trial:
         return {"placer": self.labels["placer"] or "none", "sync": self.labels["sync"] or "none",
                 "hardware": self.labels["hardware"], "model": self.labels["model"],
                 "evaluator": evaluator_kind, "runtime": self.runtime_kind,
-                "orchestrator.version": __version__, "cluster.simulated": str(cluster.simulated).lower()}
+                "orchestrator.version": __version__, "cluster.simulated": str(cluster.simulated).lower(),
+                **getattr(self.sync, "trial_tags", {})}   # +sync=auto's decision (sync.auto.*)
 
     def _evaluator_kind(self, cluster) -> str:
         if self.placer is None:

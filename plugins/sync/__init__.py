@@ -1,5 +1,5 @@
 """Built-in data-parallel sync strategies (allreduce, async parameter server, delay-sync, backup workers,
-async with a staleness cut-off)."""
+async with a staleness cut-off) and ``auto``, which runs the one the measured regime map picks."""
 
 from orchestrator.hookspecs import hookimpl
 
@@ -12,6 +12,7 @@ def orchestrator_sync_strategies():
         "delay": "orchestrator_plugins.sync.strategies:DelaySync",
         "backup": "orchestrator_plugins.sync.strategies:BackupWorkers",
         "async_cutoff": "orchestrator_plugins.sync.strategies:AsyncCutoff",
+        "auto": "orchestrator_plugins.sync.auto:AutoSync",
     }
 
 
@@ -19,4 +20,4 @@ def orchestrator_sync_strategies():
 def orchestrator_config_schemas():
     return {f"sync/{name}": f"orchestrator_plugins.sync.config:{cls}" for name, cls in (
         ("allreduce", "AllReduceConfig"), ("async", "AsyncConfig"), ("delay", "DelaySyncConfig"),
-        ("backup", "BackupWorkersConfig"), ("async_cutoff", "AsyncCutoffConfig"))}
+        ("backup", "BackupWorkersConfig"), ("async_cutoff", "AsyncCutoffConfig"), ("auto", "AutoSyncConfig"))}

@@ -49,3 +49,11 @@ class AsyncCutoffConfig(ServerSyncConfig):
                        "updates (a staleness cut-off, Ringmaster ASGD)")
     max_delay: int = option(16, "R: a push computed on parameters more than R applied updates old is dropped "
                             "(R >= W - 1 keeps every push of equal workers)", min=0)
+
+
+@dataclass
+class AutoSyncConfig(SyncConfig):
+    name: str = option("auto", "the strategy the measured regime map says wins on this hardware "
+                       "(orchestrator/sync/regimes.py; docs/sync.md); balanced allreduce where no measured regime is near")
+    lr: str = option("tuned", "tuned: train.lr is the map cell's tuned lr for the chosen strategy (unless train.lr is "
+                     "given on the command line) | keep: train.lr as configured", choices=("tuned", "keep"))

@@ -1,0 +1,156 @@
+"""The regime of a data-parallel cluster and the nearest cell of the measured sync regime map (``+sync=auto``).
+
+The map (``regime_map.json`` beside this file) is exported from the committed runs of
+``benchmarks/sync_regimes.py`` (``--export-map``; docs/benchmarks/sync_regimes.md and
+sync_regimes_fashion_mnist.md): per measured regime its hardware, per strategy the median virtual seconds to
+the target over the seeds, the seeds' spread and the tuned lr, the winner and its margin over allreduce.
+
+A regime is read from the trial's hardware group as the data-parallel runtimes read it (``worker_layout``,
+``DataParallelHardware``, the links of ``Topology``), as coordinates in units of one step between
+neighbouring measured cells:
+
+=============== ============================================== =====================================
+coordinate      value                                          one unit
+=============== ============================================== =====================================
+``spread``      log2(fastest speed / slowest speed)            a doubling (2x: 1, 1/4: 2, 1/8: 3)
+``stragglers``  straggler probability p / 0.1                  p = 0.1
+``straggling``  p (slowdown - 1) / 0.4, the expected extra     p = 0.1 at 5x
+                time of an iteration
+``jitter``      lognormal sigma / 0.5                          sigma = 0.5
+``bandwidth``   log10(slowest worker link, Gbit/s / 10)        a decade (1, 10, 100 Gbit/s)
+``workers``     log2(W / 8)                                    a doubling (the map is measured at W = 8)
+=============== ============================================== =====================================
+
+The distance between two regimes is the Euclidean norm of their difference; a cell is *near* when it is
+within ``NEAR`` (half a step: nearer to it than to a neighbour one step away on any axis)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+MAP_PATH = Path(__file__).with_name("regime_map.json")
+NEAR = 0.5
+AXES = ("spread", "stragglers", "straggling", "jitter", "bandwidth", "workers")
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A cluster's regime: what it is (``speeds``, straggler ``p`` at ``slowdown``, jitter ``sigma``, the slowest
+    worker link in Gbit/s) and its coordinates (``AXES``)."""
+
+    speeds: tuple[float, ...]
+    p: float
+    slowdown: float
+    sigma: float
+    bandwidth_gbps: float
+
+    @property
+    def coordinates(self) -> tuple[float, ...]:
+        return (math.log2(max(self.speeds) / min(self.speeds)), self.p / 0.1, self.p * (self.slowdown - 1.0) / 0.4,
+                self.sigma / 0.5, math.log10(self.bandwidth_gbps / 10.0), math.log2(len(self.speeds) / 8))
+
+    def describe(self) -> str:
+        spread = max(self.speeds) / min(self.speeds)
+        return (f"W={len(self.speeds)}, speed spread {spread:.3g}x, stragglers p={self.p:g}"
+                f"{f' x{self.slowdown:g}' if self.p else ''}, jitter sigma={self.sigma:g}, "
+                f"slowest link {self.bandwidth_gbps:g} Gbit/s")
+
+
+def regime_of(hardware: Any) -> Regime:
+    """The regime of a ``hardware`` group (a composed node or a plain mapping), validated as the sync runtimes
+    validate it (a bad value is their one-line error)."""
+    from orchestrator.config.hardware import DataParallelHardware
+    from orchestrator.hardware.cost import GBIT
+    from orchestrator.hardware.topology import Topology
+    from orchestrator.hardware.workers import worker_layout
+
+    speeds = worker_layout(hardware or {}, has_sync=True)
+    hw = DataParallelHardware.from_node(hardware, len(speeds))
+    links = Topology.from_cfg(hw.network, len(speeds)).workers
+    p = hw.stragglers.probability
+    return Regime(tuple(float(s) for s in speeds), p, hw.stragglers.slowdown if p else 1.0, hw.jitter_sigma,
+                  min(link.bandwidth for link in links) / GBIT)
+
+
+def distance(a: Regime, b: Regime) -> float:
+    return math.dist(a.coordinates, b.coordinates)
+
+
+@cache
+def load_map(path: Path = MAP_PATH) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The decision: the map (``dataset``), its nearest ``cell`` and the ``distance`` to it; ``label`` the
+    strategy run (the map's, e.g. ``backup b=2``), ``entry`` its measured figures (None where the map has no
+    near cell: balanced allreduce at its defaults), ``near`` whether the cell is within ``NEAR``, and a note
+    (e.g. the map's winner is not installed)."""
+
+    dataset: str
+    cell: dict
+    distance: float
+    near: bool
+    label: str
+    entry: dict | None
+    note: str = ""
+
+    @property
+    def sync(self) -> str:
+        return self.entry["sync"] if self.entry else "allreduce"
+
+    @property
+    def config(self) -> dict:
+        """The sync group the map measured the strategy with (balanced allreduce where no cell is near)."""
+        return dict(self.entry["config"]) if self.entry else {"name": "allreduce", "balance": "static"}
+
+    @property
+    def margin(self) -> float | None:
+        """allreduce's median over the chosen strategy's in the cell (1.0 for allreduce)."""
+        ar = self.cell["strategies"].get("allreduce", {}).get("median_s")
+        return ar / self.entry["median_s"] if self.entry and ar else None
+
+    def why(self, regime: Regime) -> str:
+        """One line: the regime, the cell, the choice with its margin and spread."""
+        where = f"map cell '{self.cell['regime']}' ({self.dataset}, distance {self.distance:.2f}"
+        if not self.near:
+            return (f"sync=auto: {regime.describe()}: no measured regime is near (nearest {where} > {NEAR})); "
+                    f"running balanced allreduce")
+        e = self.entry or {}
+        spread = (f", seeds {e['min_s']:.3f}-{e['max_s']:.3f} s ({e['reached']}/{e['seeds']} reached)"
+                  if e.get("min_s") is not None else "")
+        margin = f"{self.margin:.2f}x allreduce" if self.margin else "allreduce not measured"
+        return (f"sync=auto: {regime.describe()}: {where} <= {NEAR}) -> {self.label} (median "
+                f"{e['median_s']:.3f} s to target{spread}; {margin}; lr {e['lr']:g}){self.note}")
+
+
+def nearest(regime: Regime, dataset: str = "mnist", path: Path = MAP_PATH) -> tuple[str, dict, float]:
+    """(the map used, its nearest cell, the distance): the dataset's own map, else MNIST's."""
+    maps = load_map(path)["maps"]
+    name = dataset if dataset in maps else "mnist"
+    cells = maps[name]["cells"]
+    dist = [distance(regime, regime_of(c["hardware"])) for c in cells]
+    i = min(range(len(cells)), key=dist.__getitem__)
+    return name, cells[i], dist[i]
+
+
+def choose(regime: Regime, available: set[str] | frozenset[str], dataset: str = "mnist",
+           path: Path = MAP_PATH) -> Choice:
+    """The strategy ``+sync=auto`` runs in ``regime``: the nearest cell's winner among the strategies whose
+    sync plugin is ``available`` (the fastest installed one, and a note, where the winner is not); balanced
+    allreduce where no cell is within ``NEAR``."""
+    name, cell, dist = nearest(regime, dataset, path)
+    if dist > NEAR:
+        return Choice(name, cell, dist, False, "allreduce", None)
+    runnable = {k: v["median_s"] for k, v in cell["strategies"].items()
+                if v["sync"] in available and v["median_s"] is not None}
+    label = min(runnable, key=runnable.__getitem__)
+    note = "" if label == cell["winner"] else (
+        f"; the map's winner {cell['winner']} ({cell['strategies'][cell['winner']]['sync']}) is not installed")
+    return Choice(name, cell, dist, True, label, cell["strategies"][label], note)

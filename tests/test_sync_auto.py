@@ -1,0 +1,79 @@
+"""``+sync=auto`` (issue 44 item 7): the packaged regime map equals what benchmarks/sync_regimes.py derives
+from the committed runs; in every measured cell auto picks the map's winner; between cells within the
+threshold the nearest cell's; far from every cell balanced allreduce, saying so; a short trial runs the
+chosen strategy and logs the sync.auto.* tags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.sync import regimes
+from orchestrator.sync.regimes import NEAR, choose, regime_of
+
+BUILTIN = frozenset({"allreduce", "async", "async_cutoff", "backup", "delay"})
+
+
+def cells():
+    return [(ds, c) for ds, m in regimes.load_map()["maps"].items() for c in m["cells"]]
+
+
+def test_packaged_map_is_the_committed_runs():
+    from benchmarks.sync_regimes import export_map
+
+    assert json.loads(json.dumps(export_map())) == regimes.load_map()
+
+
+@pytest.mark.parametrize("dataset,cell", cells(), ids=lambda x: x if isinstance(x, str) else x["regime"])
+def test_every_measured_cell_picks_its_winner(dataset, cell):
+    regime = regime_of(cell["hardware"])
+    every = BUILTIN | {"local_sgd"}
+    choice = choose(regime, every, dataset)
+    assert (choice.cell["regime"], choice.distance, choice.near) == (cell["regime"], 0.0, True)
+    assert choice.label == cell["winner"] and choice.note == ""
+    assert choice.margin == pytest.approx(cell["margin"])
+    builtin = choose(regime, BUILTIN, dataset)            # the example's local SGD not installed
+    if cell["strategies"][cell["winner"]]["sync"] in BUILTIN:
+        assert builtin.label == cell["winner"]
+    else:
+        best = min((k for k, v in cell["strategies"].items() if v["sync"] in BUILTIN and v["median_s"]),
+                   key=lambda k: cell["strategies"][k]["median_s"])
+        assert builtin.label == best and "is not installed" in builtin.note
+
+
+def test_between_cells_picks_the_nearest():
+    hw = {"workers": 8, "stragglers": {"probability": 0.12, "slowdown": 5}}
+    choice = choose(regime_of(hw), BUILTIN)
+    assert choice.cell["regime"] == "stragglers p=0.1 x5" and choice.distance == pytest.approx(0.2 * 2 ** 0.5)
+    assert choice.near and choice.label == "backup b=2" and choice.config == {"name": "backup", "backup_workers": 2}
+    hw = {"workers": 8, "worker_speeds": [1.0, 0.6] * 4, "network": {"bandwidth_Gbps": 12}}
+    choice = choose(regime_of(hw), BUILTIN)               # spread 1.67x: nearest the 2x cell
+    assert choice.cell["regime"] == "spread 2x (1, 1/2)" and choice.distance < NEAR and choice.label == "backup b=1"
+
+
+def test_far_regime_runs_allreduce_and_says_so():
+    hw = {"workers": 64, "worker_speeds": [1.0, 1 / 32] * 32}
+    regime = regime_of(hw)
+    choice = choose(regime, BUILTIN)
+    assert not choice.near and choice.distance > NEAR and choice.entry is None and choice.margin is None
+    assert (choice.sync, choice.config) == ("allreduce", {"name": "allreduce", "balance": "static"})
+    assert "no measured regime is near" in choice.why(regime) and "balanced allreduce" in choice.why(regime)
+
+
+def test_a_trial_runs_the_chosen_strategy_and_logs_why(workdir):
+    import mlflow
+
+    from conftest import QUICK, run_inprocess
+
+    out = run_inprocess(workdir, "+sync=auto", "hardware.workers=8", "hardware.stragglers={probability: 0.12, slowdown: 5}",
+                        "train.budget_updates=60", *QUICK[:2], *QUICK[3:])
+    assert out.returncode == 0, out.stderr
+    assert "sync=auto: W=8" in out.stdout and "-> backup b=2" in out.stdout and "(train.lr set to it)" in out.stdout
+    assert "backup W=8 (virtual" in out.stdout
+    mlflow.set_tracking_uri(f"sqlite:///{workdir / 'mlflow.db'}")
+    run = mlflow.search_runs(experiment_names=["orchestrator"], output_format="list")[0]
+    tags, params = run.data.tags, run.data.params
+    assert tags["sync.auto.choice"] == "backup b=2" and tags["sync.auto.cell"] == "mnist: stragglers p=0.1 x5"
+    assert float(tags["sync.auto.distance"]) == pytest.approx(0.2828, abs=1e-4) and tags["sync.auto.margin"] == "2.344"
+    assert (params["sync.name"], params["sync.backup_workers"], params["train.lr"]) == ("backup", "2", "0.006")
