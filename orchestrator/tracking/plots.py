@@ -175,6 +175,44 @@ def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def plan_label(r: RunRecord) -> str:
+    """A plan trial as a bar's label: its planner, cluster and simulator."""
+    return f"{r.tag('planner')}\n{r.tag('plan.cluster', '?')}\n({r.tag('plan.simulator', '?')} sim.)"
+
+
+def plan_comparison(records: list[RunRecord], path: Path) -> Path | None:
+    """Plan trials side by side: each plan's samples/s (hatched where it does not fit: the figure it would
+    have), its bound's samples/s as a dashed line, and its USD/h written on the bar."""
+    plans = [r for r in records if r.tag("runtime") == "plan" and r.status == "FINISHED"
+             and (r.metric("plan.iteration_s") or r.metric("plan.iteration_s_if_it_fitted"))]
+    if not plans:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(plans) + 2), 5.5))
+    colours = _colours(r.tag("planner") for r in plans)
+    bound_labelled = False
+    for i, r in enumerate(plans):
+        fits = r.tag("plan.fits") == "true"
+        it = r.metric("plan.iteration_s") if fits else r.metric("plan.iteration_s_if_it_fitted")
+        sps = (r.metric("plan.global_batch") or 0.0) / it
+        ax.bar(i, sps, width=0.6, color=colours[r.tag("planner")], edgecolor="black", hatch=None if fits else "//")
+        usd = r.metric("plan.usd_per_hour")
+        ax.text(i, sps, ("" if fits else "does not fit\n") + (f"{usd:.3g} USD/h" if usd is not None else ""),
+                ha="center", va="bottom", fontsize=7)
+        bound = r.metric("plan.bound_iteration_s")
+        if bound:
+            ax.hlines((r.metric("plan.global_batch") or 0.0) / bound, i - 0.4, i + 0.4, colors="black", linestyles="--")
+            bound_labelled = True
+    ax.set_xticks(range(len(plans)), [plan_label(r) for r in plans], fontsize=7)
+    ax.set_ylabel("samples/s (plan)")
+    ax.set_title(f"Plans compared ({evaluated_by(plans)}): samples/s per planner and cluster"
+                 + ("\ndashed: the bound (no plan on that cluster is faster)" if bound_labelled else ""), fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.15)
+    return _save(fig, path)
+
+
+PLAN_PLOTS = {"plan_comparison": plan_comparison}    # plan trials' (runtime=plan)
 PLOTS = {
     "accuracy_vs_time": accuracy_vs_time,
     "speedup_vs_workers": speedup_vs_workers,
@@ -188,7 +226,7 @@ def make_plots(records: list[RunRecord], out_dir: str | Path) -> dict[str, Path]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     made = {}
-    for name, fn in PLOTS.items():
+    for name, fn in {**PLAN_PLOTS, **PLOTS}.items():
         path = fn(records, out / f"{name}.png")
         if path is not None:
             made[name] = path

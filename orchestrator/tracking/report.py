@@ -46,13 +46,98 @@ COLUMNS = [
     ("evaluator", "evaluator", lambda r: r.tag("evaluator", "")),
     ("runtime", "runtime", lambda r: r.tag("runtime", "")),
 ]
+# The columns of plan trials (``runtime=plan``): what a planner comparison needs.
+PLAN_COLUMNS = [
+    ("plan_run", "run", lambda r: r.name.split(" [", 1)[0]),          # the sweep's overrides are the columns
+    ("status", "status", lambda r: r.status),
+    ("planner", "planner", lambda r: r.tag("planner", "")),
+    ("plan_cluster", "cluster", lambda r: r.tag("plan.cluster", "")),
+    ("plan_simulator", "simulator", lambda r: r.tag("plan.simulator", "")),
+    ("plan_objective", "objective", lambda r: r.tag("plan.objective", "")),
+    ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
+    ("plan_samples_per_s", "samples/s", lambda r: r.metric("plan.samples_per_s")),
+    ("plan_usd_per_hour", "USD/h", lambda r: r.metric("plan.usd_per_hour")),
+    ("plan_gap_to_bound", "gap to bound", lambda r: _percent(r.metric("plan.optimality_gap"))),
+    ("plan_fits", "fits", lambda r: {"true": "yes", "false": "NO"}.get(r.tag("plan.fits", ""))),
+    ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
+]
+ALL_COLUMNS = COLUMNS + [c for c in PLAN_COLUMNS if c[0] not in {k for k, _, _ in COLUMNS}]
 EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
          ("parent_run_id", lambda r: r.tags.get("mlflow.parentRunId")), ("start_time_ms", lambda r: r.start_time)]
 FORMATS = ("table", "md", "html", "csv", "json")
 
 
+def _percent(v: float | None) -> str | None:
+    return None if v is None else f"{100 * v:.1f}%"
+
+
+def is_plan(r) -> bool:
+    return r.tags.get("runtime") == "plan"
+
+
 def rows(records) -> list[dict]:
-    return [{k: fn(r) for k, _, fn in COLUMNS} | {k: fn(r) for k, fn in EXTRA} for r in records]
+    return [{k: fn(r) for k, _, fn in ALL_COLUMNS} | {k: fn(r) for k, fn in EXTRA} for r in records]
+
+
+def groups(data: list[dict], records) -> list[tuple[list, list[dict]]]:
+    """The rows as tables: plan trials with the plan columns, the others with the trial columns."""
+    plan = [d for d, r in zip(data, records, strict=True) if is_plan(r)]
+    other = [d for d, r in zip(data, records, strict=True) if not is_plan(r)]
+    return [(cols, ds) for cols, ds in ((COLUMNS, other), (PLAN_COLUMNS, plan)) if ds] or [(COLUMNS, [])]
+
+
+# what a plan trial's objective compares: (metric, direction, unit)
+PLAN_OBJECTIVES = {"throughput": ("plan.samples_per_s", "maximize", "samples/s"),
+                   "cost": ("plan.usd_per_iteration", "minimize", "USD per iteration"),
+                   "budget": ("plan.samples_per_s", "maximize", "samples/s")}
+
+
+def _admissible(r) -> bool:
+    """A finished plan that fits and meets its objective's constraint (floor or ceiling)."""
+    m = r.metrics
+    if r.status != "FINISHED" or r.tags.get("plan.fits") != "true":
+        return False
+    if m.get("plan.min_samples_per_s") is not None and m.get("plan.samples_per_s", 0.0) < m["plan.min_samples_per_s"]:
+        return False
+    ceiling = m.get("plan.max_usd_per_hour")
+    return ceiling is None or m.get("plan.usd_per_hour", 0.0) <= ceiling * (1 + 1e-9)
+
+
+def plan_verdict(records) -> str:
+    """One line on the plan objective: which plan trial won, by how much, and whether the figures compare."""
+    plans = [r for r in records if is_plan(r)]
+    kinds = sorted({r.tags.get("plan.objective", "throughput") for r in plans})
+    if len(kinds) != 1:
+        return f"verdict:  the plan trials optimise different objectives ({', '.join(kinds)}): compare one at a time"
+    metric, direction, unit = PLAN_OBJECTIVES.get(kinds[0], PLAN_OBJECTIVES["throughput"])
+    ok = [r for r in plans if _admissible(r) and r.metrics.get(metric) is not None]
+    if not ok:
+        return (f"verdict:  no plan trial gave a plan that fits and meets its {kinds[0]} constraint "
+                f"({len(plans)} plan trials)")
+    ok.sort(key=lambda r: r.metrics[metric], reverse=direction == "maximize")
+    best, v = ok[0], ok[0].metrics[metric]
+    name = lambda r: f"{r.tags.get('planner', '?')} on {r.tags.get('plan.cluster', '?')}"  # noqa: E731
+    line = f"verdict:  {name(best)} wins on {kinds[0]}: {v:.4g} {unit} (simulated, {best.tags.get('plan.simulator', '?')} simulator)"
+    if len(ok) > 1:
+        v2 = ok[1].metrics[metric]
+        ratio = (v / v2 if direction == "maximize" else v2 / v) if v and v2 else float("nan")
+        line += f", {ratio:.3g}x the runner-up {name(ok[1])} ({v2:.4g})"
+    sims = sorted({r.tags.get("plan.simulator", "?") for r in ok})
+    if len(sims) > 1:
+        line += f"; WARNING: judged by different simulators ({', '.join(sims)}): the figures do not compare"
+    return line + f"; {len(ok)} of {len(plans)} plan trials gave an admissible plan"
+
+
+def comparison(records, metric: str, direction: str = "maximize") -> str:
+    """The tables and the verdict a sweep ends with: plan trials on their plan objective."""
+    data = rows(records)
+    text = "\n".join(table(ds, cols) for cols, ds in groups(data, records))
+    lines = []
+    if any(not is_plan(r) for r in records) or not records:
+        lines.append(verdict([r for r in records if not is_plan(r)], metric, direction))
+    if any(is_plan(r) for r in records):
+        lines.append(plan_verdict(records))
+    return text + "\n" + "\n".join(lines)
 
 
 def verdict(records, metric: str, direction: str = "maximize") -> str:
@@ -63,7 +148,8 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
     scored.sort(key=lambda x: x[0], reverse=direction == "maximize")
     (v, best), rest = scored[0], scored[1:]
     kind = figures_kind(best.tags)
-    line = f"verdict:  {best.name} wins on {metric} = {v:.4g} ({kind})"
+    name = lambda r: f"{r.tags.get('planner', '?')} on {r.tags.get('plan.cluster', '?')}"  # noqa: E731
+    line = f"verdict:  {name(best)} wins on {metric} = {v:.4g} ({kind})"
     if rest:
         v2, second = rest[0]
         ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
@@ -79,38 +165,39 @@ def _cell(v) -> str:
     return str(v)
 
 
-def table(data: list[dict]) -> str:
+def table(data: list[dict], columns=COLUMNS) -> str:
     """A plain aligned text table."""
-    header = [h for _, h, _ in COLUMNS]
-    body = [[_cell(d[k]) for k, _, _ in COLUMNS] for d in data]
+    header = [h for _, h, _ in columns]
+    body = [[_cell(d[k]) for k, _, _ in columns] for d in data]
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)]) + "\n"
 
 
-def markdown_table(data: list[dict]) -> str:
-    out = ["| " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    out += ["| " + " | ".join(_cell(d[k]).replace("|", "\\|") for k, _, _ in COLUMNS) + " |" for d in data]
+def markdown_table(data: list[dict], columns=COLUMNS) -> str:
+    out = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(_cell(d[k]).replace("|", "\\|") for k, _, _ in columns) + " |" for d in data]
     return "\n".join(out) + "\n"
 
 
-def html_table(data: list[dict]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(d[k]))}</td>" for k, _, _ in COLUMNS) + "</tr>\n"
+def html_table(data: list[dict], columns=COLUMNS) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(d[k]))}</td>" for k, _, _ in columns) + "</tr>\n"
                    for d in data)
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n"
 
 
 def to_csv(data: list[dict]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=[k for k, _, _ in COLUMNS] + [k for k, _ in EXTRA], lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=[k for k, _, _ in ALL_COLUMNS] + [k for k, _ in EXTRA], lineterminator="\n")
     w.writeheader()
     w.writerows(data)
     return buf.getvalue()
 
 
 TITLES = {"accuracy_vs_time": "Accuracy vs time", "speedup_vs_workers": "Speedup vs workers",
-          "step_time_per_placer": "Step time per placer", "rl_learning_curve": "RL learning curve"}
+          "step_time_per_placer": "Step time per placer", "rl_learning_curve": "RL learning curve",
+          "plan_comparison": "Plans compared"}
 
 
 def _scope(args) -> str:
@@ -119,8 +206,14 @@ def _scope(args) -> str:
     return f"experiment {args.experiment}" if args.experiment else "all experiments"
 
 
-def markdown(data, plots: dict[str, str], scope: str) -> str:
-    parts = [f"# Trial report: {scope}\n", f"{len(data)} run(s).\n", markdown_table(data)]
+def _plan_verdict_line(records) -> list[str]:
+    return [plan_verdict(records)] if any(is_plan(r) for r in records) else []
+
+
+def markdown(data, plots: dict[str, str], scope: str, records=()) -> str:
+    parts = [f"# Trial report: {scope}\n", f"{len(data)} run(s).\n"]
+    parts += [markdown_table(ds, cols) for cols, ds in groups(data, records)] if records else [markdown_table(data)]
+    parts += [f"\n{line}\n" for line in _plan_verdict_line(records)]
     for name, src in plots.items():
         parts.append(f"\n## {TITLES.get(name, name)}\n\n![{TITLES.get(name, name)}]({src})\n")
     if not plots:
@@ -128,13 +221,15 @@ def markdown(data, plots: dict[str, str], scope: str) -> str:
     return "\n".join(parts)
 
 
-def html_report(data, plots: dict[str, str], scope: str) -> str:
+def html_report(data, plots: dict[str, str], scope: str, records=()) -> str:
     figs = "".join(f'<h2>{html.escape(TITLES.get(n, n))}</h2>\n<img alt="{html.escape(TITLES.get(n, n))}" '
                    f'src="{src}">\n' for n, src in plots.items()) or "<p>No plots: the runs have no data for any of them.</p>"
+    tables = "".join(html_table(ds, cols) for cols, ds in groups(data, records)) if records else html_table(data)
+    verdicts = "".join(f"<p>{html.escape(line)}</p>\n" for line in _plan_verdict_line(records))
     style = "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:2px 6px;text-align:left}"
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Trial report</title>"
             f"<style>{style}</style></head>\n<body>\n<h1>Trial report: {html.escape(scope)}</h1>\n"
-            f"<p>{len(data)} run(s).</p>\n{html_table(data)}{figs}</body></html>\n")
+            f"<p>{len(data)} run(s).</p>\n{tables}{verdicts}{figs}</body></html>\n")
 
 
 def _data_uri(path: Path) -> str:
@@ -144,7 +239,10 @@ def _data_uri(path: Path) -> str:
 def render(fmt: str, records, args) -> str:
     data = rows(records)
     if fmt == "table":
-        return table(data) if data else "no runs\n"
+        if not data:
+            return "no runs\n"
+        return "\n".join(table(ds, cols) for cols, ds in groups(data, records)) + "".join(
+            f"\n{line}\n" for line in _plan_verdict_line(records))
     if fmt == "csv":
         return to_csv(data)
     if fmt == "json":
@@ -157,11 +255,11 @@ def render(fmt: str, records, args) -> str:
         out = Path(args.output)
         plot_dir = out.parent / f"{out.stem}_plots"
         made = make_plots(records, plot_dir)
-        return markdown(data, {n: f"{plot_dir.name}/{p.name}" for n, p in made.items()}, scope)
+        return markdown(data, {n: f"{plot_dir.name}/{p.name}" for n, p in made.items()}, scope, records)
     with tempfile.TemporaryDirectory(prefix="orchestrator-report-") as tmp:
         made = make_plots(records, tmp)
         inline = {n: _data_uri(p) for n, p in made.items()}
-    return markdown(data, inline, scope) if fmt == "md" else html_report(data, inline, scope)
+    return markdown(data, inline, scope, records) if fmt == "md" else html_report(data, inline, scope, records)
 
 
 def _client(uri: str | None):

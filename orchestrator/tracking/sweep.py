@@ -98,9 +98,9 @@ class SweepCallback(Callback):
 
             records = runs.load(client, parent_run_id=self.parent_run_id)
             objective = config.get("objective") or {}
-            print(f"\nsweep {self.parent_run_id} ({len(children)} trials):\n" + report.table(report.rows(records))
-                  + "\n" + report.verdict(records, str(objective.get("metric", "speedup")),
-                                          str(objective.get("direction", "maximize"))), flush=True)
+            print(f"\nsweep {self.parent_run_id} ({len(children)} trials):\n"
+                  + report.comparison(records, str(objective.get("metric", "speedup")),
+                                      str(objective.get("direction", "maximize"))), flush=True)
         except Exception as exc:
             print(f"sweep comparison not printed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         retry_locked(client.set_terminated, self.parent_run_id, status=sweep_status)
