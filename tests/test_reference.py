@@ -138,7 +138,8 @@ def test_the_reference_is_cached_in_the_tracking_store(tmp_path):
     args = ("+sync=allreduce", "train.optimizer=sgd", "train.lr=0.1", "hardware.workers=2", "sync.base_time_s=0.01",
             "train.reference_grid.sgd=[0.05,0.1]",
             "train.reference_grid.nesterov=[]", "train.reference_grid.adam=[]", "train.compare_with=null",
-            "train.statistical_limit=false", *QUICK)
+            "train.statistical_limit=false", "train.target_accuracy=0.5", "train.eval_every=4", "train.budget_updates=60",
+            "train.eval_samples=200")     # SMALL's budget: the reference reaches its target, in a fraction of QUICK's
     reference._CACHE.clear()
     assert run_inprocess(tmp_path, *args).returncode == 0
     reference._CACHE.clear()
