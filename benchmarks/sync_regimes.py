@@ -363,7 +363,7 @@ def export_map(runs: dict[str, Path] | None = None) -> dict:
     missed or stopped), the seeds' min and max (of those that reached it), the seeds that reached it of those
     run, and the tuned lr; the winner (``table``'s: the least median, the first in ``STRATEGIES`` on a tie)
     and its margin over allreduce (allreduce's median / the winner's)."""
-    out: dict = {"workers": W, "maps": {}}
+    out: dict = {"workers": W, "baseline": "allreduce", "maps": {}}   # the label auto runs where no cell is near
     for dataset, path in (runs or RUNS).items():
         results = load_cache(path)
         cells = []

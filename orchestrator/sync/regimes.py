@@ -103,17 +103,17 @@ class Choice:
 
     @property
     def sync(self) -> str:
-        return self.entry["sync"] if self.entry else "allreduce"
+        return (self.entry or self.cell["strategies"][self.label])["sync"]
 
     @property
     def config(self) -> dict:
-        """The sync group the map measured the strategy with (balanced allreduce where no cell is near)."""
-        return dict(self.entry["config"]) if self.entry else {"name": "allreduce", "balance": "static"}
+        """The sync group the map measured the strategy with (the map's baseline where no cell is near)."""
+        return dict((self.entry or self.cell["strategies"][self.label])["config"])
 
     @property
     def margin(self) -> float | None:
-        """allreduce's median over the chosen strategy's in the cell (1.0 for allreduce)."""
-        ar = self.cell["strategies"].get("allreduce", {}).get("median_s")
+        """The baseline's median over the chosen strategy's in the cell (1.0 for the baseline itself)."""
+        ar = self.cell["strategies"].get(load_map()["baseline"], {}).get("median_s")
         return ar / self.entry["median_s"] if self.entry and ar else None
 
     def why(self, regime: Regime) -> str:
@@ -147,7 +147,7 @@ def choose(regime: Regime, available: set[str] | frozenset[str], dataset: str = 
     allreduce where no cell is within ``NEAR``."""
     name, cell, dist = nearest(regime, dataset, path)
     if dist > NEAR:
-        return Choice(name, cell, dist, False, "allreduce", None)
+        return Choice(name, cell, dist, False, load_map(path)["baseline"], None)
     runnable = {k: v["median_s"] for k, v in cell["strategies"].items()
                 if v["sync"] in available and v["median_s"] is not None}
     label = min(runnable, key=runnable.__getitem__)
