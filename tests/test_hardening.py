@@ -126,7 +126,7 @@ def test_runs_of_a_dead_process_are_marked_failed(tmp_path):
 def test_a_sweep_whose_trials_all_fail_exits_1_with_a_summary(workdir):
     # a failure only the trial can see (the worker's devices), not the config check before the sweep
     rules = "placer.rules=[{pattern:'*',device:'gpu:9'}]"
-    out = run_cli(workdir, "-m", "+placer=manual", rules, "seed=1,2", timeout=300)
+    out = run_inprocess(workdir, "-m", "+placer=manual", rules, "seed=1,2", timeout=300)
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stderr.strip().splitlines()[-1] == (
         "sweep: 2 trials, 0 finished, 2 failed; first error: ConfigError: placer.rules names device 'gpu:9'; "

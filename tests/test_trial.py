@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_cli, run_inprocess, store_runs
 
 TRAIN_METRICS = {"train.loss", "train.test_accuracy", "train.elapsed_s", "train.final_test_accuracy",
                  "train.throughput_samples_per_s", "train.speedup", "speedup"}
@@ -26,7 +26,7 @@ def test_default_trial_reaches_97_percent(workdir):
 
 @pytest.mark.slow  # a whole trial that trains (the fast tier has test_the_mission_command_runs_on_the_defaults)
 def test_manual_placement_trial_logs_placement_and_training(workdir):
-    out = run_cli(workdir, "+placer=manual", *QUICK, timeout=600)
+    out = run_inprocess(workdir, "+placer=manual", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     m = run.data.metrics
@@ -45,7 +45,7 @@ def test_manual_placement_trial_logs_placement_and_training(workdir):
 @pytest.mark.slow  # a whole trial that trains
 def test_tracking_uri_from_environment(workdir):
     other = workdir / "elsewhere.db"
-    out = run_cli(workdir, *QUICK, env={"MLFLOW_TRACKING_URI": f"sqlite:///{other}"}, timeout=600)
+    out = run_inprocess(workdir, *QUICK, env={"MLFLOW_TRACKING_URI": f"sqlite:///{other}"}, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert other.exists() and not (workdir / "mlflow.db").exists()
 

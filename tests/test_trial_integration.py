@@ -19,8 +19,8 @@ def _only_run(workdir):
 @pytest.mark.slow  # bert24 with its bound: ~25 s
 def test_workload_with_expert_split_is_simulated(workdir):
     bert = DATA / "throughput-inputs/LayerGraphs/bert24_training.json"
-    out = run_cli(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={bert}",
-                  f"model.split={DATA / 'human-experts/bert24_training_expert.json'}", timeout=300)
+    out = run_inprocess(workdir, "+placer=greedy", "model=workload", "hardware=auto", f"model.path={bert}",
+                        f"model.split={DATA / 'human-experts/bert24_training_expert.json'}", timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     m, tags = run.data.metrics, run.data.tags
@@ -44,7 +44,7 @@ def test_memory_infeasible_graph_fails_before_search(workdir):
 
 @pytest.mark.slow  # placement, then training on a virtual heterogeneous cluster
 def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
-    out = run_cli(workdir, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", *QUICK, timeout=600)
+    out = run_inprocess(workdir, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     m, tags = run.data.metrics, run.data.tags
@@ -57,7 +57,7 @@ def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
 @pytest.mark.slow  # whole trials that train; the fast tier trains delay-sync in the mission command's test
 @pytest.mark.parametrize("strategy", ["allreduce", "async", "delay"])
 def test_sync_strategies_run_virtually(workdir, strategy):
-    out = run_cli(workdir, f"+sync={strategy}", *QUICK, timeout=600)
+    out = run_inprocess(workdir, f"+sync={strategy}", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     assert run.data.tags["sync"] == strategy and run.data.tags["runtime"] == "virtual"
@@ -88,7 +88,7 @@ def test_placed_cnn_trains_on_two_tf_server_processes(workdir):
 
 def test_the_mission_command_runs_on_the_defaults(workdir):
     """`python -m orchestrator +placer=rl +sync=delay`, with small budgets."""
-    out = run_cli(workdir, "+placer=rl", "+sync=delay", "placer.budget_evaluations=300", *QUICK, timeout=600)
+    out = run_inprocess(workdir, "+placer=rl", "+sync=delay", "placer.budget_evaluations=300", *QUICK, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     run = _only_run(workdir)
     m, tags = run.data.metrics, run.data.tags
