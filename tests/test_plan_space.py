@@ -278,7 +278,8 @@ def _random_plan(profile, cluster, rng):
     return Plan(pipes, mbs)
 
 
-@pytest.mark.parametrize("gpus", [{"A100-40": 4, "V100-16": 8}, {"A100-40": 2, "V100-16": 4, "GH-96": 4}])
+@pytest.mark.parametrize("gpus", [{"A100-40": 4, "V100-16": 8},
+                                  pytest.param({"A100-40": 2, "V100-16": 4, "GH-96": 4}, marks=pytest.mark.slow)])
 def test_the_sailor_bound_is_below_random_plans_of_one_or_several_pipelines(profile, gpus):
     """The bound's all-reduce terms (sync_bound: the all-reduce with the columns, the ring across pipelines
     plus the last pipeline's own) hold on a cluster where they bind: below every random plan that fits, that
