@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --task={args.task} is not an index of the {len(addresses)} --cluster entries", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    from orchestrator.hardware.tf_cluster import _serve
+    from orchestrator.hardware.tf_cluster import serve
 
     try:
-        _serve(json.dumps({"worker": addresses}), "worker", args.task, args.threads, 0)
+        serve(json.dumps({"worker": addresses}), "worker", args.task, args.threads, 0)
     except KeyboardInterrupt:
         pass
     return 0

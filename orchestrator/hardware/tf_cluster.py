@@ -113,7 +113,7 @@ class LocalTFCluster:
         self.close()
 
 
-def _serve(spec: str, job: str, task: int, threads: int, parent: int) -> None:
+def serve(spec: str, job: str, task: int, threads: int, parent: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -125,4 +125,4 @@ def _serve(spec: str, job: str, task: int, threads: int, parent: int) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

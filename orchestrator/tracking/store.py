@@ -109,7 +109,7 @@ def process_tags() -> dict[str, str]:
     return tags
 
 
-def _alive(pid: int, start: str | None) -> bool:
+def process_alive(pid: int, start: str | None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -134,7 +134,7 @@ def reap_abandoned(client) -> list[str]:
         if tags.get(HOST_TAG) != host or not str(tags.get(PID_TAG, "")).isdigit():
             continue
         pid = int(tags[PID_TAG])
-        if pid == os.getpid() or _alive(pid, tags.get(START_TAG)):
+        if pid == os.getpid() or process_alive(pid, tags.get(START_TAG)):
             continue
         client.set_tag(run.info.run_id, "orchestrator.error",
                        f"abandoned: its process {pid} on {host} ended without closing the run (killed, e.g. kill -9 "

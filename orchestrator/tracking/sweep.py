@@ -211,7 +211,7 @@ def _abandoned(trial, interrupted_here: bool) -> bool:
     process, interrupted; a trial asked but not started belongs to the interrupted sweep here."""
     import socket
 
-    from orchestrator.tracking.store import _alive
+    from orchestrator.tracking.store import process_alive
 
     owner = trial.user_attrs.get(OWNER_ATTR)
     if not owner:
@@ -219,7 +219,7 @@ def _abandoned(trial, interrupted_here: bool) -> bool:
     host, pid, start = (owner.split(" ") + ["", "", ""])[:3]
     if host != socket.gethostname() or not pid.isdigit():
         return False           # another host's: it knows best
-    return int(pid) == os.getpid() or not _alive(int(pid), start or None)
+    return int(pid) == os.getpid() or not process_alive(int(pid), start or None)
 
 
 def resume_optuna(storage: str, study_name: str, interrupted_here: bool = False) -> int:

@@ -43,7 +43,7 @@ from orchestrator.partition.bounds import ConfigLP
 from orchestrator.partition.ideals import ideals
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.contiguous import device_classes, supers
-from orchestrator.placement.solve.milp import _quiet_stdout, group_feeds, hop_s, solve_milp
+from orchestrator.placement.solve.milp import group_feeds, hop_s, quiet_stdout, solve_milp
 from orchestrator.placement.solve.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class _Pricing:
         c[:self.na] = -np.where(self.allowed, pi, 0.0)
         hi = self.hi.copy()
         hi[self.load_row] = T
-        with _quiet_stdout():
+        with quiet_stdout():
             res = milp(c, constraints=[LinearConstraint(self.a, self.lo, hi)], integrality=self.integrality,
                        bounds=Bounds(0.0, self.ub), options={"time_limit": float(time_limit_s), "disp": False,
                                                              "mip_rel_gap": 1e-3})

@@ -68,7 +68,7 @@ def solve_milp(prob: PlacementProblem, model: LoadModel, time_limit_s: float = 3
     ub[col.T] = np.inf
     ub[:col.nx][~prob.allowed.ravel()] = 0.0
     try:
-        with _quiet_stdout():                              # HiGHS prints from C++ even with disp off
+        with quiet_stdout():                              # HiGHS prints from C++ even with disp off
             res = milp(c, constraints=[LinearConstraint(a_mat, cons.lo, cons.hi)], integrality=integrality,
                        bounds=Bounds(0.0, ub), options={"time_limit": float(time_limit_s), "disp": False})
     except (ValueError, MemoryError) as exc:
@@ -198,7 +198,7 @@ def hop_s(model: LoadModel, u: int, l: int) -> float:
 
 
 @contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
+def quiet_stdout() -> Iterator[None]:
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):   # no real stdout (captured): nothing to hide
