@@ -238,3 +238,14 @@ def test_every_package_is_installed():
     assert (ROOT / "orchestrator/placement/learn/checkpoints/graph_policy.npz").exists()
     for pkg in PACKAGES:
         importlib.import_module(f"orchestrator.{pkg}")
+
+
+def test_no_module_imports_another_modules_private_name():
+    """What two modules share is public in the one that owns it (``from x import _y`` reaches into x)."""
+    hits = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("orchestrator"):
+                hits += [f"{module}: from {node.module} import {a.name}" for a in node.names
+                         if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not hits, "\n".join(hits)

@@ -1,7 +1,7 @@
 """What an MPI rank of a sync run holds besides its loop (``orchestrator.sync.mpi_worker``): the job it was
 given (``Job``: the strategy rebuilt from its ``module:qualname``, options, settings, batch split), the emulated
 device speed (``Stretch``: sleeps for speed, stragglers, jitter and injected faults), and what a rank writes
-back (``_result``, its strategy's own metrics)."""
+back (``result``, its strategy's own metrics)."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ class RankAdaptive:
         return new
 
 
-def _own_metrics(job: Job, stats, result=None) -> dict:
+def own_metrics(job: Job, stats, result=None) -> dict:
     """What this rank's strategy instance adds in ``metrics()`` beyond the engine's keys, computed on the
     rank's own view (its worker's statistics, or the server's); sent back in ``rank{r}.json``."""
     from orchestrator.execution.training import TrainResult
@@ -182,20 +182,20 @@ def _own_metrics(job: Job, stats, result=None) -> dict:
     return job.strategy.own_metrics(result, stats)
 
 
-def _rank_stats(iterations: int, wait_s: float, **kw):
+def rank_stats(iterations: int, wait_s: float, **kw):
     from orchestrator.sync.virtual import SyncStats
 
     return SyncStats([iterations], [wait_s], **kw)
 
 
-def _warm_up(rt, data, batch: int) -> None:
+def warm_up(rt, data, batch: int) -> None:
     """Trace the gradient function (two batch sizes, so that later sizes reuse a relaxed trace) before
     the clock starts: tracing is start-up cost, not an iteration's."""
     for b in (batch, batch + 1):
         rt.gradient(data.x_train[:b], data.y_train[:b])
 
 
-def _result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied, dropped: int = 0) -> dict:
+def rank_result(tracker, updates, elapsed, samples, gaps, upd_staleness, bound, applied, dropped: int = 0) -> dict:
     return {"updates": updates, "elapsed_s": elapsed, "samples": samples,
             "history": [dataclasses.asdict(p) for p in tracker.history],
             "gap_histogram": gaps, "update_staleness": upd_staleness, "bound_max": bound, "pushes_applied": applied,

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from orchestrator.sync.mpi_job import Job, Stretch, _own_metrics, _rank_stats, _result, _warm_up
+from orchestrator.sync.mpi_job import Job, Stretch, own_metrics, rank_result, rank_stats, warm_up
 
 REQ, GO, PARAMS, HDR, GRAD = 1, 2, 3, 4, 5
 
@@ -117,7 +117,7 @@ class _ServerRank:
 
         job, server, gate, balancer, tracker = self.job, self.server, self.gate, self.balancer, self.tracker
         server_metrics = server.metrics()
-        stats = _rank_stats(0, 0.0, gap_histogram=dict(gate.gap_histogram), update_staleness=dict(server.update_staleness),
+        stats = rank_stats(0, 0.0, gap_histogram=dict(gate.gap_histogram), update_staleness=dict(server.update_staleness),
                             pushes_applied=server.version, pushes_dropped=sum(self.dropped), bound_max=gate.max_bound_used,
                             batches=list(balancer.batches), rebalances=balancer.rebalances, server_metrics=server_metrics)
         result = tracker.result(server.version, elapsed, server.samples, "wall")
@@ -125,11 +125,11 @@ class _ServerRank:
                                  "gate_completed": gate.completed, "gate_wait_s": self.wait_s,
                                  "rejected_by_worker": server.rejected_by_worker,
                                  "batches": balancer.batches, "rebalances": balancer.rebalances,
-                                 "server_metrics": server_metrics, "strategy_metrics": _own_metrics(job, stats, result)})
+                                 "server_metrics": server_metrics, "strategy_metrics": own_metrics(job, stats, result)})
         if job.inject.get("audit"):
             np.save(job.out / "theta0.npy", self.theta0)
             np.save(job.out / "theta_final.npy", server.params)
-        job.write("result.json", _result(tracker, server.version, elapsed, server.samples,
+        job.write("result.json", rank_result(tracker, server.version, elapsed, server.samples,
                                          histogram_dict(gate.gap_histogram), histogram_dict(server.update_staleness),
                                          gate.max_bound_used, server.version, sum(self.dropped)))
 
@@ -144,7 +144,7 @@ def run_worker(job: Job, comm, rank: int) -> None:
     i = rank - 1
     rt, data = job.runtime_and_data()
     sampler, stretch = BatchSampler(len(data.y_train), job.settings.seed, i), Stretch(job, i)
-    _warm_up(rt, data, job.batches[i])
+    warm_up(rt, data, job.batches[i])
     comm.Barrier()
     stretch.t_start = time.perf_counter()  # speed changes count from the common start
     n = rt.num_parameters
@@ -174,7 +174,7 @@ def run_worker(job: Job, comm, rank: int) -> None:
         iterations += 1
     if job.inject.get("audit"):
         np.save(job.out / f"pushed{rank}.npy", pushed)
-    own = _own_metrics(job, _rank_stats(iterations, 0.0, batches=[int(go[2]) or job.batches[i]],
+    own = own_metrics(job, rank_stats(iterations, 0.0, batches=[int(go[2]) or job.batches[i]],
                                         pushes_made=iterations))
     job.write(f"rank{rank}.json", {"iterations": iterations, "pushes": iterations, "strategy_metrics": own,
                                    "compute_s": stretch.busy_s,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.sync.mpi_job import Job, RankAdaptive, Stretch, _own_metrics, _rank_stats, _result, _warm_up
+from orchestrator.sync.mpi_job import Job, RankAdaptive, Stretch, own_metrics, rank_result, rank_stats, warm_up
 from orchestrator.sync.mpi_server import run_server, run_worker
 
 __all__ = ["Job", "Stretch", "main"]
@@ -47,7 +47,7 @@ class _CollectiveRank:
         self.optimizer = job.settings.new_optimizer()   # every rank applies the same reduced gradients: the same state
         self.h, self.bal = int(self.strat.local_steps()), job.balancer
         self.sampler, self.stretch = BatchSampler(len(data.y_train), job.settings.seed, rank), Stretch(job, rank)
-        _warm_up(rt, data, self.bal.batches[rank])
+        warm_up(rt, data, self.bal.batches[rank])
         self.tracker = job.tracker()
         self.every = self.tracker.s.eval_every
         self.ada = RankAdaptive(job, rank, w, self.h) if job.opts.train.batch_policy == "adaptive" else None
@@ -181,7 +181,7 @@ class _CollectiveRank:
                 self.evaluate()
             elapsed = self.elapsed()
             result = self.tracker.result(step, elapsed, self.samples, "wall")
-        own = _own_metrics(job, _rank_stats(step * h, self.wait_s, batches=[self.bal.batches[rank]], pushes_made=step,
+        own = own_metrics(job, rank_stats(step * h, self.wait_s, batches=[self.bal.batches[rank]], pushes_made=step,
                                             pushes_applied=step), result)
         job.write(f"rank{rank}.json", {"iterations": (step - self.dropped) * h, "wait_s": self.wait_s, "pushes": step,
                                        "compute_s": stretch.busy_s,
@@ -191,7 +191,7 @@ class _CollectiveRank:
                                        "compute_median_per_sample_s": float(np.median(stretch.per_sample)),
                                        "strategy_metrics": own})
         if rank == 0:
-            out = _result(self.tracker, step, elapsed, self.samples, {"0": step * self.quorum}, {}, 0.0,
+            out = rank_result(self.tracker, step, elapsed, self.samples, {"0": step * self.quorum}, {}, 0.0,
                           step * self.quorum)
             out["batches"] = list(self.bal.batches)
             if self.ada is not None:

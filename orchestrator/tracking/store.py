@@ -47,7 +47,7 @@ def store_error(uri: str, exc: BaseException):
                        "(set tracking.uri or MLFLOW_TRACKING_URI to a writable sqlite:///PATH)")
 
 
-def _mlflow(uri: str):
+def open_mlflow(uri: str):
     disable_telemetry()
     import mlflow
 
@@ -199,7 +199,7 @@ def ui_link(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
     return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_ID}"
 
 
-def _experiment_id(client, cfg: Any) -> str:
+def experiment_id(client, cfg: Any) -> str:
     name = (cfg.get("tracking") or {}).get("experiment") or "orchestrator"
     exp = client.get_experiment_by_name(name)
     if exp is None:
@@ -221,14 +221,14 @@ def record_failed_trial(cfg: Any, run_name: str, tags: dict[str, str], error: st
     """A sweep's trial that failed before its run could start (a bad config value) still gets a
     FAILED child run, so the sweep's record shows it."""
     uri = tracking_uri(cfg)
-    _mlflow(uri)
+    open_mlflow(uri)
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
     all_tags = {**tags, "orchestrator.error": error[:5000]}
     if os.environ.get(PARENT_ENV):
         all_tags["mlflow.parentRunId"] = os.environ[PARENT_ENV]
-    run = client.create_run(_experiment_id(client, cfg), run_name=run_name, tags=all_tags)
+    run = client.create_run(experiment_id(client, cfg), run_name=run_name, tags=all_tags)
     retry_locked(client.set_terminated, run.info.run_id, status="FAILED")
 
 
@@ -319,7 +319,7 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
     """One MLflow run for one trial. An exception ends it FAILED (error recorded), Ctrl-C/SIGTERM
     KILLED; either way the run is closed before the exception propagates."""
     uri = tracking_uri(cfg)
-    mlflow = _mlflow(uri)
+    mlflow = open_mlflow(uri)
     from mlflow.tracking import MlflowClient
 
     all_tags = {**tags, **process_tags()}
@@ -328,7 +328,7 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
         all_tags["mlflow.parentRunId"] = parent
     try:
         client = MlflowClient(uri)
-        exp_id = _experiment_id(client, cfg)
+        exp_id = experiment_id(client, cfg)
         run = client.create_run(exp_id, run_name=run_name, tags=all_tags)
     except Exception as exc:
         raise store_error(uri, exc) from None

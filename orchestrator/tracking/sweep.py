@@ -9,7 +9,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from orchestrator.tracking.store import PARENT_ENV, _experiment_id, _mlflow, process_tags, retry_locked, tracking_uri
+from orchestrator.tracking.store import PARENT_ENV, experiment_id, open_mlflow, process_tags, retry_locked, tracking_uri
 
 # What the last sweep of this process came to; the entry point exits 1 when a trial failed.
 OUTCOME: dict[str, Any] = {}
@@ -38,14 +38,14 @@ class SweepCallback(Callback):
 
         self.uri = tracking_uri(config)
         try:
-            _mlflow(self.uri)
+            open_mlflow(self.uri)
         except UserError as exc:  # Hydra would turn an exception here into a warning and go on
             print(f"error: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(exc.exit_code) from None
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(self.uri)
-        exp_id = _experiment_id(client, config)
+        exp_id = experiment_id(client, config)
         sweeper = config.hydra.sweeper.get("_target_", "basic").rsplit(".", 1)[-1]
         overrides = " ".join(config.hydra.overrides.task)
         run = client.create_run(exp_id, run_name=f"sweep: {overrides}"[:250] or "sweep",
