@@ -148,8 +148,7 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
     scored.sort(key=lambda x: x[0], reverse=direction == "maximize")
     (v, best), rest = scored[0], scored[1:]
     kind = figures_kind(best.tags)
-    name = lambda r: f"{r.tags.get('planner', '?')} on {r.tags.get('plan.cluster', '?')}"  # noqa: E731
-    line = f"verdict:  {name(best)} wins on {metric} = {v:.4g} ({kind})"
+    line = f"verdict:  {best.name} wins on {metric} = {v:.4g} ({kind})"
     if rest:
         v2, second = rest[0]
         ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
