@@ -91,7 +91,7 @@ class Choice:
     """The decision: the map (``dataset``), its nearest ``cell`` and the ``distance`` to it; ``label`` the
     strategy run (the map's, e.g. ``backup b=2``), ``entry`` its measured figures (None where the map has no
     near cell: balanced allreduce at its defaults), ``near`` whether the cell is within ``NEAR``, and a note
-    (e.g. the map's winner is not installed)."""
+    (e.g. the map's winner is not installed); ``baseline`` the map's baseline label (its margins are over it)."""
 
     dataset: str
     cell: dict
@@ -100,6 +100,7 @@ class Choice:
     label: str
     entry: dict | None
     note: str = ""
+    baseline: str = ""
 
     @property
     def sync(self) -> str:
@@ -113,7 +114,7 @@ class Choice:
     @property
     def margin(self) -> float | None:
         """The baseline's median over the chosen strategy's in the cell (1.0 for the baseline itself)."""
-        ar = self.cell["strategies"].get(load_map()["baseline"], {}).get("median_s")
+        ar = self.cell["strategies"].get(self.baseline, {}).get("median_s")
         return ar / self.entry["median_s"] if self.entry and ar else None
 
     def why(self, regime: Regime) -> str:
@@ -147,10 +148,11 @@ def choose(regime: Regime, available: set[str] | frozenset[str], dataset: str = 
     allreduce where no cell is within ``NEAR``."""
     name, cell, dist = nearest(regime, dataset, path)
     if dist > NEAR:
-        return Choice(name, cell, dist, False, load_map(path)["baseline"], None)
+        base = load_map(path)["baseline"]
+        return Choice(name, cell, dist, False, base, None, baseline=base)
     runnable = {k: v["median_s"] for k, v in cell["strategies"].items()
                 if v["sync"] in available and v["median_s"] is not None}
     label = min(runnable, key=runnable.__getitem__)
     note = "" if label == cell["winner"] else (
         f"; the map's winner {cell['winner']} ({cell['strategies'][cell['winner']]['sync']}) is not installed")
-    return Choice(name, cell, dist, True, label, cell["strategies"][label], note)
+    return Choice(name, cell, dist, True, label, cell["strategies"][label], note, load_map(path)["baseline"])

@@ -43,7 +43,7 @@ from orchestrator.partition.bounds import ConfigLP
 from orchestrator.partition.ideals import ideals
 from orchestrator.placement.simulate.load import LoadModel
 from orchestrator.placement.solve.contiguous import device_classes, supers
-from orchestrator.placement.solve.milp import group_feeds, hop_s, quiet_stdout, solve_milp
+from orchestrator.placement.solve.milp import group_feeds, quiet_stdout, solve_milp
 from orchestrator.placement.solve.problem import PlacementProblem
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,8 @@ class _Pricing:
         cost = np.where(self.allowed, prob.atom_cost[:, dev], 0.0)
         senders = sorted(feeds)
         ns = len(senders)
-        hu = np.array([hop_s(model, u, up) for u in senders])
-        hd = np.array([hop_s(model, u, down) for u in senders])
+        hu = np.array([model.hop_s(u, up) for u in senders])
+        hd = np.array([model.hop_s(u, down) for u in senders])
         # variables: x[a] (na), s[i] (ns), r[i] (ns)
         self.nv = na + 2 * ns
         rows, cols, vals, lo, hi = [], [], [], [], []

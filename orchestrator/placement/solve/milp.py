@@ -155,8 +155,8 @@ def _load_rows(cons: _Rows, col: _Columns, prob: PlacementProblem, model: LoadMo
     for d in range(col.nd):
         up, down = link_of[d]
         ent = [(X(a, d), float(cost[a, d])) for a in range(prob.n_atoms) if cost[a, d] > 0]
-        ent += [(S(i, d), hop_s(model, u, up) / scale) for i, u in enumerate(senders) if hop_s(model, u, up) > 0]
-        ent += [(R(i, d), hop_s(model, u, down) / scale) for i, u in enumerate(senders) if hop_s(model, u, down) > 0]
+        ent += [(S(i, d), model.hop_s(u, up) / scale) for i, u in enumerate(senders) if model.hop_s(u, up) > 0]
+        ent += [(R(i, d), model.hop_s(u, down) / scale) for i, u in enumerate(senders) if model.hop_s(u, down) > 0]
         cons.add(ent + [(col.T, -1.0)], -np.inf, 0.0)
     return scale
 
@@ -189,12 +189,6 @@ def group_feeds(prob: PlacementProblem, model: LoadModel) -> dict[int, set[int]]
         if a != b:
             feeds.setdefault(int(u), set()).add(b)
     return feeds
-
-
-def hop_s(model: LoadModel, u: int, l: int) -> float:
-    """Seconds of node u's output over link l (0 for no link, -1): the edge's fixed cost, else
-    latency + bytes / bandwidth (``load.LoadModel``'s hop)."""
-    return model.hop_s(u, l)
 
 
 @contextlib.contextmanager
