@@ -16,12 +16,9 @@ from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.plots import gantt, layer_map
 from orchestrator.planning.simulators import PlanSimulator, simulator, simulator_names
+from orchestrator.planning.trust import Trust, assess, disagreements, measured_errors
 
 DEFAULT_GLOBAL_BATCH = 1024
-
-# The largest |error| of each simulator's iteration time against the measured plans (docs/benchmarks/plans.md,
-# "|err| over all plans"): two figures further apart than this cannot both be within their measured error.
-MEASURED_TIME_ERROR = {"project": 0.160, "sailor": 0.161}
 
 
 # GPU type name prefixes -> the built-in device profile a derived layered profile uses for them
@@ -191,7 +188,11 @@ class PlanningPhase:
         if self.compare:
             self.compare_simulators(plan, profile, cluster, batch, metrics, tags)
         metrics[f"plan.iteration_s.{est.simulator}"] = est.iteration_s
-        self.disagreement(est.simulator, metrics, tags)
+        others = tuple(k.removeprefix("plan.iteration_s.") for k in metrics if k.startswith("plan.iteration_s."))
+        judged = assess(plan, batch, est.simulator, others)     # the plan's shape against the measured plans
+        metrics.update(judged.metrics())
+        tags.update(judged.tags())             # plan.trust: the summary's trust line (docs/plans.md)
+        self.disagreement(est.simulator, metrics, tags, judged)
         metrics["plan.phase_time_s"] = time.perf_counter() - t_start
         sink.log_metrics(metrics)
         sink.set_tags(tags)
@@ -263,22 +264,17 @@ class PlanningPhase:
                 tags[f"plan.iteration_s.{other}"] = f"not available: {exc}"[:400]
 
     @staticmethod
-    def disagreement(sim: str, metrics: dict[str, float], tags: dict[str, str]) -> None:
-        """``plan.simulators_disagree``: both figures, where the trial's simulator and another are further apart
-        than their measured errors allow (``MEASURED_TIME_ERROR``)."""
-        mine = metrics.get(f"plan.iteration_s.{sim}")
-        notes = []
-        for key, theirs in sorted(metrics.items()):
-            other = key.rpartition(".")[2]
-            if not key.startswith("plan.iteration_s.") or other == sim or mine is None or other not in MEASURED_TIME_ERROR:
-                continue
-            if sim not in MEASURED_TIME_ERROR or not (mine > 0 and theirs > 0):
-                continue
-            err = max(MEASURED_TIME_ERROR[sim], MEASURED_TIME_ERROR[other])
-            if max(mine, theirs) / min(mine, theirs) - 1.0 > err:
-                notes.append(f"the {sim} simulator gives {mine:.4g} s, the {other} simulator {theirs:.4g} s: "
-                             f"{max(mine, theirs) / min(mine, theirs):.2f}x apart, beyond their measured error "
-                             f"(at most {err:.0%} on measured plans, docs/benchmarks/plans.md); trust neither figure")
+    def disagreement(sim: str, metrics: dict[str, float], tags: dict[str, str], judged: Trust | None = None) -> None:
+        """``plan.simulators_disagree``: both figures, where the trial's simulator and another cannot both be within
+        their error on the measured plans nearest the plan's shape (``judged``, ``trust.assess``), or without a
+        plan on every measured plan (planning/trust.py: computed by simulating them, once per process)."""
+        named = {k.removeprefix("plan.iteration_s."): v for k, v in metrics.items() if k.startswith("plan.iteration_s.")}
+        figures = {k: v for k, v in named.items() if k in simulator_names()}
+        if judged is not None:
+            errors, where = judged.errors, f"on the nearest measured plans, {', '.join(m.name for m, _ in judged.nearest)}"
+        else:
+            errors, where = measured_errors(tuple(figures)), "on every measured plan"
+        notes = disagreements(sim, figures, errors, where)
         if notes:
             tags["plan.simulators_disagree"] = "; ".join(notes)[:4900]
 
