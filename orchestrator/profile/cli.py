@@ -1,0 +1,120 @@
+"""``python -m orchestrator.profile layers|links``: the command line (arguments, one-line errors with exit 2,
+the MLflow run); the measuring is ``layers`` / ``links``, the files ``writer``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from orchestrator.errors import ConfigError, UserError
+
+PROG = "python -m orchestrator.profile"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:                     # one line, exit 2 (argparse prints its usage too)
+        print(f"error: {PROG}: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        out = [int(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+    if not out or any(v < 1 for v in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: every entry must be a whole number >= 1")
+    return sorted(set(out))
+
+
+def common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="directory to write (laid out like shared/workloads/sailor; merged)")
+    p.add_argument("--device-type", default=None,
+                   help="the name the profile and the cluster give the device (default: CPU-<cores>c, or the GPU's)")
+    p.add_argument("--devices-per-node", type=int, default=2, help="devices of this type in one machine (cluster file)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls before the timed ones")
+    p.add_argument("--repeats", type=int, default=7, help="timed calls per entry (the median is kept)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    p.add_argument("--experiment", default="profile", help="MLflow experiment of the run")
+    p.add_argument("--progress", default="auto", choices=("auto", "true", "false"), help="a progress bar (auto: on a terminal)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    lay = sub.add_parser("layers", help="per layer, micro-batch and TP degree: forward, backward, update seconds")
+    lay.add_argument("--model", default="gpt", help="gpt (a GPT-style decoder, sizes below) or cnn (the MNIST CNN)")
+    lay.add_argument("--name", default=None, help="the model's name in the files (model.name=; default: gpt-L<layers>-H<hidden>, cnn)")
+    lay.add_argument("--layers", type=int, default=4, help="gpt: decoder blocks")
+    lay.add_argument("--hidden", type=int, default=256, help="gpt: hidden size")
+    lay.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
+    lay.add_argument("--sequence", type=int, default=128, help="gpt: tokens per sample")
+    lay.add_argument("--vocab", type=int, default=2048, help="gpt: vocabulary size")
+    lay.add_argument("--mbs", type=int_list, default=[1, 2, 4], help="micro-batch sizes, e.g. 1,2,4")
+    lay.add_argument("--tp", type=int_list, default=[1, 2], help="tensor-parallel degrees, e.g. 1,2")
+    lay.add_argument("--global-batch", type=int, default=32, help="samples per iteration (training config)")
+    lay.add_argument("--device", default=None, help="TensorFlow device (default: /GPU:0 where TensorFlow sees one, else /CPU:0)")
+    lay.add_argument("--memory-gb", type=float, default=None, help="memory per device (default: this machine's / devices per node)")
+    lay.add_argument("--intra-gbps", type=float, default=10.0, help="stated GB/s inside a machine, unless a link profile measured it")
+    lay.add_argument("--inter-gbps", type=float, default=1.25, help="stated GB/s between machines, unless measured")
+    common(lay)
+    lnk = sub.add_parser("links", help="point-to-point and all-reduce seconds against message size between MPI ranks")
+    lnk.add_argument("--ranks", type=int, default=2, help="MPI ranks (one per host on emulated hosts)")
+    lnk.add_argument("--sizes", default="1e3,1e4,1e5,1e6,4e6,16e6", help="message bytes, comma-separated")
+    lnk.add_argument("--hostfile", default=None, help="ranks on these hosts: the link between machines (inter)")
+    lnk.add_argument("--netlab", default=None, metavar="RATE",
+                     help="emulated hosts (root): bring up --ranks hosts at this tc rate (e.g. 200mbit), measure, take them down")
+    lnk.add_argument("--timeout", type=float, default=300.0, help="seconds before the MPI job is stopped")
+    common(lnk)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        for key in ("devices_per_node", "warmup", "repeats"):
+            if getattr(args, key) < (0 if key == "warmup" else 1):
+                raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be >= {0 if key == 'warmup' else 1}")
+        if args.cmd == "layers":
+            from orchestrator.profile.run import profile_layers
+
+            return int(profile_layers(args))
+        from orchestrator.profile.links import profile_links
+
+        return profile_links(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def tracked(args: Any, kind: str, tags: dict[str, str]) -> Any:
+    """The MLflow run of one profile: the arguments as params, ``evaluator=measured``."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.tracking.store import trial_run
+
+    settings = {k: v for k, v in vars(args).items() if k not in ("tracking_uri", "experiment", "cmd")}
+    cfg = OmegaConf.create({"tracking": {"uri": args.tracking_uri, "experiment": args.experiment},
+                            "profile": {"kind": kind, **settings}})
+    return trial_run(cfg, run_name=f"profile-{kind}", tags={"evaluator": "measured", "runtime": "local",
+                                                           "profile.kind": kind, **tags},
+                     config_yaml=OmegaConf.to_yaml(cfg), output_dir=Path(tempfile.mkdtemp(prefix="profile-")))
+
+
+def log_directory(sink: Any, out: Path) -> None:
+    from orchestrator.tracking.store import retry_locked
+
+    retry_locked(sink.client.log_artifacts, sink.run_id, str(out), "profile")
+
+
+def machine_memory_bytes() -> float:
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def elapsed(t0: float) -> str:
+    return f"{time.perf_counter() - t0:.0f} s"

@@ -1,0 +1,196 @@
+"""The layer profiler: per layer, micro-batch size and TP degree, forward, backward and update seconds on one
+TensorFlow device, and per layer and TP degree its parameter and activation floats.
+
+How each figure is measured (docs/profiling.md):
+
+- forward: a ``tf.function`` of the layer on a fixed input (the previous layer's real output), timed;
+- backward: a ``tf.function`` of the forward and its gradients (inputs and variables, the upstream gradient
+  given; the last layer from its loss) timed in alternation with the forward, minus it, pair by pair;
+- update: one Adam step (``ResourceApplyAdam``, TensorFlow's fused kernel) of every variable one device holds,
+  once per TP degree (it does not depend on the micro-batch); as in Sailor's files, every layer of a
+  ``(mbs, tp)`` carries the whole device's update;
+- under TP: one shard's compute (the shards of a group run on separate devices at once), plus the layer's
+  Megatron all-reduces of its output, each timed as the reduction of ``tp`` buffers in this process (the
+  devices of one machine exchange through its memory);
+- sizes: parameter floats of the shard; output floats per sample (what a stage boundary sends); activation
+  memory per sample = the floats that the ops of the forward graph produce (views excluded), counted from
+  the traced graph.
+
+Every timed entry is the median of ``repeats`` calls after ``warmup`` (``timing.Sample``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from orchestrator.profile.models import Layer, label_spec
+from orchestrator.profile.timing import Sample, paired, timed
+
+VIEWS = {"Placeholder", "ReadVariableOp", "Const", "VarHandleOp", "Identity", "IdentityN", "NoOp", "Shape",
+         "Reshape", "Squeeze", "ExpandDims", "StopGradient"}
+TINY_S = 1e-6                    # a backward within the timer's noise of its forward is recorded as 1 us
+
+
+@dataclass
+class LayerResult:
+    fwd: Sample
+    bwd: Sample
+    allreduce: Sample | None = None      # one TP all-reduce of the layer's output (included in fwd / bwd)
+    clamped: bool = False
+
+
+@dataclass
+class Profile:
+    """What one run measured: ``times[mbs][tp]`` per layer, ``update[tp]``, ``sizes[tp]`` per layer."""
+
+    names: list[str]
+    times: dict[int, dict[int, list[LayerResult]]] = field(default_factory=dict)
+    update: dict[int, Sample] = field(default_factory=dict)
+    sizes: dict[int, list[dict[str, float]]] = field(default_factory=dict)
+
+
+class Adam:
+    """Adam (Kingma & Ba 2015; lr 1e-3, 0.9, 0.999, 1e-7) on a list of ``tf.Variable``, one fused kernel each."""
+
+    def __init__(self, tf: Any, variables: list[Any], lr: float = 1e-3):
+        self.tf, self.variables, self.lr = tf, variables, lr
+        self.m = [tf.Variable(tf.zeros_like(v)) for v in variables]
+        self.v = [tf.Variable(tf.zeros_like(v)) for v in variables]
+        self.t = tf.Variable(0.0)
+
+    def apply(self, grads: list[Any]) -> Any:
+        tf = self.tf
+        t = self.t.assign_add(1.0)
+        b1p, b2p = tf.pow(0.9, t), tf.pow(0.999, t)
+        for var, m, v, g in zip(self.variables, self.m, self.v, grads, strict=True):
+            tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle, beta1_power=b1p, beta2_power=b2p,
+                                         lr=self.lr, beta1=0.9, beta2=0.999, epsilon=1e-7, grad=g)
+        return t
+
+
+def sample_input(tf: Any, layer: Layer, mbs: int, seed: int) -> Any:
+    shape, dtype = layer.input_spec()
+    rng = np.random.default_rng(seed)
+    if dtype == "int32":
+        vocab = getattr(getattr(layer, "size", None), "vocab", 2)
+        return tf.constant(rng.integers(0, vocab, (mbs, *shape)).astype(np.int32))
+    return tf.constant(rng.standard_normal((mbs, *shape)).astype(np.float32))
+
+
+def sample_labels(tf: Any, layers: list[Layer], mbs: int, seed: int, classes: int) -> Any:
+    rng = np.random.default_rng(seed + 1)
+    return tf.constant(rng.integers(0, classes, (mbs, *label_spec(layers))).astype(np.int32))
+
+
+def layer_functions(tf: Any, layer: Layer) -> tuple[Any, Any]:
+    """(forward(x, labels), forward_and_backward(x, labels, dy)) as ``tf.function``s."""
+    floating = layer.input_spec()[1] == "float32"
+
+    @tf.function  # type: ignore[untyped-decorator]
+    def fwd(x: Any, labels: Any) -> Any:
+        return layer(x, labels)
+
+    @tf.function  # type: ignore[untyped-decorator]
+    def fwd_bwd(x: Any, labels: Any, dy: Any) -> Any:
+        with tf.GradientTape() as tape:
+            if floating:
+                tape.watch(x)
+            y = layer(x, labels)
+        sources = ([x] if floating else []) + list(layer.variables)
+        return tape.gradient(y, sources, output_gradients=None if layer.loss else dy)
+
+    return fwd, fwd_bwd
+
+
+def activation_floats(tf: Any, fwd: Any, x: Any, labels: Any) -> float:
+    """Floats the forward graph's ops produce (views and variable reads excluded), per sample."""
+    graph = fwd.get_concrete_function(x, labels).graph
+    total = 0
+    for op in graph.get_operations():
+        if op.type in VIEWS:
+            continue
+        for t in op.outputs:
+            if t.dtype == tf.float32 and t.shape.is_fully_defined():
+                total += t.shape.num_elements()
+    return total / int(x.shape[0])
+
+
+def allreduce_sample(tf: Any, floats: int, tp: int, warmup: int, repeats: int) -> Sample:
+    """One all-reduce of ``floats`` among ``tp`` devices of this machine: the reduction of ``tp`` buffers."""
+    bufs = [tf.random.normal((floats,)) for _ in range(tp)]
+    add = tf.function(lambda *xs: tf.add_n(list(xs)))
+    return Sample.of(timed(lambda: add(*bufs), warmup, repeats))
+
+
+def update_sample(tf: Any, layers: list[Layer], warmup: int, repeats: int) -> Sample:
+    variables = [v for layer in layers for v in layer.variables]
+    opt = Adam(tf, variables)
+    grads = [tf.random.normal(v.shape, stddev=1e-3) for v in variables]
+    step = tf.function(lambda *g: opt.apply(list(g)))
+    return Sample.of(timed(lambda: step(*grads), warmup, repeats))
+
+
+def bind(fn: Any, *args: Any) -> Callable[[], Any]:
+    """``fn`` with its arguments fixed (a call of it is one timed entry)."""
+    return lambda: fn(*args)
+
+
+def profile_chain(tf: Any, layers: list[Layer], mbs: int, tp: int, warmup: int, repeats: int, classes: int,
+                  tick: Callable[[str], None], sizes: list[dict[str, float]] | None) -> list[LayerResult]:
+    """Every layer of one chain at one micro-batch size; fills ``sizes`` (per layer) when given."""
+    x = sample_input(tf, layers[0], mbs, seed=mbs)
+    labels = sample_labels(tf, layers, mbs, mbs, classes)
+    ar: dict[int, Sample] = {}
+    out = []
+    for layer in layers:
+        fwd, fwd_bwd = layer_functions(tf, layer)
+        y = fwd(x, labels)
+        dy = tf.random.normal(tf.shape(y), stddev=1e-3) if not layer.loss else tf.zeros(())
+        f, b, _ = paired(bind(fwd, x, labels), bind(fwd_bwd, x, labels, dy), warmup, repeats)
+        clamped = b.median <= TINY_S
+        if clamped:
+            b = Sample(TINY_S, TINY_S, TINY_S, TINY_S, TINY_S, b.n)
+        res = LayerResult(f, b, clamped=clamped)
+        if tp > 1 and layer.allreduces != (0, 0):
+            floats = layer.allreduce_floats * mbs
+            if floats not in ar:
+                ar[floats] = allreduce_sample(tf, floats, tp, warmup, repeats)
+            nf, nb = layer.allreduces
+            res = LayerResult(f.plus(ar[floats].scaled(nf)), b.plus(ar[floats].scaled(nb)), ar[floats], clamped)
+        out.append(res)
+        if sizes is not None:
+            shape, _ = layer.input_spec()
+            sizes.append({"params_floats": float(layer.param_floats), "act_output_floats": float(layer.output_floats()),
+                          "act_input_floats": float(math.prod(shape)),
+                          "act_mem_floats": activation_floats(tf, fwd, x, labels)})
+        x = y
+        tick(layer.name)
+    return out
+
+
+def run(build: Callable[[int], list[Layer]], mbs_list: list[int], tp_list: list[int], warmup: int, repeats: int,
+        device: str, classes: int, tick: Callable[[str], None]) -> Profile:
+    """The whole profile: for each TP degree a fresh chain of shards, its update, then each micro-batch size."""
+    import tensorflow as tf
+
+    prof: Profile | None = None
+    with tf.device(device):
+        for tp in tp_list:
+            layers = build(tp)
+            if prof is None:
+                prof = Profile([f"{i}:{layer.name}" for i, layer in enumerate(layers)])
+            prof.update[tp] = update_sample(tf, layers, warmup, repeats)
+            tick("update")
+            for i, mbs in enumerate(mbs_list):
+                sizes: list[dict[str, float]] | None = [] if i == 0 else None
+                prof.times.setdefault(mbs, {})[tp] = profile_chain(tf, layers, mbs, tp, warmup, repeats, classes,
+                                                                  tick, sizes)
+                if sizes is not None:
+                    prof.sizes[tp] = sizes
+    assert prof is not None
+    return prof

@@ -1,0 +1,209 @@
+"""``python -m orchestrator.profile links``: point-to-point and all-reduce seconds against message size between
+MPI ranks (``link_rank``), on this host (ranks through shared memory: the link inside a machine), on the hosts
+of a hostfile, on emulated hosts (``--netlab RATE``: network namespaces shaped by ``tc``, root) or inside a
+Slurm allocation (the link between machines), fitted in Sailor's form and written as the cluster's network files.
+
+The fit (Sailor, SOSP'25; ``hardware.links.FittedLink``): bandwidth ``B(n) = a x^2 + b x + c`` GB/s with
+``x = log2(n / 1e6)``, least squares over the measured ``(x, n / t(n))``, capped at the largest bandwidth
+measured. Its error: the fitted link's seconds (``FittedLink.time``) against the measured median, per size, in
+sample and leaving each size out of the fit in turn; the ring all-reduce the fit predicts
+(``hardware.links.ring_allreduce_time``) against the all-reduce measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestrator.errors import ConfigError, WorkerFailedError
+from orchestrator.hardware.links import FittedLink, ring_allreduce_time
+from orchestrator.profile import cli, writer
+from orchestrator.profile.timing import Sample
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(float(s)) for s in text.split(",") if s.strip()})
+    except ValueError:
+        raise ConfigError(f"--sizes={text!r}: expected message bytes, comma-separated (e.g. 1e3,1e5,1e7)") from None
+    if len(sizes) < 3 or sizes[0] < 1:
+        raise ConfigError(f"--sizes={text!r}: a quadratic fit needs at least 3 sizes, each >= 1 byte")
+    return sizes
+
+
+def fit(sizes: list[int], seconds: list[float]) -> tuple[list[float], float]:
+    """``([a, b, c], max bytes/s)``: bandwidth in GB/s against ``x = log2(n / 1e6)``, least squares."""
+    n, t = np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float)
+    gbps = n / t / 1e9
+    coeffs = np.polyfit(np.log2(n / 1e6), gbps, 2)
+    return [float(c) for c in coeffs], float(gbps.max() * 1e9)
+
+
+def errors(sizes: list[int], seconds: list[float], coeffs: list[float], cap: float) -> list[float]:
+    """Relative error of the fitted link's seconds against the measured, per size."""
+    link = FittedLink(tuple(coeffs), cap)
+    return [float(link.time(float(n)) / t - 1.0) for n, t in zip(sizes, seconds, strict=True)]
+
+
+def held_out_errors(sizes: list[int], seconds: list[float]) -> list[float]:
+    """Each size predicted by the fit of the others (its own measurement left out); [] with under 4 sizes."""
+    if len(sizes) < 4:
+        return []
+    out = []
+    for i in range(len(sizes)):
+        rest = [j for j in range(len(sizes)) if j != i]
+        coeffs, cap = fit([sizes[j] for j in rest], [seconds[j] for j in rest])
+        out.extend(errors([sizes[i]], [seconds[i]], coeffs, max(cap, sizes[i] / seconds[i])))
+    return out
+
+
+def launch(args: Any, sizes: list[int], hostfile: str | None, run_dir: Path) -> dict[str, Any]:
+    """The MPI job; its rank 0's measurements."""
+    from orchestrator.sync.mpi import host_args, in_allocation, mpiexec_path, rank_env
+
+    env = rank_env()
+    spread = bool(hostfile) or in_allocation(env)
+    mapping = ["--map-by", "node:OVERSUBSCRIBE"] if spread else ["--oversubscribe"]
+    out = run_dir / "link_rank.json"
+    cmd = [mpiexec_path(), *mapping, "-n", str(args.ranks), *host_args(hostfile, env), sys.executable, "-m",
+           "orchestrator.profile.link_rank", "--sizes", ",".join(map(str, sizes)), "--warmup", str(args.warmup),
+           "--repeats", str(args.repeats), "--out", str(out)]
+    with open(run_dir / "mpiexec.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise WorkerFailedError(f"the link profile's MPI job ran past --timeout={args.timeout:g} s") from None
+    if rc != 0 or not out.exists():
+        tail = (run_dir / "mpiexec.log").read_text(errors="ignore").strip().splitlines()[-1:] or [""]
+        raise WorkerFailedError(f"mpiexec exited with code {rc}: {tail[0][:200]}")
+    return dict(json.loads(out.read_text()))
+
+
+def analyse(raw: dict[str, Any], ranks: int) -> dict[str, Any]:
+    """Medians and spreads, the fit, its errors, the all-reduce it predicts against the measured."""
+    sizes = [int(s) for s in raw["sizes"]]
+    p2p = [Sample.of(r) for r in raw["p2p_s"]]
+    ar = [Sample.of(r) for r in raw["allreduce_s"]]
+    med = [s.median for s in p2p]
+    coeffs, cap = fit(sizes, med)
+    err = errors(sizes, med, coeffs, cap)
+    held = held_out_errors(sizes, med)
+    link = FittedLink(tuple(coeffs), cap)
+    ar_pred = [float(ring_allreduce_time(link, float(n), ranks)) for n in sizes]
+    return {"sizes": sizes, "hosts": raw["hosts"], "ranks": ranks,
+            "p2p": [s.as_dict() for s in p2p], "allreduce": [s.as_dict() for s in ar],
+            "fit": [coeffs, cap], "fit_error": err, "held_out_error": held,
+            "allreduce_predicted_s": ar_pred,
+            "allreduce_error": [p / s.median - 1.0 for p, s in zip(ar_pred, ar, strict=True)],
+            "bandwidth_at_largest_Bps": float(link.bandwidth_at(float(sizes[-1])))}  # type: ignore[no-untyped-call]
+
+
+def netlab_hosts(rate: str, hosts: int, run_dir: Path) -> Any:
+    """Emulated hosts of their own (prefix, subnet and state directory of this process: a lab someone else
+    runs is left alone), each shaped to ``rate`` both ways."""
+    from orchestrator.hardware import netlab
+
+    netlab.check_allowed()
+    octet = 100 + os.getpid() % 150
+    return netlab.up(hosts, rate, 1, f"10.{octet}.{(os.getpid() // 150) % 250}", run_dir / "netlab", f"prof{os.getpid() % 1000}")
+
+
+def profile_links(args: Any) -> int:
+    sizes = parse_sizes(args.sizes)
+    if args.ranks < 2:
+        raise ConfigError(f"--ranks={args.ranks}: a link needs at least 2 ranks")
+    if args.hostfile and args.netlab:
+        raise ConfigError("give one of --hostfile and --netlab")
+    if args.hostfile and not Path(args.hostfile).is_file():
+        raise ConfigError(f"--hostfile={args.hostfile!r}: no such file")
+    if not args.timeout > 0:
+        raise ConfigError(f"--timeout={args.timeout}: must be > 0")
+    out = Path(args.out)
+    writer.check_writable(out)
+    device = args.device_type or f"CPU-{os.cpu_count()}c"
+    from orchestrator.sync.mpi import in_allocation, rank_env
+
+    where = "inter" if (args.hostfile or args.netlab or in_allocation(rank_env())) else "intra"
+    t0 = time.perf_counter()
+    run_dir = Path(tempfile.mkdtemp(prefix="profile-links-"))
+    lab = None
+    with cli.tracked(args, "links", {"profile.device_type": device, "profile.link": where}) as sink:
+        try:
+            if args.netlab:
+                lab = netlab_hosts(args.netlab, args.ranks, run_dir)
+            raw = launch(args, sizes, str(lab.hostfile) if lab else args.hostfile, run_dir)
+        finally:
+            if lab is not None:
+                from orchestrator.hardware import netlab
+
+                netlab.down(lab.dir, lab.prefix)
+        result = analyse(raw, args.ranks)
+        if lab is not None:
+            result.update(tc_rate=args.netlab, tc_rate_Bps=lab.hosts[0].bandwidth_Bps, tc_payload_Bps=lab.hosts[0].payload_Bps)
+        record(out, device, where, result, args)
+        sink.log_metrics(metrics(result))
+        cli.log_directory(sink, out)
+    print_links(device, where, result, out, cli.elapsed(t0))
+    return 0
+
+
+def record(out: Path, device: str, where: str, result: dict[str, Any], args: Any) -> None:
+    doc = writer.load(out / "network" / writer.MEASURED_LINKS)
+    doc.setdefault(device, {})[where] = {**result, "settings": {"warmup": args.warmup, "repeats": args.repeats,
+                                                                 "hostfile": args.hostfile, "netlab": args.netlab}}
+    writer.save(out / "network" / writer.MEASURED_LINKS, doc)
+    basic = writer.load(out / "cluster" / "basic_cluster_config.json")
+    per_node = int(basic.get(device, {}).get("gpus_per_node", args.devices_per_node))
+    if device not in basic:
+        writer.write_device(out, device, per_node, cli.machine_memory_bytes() / per_node)
+    writer.write_links(out, device, per_node, result["fit"] if where == "intra" else None,
+                       result["fit"] if where == "inter" else None)
+
+
+def metrics(result: dict[str, Any]) -> dict[str, float]:
+    err = np.abs(result["fit_error"])
+    out = {"links.fit_error_median": float(np.median(err)), "links.fit_error_max": float(err.max()),
+           "links.bandwidth_at_largest_Bps": result["bandwidth_at_largest_Bps"],
+           "links.allreduce_error_median": float(np.median(np.abs(result["allreduce_error"])))}
+    if result["held_out_error"]:
+        out["links.held_out_error_median"] = float(np.median(np.abs(result["held_out_error"])))
+        out["links.held_out_error_max"] = float(np.max(np.abs(result["held_out_error"])))
+    if "tc_rate_Bps" in result:
+        out["links.vs_tc_rate"] = result["bandwidth_at_largest_Bps"] / result["tc_rate_Bps"] - 1.0
+    return out
+
+
+def print_links(device: str, where: str, result: dict[str, Any], out: Path, took: str) -> None:
+    hosts = sorted(set(result["hosts"]))
+    print(f"profiled the {where} link of {device}: {result['ranks']} ranks on {len(hosts)} host(s) ({', '.join(hosts)}), "
+          f"measured (median of the repeats), {took}")
+    print(f"  {'bytes':>10} {'p2p_s':>10} {'fit_s':>10} {'err':>7} {'held-out':>8} {'GB/s':>7} {'allreduce_s':>11} "
+          f"{'ring(fit)_s':>11} {'err':>7}")
+    held = result["held_out_error"] or [float("nan")] * len(result["sizes"])
+    for i, n in enumerate(result["sizes"]):
+        t = result["p2p"][i]["median_s"]
+        fit_s = t * (1 + result["fit_error"][i])
+        print(f"  {n:>10} {t:10.3g} {fit_s:10.3g} {result['fit_error'][i]:+7.1%} {held[i]:+8.1%} {n / t / 1e9:7.3f} "
+              f"{result['allreduce'][i]['median_s']:11.3g} {result['allreduce_predicted_s'][i]:11.3g} "
+              f"{result['allreduce_error'][i]:+7.1%}")
+    (a, b, c), cap = result["fit"]
+    print(f"  fit: B(n) = {a:.4g} x^2 + {b:.4g} x + {c:.4g} GB/s, x = log2(n / 1e6), capped at {cap / 1e9:.4g} GB/s; "
+          f"at {result['sizes'][-1]} bytes: {result['bandwidth_at_largest_Bps'] / 1e9:.4g} GB/s")
+    if "tc_rate_Bps" in result:
+        bw = result["bandwidth_at_largest_Bps"]
+        print(f"  tc rate {result['tc_rate']}: {result['tc_rate_Bps'] / 1e9:.4g} GB/s (TCP payload "
+              f"{result['tc_payload_Bps'] / 1e9:.4g}); fitted / rate - 1 = {bw / result['tc_rate_Bps'] - 1:+.1%}, "
+              f"fitted / payload - 1 = {bw / result['tc_payload_Bps'] - 1:+.1%} (emulated hosts)")
+    print(f"  written to {out}/network ({writer.MEASURED_LINKS}: every repeat's median, quartiles, min, max)")

@@ -1,0 +1,124 @@
+"""``python -m orchestrator.profile layers``: checks, the measuring, the files, the MLflow run, the summary."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ConfigError
+from orchestrator.profile import cli, writer
+from orchestrator.profile.models import MODELS, GptSize, cnn, gpt
+from orchestrator.progress import Bar, enabled
+
+
+def check(args: Any) -> GptSize | None:
+    """The model's sizes (gpt), or a one-line error for a bad name or size."""
+    if args.model not in MODELS:
+        raise ConfigError(f"--model={args.model!r}: unknown model (one of {', '.join(MODELS)})")
+    for key in ("global_batch", "intra_gbps", "inter_gbps") + (("memory_gb",) if args.memory_gb is not None else ()):
+        value = getattr(args, key)
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"--{key.replace('_', '-')}={value}: must be a number > 0")
+    if max(args.tp) > args.devices_per_node:
+        raise ConfigError(f"--tp {max(args.tp)} exceeds --devices-per-node={args.devices_per_node} "
+                          "(a TP group is measured inside one machine)")
+    if args.model == "cnn":
+        if args.tp != [1]:
+            raise ConfigError(f"--tp {','.join(map(str, args.tp))}: the CNN has no tensor-parallel form (use --tp 1)")
+        return None
+    size = GptSize(args.layers, args.hidden, args.heads, args.sequence, args.vocab)
+    size.check(args.tp)
+    return size
+
+
+def device_of(args: Any) -> tuple[str, str]:
+    """(TensorFlow device, device type name)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    device = args.device or ("/GPU:0" if gpus else "/CPU:0")
+    known = [d.name for d in tf.config.list_logical_devices()]
+    if not any(name.endswith(device.upper().lstrip("/").replace("DEVICE:", "")) for name in known):
+        raise ConfigError(f"--device={device!r}: TensorFlow has no such device (it has: {', '.join(known)})")
+    if args.device_type:
+        return device, args.device_type
+    if "GPU" in device.upper():
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        return device, str(details.get("device_name", "GPU")).replace(" ", "-")
+    return device, f"CPU-{os.cpu_count()}c"
+
+
+def training_config(args: Any, name: str, size: GptSize | None, layers: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"model": name, "type": args.model, "global_batch_size": args.global_batch,
+                           "optimizer": "Adam", "num_all_layers": layers, "num_layers": layers - 2}
+    if size is not None:
+        doc.update(hidden_size=size.hidden, sequence_length=size.sequence, vocab_size=size.vocab, heads=size.heads,
+                   head_dim=size.hidden // size.heads, num_layers=size.layers)
+    return doc
+
+
+def profile_layers(args: Any) -> int:
+    size = check(args)
+    out = Path(args.out)
+    writer.check_writable(out)
+    device, dtype = device_of(args)
+    name = args.name or (f"gpt-L{size.layers}-H{size.hidden}" if size else args.model)
+    n_layers = size.layers + 2 if size else 7
+    build = (lambda tp: gpt(size, tp)) if size else cnn
+    classes = size.vocab if size else 10
+    t0 = time.perf_counter()
+    with cli.tracked(args, "layers", {"model": name, "profile.device_type": dtype}) as sink:
+        from orchestrator.profile.layers import run
+
+        bar = Bar(enabled(args.progress), total=len(args.tp) * (1 + len(args.mbs) * n_layers), desc=f"profile {name}",
+                  unit="entry")
+        try:
+            prof = run(build, args.mbs, args.tp, args.warmup, args.repeats, device, classes,
+                       lambda what: bar.update(1, layer=what))
+        finally:
+            bar.close()
+        settings = {"device": device, "warmup": args.warmup, "repeats": args.repeats, "mbs": args.mbs, "tp": args.tp,
+                    "seconds": time.perf_counter() - t0, "statistic": "median of the repeats"}
+        paths = writer.write_profile(out, name, dtype, prof, training_config(args, name, size, n_layers), settings)
+        memory = args.memory_gb * 1e9 if args.memory_gb else cli.machine_memory_bytes() / args.devices_per_node
+        writer.write_device(out, dtype, args.devices_per_node, memory)
+        measured = writer.has_measured_links(out, dtype)
+        writer.write_links(out, dtype, args.devices_per_node,
+                           None if measured["intra"] else writer.constant_fit(args.intra_gbps),
+                           None if measured["inter"] else writer.constant_fit(args.inter_gbps))
+        rows = summary(prof)
+        sink.log_metrics({"profile.seconds": time.perf_counter() - t0,
+                          **{f"profile.step_s.mbs{m}.tp{t}": s for m, t, _, _, _, s in rows}})
+        sink.set_tags({"profile.links": ", ".join(f"{k}: {'measured' if v else 'stated'}" for k, v in measured.items()),
+                       "profile.files": ", ".join(str(p.relative_to(out)) for p in paths)})
+        cli.log_directory(sink, out)
+    print_summary(name, dtype, device, rows, measured, out, args, cli.elapsed(t0))
+    return 0
+
+
+def summary(prof: Any) -> list[tuple[int, int, float, float, float, float]]:
+    """Per (mbs, tp): sum of forwards, of backwards, the update, and their total (one step of one micro-batch)."""
+    out = []
+    for mbs, per_tp in sorted(prof.times.items()):
+        for tp, rows in sorted(per_tp.items()):
+            f = sum(r.fwd.median for r in rows)
+            b = sum(r.bwd.median for r in rows)
+            u = prof.update[tp].median
+            out.append((mbs, tp, f, b, u, f + b + u))
+    return out
+
+
+def print_summary(name: str, dtype: str, device: str, rows: list[Any], measured: dict[str, bool], out: Path, args: Any,
+                  took: str) -> None:
+    print(f"profiled {name} on {dtype} ({device}), measured: median of {args.repeats} repeats after {args.warmup} "
+          f"warm-up calls, {took}")
+    print(f"  {'mbs':>4} {'tp':>3} {'fwd_s':>9} {'bwd_s':>9} {'update_s':>9} {'step_s':>9}   (sums over layers)")
+    for mbs, tp, f, b, u, s in rows:
+        print(f"  {mbs:>4} {tp:>3} {f:9.4f} {b:9.4f} {u:9.4f} {s:9.4f}")
+    links = ", ".join(f"{k}: {'measured' if v else 'stated'}" for k, v in measured.items())
+    print(f"  links: {links}; written to {out} (profile_stats.json: quartiles, min, max of every entry)")
+    print(f"  plan with it: python -m orchestrator +planner=joint model=llm model.name={name} model.data={out} "
+          f"hardware.data={out} 'hardware.gpus={{{dtype}: {2 * args.devices_per_node}}}'")

@@ -1,0 +1,131 @@
+"""Writing a profile in the layout of ``shared/workloads/sailor`` (its README: the formats), so that
+``model=llm model.data=DIR`` and ``hardware=gpu_cluster hardware.data=DIR`` read it as they read Sailor's:
+
+- ``profiles_tmp.json`` ``{model: {device type: {mbs: {tp: {layer: [fwd_s, bwd_s, update_s]}}}}}`` (medians);
+- ``llm_info.json`` ``{model: {tp: {layer: {params_floats, act_output_floats, act_input_floats, act_mem_floats,
+  ..._bytes}}}}``;
+- ``cluster/training_config_<model>.json`` (model, hidden size, sequence, layers, global batch, optimizer);
+- ``cluster/basic_cluster_config.json`` the profiled device type (devices per node, memory per device);
+- ``network/intra_node_bandwidths.json``, ``network/multizone_bandwidths_het.json``: the links, measured by
+  ``python -m orchestrator.profile links`` when it has written them, else the bandwidths stated on the command line;
+- ``profile_stats.json`` (read by no planner): per entry the median, quartiles, min and max of the repeats,
+  and the settings of the run.
+
+Existing files are merged: a second model or device type profiled into the same directory is added beside
+the first; the same (model, device type) is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ConfigError
+from orchestrator.plan.cluster import DEFAULT_ZONE, read_json
+from orchestrator.profile.layers import Profile
+
+MEASURED_LINKS = "links_profile.json"         # under network/: written by the link profiler
+
+
+def load(path: Path) -> dict[str, Any]:
+    return read_json(path) if path.exists() else {}
+
+
+def save(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def check_writable(out: Path) -> None:
+    """A one-line error before any measuring when ``out`` cannot be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".probe{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out={str(out)!r} is not a writable directory ({exc.strerror or exc})") from None
+
+
+def times_doc(prof: Profile) -> dict[str, dict[str, dict[str, list[float]]]]:
+    return {str(mbs): {str(tp): {str(i): [r.fwd.median, r.bwd.median, prof.update[tp].median]
+                                 for i, r in enumerate(rows)} for tp, rows in per_tp.items()}
+            for mbs, per_tp in prof.times.items()}
+
+
+def sizes_doc(prof: Profile) -> dict[str, dict[str, dict[str, float]]]:
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for tp, rows in prof.sizes.items():
+        out[str(tp)] = {}
+        for i, row in enumerate(rows):
+            full = dict(row)
+            full.update({k.replace("_floats", "_bytes"): 4.0 * v for k, v in row.items()})
+            out[str(tp)][str(i)] = full
+    return out
+
+
+def stats_doc(prof: Profile) -> dict[str, Any]:
+    entries: dict[str, Any] = {}
+    for mbs, per_tp in prof.times.items():
+        for tp, rows in per_tp.items():
+            entries.setdefault(str(mbs), {})[str(tp)] = {
+                str(i): {"fwd": r.fwd.as_dict(), "bwd": r.bwd.as_dict(), "clamped": r.clamped,
+                         **({"tp_allreduce": r.allreduce.as_dict()} if r.allreduce else {})}
+                for i, r in enumerate(rows)}
+    return {"layers": prof.names, "entries": entries, "update": {str(tp): s.as_dict() for tp, s in prof.update.items()}}
+
+
+def constant_fit(gbps: float) -> list[Any]:
+    """A constant bandwidth in the fitted form: ``[[0, 0, GB/s], max bytes/s]``."""
+    return [[0.0, 0.0, float(gbps)], float(gbps) * 1e9]
+
+
+def write_links(out: Path, device: str, per_node: int, intra: list[Any] | None, inter: list[Any] | None,
+                zone: str = DEFAULT_ZONE) -> None:
+    """The device type's links in the network files: ``intra`` inside a machine (every group size up to
+    ``per_node``), ``inter`` between two machines (every pair of GPU counts); None leaves one as it is."""
+    counts = [g for g in (1, 2, 4, 8, 16, 32) if g <= max(per_node, 1)]
+    if intra is not None:
+        doc = load(out / "network" / "intra_node_bandwidths.json")
+        doc[device] = {str(g): intra for g in counts if g > 1} or {"2": intra}
+        save(out / "network" / "intra_node_bandwidths.json", doc)
+    if inter is not None:
+        doc = load(out / "network" / "multizone_bandwidths_het.json")
+        src = doc.setdefault(zone, {}).setdefault(device, {})
+        for g in counts:
+            src.setdefault(str(g), {}).setdefault(zone, {})[device] = {str(h): inter for h in counts}
+        save(out / "network" / "multizone_bandwidths_het.json", doc)
+
+
+def write_device(out: Path, device: str, per_node: int, memory_bytes: float, zone: str = DEFAULT_ZONE) -> None:
+    doc = load(out / "cluster" / "basic_cluster_config.json")
+    doc[device] = {"gpus_per_node": int(per_node), "mem_per_gpu": int(memory_bytes)}
+    doc.setdefault("zone", zone)
+    save(out / "cluster" / "basic_cluster_config.json", doc)
+
+
+def write_profile(out: Path, model: str, device: str, prof: Profile, training: dict[str, Any],
+                  settings: dict[str, Any]) -> list[Path]:
+    """The model's entries into the directory's files (merged); the paths written."""
+    times = load(out / "profiles_tmp.json")
+    times.setdefault(model, {})[device] = times_doc(prof)
+    info = load(out / "llm_info.json")
+    info[model] = sizes_doc(prof)
+    stats = load(out / "profile_stats.json")
+    stats.setdefault(model, {})[device] = {**stats_doc(prof), "settings": settings}
+    paths = [out / "profiles_tmp.json", out / "llm_info.json", out / "profile_stats.json",
+             out / "cluster" / f"training_config_{model}.json"]
+    for path, doc in zip(paths, (times, info, stats, training), strict=True):
+        save(path, doc)
+    return paths
+
+
+def has_measured_links(out: Path, device: str) -> dict[str, bool]:
+    """Which of the device's links (``intra``, ``inter``) a link profile measured into this directory."""
+    doc = load(out / "network" / MEASURED_LINKS)
+    got = doc.get(device, {}) if isinstance(doc, dict) else {}
+    return {"intra": "intra" in got, "inter": "inter" in got}
