@@ -143,8 +143,14 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
                      f"sends {_fmt(worst.send_s, ' s')}, all-reduce {_fmt(worst.allreduce_s, ' s')}, update {_fmt(worst.update_s, ' s')}")
     layers = ("layer times derived from the model's graph and built-in device profiles (not measured)"
               if t.get("plan.profile") == "derived" else "profiled layers")
+    if "plan.derived_types" in t:
+        layers = "profiled layers and, for the types below, layers derived from datasheets (not measured)"
     lines.append(f"  figures:  simulated ({sim} simulator: cost model from {layers} and fitted links; "
                  "docs/benchmarks/plans.md has its error against measured GPU runs)")
+    if "plan.derived_types" in t:
+        lines.append(f"  derived:  derived from datasheet: {t['plan.derived_types']}; the plan uses "
+                     f"{t.get('plan.derived_used', '?')} (error of a type left out of the fit: "
+                     "docs/benchmarks/derived_profiles.md)"[:600])
     return lines
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,14 @@ from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.links import ConstantLink, FittedLink, Link
 from orchestrator.hardware.topology import Topology
 from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
+from orchestrator.plan.catalog import (
+    DEFAULT_INTRA_EFFICIENCY,
+    DEFAULT_NETWORK_EFFICIENCY,
+    GpuSpec,
+    default_catalog,
+    derived_link,
+    efficiency,
+)
 
 DEFAULT_ZONE = "us-central1-a"
 # USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed
@@ -52,28 +60,44 @@ class GpuCluster:
     gpus: dict[tuple[str, str], int]          # (type, zone) -> GPUs available
     network: Topology
     zone: str = DEFAULT_ZONE                  # the zone a GPU count without one is in
+    derived: dict[str, str] = field(default_factory=dict)   # type -> how it was derived (types from the GPU catalog)
 
     def gpu_type(self, name: str) -> GpuType:
         if name not in self.types:
             raise ConfigError(f"unknown GPU type {name!r} (the cluster knows: {', '.join(sorted(self.types))})")
         return self.types[name]
 
+    def type_name(self, name: str) -> str | None:
+        """The cluster's name for ``name``: itself, or the type a catalog alias of it names (GH200 -> GH-96)."""
+        if name in self.types:
+            return name
+        spec = default_catalog().find(name)
+        return spec.name if spec is not None and spec.name in self.types else None
+
     def count(self, gpu_type: str | None = None) -> int:
         return sum(n for (t, _), n in self.gpus.items() if gpu_type is None or t == gpu_type)
 
     def with_gpus(self, gpus: Any) -> GpuCluster:
-        """This cluster with the GPU counts ``gpus``: ``{TYPE: N}`` or ``{TYPE: {ZONE: N}}``."""
+        """This cluster with the GPU counts ``gpus``: ``{TYPE: N}`` or ``{TYPE: {ZONE: N}}`` (a catalog alias of a
+        type the cluster has names that type).
+        A type the cluster does not describe comes from the GPU catalog (``plan.catalog``: its datasheet node and
+        links, ``with_catalog_type``); one the catalog lacks either is a one-line error listing both."""
         counts: dict[tuple[str, str], int] = {}
         if not hasattr(gpus, "items"):
             raise ConfigError(f"hardware.gpus={gpus!r} must be a mapping {{GPU type: count}}, e.g. {{A100-40: 32}}")
+        zones = {self.zone, *(z for v in gpus.values() if hasattr(v, "items") for z in map(str, v))}
+        cluster = self
         for t, v in gpus.items():
-            self.gpu_type(str(t))
+            name = cluster.type_name(str(t))
+            if name is None:
+                cluster = cluster.with_catalog_type(default_catalog().get(str(t), self.types), sorted(zones))
+                name = cluster.type_name(str(t)) or str(t)
             per_zone = v.items() if hasattr(v, "items") else [(self.zone, v)]
             for z, n in per_zone:
                 if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                     raise ConfigError(f"hardware.gpus.{t}={n!r} must be a whole number >= 0")
-                counts[(str(t), str(z))] = counts.get((str(t), str(z)), 0) + int(n)
-        return GpuCluster(self.name, self.types, counts, self.network, self.zone)
+                counts[(name, str(z))] = counts.get((name, str(z)), 0) + int(n)
+        return GpuCluster(self.name, cluster.types, counts, cluster.network, self.zone, dict(cluster.derived))
 
     def with_headroom(self, headroom: float) -> GpuCluster:
         """This cluster with ``headroom`` (a share, 0 <= h < 1) of every GPU's memory kept free: plans may use
@@ -84,7 +108,64 @@ class GpuCluster:
             return self
         types = {n: GpuType(t.name, t.gpus_per_node, t.capacity * (1.0 - headroom), t.usd_per_gpu_hour, t.capacity)
                  for n, t in self.types.items()}
-        return GpuCluster(self.name, types, dict(self.gpus), self.network, self.zone)
+        return GpuCluster(self.name, types, dict(self.gpus), self.network, self.zone, dict(self.derived))
+
+    def with_catalog_type(self, spec: GpuSpec, zones: list[str]) -> GpuCluster:
+        """This cluster with the catalog type ``spec`` (no GPUs yet): its node from the datasheet, its links inside
+        a machine at the datasheet's bandwidth times the median efficiency of the measured links of this cluster's
+        catalog types (``link_efficiencies``), between machines at its network's times that efficiency, no faster than
+        the other end's link and the fastest measured link between the two zones (the site's network bounds it)."""
+        intra_eff, net_eff = self.link_efficiencies()
+        types = {**self.types, spec.name: GpuType(spec.name, spec.gpus_per_node, spec.memory_bytes, spec.usd_per_gpu_hour)}
+        net = self.network
+        intra: dict[str, dict[int, Link]] = {**net.intra, spec.name: {g: derived_link(spec.intra_bandwidth, intra_eff)
+                                           for g in range(2, spec.gpus_per_node + 1)}}
+        links = dict(net.links)
+        if net.default_inter is None:
+            own = spec.network_bandwidth * net_eff
+            for other in types:
+                for za in zones:
+                    for zb in zones:
+                        bw = min(own, self._machine_bandwidth(other, za, net_eff), self._zone_bandwidth(za, zb))
+                        for a, b in ((spec.name, other), (other, spec.name)):
+                            for ga in range(1, types[a].gpus_per_node + 1):
+                                for gb in range(1, types[b].gpus_per_node + 1):
+                                    links[(za, a, str(ga)), (zb, b, str(gb))] = ConstantLink(bw)
+        topo = Topology(links, intra, net.egress_usd_per_gb, net.default_inter, net.default_intra)
+        note = (f"derived from datasheet: {spec.title} (links: {intra_eff:.2f} of its intra-node and {net_eff:.2f} of its "
+                "network bandwidth)")
+        return GpuCluster(self.name, types, dict(self.gpus), topo, self.zone, {**self.derived, spec.name: note})
+
+    def link_efficiencies(self) -> tuple[float, float]:
+        """(inside a machine, between machines): the medians of measured / datasheet bandwidth over this cluster's
+        types that the catalog has and its network measured (the fastest group inside a machine; one GPU to one
+        GPU of the same type in the cluster's zone); the catalog's defaults where none is measured."""
+        intra, inter = [], []
+        for name in self.types:
+            spec = default_catalog().find(name)
+            if spec is None or name in self.derived:
+                continue
+            per = self.network.intra.get(name, {})
+            if per:
+                intra.append((_max_bandwidth(per[max(per)]), spec.intra_bandwidth))
+            link = self.network.links.get(((self.zone, name, "1"), (self.zone, name, "1")))
+            if link is not None:
+                inter.append((_max_bandwidth(link), spec.network_bandwidth))
+        return efficiency(intra, DEFAULT_INTRA_EFFICIENCY), efficiency(inter, DEFAULT_NETWORK_EFFICIENCY)
+
+    def _machine_bandwidth(self, name: str, zone: str, net_eff: float) -> float:
+        """The bandwidth a machine of ``name`` reaches to another in ``zone``: measured, else from the catalog."""
+        link = self.network.links.get(((zone, name, "1"), (zone, name, "1")))
+        if link is not None:
+            return _max_bandwidth(link)
+        spec = default_catalog().find(name)
+        return spec.network_bandwidth * net_eff if spec is not None else math.inf
+
+    def _zone_bandwidth(self, za: str, zb: str) -> float:
+        """The fastest measured link between machines of zones ``za`` and ``zb`` (inf when none is measured)."""
+        got = [_max_bandwidth(link) for (a, b), link in self.network.links.items()
+               if len(a) == 3 and a[0] == za and b[0] == zb]
+        return max(got) if got else math.inf
 
     def describe(self) -> str:
         parts = [f"{n} {t}" + (f" ({z})" if z != self.zone else "") for (t, z), n in sorted(self.gpus.items()) if n]
@@ -153,6 +234,11 @@ class GpuCluster:
                                                     f"{p}: links.intra_default"))
         cluster = cls(str(doc.get("name", p.stem)), types, {}, network, zone)
         return cluster.with_gpus(doc["gpus"]) if doc.get("gpus") else cluster
+
+
+def _max_bandwidth(link: Link) -> float:
+    """A link's largest bandwidth (bytes/s): a fit's measured maximum, a constant link's bandwidth."""
+    return link.max_bandwidth if isinstance(link, FittedLink) else link.bandwidth
 
 
 def read_json(path: Path) -> Any:

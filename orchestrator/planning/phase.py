@@ -97,6 +97,27 @@ def cost_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch:
     return total * global_batch / 3600.0 if math.isfinite(total) else 0.0
 
 
+def derived_types(profile: LayeredProfile, cluster: GpuCluster, used: set[str] | None = None) -> dict[str, str]:
+    """Type -> how its figures were derived, for the types of ``cluster`` (those in ``used`` when given) whose
+    layer times the profile derived from the GPU catalog's datasheet ({} when every figure is measured)."""
+    notes = (profile.extra or {}).get("derived_types", {})
+    return {t: f"{notes[t]}; {cluster.derived.get(t, 'datasheet')}" for t in sorted(notes)
+            if t in cluster.types and (used is None or t in used)}
+
+
+def derived_tags(profile: LayeredProfile, cluster: GpuCluster, plan: Plan) -> dict[str, str]:
+    """``plan.derived_types`` (every derived type the cluster lists: 'H100 (roofline fitted on ...)') and
+    ``plan.derived_used`` (those the plan uses), absent when no figure is derived."""
+    listed = derived_types(profile, cluster, {t for (t, _), n in cluster.gpus.items() if n > 0})
+    if not listed:
+        return {}
+    used = {r.gpu for p in plan.pipelines for s in p.stages for r in s.replicas}
+    fitted = {t: notes.split(";")[0] for t, notes in listed.items()}
+    return {"plan.derived_types": "; ".join(f"{t} ({fitted[t]})" for t in listed)[:4900],
+            "plan.derived_used": ", ".join(t for t in listed if t in used) or "none",
+            "plan.profile": "measured+derived"}
+
+
 class PlanningPhase:
     def __init__(self, cfg: Any, planner: Any, hardware: Any, output_dir: Path):
         self.cfg, self.planner, self.hardware, self.output_dir = cfg, planner, hardware, output_dir
@@ -143,20 +164,26 @@ class PlanningPhase:
             return int(from_file())
         return int(profile.global_batch or DEFAULT_GLOBAL_BATCH)
 
-    def planning_cluster(self, profile: LayeredProfile) -> tuple[GpuCluster, str]:
-        """The cluster planned for and where its GPUs come from: ``given`` (hardware.gpus or the cluster file),
-        else ``plan`` (a plan file's own GPUs). Every listed GPU can be planned for (``check_covered``)."""
+    def planning_cluster(self, profile: LayeredProfile) -> tuple[GpuCluster, str, LayeredProfile]:
+        """The cluster planned for, where its GPUs come from: ``given`` (hardware.gpus or the cluster file),
+        else ``plan`` (a plan file's own GPUs), and the profile with entries derived for the GPU catalog's types
+        the cluster took (``plan.derive``; the measured entries unchanged). Every listed GPU can be planned for
+        (``check_covered``)."""
         cluster = self.cluster()
         source = "given"
         if not cluster.gpus and hasattr(self.planner, "read"):      # without hardware.gpus: the plan's own GPUs
             cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
             source = "plan"
+        if cluster.derived:
+            from orchestrator.plan.derive import derive_for_cluster
+
+            profile = derive_for_cluster(profile, cluster)
         check_covered(profile, cluster)
-        return cluster, source
+        return cluster, source, profile
 
     def run(self, model_spec: Any, profile: LayeredProfile, sink: Any) -> dict[str, float]:
         t_start = time.perf_counter()
-        cluster, source = self.planning_cluster(profile)
+        cluster, source, profile = self.planning_cluster(profile)
         batch = self.global_batch(model_spec, profile)
         evaluator = PlanEvaluator(self.sim, profile, cluster, batch)
         t0 = time.perf_counter()
@@ -176,6 +203,7 @@ class PlanningPhase:
         tags = {"plan.simulator": est.simulator, "plan.description": plan.describe()[:4900],
                 "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
                 "plan.fits": str(est.fits).lower()}
+        tags.update(derived_tags(profile, cluster, plan))
         t0 = time.perf_counter()
         metrics.update(self.bounds(profile, cluster, batch, plan, est))
         metrics["plan.bound_time_s"] = time.perf_counter() - t0
@@ -306,7 +334,10 @@ class PlanningPhase:
         out = self.output_dir / "plan"
         for path in plan.write(out):
             sink.log_artifact(path)
-        title = (f"{profile.model}: {est.iteration_s:.4g} s/iteration (simulated, {est.simulator} simulator)"
+        used = {r.gpu for p in plan.pipelines for s in p.stages for r in s.replicas}
+        derived = [t for t in sorted((profile.extra or {}).get("derived_types", {})) if t in used]
+        title = (f"{profile.model}: {est.iteration_s:.4g} s/iteration (simulated, {est.simulator} simulator"
+                 + (f"; {', '.join(derived)} derived from datasheet" if derived else "") + ")"
                  + ("" if est.fits else " - DOES NOT FIT in memory"))
         pictures = [gantt(est, out / "plan_gantt.png", title),
                     layer_map(plan, profile.num_layers, out / "plan_layers.png", f"{profile.model}: which GPUs hold which layers")]

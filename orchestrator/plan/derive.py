@@ -1,0 +1,246 @@
+"""Layer times of GPU types nobody profiled, derived from their datasheet (``plan.catalog``) with a roofline whose
+efficiencies are fitted on the measured types of a layered profile. Formulas and their sources: docs/plans.md,
+"GPU types nobody profiled"; the error on a type left out of the fit: docs/benchmarks/derived_profiles.md.
+
+Per sample, a decoder layer's work is counted from the training config (hidden h, sequence s, heads a, vocab V,
+FFN 4h; Megatron-style TP of degree t splits the matmuls, the attention scores and the FFN, not the layer norms,
+residuals and dropouts on the hidden state):
+
+- matmul FLOPs ``F`` (2 per multiply-add): block forward ``(24 s h^2 + 4 s^2 h) / t``, backward twice that;
+  head forward ``2 s h V / t``, backward twice; embedding none;
+- memory-bound bytes ``B`` (fp32, kernel by kernel, unfused: softmax, dropout with its mask, GELU, layer norms,
+  residual adds, head permutes): block forward ``4 (4.25 a s^2 / t + 16 s h / t + 14.5 s h)``, backward
+  ``4 (5.25 a s^2 / t + 20 s h / t + 16.5 s h)``; head forward ``4 (3 s V / t + 2 s h)``, backward
+  ``4 (2 s V / t + 3 s h)``; embedding forward ``4 x 6.25 s h``, backward ``4 x 2 s h``.
+
+Seconds of one micro-batch of ``m`` samples on a type with matmul rate ``P`` (``GpuSpec.matmul_flops``) and memory
+bandwidth ``W``, for each (phase, kind of layer):
+``t = c + F m / (eta_mm P) + B m / (eta_mem W) + k n_ar 2 (t-1) + n_ar ring(link, 4 m s h, t)``, where ``n_ar`` is
+the layer's TP all-reduces in that phase (``LayeredProfile.tp_allreduces``, halved per phase), ``ring`` the ring
+all-reduce over the type's intra-node link (``hardware.links.ring_allreduce_time``) and ``c``, ``1/eta_mm``,
+``1/eta_mem``, ``k`` >= 0 are fitted by non-negative least squares on the relative error over the measured types.
+The optimizer step (the same on every layer of one (mbs, TP), as the profiles hold it): ``c_u + 16 N / t / (eta_u W)``
+for ``N`` parameters of the model (Adam in fp32: about 16 bytes read and written per parameter).
+Memory: a derived type holds the profile's parameter and activation sizes (they do not depend on the GPU) in the
+catalog's capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import nnls
+
+from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.hardware.cost import roofline_s
+from orchestrator.hardware.links import Link, ring_allreduce_time
+from orchestrator.plan.catalog import GpuCatalog, GpuSpec, default_catalog
+from orchestrator.plan.cluster import GpuCluster
+from orchestrator.plan.profile import LayeredProfile
+
+PHASES = ("fwd", "bwd")
+KINDS = ("embedding", "block", "head")
+# The matmul efficiency's prior: the fraction of the datasheet rate that a large matmul reached on the measured
+# H200 (h200-measured.json: fp32 50.9 of 67, tf32 357.9 of 494.5 TFLOP/s: 0.76, 0.72), weighted as a share of the rows.
+MATMUL_PRIOR = 0.74
+PRIOR_WEIGHT = 0.3
+TimeTable = dict[int, dict[int, tuple[tuple[float, float, float], ...]]]
+LinkFor = Callable[[str, int], Link]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the work counts need of a decoder model (from the profile's training config)."""
+
+    hidden: int
+    sequence: int
+    heads: int
+    vocab: int
+    params: float                       # parameters of the whole model at TP 1
+
+    @classmethod
+    def of(cls, profile: LayeredProfile) -> Shape:
+        train = (profile.extra or {}).get("training_config") or {}
+        if not profile.hidden or not profile.sequence:
+            raise WorkloadError(f"model {profile.model}: deriving a GPU type needs hidden_size and sequence_length "
+                                "(cluster/training_config_*.json)")
+        h, s = int(profile.hidden), int(profile.sequence)
+        sizes = profile.layer_sizes(1)
+        vocab = int(train.get("vocab_size") or round(sizes.params[-1] / h))
+        return cls(h, s, int(train.get("heads") or max(1, h // 64)), vocab, float(sum(sizes.params)))
+
+
+def kind(profile: LayeredProfile, layer: int) -> str:
+    return "embedding" if layer == 0 else "head" if layer == profile.num_layers - 1 else "block"
+
+
+def work(shape: Shape, what: str, phase: str, tp: int) -> tuple[float, float]:
+    """(matmul FLOPs, memory-bound bytes) of one sample through a layer of kind ``what`` (module docstring)."""
+    h, s, a, v, t = shape.hidden, shape.sequence, shape.heads, shape.vocab, tp
+    if what == "embedding":
+        return 0.0, 4.0 * (6.25 if phase == "fwd" else 2.0) * s * h
+    if what == "head":
+        f = 2.0 * s * h * v / t
+        return (f, 4.0 * (3 * s * v / t + 2 * s * h)) if phase == "fwd" else (2 * f, 4.0 * (2 * s * v / t + 3 * s * h))
+    f = (24.0 * s * h * h + 4.0 * s * s * h) / t
+    if phase == "fwd":
+        return f, 4.0 * (4.25 * a * s * s / t + 16 * s * h / t + 14.5 * s * h)
+    return 2 * f, 4.0 * (5.25 * a * s * s / t + 20 * s * h / t + 16.5 * s * h)
+
+
+def features(profile: LayeredProfile, shape: Shape, spec: GpuSpec, link: Link | None, layer: int, phase: str,
+             mbs: int, tp: int) -> list[float]:
+    """The columns of the fit for one (layer, phase, mbs, tp) on ``spec``: [1, matmul s, memory s, ring steps,
+    all-reduce s] (the matmul and memory seconds at 100% of the datasheet, through the cost core's roofline)."""
+    flops, nbytes = work(shape, kind(profile, layer), phase, tp)
+    mm = roofline_s(flops * mbs, 0.0, spec.matmul_flops(), 1.0)
+    mem = roofline_s(0.0, nbytes * mbs, 1.0, spec.mem_bandwidth)
+    n_ar = profile.tp_allreduces(layer) / 2.0 if tp > 1 else 0.0
+    ring = ring_allreduce_time(link, 4.0 * mbs * shape.sequence * shape.hidden, tp) if n_ar and link is not None else 0.0
+    return [1.0, mm, mem, n_ar * 2.0 * (tp - 1), n_ar * ring]
+
+
+def tp_link(link_for: LinkFor, gpu: str, tp: int) -> Link | None:
+    """The link a TP group of ``tp`` all-reduces over: the type's intra-node link for that group, else for a pair
+    (a group larger than a measured machine: its fastest), None without TP or without any."""
+    if tp <= 1:
+        return None
+    for g in (tp, 2):
+        try:
+            return link_for(gpu, g)
+        except WorkloadError:
+            continue
+    return None
+
+
+def update_features(shape: Shape, spec: GpuSpec, tp: int) -> list[float]:
+    return [1.0, roofline_s(0.0, 16.0 * shape.params / tp, 1.0, spec.mem_bandwidth)]
+
+
+@dataclass
+class DerivationModel:
+    """Fitted coefficients per (phase, kind) and of the update, and the types they were fitted on."""
+
+    coef: dict[tuple[str, str], npt.NDArray[np.float64]]
+    update: npt.NDArray[np.float64]
+    fitted_on: tuple[str, ...]
+    shape: Shape
+    rows: int = 0
+    efficiencies: dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"roofline fitted on {', '.join(self.fitted_on)}"
+
+
+def _lsq_relative(x: list[list[float]], y: list[float], prior: Mapping[int, float] | None = None) -> npt.NDArray[np.float64]:
+    """Non-negative least squares of the relative error: min sum ((x b - y) / y)^2 + sum_i w^2 (b_i - p_i)^2,
+    b >= 0, with ``prior`` {column i: p_i} weighted as ``PRIOR_WEIGHT`` rows of the data (a column the data do
+    not pin down, such as the matmul's where every fitted type is memory-bound, stays near its prior)."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    a, b = xa / ya[:, None], np.ones_like(ya)
+    for i, p in (prior or {}).items():
+        row = np.zeros((1, xa.shape[1]))
+        row[0, i] = PRIOR_WEIGHT * math.sqrt(len(ya)) / max(p, 1e-12)
+        a, b = np.vstack([a, row]), np.append(b, PRIOR_WEIGHT * math.sqrt(len(ya)))
+    coef, _ = nnls(a, b)
+    return np.asarray(coef)
+
+
+def _median_row(profile: LayeredProfile, gpu: str, mbs: int, tp: int, layers: list[int], phase: int) -> float:
+    return statistics.median(profile.layer_times(gpu, mbs, tp)[i][phase] for i in layers)
+
+
+def fit(profile: LayeredProfile, types: Iterable[str], link_for: LinkFor,
+        catalog: GpuCatalog | None = None) -> DerivationModel:
+    """The model fitted on the measured ``types`` of ``profile`` (each must be in the catalog): one row per
+    (type, mbs, tp) and kind of layer (the median over the decoder blocks: each block counts once)."""
+    catalog = catalog or default_catalog()
+    shape = Shape.of(profile)
+    names = sorted(types)
+    if not names:
+        raise ConfigError("deriving a GPU type needs at least one measured type to fit on")
+    xs: dict[tuple[str, str], tuple[list[list[float]], list[float]]] = {(p, k): ([], []) for p in PHASES for k in KINDS}
+    ux: list[list[float]] = []
+    uy: list[float] = []
+    groups = {k: [i for i in range(profile.num_layers) if kind(profile, i) == k] for k in KINDS}
+    for gpu in names:
+        spec = catalog.get(gpu)
+        for mbs in profile.micro_batches(gpu):
+            for tp in profile.tp_degrees(gpu, mbs):
+                link = tp_link(link_for, gpu, tp)
+                for k, layers in groups.items():
+                    for pi, phase in enumerate(PHASES):
+                        x, y = xs[(phase, k)]
+                        x.append(features(profile, shape, spec, link, layers[0], phase, mbs, tp))
+                        y.append(max(_median_row(profile, gpu, mbs, tp, layers, pi), 1e-7))
+        for tp in sorted({t for m in profile.micro_batches(gpu) for t in profile.tp_degrees(gpu, m)}):
+            ux.append(update_features(shape, spec, tp))
+            uy.append(statistics.median(profile.layer_times(gpu, m, tp)[0][2] for m in profile.micro_batches(gpu)
+                                        if tp in profile.tp_degrees(gpu, m)))
+    coef = {key: _lsq_relative(x, y, {1: 1.0 / MATMUL_PRIOR} if key[1] != "embedding" else None)
+            for key, (x, y) in xs.items()}
+    eff = {f"{p}.{k}.{what}": (1.0 / c[i] if c[i] > 0 else math.inf)
+           for (p, k), c in coef.items() for i, what in ((1, "matmul"), (2, "memory"))}
+    return DerivationModel(coef, _lsq_relative(ux, uy), tuple(names), shape, sum(len(y) for _, y in xs.values()), eff)
+
+
+def derive_times(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec, link_for: LinkFor,
+                 micro_batches: Iterable[int], tp_degrees: Iterable[int]) -> TimeTable:
+    """(fwd, bwd, update) seconds per layer on ``spec`` at each micro-batch and TP degree."""
+    out: TimeTable = {}
+    for mbs in micro_batches:
+        for tp in tp_degrees:
+            link = tp_link(link_for, spec.name, tp)
+            upd = float(np.dot(model.update, update_features(model.shape, spec, tp)))
+            rows = []
+            for layer in range(profile.num_layers):
+                k = kind(profile, layer)
+                f, b = (float(np.dot(model.coef[(p, k)], features(profile, model.shape, spec, link, layer, p, mbs, tp)))
+                        for p in PHASES)
+                rows.append((f, b, upd))
+            out.setdefault(mbs, {})[tp] = tuple(rows)
+    return out
+
+
+def with_derived(profile: LayeredProfile, derived: Mapping[str, TimeTable], note: str) -> LayeredProfile:
+    """``profile`` with the time tables of ``derived`` types added (a copy; the measured entries unchanged) and
+    ``extra["derived_types"]``: type -> ``note``."""
+    times = {**profile.times, **{t: dict(v) for t, v in derived.items()}}
+    extra = dict(profile.extra or {})
+    extra["derived_types"] = {**extra.get("derived_types", {}), **{t: note for t in derived}}
+    return LayeredProfile(profile.model, profile.num_layers, times, profile.sizes, profile.global_batch,
+                          profile.optimizer, profile.float_bytes, profile.hidden, profile.sequence, profile.source, extra)
+
+
+def measured_types(profile: LayeredProfile, catalog: GpuCatalog | None = None) -> list[str]:
+    """The profile's measured types that the catalog has (the ones a derivation can be fitted on)."""
+    catalog = catalog or default_catalog()
+    done = (profile.extra or {}).get("derived_types", {})
+    return [t for t in profile.gpu_types if t not in done and catalog.find(t) is not None]
+
+
+def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredProfile:
+    """``profile`` with entries for every catalog type of ``cluster`` (``cluster.derived``) that it lacks, fitted
+    on its measured types; unchanged when there is none."""
+    missing = [t for t in sorted(cluster.derived) if t not in profile.times]
+    if not missing:
+        return profile
+    catalog = default_catalog()
+    fit_on = measured_types(profile, catalog)
+    if not fit_on:
+        raise ConfigError(f"model {profile.model}: no measured GPU type of its profile is in the GPU catalog, so "
+                          f"{', '.join(missing)} cannot be derived (profiled: {', '.join(profile.gpu_types) or 'none'})")
+    link_for = cluster.network.intra_link
+    model = fit(profile, fit_on, link_for, catalog)
+    mbs = sorted({m for t in fit_on for m in profile.micro_batches(t)})
+    tables = {}
+    for t in missing:
+        spec = catalog.get(t)
+        tps = [tp for tp in sorted(profile.sizes) if tp <= spec.gpus_per_node]
+        tables[t] = derive_times(model, profile, spec, link_for, mbs, tps)
+    return with_derived(profile, tables, model.describe())
