@@ -85,7 +85,7 @@ def test_a_plan_file_shows_its_measured_time_the_error_and_its_replicas(tmp_path
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "L0-4: 4 replicas x tp4 = 16 GH-96 |" in text and "4xGH-96" not in text
-    assert "measured: 2.726 s per iteration (the plan file's `real`); simulated 2.6 s (project), error -4.6%" in text
+    assert "measured: 2.726 s per iteration (the plan file's `real`); simulated 2.614 s (project), error -4.1%" in text
     assert "certified" not in text                            # no hardware.gpus: the bound is over the plan's own GPUs
     assert "GH-96 23.5 / 95.6 GiB" in text                     # used / capacity
     m = store_runs(tmp_path)[0].data.metrics
