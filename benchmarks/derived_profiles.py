@@ -1,0 +1,197 @@
+"""Leave-one-out validation of derived GPU profiles (issue 43 item 4; docs/benchmarks/derived_profiles.md).
+
+1. Layers: for every measured GPU type of the shared profile in turn, fit the derivation model (``plan.derive``) on
+   the others and predict the one left out, layer by layer (its intra-node link derived from the catalog too, at
+   the efficiency of the others' measured links): median and max |error| of forward, backward and update, and the
+   median per TP degree.
+2. Plans: the measured GH200 plans simulated (project's and Sailor's simulators) on the measured GH-96 profile and
+   on GH-96 derived from A100-40, A100-80 and V100-16, against the measured ``real`` seconds.
+3. The derived H200 beside the measured H200 rates (h200-measured.json).
+4. The matmul prior's weight (``derive.PRIOR_WEIGHT``): the layer errors at other weights.
+
+    PYTHONPATH=. python benchmarks/derived_profiles.py        # about 20 s on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
+from orchestrator.plan import derive  # noqa: E402
+from orchestrator.plan.catalog import (  # noqa: E402
+    DEFAULT_INTRA_EFFICIENCY,
+    default_catalog,
+    derived_link,
+    efficiency,
+    measured_h200,
+)
+from orchestrator.planning.sailor import SailorSimulator  # noqa: E402
+from orchestrator.planning.simulator import ProjectSimulator  # noqa: E402
+
+DEFAULT = ROOT.parent / "shared" / "workloads" / "sailor"
+PHASE = ("fwd", "bwd", "update")
+
+
+def link_for_left_out(cluster: GpuCluster, out: str):
+    """The intra-node links of the fit: measured for the fitted types, derived for the one left out (its datasheet
+    times the median efficiency of the others' measured links)."""
+    cat = default_catalog()
+    pairs = [(max(per.values(), key=lambda lk: lk.max_bandwidth).max_bandwidth, cat.get(t).intra_bandwidth)
+             for t, per in cluster.network.intra.items() if t != out and cat.find(t) is not None and per]
+    eff = efficiency(pairs, DEFAULT_INTRA_EFFICIENCY)
+    own = derived_link(cat.get(out).intra_bandwidth, eff)
+
+    def link_for(gpu: str, tp: int):
+        return own if gpu == out else cluster.network.intra_link(gpu, tp)
+    return link_for, eff
+
+
+def left_out(profile: LayeredProfile, cluster: GpuCluster, out: str) -> tuple[LayeredProfile, dict]:
+    """``profile`` with ``out``'s times replaced by those derived from the other types, and the errors."""
+    rest = [t for t in derive.measured_types(profile) if t != out]
+    link_for, eff = link_for_left_out(cluster, out)
+    model = derive.fit(profile, rest, link_for)
+    spec = default_catalog().get(out)
+    errs: dict = {"fwd": [], "bwd": [], "update": [], "tp": {}}
+    table: dict = {}
+    for mbs in profile.micro_batches(out):
+        tps = profile.tp_degrees(out, mbs)
+        got = derive.derive_times(model, profile, spec, link_for, [mbs], tps)[mbs]
+        table[mbs] = got
+        for tp in tps:
+            meas = profile.layer_times(out, mbs, tp)
+            for i in range(profile.num_layers):
+                for j, ph in enumerate(PHASE):
+                    if ph == "update" and i > 0:          # one update figure per (mbs, tp)
+                        continue
+                    e = got[tp][i][j] / meas[i][j] - 1.0
+                    errs[ph].append(e)
+                    if ph != "update":
+                        errs["tp"].setdefault(tp, []).append(e)
+    derived = derive.with_derived(LayeredProfile(profile.model, profile.num_layers,
+                                                 {t: v for t, v in profile.times.items() if t != out}, profile.sizes,
+                                                 profile.global_batch, profile.optimizer, profile.float_bytes,
+                                                 profile.hidden, profile.sequence, profile.source, profile.extra),
+                                  {out: table}, model.describe())
+    errs["model"], errs["link_eff"], errs["fitted_on"] = model, eff, rest
+    return derived, errs
+
+
+def pct(xs, f) -> str:
+    return f"{100 * f([abs(x) for x in xs]):.1f}%" if xs else "-"
+
+
+def layer_tables(profile: LayeredProfile, cluster: GpuCluster) -> dict[str, dict]:
+    print("### Layer times of a GPU type left out (fitted on the other three)\n")
+    print("| left out | fitted on | fwd median | fwd max | bwd median | bwd max | update median | update max | "
+          "all median | all max | entries |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    results = {}
+    for out in derive.measured_types(profile):
+        _, e = left_out(profile, cluster, out)
+        results[out] = e
+        every = e["fwd"] + e["bwd"] + e["update"]
+        print(f"| {out} | {', '.join(e['fitted_on'])} | " + " | ".join(
+            pct(e[k], f) for k in ("fwd", "bwd", "update") for f in (statistics.median, max))
+            + f" | {pct(every, statistics.median)} | {pct(every, max)} | {len(every)} |")
+    print("\n### Median |error| (max) of a left-out type's layer times (fwd and bwd) per TP degree\n")
+    tps = sorted({tp for e in results.values() for tp in e["tp"]})
+    print("| left out | " + " | ".join(f"TP {tp}" for tp in tps) + " |")
+    print("|---|" + "---|" * len(tps))
+    for out, e in results.items():
+        print(f"| {out} | " + " | ".join(f"{pct(e['tp'][tp], statistics.median)} ({pct(e['tp'][tp], max)})"
+                                         if tp in e["tp"] else "-" for tp in tps) + " |")
+    return results
+
+
+def plan_table(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> None:
+    derived, e = left_out(profile, cluster, "GH-96")
+    print(f"\n### The measured GH200 plans on the derived GH-96 profile ({e['model'].describe()})\n")
+    print("| plan | measured s | project, measured profile | error | project, derived | error | "
+          "Sailor's, measured profile | error | Sailor's, derived | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    sims = (("project", ProjectSimulator()), ("sailor", SailorSimulator()))
+    errs: dict[str, list[float]] = {}
+    for f in sorted((root / "measured").glob("*/plan_config_*.json")):
+        doc = json.loads(f.read_text())
+        if not doc.get("real"):
+            continue
+        plan = Plan.from_sailor(doc, str(f))
+        real = float(doc["real"])
+        cells = [f.stem.removeprefix("plan_config_"), f"{real:.3f}"]
+        for name, sim in sims:
+            for which, prof in (("measured", profile), ("derived", derived)):
+                s = sim.estimate(plan, prof, cluster, int(doc["gbs"])).iteration_s
+                errs.setdefault(f"{name} {which}", []).append(s / real - 1.0)
+                cells += [f"{s:.3f}", f"{100 * (s / real - 1.0):+.1f}%"]
+        print("| " + " | ".join(cells) + " |")
+    print("\n| |error| over the plans | " + " | ".join(errs) + " |")
+    print("|---|" + "---|" * len(errs))
+    for label, f in (("median", statistics.median), ("max", max)):
+        print(f"| {label} | " + " | ".join(pct(v, f) for v in errs.values()) + " |")
+
+
+def h200_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
+    measured = measured_h200()
+    sheet = default_catalog().get("H200")
+    model = derive.fit(profile, derive.measured_types(profile), cluster.network.intra_link)
+    print("\n### H200: datasheet, measured (one H200, PyTorch) and what the derivation charges in a decoder block\n")
+    if measured is None:
+        print("(h200-measured.json is absent)")
+        return
+    print("| rate | datasheet | measured | measured / datasheet | derived: block fwd | block bwd |")
+    print("|---|---|---|---|---|---|")
+    for prec in ("fp32", "tf32", "bf16"):
+        d, m = sheet.flops.get(prec), measured.flops.get(prec)
+        eff = [model.efficiencies.get(f"{p}.block.matmul") for p in ("fwd", "bwd")] if prec == "tf32" else [None, None]
+        cells = [f"{100 * x:.0f}% = {x * d / 1e12:.0f} TFLOP/s" if x is not None and d else "-" for x in eff]
+        print(f"| matmul {prec} | {d / 1e12:.1f} TFLOP/s | {m / 1e12:.1f} TFLOP/s | {m / d:.2f} | " + " | ".join(cells) + " |")
+    eff = [model.efficiencies[f"{p}.block.memory"] for p in ("fwd", "bwd")]
+    print(f"| memory | {sheet.mem_bandwidth / 1e9:.0f} GB/s | {measured.mem_bandwidth / 1e9:.0f} GB/s (copy, read+write) | "
+          f"{measured.mem_bandwidth / sheet.mem_bandwidth:.2f} | "
+          + " | ".join(f"{100 * x:.0f}% = {x * sheet.mem_bandwidth / 1e9:.0f} GB/s" for x in eff) + " |")
+
+
+def prior_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
+    print("\n### The matmul prior's weight: median / max |error| of a left-out type's layers (fwd, bwd, update)\n")
+    types = derive.measured_types(profile)
+    print("| PRIOR_WEIGHT | " + " | ".join(types) + " |")
+    print("|---|" + "---|" * len(types))
+    keep = derive.PRIOR_WEIGHT
+    try:
+        for w in (0.0, 0.1, 0.3, 1.0):
+            derive.PRIOR_WEIGHT = w
+            cells = []
+            for out in types:
+                _, e = left_out(profile, cluster, out)
+                every = e["fwd"] + e["bwd"] + e["update"]
+                cells.append(f"{pct(every, statistics.median)} / {pct(every, max)}")
+            print(f"| {w}{' (used)' if w == keep else ''} | " + " | ".join(cells) + " |")
+    finally:
+        derive.PRIOR_WEIGHT = keep
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT)
+    ap.add_argument("--model", default="OPT-350")
+    args = ap.parse_args(argv)
+    profile = LayeredProfile.from_directory(args.data, args.model)
+    cluster = GpuCluster.from_directory(args.data)
+    print(f"Model {args.model} ({args.data}); every figure below is derived (from datasheets) or measured, as labelled.\n")
+    layer_tables(profile, cluster)
+    plan_table(args.data, profile, cluster)
+    h200_table(profile, cluster)
+    prior_table(profile, cluster)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
