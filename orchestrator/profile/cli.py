@@ -58,6 +58,8 @@ def parser() -> argparse.ArgumentParser:
     lay.add_argument("--mbs", type=int_list, default=[1, 2, 4], help="micro-batch sizes, e.g. 1,2,4")
     lay.add_argument("--tp", type=int_list, default=[1, 2], help="tensor-parallel degrees, e.g. 1,2")
     lay.add_argument("--global-batch", type=int, default=32, help="samples per iteration (training config)")
+    lay.add_argument("--statistic", default="median", choices=("median", "min"),
+                     help="what the profile holds of each entry's repeats (min: the least contended run)")
     lay.add_argument("--device", default=None, help="TensorFlow device (default: /GPU:0 where TensorFlow sees one, else /CPU:0)")
     lay.add_argument("--memory-gb", type=float, default=None, help="memory per device (default: this machine's / devices per node)")
     lay.add_argument("--intra-gbps", type=float, default=10.0, help="stated GB/s inside a machine, unless a link profile measured it")

@@ -5,7 +5,7 @@ Slurm allocation (the link between machines), fitted in Sailor's form and writte
 
 The fit (Sailor, SOSP'25; ``hardware.links.FittedLink``): bandwidth ``B(n) = a x^2 + b x + c`` GB/s with
 ``x = log2(n / 1e6)``, least squares over the measured ``(x, n / t(n))``, capped at the largest bandwidth
-measured. Its error: the fitted link's seconds (``FittedLink.time``) against the measured median, per size, in
+measured, weighting each size's residual by ``1 / B`` (relative errors). Its error: the fitted link's seconds (``FittedLink.time``) against the measured median, per size, in
 sample and leaving each size out of the fit in turn; the ring all-reduce the fit predicts
 (``hardware.links.ring_allreduce_time``) against the all-reduce measured.
 """
@@ -41,10 +41,11 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def fit(sizes: list[int], seconds: list[float]) -> tuple[list[float], float]:
-    """``([a, b, c], max bytes/s)``: bandwidth in GB/s against ``x = log2(n / 1e6)``, least squares."""
+    """``([a, b, c], max bytes/s)``: bandwidth in GB/s against ``x = log2(n / 1e6)``, least squares of the
+    relative residuals (weights ``1 / B``: a size's seconds count alike whatever its bandwidth)."""
     n, t = np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float)
     gbps = n / t / 1e9
-    coeffs = np.polyfit(np.log2(n / 1e6), gbps, 2)
+    coeffs = np.polyfit(np.log2(n / 1e6), gbps, 2, w=1.0 / gbps)
     return [float(c) for c in coeffs], float(gbps.max() * 1e9)
 
 

@@ -81,7 +81,7 @@ def profile_layers(args: Any) -> int:
         finally:
             bar.close()
         settings = {"device": device, "warmup": args.warmup, "repeats": args.repeats, "mbs": args.mbs, "tp": args.tp,
-                    "seconds": time.perf_counter() - t0, "statistic": "median of the repeats"}
+                    "seconds": time.perf_counter() - t0, "statistic": args.statistic}
         paths = writer.write_profile(out, name, dtype, prof, training_config(args, name, size, n_layers), settings)
         memory = args.memory_gb * 1e9 if args.memory_gb else cli.machine_memory_bytes() / args.devices_per_node
         writer.write_device(out, dtype, args.devices_per_node, memory)
@@ -89,7 +89,7 @@ def profile_layers(args: Any) -> int:
         writer.write_links(out, dtype, args.devices_per_node,
                            None if measured["intra"] else writer.constant_fit(args.intra_gbps),
                            None if measured["inter"] else writer.constant_fit(args.inter_gbps))
-        rows = summary(prof)
+        rows = summary(prof, args.statistic)
         sink.log_metrics({"profile.seconds": time.perf_counter() - t0,
                           **{f"profile.step_s.mbs{m}.tp{t}": s for m, t, _, _, _, s in rows}})
         sink.set_tags({"profile.links": ", ".join(f"{k}: {'measured' if v else 'stated'}" for k, v in measured.items()),
@@ -99,21 +99,21 @@ def profile_layers(args: Any) -> int:
     return 0
 
 
-def summary(prof: Any) -> list[tuple[int, int, float, float, float, float]]:
+def summary(prof: Any, statistic: str) -> list[tuple[int, int, float, float, float, float]]:
     """Per (mbs, tp): sum of forwards, of backwards, the update, and their total (one step of one micro-batch)."""
     out = []
     for mbs, per_tp in sorted(prof.times.items()):
         for tp, rows in sorted(per_tp.items()):
-            f = sum(r.fwd.median for r in rows)
-            b = sum(r.bwd.median for r in rows)
-            u = prof.update[tp].median
+            f = sum(r.fwd.value(statistic) for r in rows)
+            b = sum(r.bwd.value(statistic) for r in rows)
+            u = prof.update[tp].value(statistic)
             out.append((mbs, tp, f, b, u, f + b + u))
     return out
 
 
 def print_summary(name: str, dtype: str, device: str, rows: list[Any], measured: dict[str, bool], out: Path, args: Any,
                   took: str) -> None:
-    print(f"profiled {name} on {dtype} ({device}), measured: median of {args.repeats} repeats after {args.warmup} "
+    print(f"profiled {name} on {dtype} ({device}), measured: {args.statistic} of {args.repeats} repeats after {args.warmup} "
           f"warm-up calls, {took}")
     print(f"  {'mbs':>4} {'tp':>3} {'fwd_s':>9} {'bwd_s':>9} {'update_s':>9} {'step_s':>9}   (sums over layers)")
     for mbs, tp, f, b, u, s in rows:

@@ -2,7 +2,8 @@
 
 Every entry of a profile is a ``Sample``: the median of ``repeats`` timed calls after ``warmup`` untimed ones
 (the first calls trace and compile a ``tf.function`` and fill caches), with the quartiles, the minimum and
-the maximum kept beside it. The median is what the profile files hold; the spread goes in ``profile_stats.json``.
+the maximum kept beside it. The profile files hold the median (or, with ``--statistic min``, the minimum: the
+figure of an otherwise idle machine); the spread goes in ``profile_stats.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Sample:
         s = np.asarray(seconds, dtype=float)
         q1, med, q3 = np.percentile(s, [25, 50, 75])
         return cls(float(med), float(q1), float(q3), float(s.min()), float(s.max()), int(s.size))
+
+    def value(self, statistic: str) -> float:
+        """The figure a profile file holds: ``median`` or ``min``."""
+        return self.low if statistic == "min" else self.median
 
     @property
     def iqr(self) -> float:
@@ -62,21 +67,52 @@ def timed(fn: Callable[[], object], warmup: int, repeats: int) -> list[float]:
     return out
 
 
-def paired(first: Callable[[], object], both: Callable[[], object], warmup: int,
+def paired(empty: Callable[[], object], first: Callable[[], object], both: Callable[[], object], warmup: int,
            repeats: int) -> tuple[Sample, Sample, Sample]:
-    """``first`` (a forward) and ``both`` (forward and backward) timed in alternation, so that a change of
-    load on the machine falls on both alike: (forward, backward = both - first per pair, both)."""
+    """``empty`` (a call that computes nothing: the dispatch), ``first`` (a forward) and ``both`` (forward and
+    backward) timed in turn, round after round, so that a change of load on the machine falls on all alike:
+    (forward = first - empty, backward = both - first, dispatch = empty), each per round."""
     for _ in range(warmup):
+        empty()
         first()
         both()
-    f, b = [], []
+    e, f, b = [], [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        first()
+        empty()
         t1 = time.perf_counter()
-        both()
+        first()
         t2 = time.perf_counter()
-        f.append(t1 - t0)
-        b.append(t2 - t1)
-    fa, ba = np.asarray(f), np.asarray(b)
-    return Sample.of(fa), Sample.of(ba - fa), Sample.of(ba)
+        both()
+        t3 = time.perf_counter()
+        e.append(t1 - t0)
+        f.append(t2 - t1)
+        b.append(t3 - t2)
+    ea, fa, ba = np.asarray(e), np.asarray(f), np.asarray(b)
+    return difference(fa, ea), difference(ba, fa), Sample.of(ea)
+
+
+def less_dispatch(empty: Callable[[], object], fn: Callable[[], object], warmup: int, repeats: int) -> Sample:
+    """``fn`` less ``empty`` (the same call computing nothing), timed in turn round after round."""
+    for _ in range(warmup):
+        empty()
+        fn()
+    e, f = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        empty()
+        t1 = time.perf_counter()
+        fn()
+        t2 = time.perf_counter()
+        e.append(t1 - t0)
+        f.append(t2 - t1)
+    return difference(np.asarray(f), np.asarray(e))
+
+
+def difference(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> Sample:
+    """``a - b`` of timings taken in the same rounds: the median and quartiles of the per-round differences;
+    ``low`` the difference of the two minima (each call's least contended run: the figure for a machine with
+    nothing else on it), ``high`` the largest per-round difference."""
+    d = a - b
+    q1, med, q3 = np.percentile(d, [25, 50, 75])
+    return Sample(float(med), float(q1), float(q3), float(a.min() - b.min()), float(d.max()), int(d.size))

@@ -51,8 +51,9 @@ def check_writable(out: Path) -> None:
         raise ConfigError(f"--out={str(out)!r} is not a writable directory ({exc.strerror or exc})") from None
 
 
-def times_doc(prof: Profile) -> dict[str, dict[str, dict[str, list[float]]]]:
-    return {str(mbs): {str(tp): {str(i): [r.fwd.median, r.bwd.median, prof.update[tp].median]
+def times_doc(prof: Profile, statistic: str) -> dict[str, dict[str, dict[str, list[float]]]]:
+    return {str(mbs): {str(tp): {str(i): [r.fwd.value(statistic), r.bwd.value(statistic),
+                                          prof.update[tp].value(statistic)]
                                  for i, r in enumerate(rows)} for tp, rows in per_tp.items()}
             for mbs, per_tp in prof.times.items()}
 
@@ -69,12 +70,14 @@ def sizes_doc(prof: Profile) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def stats_doc(prof: Profile) -> dict[str, Any]:
+    """Every entry's median, quartiles, min, max (and the dispatch taken off, the TP all-reduce put in)."""
     entries: dict[str, Any] = {}
     for mbs, per_tp in prof.times.items():
         for tp, rows in per_tp.items():
             entries.setdefault(str(mbs), {})[str(tp)] = {
                 str(i): {"fwd": r.fwd.as_dict(), "bwd": r.bwd.as_dict(), "clamped": r.clamped,
-                         **({"tp_allreduce": r.allreduce.as_dict()} if r.allreduce else {})}
+                         **({"tp_allreduce": r.allreduce.as_dict()} if r.allreduce else {}),
+                         **({"dispatch": r.dispatch.as_dict()} if r.dispatch else {})}
                 for i, r in enumerate(rows)}
     return {"layers": prof.names, "entries": entries, "update": {str(tp): s.as_dict() for tp, s in prof.update.items()}}
 
@@ -112,7 +115,7 @@ def write_profile(out: Path, model: str, device: str, prof: Profile, training: d
                   settings: dict[str, Any]) -> list[Path]:
     """The model's entries into the directory's files (merged); the paths written."""
     times = load(out / "profiles_tmp.json")
-    times.setdefault(model, {})[device] = times_doc(prof)
+    times.setdefault(model, {})[device] = times_doc(prof, str(settings["statistic"]))
     info = load(out / "llm_info.json")
     info[model] = sizes_doc(prof)
     stats = load(out / "profile_stats.json")
