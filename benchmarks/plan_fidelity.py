@@ -143,7 +143,7 @@ def term_table(all_rows: list[dict]) -> None:
         sets.setdefault(r["plan"].split("/")[0], []).append((abs(before), abs(after)))
         red = f"{r['red_grads']:.4f}" if r.get("red_grads") else "-"
         print(f"| {r['plan']} | {red} | {r['ar_before']:.4f} | {r['ar_project']:.4f} | {_pct(before)} | {_pct(after)} |")
-    print("\n| set | plans | |time error| before: median / max | after: median / max |")
+    print("\n| set | plans | time error before (median, max of the absolute) | after |")
     print("|---|---|---|---|")
     for name, errs in sets.items():
         b, a = [x for x, _ in errs], [y for _, y in errs]
@@ -176,8 +176,8 @@ def trust_table(roots: list[Path]) -> None:
               f"{_pct(m.error('sailor'))} |")
     n = len(refs)
     print(f"\nA plan's |error| within the largest of its {trust.NEAREST} nearest others' (the trust line's figure): "
-          f"project {covered['project']} of {n}, Sailor's {covered['sailor']} of {n}; | |own| - |nearest's| | "
-          f"median {100 * statistics.median(gaps['project']):.1f} points (project), "
+          f"project {covered['project']} of {n}, Sailor's {covered['sailor']} of {n}; its absolute error and its "
+          f"nearest other's differ by a median {100 * statistics.median(gaps['project']):.1f} points (project), "
           f"{100 * statistics.median(gaps['sailor']):.1f} (Sailor's).")
 
 
