@@ -35,7 +35,7 @@ def int_list(text: str) -> list[int]:
 def common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="directory to write (laid out like shared/workloads/sailor; merged)")
     p.add_argument("--device-type", default=None,
-                   help="the name the profile and the cluster give the device (default: CPU-<cores>c, or the GPU's)")
+                   help="the name the profile and the cluster give the device (default: CPU, or the GPU's name)")
     p.add_argument("--devices-per-node", type=int, default=2, help="devices of this type in one machine (cluster file)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before the timed ones")
     p.add_argument("--repeats", type=int, default=7, help="timed calls per entry (the median is kept)")

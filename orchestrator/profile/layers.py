@@ -90,15 +90,20 @@ def sample_labels(tf: Any, layers: list[Layer], mbs: int, seed: int, classes: in
     return tf.constant(rng.integers(0, classes, (mbs, *label_spec(layers))).astype(np.int32))
 
 
-def layer_functions(tf: Any, layer: Layer) -> tuple[Any, Any]:
-    """(forward(x, labels), forward_and_backward(x, labels, dy)) as ``tf.function``s."""
-    floating = layer.input_spec()[1] == "float32"
+def layer_functions(tf: Any, layer: Layer, label_shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """(forward(x, labels), forward_and_backward(x, labels, dy)) as ``tf.function``s traced once for every
+    micro-batch size (the batch dimension left open)."""
+    shape, dtype = layer.input_spec()
+    floating = dtype == "float32"
+    x_spec = tf.TensorSpec((None, *shape), dtype)
+    labels_spec = tf.TensorSpec((None, *label_shape), tf.int32)
+    dy_spec = tf.TensorSpec(() if layer.loss else (None, *layer.output_shape()), tf.float32)
 
-    @tf.function  # type: ignore[untyped-decorator]
+    @tf.function(input_signature=[x_spec, labels_spec])  # type: ignore[untyped-decorator]
     def fwd(x: Any, labels: Any) -> Any:
         return layer(x, labels)
 
-    @tf.function  # type: ignore[untyped-decorator]
+    @tf.function(input_signature=[x_spec, labels_spec, dy_spec])  # type: ignore[untyped-decorator]
     def fwd_bwd(x: Any, labels: Any, dy: Any) -> Any:
         with tf.GradientTape() as tape:
             if floating:
@@ -110,17 +115,21 @@ def layer_functions(tf: Any, layer: Layer) -> tuple[Any, Any]:
     return fwd, fwd_bwd
 
 
-def activation_floats(tf: Any, fwd: Any, x: Any, labels: Any) -> float:
-    """Floats the forward graph's ops produce (views and variable reads excluded), per sample."""
-    graph = fwd.get_concrete_function(x, labels).graph
+def activation_floats(tf: Any, fwd: Any) -> float:
+    """Floats per sample that the forward graph's ops produce (views and variable reads excluded): of a tensor
+    with the open batch dimension, the rest of its shape; of one without it (a mask), all of it."""
     total = 0
-    for op in graph.get_operations():
+    for op in fwd.get_concrete_function().graph.get_operations():
         if op.type in VIEWS:
             continue
         for t in op.outputs:
-            if t.dtype == tf.float32 and t.shape.is_fully_defined():
-                total += t.shape.num_elements()
-    return total / int(x.shape[0])
+            if t.dtype != tf.float32 or t.shape.rank is None:
+                continue
+            dims = t.shape.as_list()
+            rest = dims[1:] if dims and dims[0] is None else dims
+            if all(d is not None for d in rest):
+                total += math.prod(rest)
+    return float(total)
 
 
 def allreduce_sample(tf: Any, floats: int, tp: int, warmup: int, repeats: int) -> Sample:
@@ -153,15 +162,19 @@ def bind(fn: Any, *args: Any) -> Callable[[], Any]:
 
 
 def profile_chain(tf: Any, layers: list[Layer], mbs: int, tp: int, warmup: int, repeats: int, classes: int,
-                  tick: Callable[[str], None], sizes: list[dict[str, float]] | None) -> list[LayerResult]:
-    """Every layer of one chain at one micro-batch size; fills ``sizes`` (per layer) when given."""
+                  tick: Callable[[str], None], sizes: list[dict[str, float]] | None,
+                  fns: dict[int, tuple[Any, Any]]) -> list[LayerResult]:
+    """Every layer of one chain at one micro-batch size; fills ``sizes`` (per layer) when given; ``fns``: each
+    layer's traced functions, by ``id`` (kept for the next micro-batch size)."""
     x = sample_input(tf, layers[0], mbs, seed=mbs)
     labels = sample_labels(tf, layers, mbs, mbs, classes)
     ar: dict[int, Sample] = {}
-    empty = tf.function(lambda x, labels: x)
+    empty = tf.function(lambda x, labels: x, reduce_retracing=True)
     out = []
     for layer in layers:
-        fwd, fwd_bwd = layer_functions(tf, layer)
+        if id(layer) not in fns:
+            fns[id(layer)] = layer_functions(tf, layer, label_spec(layers))
+        fwd, fwd_bwd = fns[id(layer)]
         y = fwd(x, labels)
         dy = tf.random.normal(tf.shape(y), stddev=1e-3) if not layer.loss else tf.zeros(())
         f, b, d = paired(bind(empty, x, labels), bind(fwd, x, labels), bind(fwd_bwd, x, labels, dy), warmup, repeats)
@@ -179,7 +192,7 @@ def profile_chain(tf: Any, layers: list[Layer], mbs: int, tp: int, warmup: int, 
             shape, _ = layer.input_spec()
             sizes.append({"params_floats": float(layer.param_floats), "act_output_floats": float(layer.output_floats()),
                           "act_input_floats": float(math.prod(shape)),
-                          "act_mem_floats": activation_floats(tf, fwd, x, labels)})
+                          "act_mem_floats": activation_floats(tf, fwd)})
         x = y
         tick(layer.name)
     return out
@@ -198,10 +211,11 @@ def run(build: Callable[[int], list[Layer]], mbs_list: list[int], tp_list: list[
                 prof = Profile([f"{i}:{layer.name}" for i, layer in enumerate(layers)])
             prof.update[tp] = update_sample(tf, layers, warmup, repeats)
             tick("update")
+            fns: dict[int, tuple[Any, Any]] = {}
             for i, mbs in enumerate(mbs_list):
                 sizes: list[dict[str, float]] | None = [] if i == 0 else None
                 prof.times.setdefault(mbs, {})[tp] = profile_chain(tf, layers, mbs, tp, warmup, repeats, classes,
-                                                                  tick, sizes)
+                                                                  tick, sizes, fns)
                 if sizes is not None:
                     prof.sizes[tp] = sizes
     assert prof is not None

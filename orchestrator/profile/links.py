@@ -133,7 +133,7 @@ def profile_links(args: Any) -> int:
         raise ConfigError(f"--timeout={args.timeout}: must be > 0")
     out = Path(args.out)
     writer.check_writable(out)
-    device = args.device_type or f"CPU-{os.cpu_count()}c"
+    device = args.device_type or "CPU"
     from orchestrator.sync.mpi import in_allocation, rank_env
 
     where = "inter" if (args.hostfile or args.netlab or in_allocation(rank_env())) else "intra"

@@ -63,8 +63,11 @@ class Layer:
     def input_spec(self) -> tuple[tuple[int, ...], str]:
         raise NotImplementedError
 
-    def output_floats(self) -> int:
+    def output_shape(self) -> tuple[int, ...]:
         raise NotImplementedError
+
+    def output_floats(self) -> int:
+        return math.prod(self.output_shape())
 
     def __call__(self, x: Any, labels: Any = None) -> Any:
         raise NotImplementedError
@@ -108,8 +111,8 @@ class Embedding(Layer):
     def input_spec(self) -> tuple[tuple[int, ...], str]:
         return (self.size.sequence,), "int32"
 
-    def output_floats(self) -> int:
-        return self.size.sequence * self.size.hidden
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.size.sequence, self.size.hidden)
 
     def __call__(self, x: Any, labels: Any = None) -> Any:
         tf = self.tf
@@ -144,8 +147,8 @@ class Block(Layer):
     def input_spec(self) -> tuple[tuple[int, ...], str]:
         return (self.size.sequence, self.size.hidden), "float32"
 
-    def output_floats(self) -> int:
-        return self.size.sequence * self.size.hidden
+    def output_shape(self) -> tuple[int, ...]:
+        return (self.size.sequence, self.size.hidden)
 
     def attention(self, x: Any) -> Any:
         tf = self.tf
@@ -181,6 +184,9 @@ class Head(Layer):
     def input_spec(self) -> tuple[tuple[int, ...], str]:
         return (self.size.sequence, self.size.hidden), "float32"
 
+    def output_shape(self) -> tuple[int, ...]:
+        return ()                                      # the loss
+
     def output_floats(self) -> int:
         return self.size.sequence * self.cols          # the logits one device computes (Sailor counts them)
 
@@ -210,6 +216,9 @@ class KerasLayer(Layer):
 
     def input_spec(self) -> tuple[tuple[int, ...], str]:
         return self.in_shape, "float32"
+
+    def output_shape(self) -> tuple[int, ...]:
+        return () if self.loss else self.out_shape
 
     def output_floats(self) -> int:
         return math.prod(self.out_shape)

@@ -48,7 +48,7 @@ def device_of(args: Any) -> tuple[str, str]:
     if "GPU" in device.upper():
         details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
         return device, str(details.get("device_name", "GPU")).replace(" ", "-")
-    return device, f"CPU-{os.cpu_count()}c"
+    return device, "CPU"
 
 
 def training_config(args: Any, name: str, size: GptSize | None, layers: int) -> dict[str, Any]:
@@ -80,8 +80,8 @@ def profile_layers(args: Any) -> int:
                        lambda what: bar.update(1, layer=what))
         finally:
             bar.close()
-        settings = {"device": device, "warmup": args.warmup, "repeats": args.repeats, "mbs": args.mbs, "tp": args.tp,
-                    "seconds": time.perf_counter() - t0, "statistic": args.statistic}
+        settings = {"device": device, "cpu_count": os.cpu_count(), "warmup": args.warmup, "repeats": args.repeats,
+                    "mbs": args.mbs, "tp": args.tp, "seconds": time.perf_counter() - t0, "statistic": args.statistic}
         paths = writer.write_profile(out, name, dtype, prof, training_config(args, name, size, n_layers), settings)
         memory = args.memory_gb * 1e9 if args.memory_gb else cli.machine_memory_bytes() / args.devices_per_node
         writer.write_device(out, dtype, args.devices_per_node, memory)
