@@ -83,13 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             r = one(profile, cluster, objective, args.budget_s)
         except UserError as exc:
-            print(f"| {label} | no plan: {exc} | | | | | no | |")
+            print(f"| {label} | none: no plan on this offer meets it ({str(exc)[:90]}) | | | | | no | |")
             continue
         est = r["est"]
         usd_h = est.usd_per_iteration * 3600.0 / est.iteration_s
         rent = " + ".join(f"{n} {names[t]}" for t, n in sorted(r["used"].items()))
         per_m = est.usd_per_iteration / est.global_batch * 1e6
-        print(f"| {label} | {rent} | {r['plan'].describe()[:120]} | {est.samples_per_s:.1f} | {usd_h:.1f} | {per_m:.2f} | "
+        print(f"| {label} | {rent} | {r['plan'].describe()[:120].replace('|', '/')} | {est.samples_per_s:.1f} | {usd_h:.1f} | {per_m:.2f} | "
               f"{'yes' if r['ok'] else 'NO'} | {r['search_s']:.1f} |")
     return 0
 

@@ -1,0 +1,139 @@
+"""GPU types nobody profiled (issue 43 items 3-5): the catalog reader's errors, the derivation held against a measured
+type left out of its fit, and a planning trial that mixes measured and derived types and says which are derived."""
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+import orchestrator.plan.derive as derive
+from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.plan.catalog import CATALOG_FILE, default_catalog, derived_link, read_catalog
+
+from conftest import run_inprocess, store_runs
+
+SAILOR = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "sailor"
+needs_data = pytest.mark.skipif(not SAILOR.is_dir(), reason="needs ../shared/workloads/sailor")
+LLM = ["model=llm", "model.name=OPT-350", f"model.data={SAILOR}", "hardware=gpu_cluster", f"hardware.data={SAILOR}"]
+
+
+def _catalog_with(tmp_path, change) -> Path:
+    doc = json.loads(CATALOG_FILE.read_text())
+    change(doc)
+    p = tmp_path / "cat.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_the_catalog_has_the_types_of_the_issue_with_a_source_for_every_figure():
+    cat = read_catalog()
+    for name in ("H100", "H100-PCIe", "H200", "B200", "A100-40", "A100-80", "V100-16", "L4", "L40S", "A10G",
+                 "RTX-3090", "RTX-4090", "MI250X", "MI300X", "GH-96"):
+        spec = cat.get(name)
+        assert all(spec.sources[k] for k in spec.sources) and "usd_per_gpu_hour" in spec.sources
+    assert cat.get("GH200").name == "GH-96" and cat.get("h100 sxm").name == "H100" and cat.get("A100").name == "A100-40"
+    assert cat.get("H100").matmul_flops() == 494.5e12 and cat.get("V100-16").matmul_flops() == 15.7e12
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["types"]["H100"]["fp32_tflops"].__setitem__(1, "nowhere"), "H100.fp32_tflops: figure without a known source"),
+    (lambda d: d["types"]["L4"].__setitem__("memory_GBps", [float("nan"), "nv-l4"]), "L4.memory_GBps=nan: must be a finite number > 0"),
+    (lambda d: d["types"]["B200"].__setitem__("intra_GBps", [-900, "nv-dgx-b200"]), "B200.intra_GBps=-900: must be"),
+    (lambda d: d["types"]["A10G"].pop("network_Gbps"), "A10G: figure network_Gbps is missing"),
+    (lambda d: d["types"]["L40S"].__setitem__("usd_per_gpu_hour", [None, "nope"]), "L40S.usd_per_gpu_hour: figure without"),
+])
+def test_a_bad_figure_is_one_line_naming_it(tmp_path, change, message):
+    with pytest.raises(WorkloadError, match=message.replace("(", r"\(").replace(".", r"\.")) as err:
+        read_catalog(_catalog_with(tmp_path, change))
+    assert "\n" not in str(err.value)
+
+
+def test_a_truncated_catalog_is_one_line(tmp_path):
+    p = tmp_path / "cat.json"
+    p.write_text(CATALOG_FILE.read_text()[:500])
+    with pytest.raises(WorkloadError, match="malformed or truncated JSON"):
+        read_catalog(p)
+
+
+@needs_data
+def test_an_unknown_type_lists_the_clusters_and_the_catalogs():
+    with pytest.raises(ConfigError) as err:
+        GpuCluster.from_directory(SAILOR).with_gpus({"H900": 8})
+    msg = str(err.value)
+    assert "unknown GPU type 'H900'" in msg and "the cluster knows: A100-40, A100-80" in msg
+    assert "the GPU catalog has: " in msg and "MI300X" in msg and "H100" in msg and "\n" not in msg
+
+
+@needs_data
+def test_a_catalog_type_joins_a_measured_cluster_with_links_and_a_label():
+    cluster = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 16, "GH200": 4, "A100-40": 8})
+    assert cluster.gpus == {("H100", "us-central1-a"): 16, ("GH-96", "us-central1-a"): 4, ("A100-40", "us-central1-a"): 8}
+    assert set(cluster.derived) == {"H100"} and "derived from datasheet" in cluster.derived["H100"]
+    assert cluster.gpu_type("H100").gpus_per_node == 8 and cluster.gpu_type("H100").usd_per_gpu_hour == 11.06
+    intra, _ = cluster.link_efficiencies()
+    assert cluster.network.intra_link("H100", 8) == derived_link(450e9, intra)
+    # between machines no faster than the fastest measured link of the zone (the site's network)
+    fastest = max(lk.max_bandwidth for (a, b), lk in cluster.network.links.items()
+                  if a[0] == b[0] == "us-central1-a" and "H100" not in (a[1], b[1]))
+    assert cluster.network.inter_link("us-central1-a", "H100", 1, "us-central1-a", "A100-40", 1).bandwidth <= fastest
+
+
+@pytest.fixture(scope="module")
+def measured():
+    if not SAILOR.is_dir():
+        pytest.skip("needs ../shared/workloads/sailor")
+    return LayeredProfile.from_directory(SAILOR, "OPT-350"), GpuCluster.from_directory(SAILOR)
+
+
+def _left_out_errors(profile, cluster, out):
+    rest = [t for t in derive.measured_types(profile) if t != out]
+    own = derived_link(default_catalog().get(out).intra_bandwidth, 0.69)
+
+    def link_for(gpu, tp):
+        return own if gpu == out else cluster.network.intra_link(gpu, tp)
+    model = derive.fit(profile, rest, link_for)
+    errs = []
+    for mbs in profile.micro_batches(out):
+        got = derive.derive_times(model, profile, default_catalog().get(out), link_for, [mbs], profile.tp_degrees(out, mbs))
+        for tp, rows in got[mbs].items():
+            meas = profile.layer_times(out, mbs, tp)
+            errs += [abs(rows[i][j] / meas[i][j] - 1.0) for i in range(1, profile.num_layers) for j in (0, 1)]
+    return errs
+
+
+@pytest.mark.parametrize("out, tolerance", [("A100-80", 0.10), ("V100-16", 0.20), ("A100-40", 0.15)])
+def test_the_derivation_reproduces_a_measured_type_left_out_of_its_fit(measured, out, tolerance):
+    """Median |error| of the decoder blocks' and head's forward and backward on a type the fit never saw (the
+    benchmark's figures: 3.4%, 14.8%, 13.0%; the GH-96 misses its 15%, docs/benchmarks/derived_profiles.md)."""
+    profile, cluster = measured
+    errs = _left_out_errors(profile, cluster, out)
+    assert statistics.median(errs) <= tolerance, statistics.median(errs)
+
+
+def test_derived_entries_leave_the_measured_ones_unchanged(measured):
+    profile, _ = measured
+    cluster = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8, "A100-40": 4})
+    extended = derive.derive_for_cluster(profile, cluster)
+    assert extended.times["A100-40"] is profile.times["A100-40"] and "H100" not in profile.times
+    assert extended.extra["derived_types"] == {"H100": "roofline fitted on A100-40, A100-80, GH-96, V100-16"}
+    assert sorted(extended.tp_degrees("H100", 4)) == [1, 2, 4, 8]
+    f1, b1, _ = extended.layer_times("H100", 4, 1)[5]
+    f2, _, _ = extended.layer_times("H100", 8, 1)[5]
+    a100 = profile.layer_times("A100-40", 4, 1)[5]
+    assert 0 < f1 < a100[0] and 0 < b1 < a100[1] and f1 < f2 < 2.5 * f1        # faster than an A100, more with the batch
+
+
+@needs_data
+@pytest.mark.parametrize("gpus", [
+    "hardware.gpus={H100: 4, A100-40: 4}",
+    pytest.param("hardware.gpus={H100: 16, A100-40: 16}", marks=pytest.mark.slow),      # the issue's (10-40 s)
+])
+def test_a_trial_mixing_measured_and_derived_types_says_which_are_derived(tmp_path, gpus):
+    out = run_inprocess(tmp_path, "+planner=joint", "planner.budget_s=2", *LLM, gpus)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "derived:  derived from datasheet: H100 (roofline fitted on A100-40, A100-80, GH-96, V100-16" in out.stdout
+    assert "layers derived from datasheets (not measured)" in out.stdout
+    tags = store_runs(tmp_path)[0].data.tags
+    assert tags["plan.derived_types"].startswith("H100 (roofline fitted on") and tags["plan.profile"] == "measured+derived"
