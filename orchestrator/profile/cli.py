@@ -39,6 +39,8 @@ def common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices-per-node", type=int, default=2, help="devices of this type in one machine (cluster file)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls before the timed ones")
     p.add_argument("--repeats", type=int, default=7, help="timed calls per entry (the median is kept)")
+    p.add_argument("--intra-gbps", type=float, default=10.0, help="stated GB/s inside a machine, unless a link profile measured it")
+    p.add_argument("--inter-gbps", type=float, default=1.25, help="stated GB/s between machines, unless measured")
     p.add_argument("--tracking-uri", default=None, help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     p.add_argument("--experiment", default="profile", help="MLflow experiment of the run")
     p.add_argument("--progress", default="auto", choices=("auto", "true", "false"), help="a progress bar (auto: on a terminal)")
@@ -62,8 +64,6 @@ def parser() -> argparse.ArgumentParser:
                      help="what the profile holds of each entry's repeats (min: the least contended run)")
     lay.add_argument("--device", default=None, help="TensorFlow device (default: /GPU:0 where TensorFlow sees one, else /CPU:0)")
     lay.add_argument("--memory-gb", type=float, default=None, help="memory per device (default: this machine's / devices per node)")
-    lay.add_argument("--intra-gbps", type=float, default=10.0, help="stated GB/s inside a machine, unless a link profile measured it")
-    lay.add_argument("--inter-gbps", type=float, default=1.25, help="stated GB/s between machines, unless measured")
     common(lay)
     lnk = sub.add_parser("links", help="point-to-point and all-reduce seconds against message size between MPI ranks")
     lnk.add_argument("--ranks", type=int, default=2, help="MPI ranks (one per host on emulated hosts)")
@@ -79,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        for key in ("intra_gbps", "inter_gbps"):
+            if not 0 < getattr(args, key) < float("inf"):
+                raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be a number > 0")
         for key in ("devices_per_node", "warmup", "repeats"):
             if getattr(args, key) < (0 if key == "warmup" else 1):
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be >= {0 if key == 'warmup' else 1}")

@@ -169,8 +169,10 @@ def record(out: Path, device: str, where: str, result: dict[str, Any], args: Any
     per_node = int(basic.get(device, {}).get("gpus_per_node", args.devices_per_node))
     if device not in basic:
         writer.write_device(out, device, per_node, cli.machine_memory_bytes() / per_node)
-    writer.write_links(out, device, per_node, result["fit"] if where == "intra" else None,
-                       result["fit"] if where == "inter" else None)
+    measured = writer.has_measured_links(out, device)        # the other link: measured earlier, else stated
+    links = {k: result["fit"] if k == where else None if measured[k] else writer.constant_fit(getattr(args, f"{k}_gbps"))
+             for k in ("intra", "inter")}
+    writer.write_links(out, device, per_node, links["intra"], links["inter"])
 
 
 def metrics(result: dict[str, Any]) -> dict[str, float]:

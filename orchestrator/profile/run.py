@@ -18,7 +18,7 @@ def check(args: Any) -> GptSize | None:
     """The model's sizes (gpt), or a one-line error for a bad name or size."""
     if args.model not in MODELS:
         raise ConfigError(f"--model={args.model!r}: unknown model (one of {', '.join(MODELS)})")
-    for key in ("global_batch", "intra_gbps", "inter_gbps") + (("memory_gb",) if args.memory_gb is not None else ()):
+    for key in ("global_batch",) + (("memory_gb",) if args.memory_gb is not None else ()):
         value = getattr(args, key)
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{key.replace('_', '-')}={value}: must be a number > 0")
