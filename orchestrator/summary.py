@@ -243,7 +243,8 @@ def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
         what = "the best synchronous time at any one global batch, which an adaptive batch may pass: " if adaptive else ""
         out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds); {kind} "
                    f"{_fmt(m['limit.speedup'])}x the tuned worker ({what}{t.get('limit.label', '?')}); "
-                   f"this trial reached {_fmt(m.get('train.fraction_of_limit'))} of it")
+                   f"this trial reached {_fmt(m.get('train.fraction_of_limit'))} of it" + _limit_spread(m))
+        out += _limit_beaten(m, t, sync, kind)
     elif "hardware.capacity" in m and "workers" in m:
         out.append(f"  limits:   capacity {_fmt(m['hardware.capacity'])} (sum of worker speeds)")
     if "train.global_batch_first" in m:      # train.batch_policy=adaptive: what it chose
@@ -262,6 +263,27 @@ def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
             out.append(f"  verdict:  {sync} beat {other} on these workers: {r:.2f}x as fast to the target")
         else:
             out.append(f"  verdict:  {other} wins on these workers: {1 / r:.2f}x faster to the target than {sync}")
+    return out
+
+
+def _limit_spread(m: dict[str, float]) -> str:
+    """The limit's seeds as speedups over the tuned worker (slowest to fastest)."""
+    lo, hi = m.get("limit.fastest_seed_s"), m.get("limit.slowest_seed_s")
+    lim, t = m.get("limit.speedup"), m.get("limit.time_to_target_s")
+    if lo is None or hi is None or lo == hi or lim is None or t is None or not lo > 0:
+        return ""
+    ref = lim * t
+    return f"; its seeds {_fmt(ref / hi)}x to {_fmt(ref / lo)}x"
+
+
+def _limit_beaten(m: dict[str, float], t: dict[str, str], sync: str, kind: str) -> list[str]:
+    """A line for each figure beside the limit that beats it beyond its spread: the limit was wrong."""
+    out = []
+    for who, name in (("trial", sync), ("compare", t.get("compare.label", "the comparison").split(",")[0])):
+        by = m.get(f"limit.beaten_by_{who}")
+        if by is not None:
+            out.append(f"  WARNING:  {name} beat the {kind} by {100 * by:.1f}% beyond its spread (its fastest seed): "
+                       "the limit, an estimate from S(G), was wrong here by at least that much")
     return out
 
 
