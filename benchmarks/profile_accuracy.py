@@ -49,11 +49,11 @@ def case(tf, name, build, mbs, classes, warmup, repeats):
     layers = build(1)
     x, labels = sample_input(tf, layers[0], mbs, mbs), sample_labels(tf, layers, mbs, mbs, classes)
     step = step_function(tf, layers)
-    before = timed(lambda: step(x, labels), warmup + 2, repeats)
-    prof = run(lambda tp: layers, [mbs], [1], warmup, repeats, "/CPU:0", classes, lambda _: None)
-    after = timed(lambda: step(x, labels), warmup, repeats)
+    steps = timed(lambda: step(x, labels), warmup + 2, 1)
+    between = lambda tp, m, r: steps.extend(timed(lambda: step(x, labels), 0, 1))   # noqa: E731
+    prof = run(lambda tp: layers, [mbs], [1], warmup, repeats, "/CPU:0", classes, lambda _: None, between)
     rows = prof.times[mbs][1]
-    measured = Sample.of(before + after)
+    measured = Sample.of(steps)
     out = {"model": name, "layers": len(rows), "mbs": mbs, "iqr": measured.iqr}
     for stat in ("median", "min"):
         fwd, bwd = sum(r.fwd.value(stat) for r in rows), sum(r.bwd.value(stat) for r in rows)

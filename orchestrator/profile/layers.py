@@ -7,7 +7,9 @@ How each figure is measured (docs/profiling.md):
   the dispatch (a ``tf.function`` of the same arguments that computes nothing, timed in the same rounds: the
   per-call cost of the runtime, which a whole training step pays once, not once per layer);
 - backward: a ``tf.function`` of the forward and its gradients (inputs and variables, the upstream gradient
-  given; the last layer from its loss) timed in alternation with the forward, minus it, pair by pair;
+  given; the last layer from its loss) timed in alternation with the forward, minus it, round by round;
+- the layers are timed round-robin (``timing.rounds``): each round times every layer once, so that a change
+  of load on the machine falls on all of them alike;
 - update: one Adam step (``ResourceApplyAdam``, TensorFlow's fused kernel) of every variable one device holds,
   once per TP degree (it does not depend on the micro-batch); as in Sailor's files, every layer of a
   ``(mbs, tp)`` carries the whole device's update;
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.profile.models import Layer, label_spec
-from orchestrator.profile.timing import Sample, less_dispatch, paired
+from orchestrator.profile.timing import Sample, less_dispatch, rounds
 
 VIEWS = {"Placeholder", "ReadVariableOp", "Const", "VarHandleOp", "Identity", "IdentityN", "NoOp", "Shape",
          "Reshape", "Squeeze", "ExpandDims", "StopGradient"}
@@ -90,11 +92,12 @@ def sample_labels(tf: Any, layers: list[Layer], mbs: int, seed: int, classes: in
     return tf.constant(rng.integers(0, classes, (mbs, *label_spec(layers))).astype(np.int32))
 
 
-def layer_functions(tf: Any, layer: Layer, label_shape: tuple[int, ...]) -> tuple[Any, Any]:
+def layer_functions(tf: Any, layer: Layer, label_shape: tuple[int, ...], first: bool) -> tuple[Any, Any]:
     """(forward(x, labels), forward_and_backward(x, labels, dy)) as ``tf.function``s traced once for every
-    micro-batch size (the batch dimension left open)."""
+    micro-batch size (the batch dimension left open). The backward computes the gradient of the layer's input
+    too, except for the ``first`` layer of the model (whose input is the data: a training step never does)."""
     shape, dtype = layer.input_spec()
-    floating = dtype == "float32"
+    floating = dtype == "float32" and not first
     x_spec = tf.TensorSpec((None, *shape), dtype)
     labels_spec = tf.TensorSpec((None, *label_shape), tf.int32)
     dy_spec = tf.TensorSpec(() if layer.loss else (None, *layer.output_shape()), tf.float32)
@@ -162,22 +165,29 @@ def bind(fn: Any, *args: Any) -> Callable[[], Any]:
 
 
 def profile_chain(tf: Any, layers: list[Layer], mbs: int, tp: int, warmup: int, repeats: int, classes: int,
-                  tick: Callable[[str], None], sizes: list[dict[str, float]] | None,
+                  after_round: Callable[[int], None], sizes: list[dict[str, float]] | None,
                   fns: dict[int, tuple[Any, Any]]) -> list[LayerResult]:
-    """Every layer of one chain at one micro-batch size; fills ``sizes`` (per layer) when given; ``fns``: each
-    layer's traced functions, by ``id`` (kept for the next micro-batch size)."""
+    """Every layer of one chain at one micro-batch size, timed round-robin (``timing.rounds``); fills ``sizes``
+    (per layer) when given; ``fns``: each layer's traced functions by ``id`` (kept for the next micro-batch)."""
     x = sample_input(tf, layers[0], mbs, seed=mbs)
     labels = sample_labels(tf, layers, mbs, mbs, classes)
-    ar: dict[int, Sample] = {}
     empty = tf.function(lambda x, labels: x, reduce_retracing=True)
-    out = []
+    calls = []
     for layer in layers:
         if id(layer) not in fns:
-            fns[id(layer)] = layer_functions(tf, layer, label_spec(layers))
+            fns[id(layer)] = layer_functions(tf, layer, label_spec(layers), layer is layers[0])
         fwd, fwd_bwd = fns[id(layer)]
         y = fwd(x, labels)
         dy = tf.random.normal(tf.shape(y), stddev=1e-3) if not layer.loss else tf.zeros(())
-        f, b, d = paired(bind(empty, x, labels), bind(fwd, x, labels), bind(fwd_bwd, x, labels, dy), warmup, repeats)
+        calls.append((bind(empty, x, labels), bind(fwd, x, labels), bind(fwd_bwd, x, labels, dy)))
+        if sizes is not None:
+            shape, _ = layer.input_spec()
+            sizes.append({"params_floats": float(layer.param_floats), "act_output_floats": float(layer.output_floats()),
+                          "act_input_floats": float(math.prod(shape)), "act_mem_floats": activation_floats(tf, fwd)})
+        x = y
+    ar: dict[int, Sample] = {}
+    out = []
+    for layer, (f, b, d) in zip(layers, rounds(calls, warmup, repeats, after_round), strict=True):
         clamped = min(f.median, b.median, f.low, b.low) <= TINY_S
         f, b = floor(f), floor(b)
         res = LayerResult(f, b, clamped=clamped, dispatch=d)
@@ -188,19 +198,15 @@ def profile_chain(tf: Any, layers: list[Layer], mbs: int, tp: int, warmup: int, 
             nf, nb = layer.allreduces
             res = LayerResult(f.plus(ar[floats].scaled(nf)), b.plus(ar[floats].scaled(nb)), ar[floats], clamped, d)
         out.append(res)
-        if sizes is not None:
-            shape, _ = layer.input_spec()
-            sizes.append({"params_floats": float(layer.param_floats), "act_output_floats": float(layer.output_floats()),
-                          "act_input_floats": float(math.prod(shape)),
-                          "act_mem_floats": activation_floats(tf, fwd)})
-        x = y
-        tick(layer.name)
     return out
 
 
 def run(build: Callable[[int], list[Layer]], mbs_list: list[int], tp_list: list[int], warmup: int, repeats: int,
-        device: str, classes: int, tick: Callable[[str], None]) -> Profile:
-    """The whole profile: for each TP degree a fresh chain of shards, its update, then each micro-batch size."""
+        device: str, classes: int, tick: Callable[[str], None],
+        after_round: Callable[[int, int, int], None] | None = None) -> Profile:
+    """The whole profile: for each TP degree a fresh chain of shards, its update, then each micro-batch size
+    (``repeats`` rounds over the layers; ``tick`` after the update and after each round, ``after_round(tp,
+    mbs, r)`` too)."""
     import tensorflow as tf
 
     prof: Profile | None = None
@@ -214,8 +220,13 @@ def run(build: Callable[[int], list[Layer]], mbs_list: list[int], tp_list: list[
             fns: dict[int, tuple[Any, Any]] = {}
             for i, mbs in enumerate(mbs_list):
                 sizes: list[dict[str, float]] | None = [] if i == 0 else None
+                def done(r: int, tp: int = tp, mbs: int = mbs) -> None:
+                    tick(f"mbs {mbs} tp {tp}")
+                    if after_round is not None:
+                        after_round(tp, mbs, r)
+
                 prof.times.setdefault(mbs, {})[tp] = profile_chain(tf, layers, mbs, tp, warmup, repeats, classes,
-                                                                  tick, sizes, fns)
+                                                                  done, sizes, fns)
                 if sizes is not None:
                     prof.sizes[tp] = sizes
     assert prof is not None

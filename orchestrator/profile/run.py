@@ -73,11 +73,11 @@ def profile_layers(args: Any) -> int:
     with cli.tracked(args, "layers", {"model": name, "profile.device_type": dtype}) as sink:
         from orchestrator.profile.layers import run
 
-        bar = Bar(enabled(args.progress), total=len(args.tp) * (1 + len(args.mbs) * n_layers), desc=f"profile {name}",
-                  unit="entry")
+        bar = Bar(enabled(args.progress), total=len(args.tp) * (1 + len(args.mbs) * args.repeats), desc=f"profile {name}",
+                  unit="round")
         try:
             prof = run(build, args.mbs, args.tp, args.warmup, args.repeats, device, classes,
-                       lambda what: bar.update(1, layer=what))
+                       lambda what: bar.update(1, at=what))
         finally:
             bar.close()
         settings = {"device": device, "cpu_count": os.cpu_count(), "warmup": args.warmup, "repeats": args.repeats,

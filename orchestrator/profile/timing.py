@@ -67,31 +67,6 @@ def timed(fn: Callable[[], object], warmup: int, repeats: int) -> list[float]:
     return out
 
 
-def paired(empty: Callable[[], object], first: Callable[[], object], both: Callable[[], object], warmup: int,
-           repeats: int) -> tuple[Sample, Sample, Sample]:
-    """``empty`` (a call that computes nothing: the dispatch), ``first`` (a forward) and ``both`` (forward and
-    backward) timed in turn, round after round, so that a change of load on the machine falls on all alike:
-    (forward = first - empty, backward = both - first, dispatch = empty), each per round."""
-    for _ in range(warmup):
-        empty()
-        first()
-        both()
-    e, f, b = [], [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        empty()
-        t1 = time.perf_counter()
-        first()
-        t2 = time.perf_counter()
-        both()
-        t3 = time.perf_counter()
-        e.append(t1 - t0)
-        f.append(t2 - t1)
-        b.append(t3 - t2)
-    ea, fa, ba = np.asarray(e), np.asarray(f), np.asarray(b)
-    return difference(fa, ea), difference(ba, fa), Sample.of(ea)
-
-
 def less_dispatch(empty: Callable[[], object], fn: Callable[[], object], warmup: int, repeats: int) -> Sample:
     """``fn`` less ``empty`` (the same call computing nothing), timed in turn round after round."""
     for _ in range(warmup):
@@ -116,3 +91,26 @@ def difference(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> Sample:
     d = a - b
     q1, med, q3 = np.percentile(d, [25, 50, 75])
     return Sample(float(med), float(q1), float(q3), float(a.min() - b.min()), float(d.max()), int(d.size))
+
+
+def rounds(calls: list[tuple[Callable[[], object], Callable[[], object], Callable[[], object]]], warmup: int,
+           repeats: int, after_round: Callable[[int], None] | None = None) -> list[tuple[Sample, Sample, Sample]]:
+    """For each layer, ``empty`` (a call that computes nothing: the dispatch), ``first`` (a forward) and
+    ``both`` (forward and backward): (forward = first - empty, backward = both - first, dispatch = empty), the
+    differences taken round by round. Round-robin: each round times every layer's three calls once, so that the load of the machine, which changes over a profile, falls on every layer alike (timing one
+    layer's repeats in a block would give the layers timed in a quiet minute an advantage). ``after_round(r)``
+    runs after each round (a progress bar; a benchmark's own measurement between rounds)."""
+    for _ in range(warmup):
+        for call in calls:
+            for fn in call:
+                fn()
+    times = np.zeros((len(calls), 3, repeats))
+    for r in range(repeats):
+        for i, call in enumerate(calls):
+            for j, fn in enumerate(call):
+                t0 = time.perf_counter()
+                fn()
+                times[i, j, r] = time.perf_counter() - t0
+        if after_round is not None:
+            after_round(r)
+    return [(difference(t[1], t[0]), difference(t[2], t[1]), Sample.of(t[0])) for t in times]
