@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     common(lay)
     lnk = sub.add_parser("links", help="point-to-point and all-reduce seconds against message size between MPI ranks")
     lnk.add_argument("--ranks", type=int, default=2, help="MPI ranks (one per host on emulated hosts)")
-    lnk.add_argument("--sizes", default="1e3,1e4,1e5,1e6,4e6,16e6", help="message bytes, comma-separated")
+    lnk.add_argument("--sizes", default="1e5,3e5,1e6,3e6,1e7,3e7", help="message bytes, comma-separated")
     lnk.add_argument("--hostfile", default=None, help="ranks on these hosts: the link between machines (inter)")
     lnk.add_argument("--netlab", default=None, metavar="RATE",
                      help="emulated hosts (root): bring up --ranks hosts at this tc rate (e.g. 200mbit), measure, take them down")

@@ -73,7 +73,9 @@ def launch(args: Any, sizes: list[int], hostfile: str | None, run_dir: Path) -> 
 
     env = rank_env()
     spread = bool(hostfile) or in_allocation(env)
-    mapping = ["--map-by", "node:OVERSUBSCRIBE"] if spread else ["--oversubscribe"]
+    # a rank waiting for a message yields its core: on a machine with more runnable processes than cores, a
+    # spinning rank would keep its peer from being scheduled and a ping-pong would time the scheduler
+    mapping = (["--map-by", "node:OVERSUBSCRIBE"] if spread else ["--oversubscribe"]) + ["--mca", "mpi_yield_when_idle", "1"]
     out = run_dir / "link_rank.json"
     cmd = [mpiexec_path(), *mapping, "-n", str(args.ranks), *host_args(hostfile, env), sys.executable, "-m",
            "orchestrator.profile.link_rank", "--sizes", ",".join(map(str, sizes)), "--warmup", str(args.warmup),
