@@ -100,6 +100,8 @@ def _judged_lines(m: dict[str, float], t: dict[str, str], sim: str) -> list[str]
         out.append(f"  judged:   {_fmt(m.get(f'plan.iteration_s.{sim}'), ' s')} by the {sim} simulator (the trial's), "
                    + ", ".join(f"{_fmt(m[f'plan.iteration_s.{o}'], ' s')} by the {o} simulator"
                                + (f" ({_NOTES[o]})" if o in _NOTES else "") for o in others))
+    if "plan.trust" in t:      # planning.trust: the plan's shape against the measured plans the simulators were checked on
+        out.append(f"  trust:    {t['plan.trust'].removeprefix('trust: ')}"[:600])
     if "plan.simulators_disagree" in t:
         out.append(f"  WARNING:  {t['plan.simulators_disagree']}"[:600])
     if "plan.measured_iteration_s" in m:

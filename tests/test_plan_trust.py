@@ -95,6 +95,8 @@ def test_a_planning_trial_logs_its_trust(tmp_path):
     assert run.data.tags["plan.trust_nearest"].startswith("gh200-opt-350/N4_D2")
     assert run.data.metrics["plan.trust_distance"] == 0.0
     assert run.data.metrics["plan.nearest_error_pct"] >= 100 * abs(run.data.metrics["plan.simulated_error"]) - 1e-9
+    trust_line = [ln for ln in out.stdout.splitlines() if ln.startswith("  trust:    ")]   # the summary prints it
+    assert len(trust_line) == 1 and "nearest measured plans (N4_D2, " in trust_line[0]
 
 
 def test_the_allreduce_term_moves_the_plans_toward_their_measured_allreduce():
