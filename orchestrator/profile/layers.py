@@ -25,6 +25,7 @@ Every timed entry is the median of ``repeats`` calls after ``warmup`` (``timing.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -209,6 +210,20 @@ def run(build: Callable[[int], list[Layer]], mbs_list: list[int], tp_list: list[
     mbs, r)`` too)."""
     import tensorflow as tf
 
+    # one tf.function per layer is the design; TensorFlow's warning about "retracing" of functions made in a
+    # loop is about that, not about a shape that changes: quiet for the run, restored after
+    tf_log = logging.getLogger("tensorflow")
+    level = tf_log.level
+    tf_log.setLevel(logging.ERROR)
+    try:
+        return profile_all(tf, build, mbs_list, tp_list, warmup, repeats, device, classes, tick, after_round)
+    finally:
+        tf_log.setLevel(level)
+
+
+def profile_all(tf: Any, build: Callable[[int], list[Layer]], mbs_list: list[int], tp_list: list[int], warmup: int,
+                repeats: int, device: str, classes: int, tick: Callable[[str], None],
+                after_round: Callable[[int, int, int], None] | None) -> Profile:
     prof: Profile | None = None
     with tf.device(device):
         for tp in tp_list:
@@ -220,6 +235,7 @@ def run(build: Callable[[int], list[Layer]], mbs_list: list[int], tp_list: list[
             fns: dict[int, tuple[Any, Any]] = {}
             for i, mbs in enumerate(mbs_list):
                 sizes: list[dict[str, float]] | None = [] if i == 0 else None
+
                 def done(r: int, tp: int = tp, mbs: int = mbs) -> None:
                     tick(f"mbs {mbs} tp {tp}")
                     if after_round is not None:
