@@ -4,12 +4,8 @@ the MLflow run); the measuring is ``layers`` / ``links``, the files ``writer``."
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-import time
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from orchestrator.errors import ConfigError, UserError
 
@@ -95,31 +91,3 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-
-def tracked(args: Any, kind: str, tags: dict[str, str]) -> Any:
-    """The MLflow run of one profile: the arguments as params, ``evaluator=measured``."""
-    from omegaconf import OmegaConf
-
-    from orchestrator.tracking.store import trial_run
-
-    settings = {k: v for k, v in vars(args).items() if k not in ("tracking_uri", "experiment", "cmd")}
-    cfg = OmegaConf.create({"tracking": {"uri": args.tracking_uri, "experiment": args.experiment},
-                            "profile": {"kind": kind, **settings}})
-    return trial_run(cfg, run_name=f"profile-{kind}", tags={"evaluator": "measured", "runtime": "local",
-                                                           "profile.kind": kind, **tags},
-                     config_yaml=OmegaConf.to_yaml(cfg), output_dir=Path(tempfile.mkdtemp(prefix="profile-")))
-
-
-def log_directory(sink: Any, out: Path) -> None:
-    from orchestrator.tracking.store import retry_locked
-
-    retry_locked(sink.client.log_artifacts, sink.run_id, str(out), "profile")
-
-
-def machine_memory_bytes() -> float:
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-def elapsed(t0: float) -> str:
-    return f"{time.perf_counter() - t0:.0f} s"

@@ -26,7 +26,7 @@ import numpy as np
 
 from orchestrator.errors import ConfigError, WorkerFailedError
 from orchestrator.hardware.links import FittedLink, ring_allreduce_time
-from orchestrator.profile import cli, writer
+from orchestrator.profile import record, writer
 from orchestrator.profile.timing import Sample
 
 
@@ -142,7 +142,7 @@ def profile_links(args: Any) -> int:
     t0 = time.perf_counter()
     run_dir = Path(tempfile.mkdtemp(prefix="profile-links-"))
     lab = None
-    with cli.tracked(args, "links", {"profile.device_type": device, "profile.link": where}) as sink:
+    with record.tracked(args, "links", {"profile.device_type": device, "profile.link": where}) as sink:
         try:
             if args.netlab:
                 lab = netlab_hosts(args.netlab, args.ranks, run_dir)
@@ -155,14 +155,14 @@ def profile_links(args: Any) -> int:
         result = analyse(raw, args.ranks)
         if lab is not None:
             result.update(tc_rate=args.netlab, tc_rate_Bps=lab.hosts[0].bandwidth_Bps, tc_payload_Bps=lab.hosts[0].payload_Bps)
-        record(out, device, where, result, args)
+        save_result(out, device, where, result, args)
         sink.log_metrics(metrics(result))
-        cli.log_directory(sink, out)
-    print_links(device, where, result, out, cli.elapsed(t0))
+        record.log_directory(sink, out)
+    print_links(device, where, result, out, record.elapsed(t0))
     return 0
 
 
-def record(out: Path, device: str, where: str, result: dict[str, Any], args: Any) -> None:
+def save_result(out: Path, device: str, where: str, result: dict[str, Any], args: Any) -> None:
     doc = writer.load(out / "network" / writer.MEASURED_LINKS)
     doc.setdefault(device, {})[where] = {**result, "settings": {"warmup": args.warmup, "repeats": args.repeats,
                                                                  "hostfile": args.hostfile, "netlab": args.netlab}}
@@ -170,7 +170,7 @@ def record(out: Path, device: str, where: str, result: dict[str, Any], args: Any
     basic = writer.load(out / "cluster" / "basic_cluster_config.json")
     per_node = int(basic.get(device, {}).get("gpus_per_node", args.devices_per_node))
     if device not in basic:
-        writer.write_device(out, device, per_node, cli.machine_memory_bytes() / per_node)
+        writer.write_device(out, device, per_node, record.machine_memory_bytes() / per_node)
     measured = writer.has_measured_links(out, device)        # the other link: measured earlier, else stated
     links = {k: result["fit"] if k == where else None if measured[k] else writer.constant_fit(getattr(args, f"{k}_gbps"))
              for k in ("intra", "inter")}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.profile import cli, writer
+from orchestrator.profile import record, writer
 from orchestrator.profile.models import MODELS, GptSize, cnn, gpt
 from orchestrator.progress import Bar, enabled
 
@@ -70,7 +70,7 @@ def profile_layers(args: Any) -> int:
     build = (lambda tp: gpt(size, tp)) if size else cnn
     classes = size.vocab if size else 10
     t0 = time.perf_counter()
-    with cli.tracked(args, "layers", {"model": name, "profile.device_type": dtype}) as sink:
+    with record.tracked(args, "layers", {"model": name, "profile.device_type": dtype}) as sink:
         from orchestrator.profile.layers import run
 
         bar = Bar(enabled(args.progress), total=len(args.tp) * (1 + len(args.mbs) * args.repeats), desc=f"profile {name}",
@@ -83,7 +83,7 @@ def profile_layers(args: Any) -> int:
         settings = {"device": device, "cpu_count": os.cpu_count(), "warmup": args.warmup, "repeats": args.repeats,
                     "mbs": args.mbs, "tp": args.tp, "seconds": time.perf_counter() - t0, "statistic": args.statistic}
         paths = writer.write_profile(out, name, dtype, prof, training_config(args, name, size, n_layers), settings)
-        memory = args.memory_gb * 1e9 if args.memory_gb else cli.machine_memory_bytes() / args.devices_per_node
+        memory = args.memory_gb * 1e9 if args.memory_gb else record.machine_memory_bytes() / args.devices_per_node
         writer.write_device(out, dtype, args.devices_per_node, memory)
         measured = writer.has_measured_links(out, dtype)
         writer.write_links(out, dtype, args.devices_per_node,
@@ -94,8 +94,8 @@ def profile_layers(args: Any) -> int:
                           **{f"profile.step_s.mbs{m}.tp{t}": s for m, t, _, _, _, s in rows}})
         sink.set_tags({"profile.links": ", ".join(f"{k}: {'measured' if v else 'stated'}" for k, v in measured.items()),
                        "profile.files": ", ".join(str(p.relative_to(out)) for p in paths)})
-        cli.log_directory(sink, out)
-    print_summary(name, dtype, device, rows, measured, out, args, cli.elapsed(t0))
+        record.log_directory(sink, out)
+    print_summary(name, dtype, device, rows, measured, out, args, record.elapsed(t0))
     return 0
 
 
