@@ -121,6 +121,8 @@ def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):
     (("--model", "cnn", "--tp", "1,2"), "the CNN has no tensor-parallel form"),
     (("--repeats", "0"), "--repeats=0: must be >= 1"),
     (("--out", "/proc/version/x"), "--out='/proc/version/x' is not a writable directory"),
+    (("--device", "/GPU:7"), "--device='/GPU:7': TensorFlow has no such device"),
+    (("--memory-gb", "nan"), "--memory-gb=nan: must be a number > 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     argv = ["layers", "--out", "prof", *args] if "--out" not in args else ["layers", *args]
