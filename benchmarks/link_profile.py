@@ -5,7 +5,7 @@ against the ``tc`` rate and against what TCP carries of it, the fit's error in s
 left out of the fit in turn), and the ring all-reduce predicted from the fit against the all-reduce measured.
 Target (issue 43): the fitted bandwidth within 10% of the rate ``tc`` sets (docs/benchmarks/profiling.md).
 
-    python benchmarks/link_profile.py                        # about 3 minutes (root)
+    python benchmarks/link_profile.py                        # about 70 s (root)
     python benchmarks/link_profile.py --rates 1gbit --repeats 3
 """
 

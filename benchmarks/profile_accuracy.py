@@ -6,7 +6,7 @@ step of the same model: the same layers and variables, the same micro-batch, the
 median of both sets), so that a change of load on the machine falls on both sides. Target (issue 43):
 |error| <= 10% (docs/benchmarks/profiling.md).
 
-    python benchmarks/profile_accuracy.py                 # about 2 minutes on 2 cores
+    python benchmarks/profile_accuracy.py                 # about 15 s on 2 cores
     python benchmarks/profile_accuracy.py --repeats 15    # more repeats per entry
 """
 
