@@ -119,6 +119,7 @@ CHECKS = [
     Check("extraction and calibration", "extraction.md", skip=f"{MEASURED} (extraction speed, measured steps)"),
     Check("simulator speed", "simulator.md", skip=MEASURED),
     Check("placement speed", "placement_speed.md", skip=MEASURED),
+    Check("profilers (layers vs a step, links vs tc)", "profiling.md", skip=f"{MEASURED} (layer and link profiles)"),
 ]
 
 
