@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import orchestrator.plan.derive as derive  # noqa: E402
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
-from orchestrator.plan import derive  # noqa: E402
 from orchestrator.plan.catalog import (  # noqa: E402
     DEFAULT_INTRA_EFFICIENCY,
     default_catalog,
