@@ -90,10 +90,18 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """Set up, then run the whole test suite (slow multi-process tests included), slowest 25 listed."""
+    """Set up, then run the whole test suite (slow multi-process tests included), slowest 25 listed: every test but
+    the system ones (tests/conftest.py) on ORCHESTRATOR_TEST_WORKERS pytest-xdist workers (2 by default; 0: in this
+    process), then the system ones one at a time. Arguments replace both passes with one plain pytest run."""
     _env(session)
-    args = session.posargs or ["-q", "--durations=25"]
-    session.run(str(BIN / "python"), "-m", "pytest", *args, external=True, env=_run_env())
+    if session.posargs:
+        session.run(str(BIN / "python"), "-m", "pytest", *session.posargs, external=True, env=_run_env())
+        return
+    workers = os.environ.get("ORCHESTRATOR_TEST_WORKERS", "2")
+    parallel = ["-n", workers] if workers not in ("0", "1") else []
+    pytest = [str(BIN / "python"), "-m", "pytest", "-q", "--durations=25"]
+    session.run(*pytest, "-m", "not system", *parallel, external=True, env=_run_env())
+    session.run(*pytest, "-m", "system", external=True, env=_run_env())
 
 
 @nox.session(venv_backend="none")

@@ -199,3 +199,18 @@ def store_runs(cwd: Path):
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+# `nox -s tests` runs the suite in two passes: every test but the system ones on two pytest-xdist workers, then the
+# system ones in one process (`-m system`). System tests build system-wide things (network namespaces of a fixed
+# prefix and subnet, the one-node Slurm cluster and munge, PostgreSQL and the MLflow server of the multi-host
+# sweep) and time real links and ranks: beside another worker's load, MPI ranks on emulated hosts lost contact.
+SYSTEM_MARKERS = ("netns", "slurm", "postgres")
+SYSTEM_FILES = {"test_netlab.py", "test_slurm.py", "test_parallel_sweep.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SYSTEM_FILES or any(item.get_closest_marker(m) for m in SYSTEM_MARKERS):
+            item.add_marker(pytest.mark.system)
