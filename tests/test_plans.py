@@ -113,6 +113,30 @@ def test_malformed_and_truncated_files(tmp_path):
         GpuCluster.from_directory(d)
 
 
+@pytest.mark.parametrize(("where", "value", "match"), [
+    ("times", float("nan"), r"layer 3: nan seconds \(every entry must be a finite number >= 0\)"),
+    ("times", -0.001, r"layer 3: -0.001 seconds"),
+    ("sizes", -5.0, r"llm_info.json: OPT-350 at TP 1: -5.0 floats"),
+])
+def test_a_negative_or_nan_profile_entry_is_one_error_naming_it(tmp_path, where, value, match):
+    import json
+    import shutil
+
+    d = tmp_path / "data"
+    shutil.copytree(SAILOR, d, ignore=shutil.ignore_patterns("measured", "planner-plans"))
+    name = "profiles_tmp.json" if where == "times" else "llm_info.json"
+    doc = json.loads((d / name).read_text())
+    if where == "times":
+        gpu = next(iter(doc["OPT-350"]))
+        mbs = next(iter(doc["OPT-350"][gpu]))
+        doc["OPT-350"][gpu][mbs]["1"]["3"][0] = value
+    else:
+        doc["OPT-350"]["1"]["3"]["params_floats"] = value
+    (d / name).write_text(json.dumps(doc))
+    with pytest.raises(WorkloadError, match=match):
+        LayeredProfile.from_directory(d, "OPT-350")
+
+
 def test_a_plan_that_does_not_fit_says_which_gpu_and_by_how_much(data):
     cluster, profile = data
     est = simulator("project").estimate(_plan([range(26)], gpu="V100-16", tp=2, mbs=8), profile, cluster, 1024)

@@ -10,6 +10,7 @@ error naming it, never a silent zero.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,11 @@ class LayeredProfile:
             except (KeyError, TypeError, ValueError, AttributeError):
                 raise WorkloadError(f"{root / 'llm_info.json'}: {model} at TP {tp}: every layer needs params_floats, "
                                     "act_output_floats and act_mem_floats") from None
+            bad_size = next((x for sz in (sizes[int(tp)].params, sizes[int(tp)].act_output, sizes[int(tp)].act_mem) for x in sz
+                        if not (math.isfinite(x) and x >= 0)), None)
+            if bad_size is not None:
+                raise WorkloadError(f"{root / 'llm_info.json'}: {model} at TP {tp}: {bad_size!r} floats (every size must be a "
+                                    "finite number >= 0)")
             if ids != list(range(len(ids))):
                 raise WorkloadError(f"{root / 'llm_info.json'}: {model} at TP {tp}: layers must be 0..L-1, got {ids[:5]}...")
             num_layers = len(ids) if num_layers is None else num_layers
@@ -134,6 +140,10 @@ class LayeredProfile:
                     if any(len(r) != 3 for r in rows):
                         raise WorkloadError(f"{root / 'profiles_tmp.json'}: {model} on {gpu}, mbs {mbs}, TP {tp}: "
                                             "each layer needs [fwd_s, bwd_s, update_s]")
+                    bad = next(((i, x) for i, r in enumerate(rows) for x in r if not (math.isfinite(x) and x >= 0)), None)
+                    if bad is not None:
+                        raise WorkloadError(f"{root / 'profiles_tmp.json'}: {model} on {gpu}, mbs {mbs}, TP {tp}, layer "
+                                            f"{bad[0]}: {bad[1]!r} seconds (every entry must be a finite number >= 0)")
                     times.setdefault(gpu, {}).setdefault(int(mbs), {})[int(tp)] = rows  # type: ignore[assignment]
         train = _training_config(root, model)
         return cls(model=model, num_layers=int(num_layers or 0), times=times, sizes=sizes,
