@@ -23,6 +23,8 @@ from conftest import QUICK, run_inprocess, store_runs
     (["+sync=delay", "hardware.stragglers=abc"], "hardware.stragglers='abc' must be a mapping"),
     (["train.stop=never"], "train.stop='never' (accepted: target, budget)"),
     (["foo.bar=1"], "Could not override 'foo.bar'"),
+    (["planner=joint"], "planner is an optional group, not in the defaults: add it with a '+' (+planner=joint)"),
+    (["sync=delay"], "sync is an optional group, not in the defaults: add it with a '+' (+sync=delay)"),
     (["train.lr=["], "malformed override"),
     (["hardware.logical_cpus=0"], "hardware.logical_cpus=0 must be an integer >= 1"),
     (["+sync=delay", "hardware.network.bandwidth_Gbps=-1"], "hardware.network.bandwidth_Gbps=-1 must be > 0"),
