@@ -76,5 +76,6 @@ def test_the_cheapest_figure_tables_reproduce():
     lines = out.stdout.splitlines()
     reproduced = [line for line in lines if line.startswith("reproduced: plans: fidelity, the 15 shared plans")
                   or line.startswith("reproduced: plans: plan quality (clusters")]
-    assert out.returncode == 0 and len(reproduced) == 3, out.stdout + out.stderr
+    fidelity = [line for line in reproduced if "fidelity" in line]
+    assert out.returncode == 0 and len(fidelity) >= 2 and len(reproduced) > len(fidelity), out.stdout + out.stderr
     assert not any(line.startswith("differs") for line in lines)

@@ -106,7 +106,7 @@ def analyse(raw: dict[str, Any], ranks: int) -> dict[str, Any]:
     link = FittedLink(tuple(coeffs), cap)
     ar_pred = [float(ring_allreduce_time(link, float(n), ranks)) for n in sizes]
     return {"sizes": sizes, "hosts": raw["hosts"], "ranks": ranks,
-            "p2p": [s.as_dict() for s in p2p], "allreduce": [s.as_dict() for s in ar],
+            "p2p": [s.as_dict() for s in p2p], "allreduce_s": [s.as_dict() for s in ar],
             "fit": [coeffs, cap], "fit_error": err, "held_out_error": held,
             "allreduce_predicted_s": ar_pred,
             "allreduce_error": [p / s.median - 1.0 for p, s in zip(ar_pred, ar, strict=True)],
@@ -201,7 +201,7 @@ def print_links(device: str, where: str, result: dict[str, Any], out: Path, took
         t = result["p2p"][i]["median_s"]
         fit_s = t * (1 + result["fit_error"][i])
         print(f"  {n:>10} {t:10.3g} {fit_s:10.3g} {result['fit_error'][i]:+7.1%} {held[i]:+8.1%} {n / t / 1e9:7.3f} "
-              f"{result['allreduce'][i]['median_s']:11.3g} {result['allreduce_predicted_s'][i]:11.3g} "
+              f"{result['allreduce_s'][i]['median_s']:11.3g} {result['allreduce_predicted_s'][i]:11.3g} "
               f"{result['allreduce_error'][i]:+7.1%}")
     (a, b, c), cap = result["fit"]
     print(f"  fit: B(n) = {a:.4g} x^2 + {b:.4g} x + {c:.4g} GB/s, x = log2(n / 1e6), capped at {cap / 1e9:.4g} GB/s; "

@@ -26,11 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from orchestrator.execution.training import NullSink
 from orchestrator.sync.figures import Figure, cluster_key, key_hash, lookup, record
 from orchestrator.sync.reference import PRUNE, median_time, reference_options
+from orchestrator.sync.strategy import CollectiveStrategy
 
 MAX_LIMIT_BATCH = 512
 LIMIT_SEEDS = 3      # the limit's best cell is measured on at least this many seeds (its spread)
@@ -116,6 +115,13 @@ def statistical_limit(opts: Any, ctx: Any, ref: Any, cm: Any, cands: list[Candid
     return fig
 
 
+class BulkSynchronous(CollectiveStrategy):
+    """The runs of S(G): every round averages the gradients of equal workers, weighted by batch, one step of the
+    global batch at ``train.lr_scaling``'s lr (``CollectiveStrategy``'s defaults: what balanced allreduce computes)."""
+
+    name = "bulk-synchronous"
+
+
 class _SGrid:
     """S(G) x T_k(G) over the batches and candidates on the trial's seeds; then the best cell again on
     ``LIMIT_SEEDS`` seeds at least: the limit is that cell's median, its spread the fastest and slowest seed."""
@@ -148,12 +154,11 @@ class _SGrid:
         the allreduce rule, so that the lr (``lr`` at B, scaled to G by ``train.lr_scaling``), its warm-up and
         the evaluation cadence are those of the strategies the limit is set beside (one worker at batch G with
         the scaled lr from its first step needs more updates: Adam's early steps want the warm-up)."""
-        from orchestrator import plugins
         from orchestrator.sync.virtual import VirtualRun
 
         s, w = self.ctx.settings, max(1, G // self.ctx.settings.batch_size)
-        strat = plugins.load("sync", "allreduce")(OmegaConf.create({"name": "allreduce"}))
-        o = dataclasses.replace(self.ropts, name="allreduce", speeds=[1.0] * w)
+        strat = BulkSynchronous()
+        o = dataclasses.replace(self.ropts, name=BulkSynchronous.name, speeds=[1.0] * w)
         ups: list[float | None] = []
         for seed in seeds:
             rt = self.runtime(seed)
