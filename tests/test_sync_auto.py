@@ -52,6 +52,26 @@ def test_between_cells_picks_the_nearest():
     assert choice.cell["regime"] == "spread 2x (1, 1/2)" and choice.distance < NEAR and choice.label == "backup b=1"
 
 
+def test_between_cells_the_margins_are_interpolated():
+    """Shepard's interpolation of log margins over the cells within RADIUS: halfway between two cells whose
+    winners agree, that winner runs, with the inverse-square-distance weighted geometric mean of the margins."""
+    import json
+    import math
+
+    from orchestrator.sync.regimes import MAP_PATH, RADIUS
+
+    cells = {c["regime"]: c for c in json.loads(MAP_PATH.read_text())["maps"]["mnist"]["cells"]}
+    hw = {"workers": 8, "stragglers": {"probability": 0.15, "slowdown": 5}}     # halfway between p=0.1 and p=0.2 at 5x
+    choice = choose(regime_of(hw), BUILTIN)
+    assert choice.near and NEAR < choice.distance < RADIUS
+    assert [c for c, _ in choice.neighbours][:2] == ["stragglers p=0.1 x5", "stragglers p=0.2 x5"]
+    assert all(d <= RADIUS for _, d in choice.neighbours)
+    w = [(1 / d ** 2, math.log(cells[c]["strategies"]["allreduce"]["median_s"] / cells[c]["strategies"]["backup b=2"]["median_s"]))
+         for c, d in choice.neighbours]
+    assert choice.label == "backup b=2" and choice.margin == pytest.approx(math.exp(sum(a * b for a, b in w) / sum(a for a, _ in w)))
+    assert "between map cells 'stragglers p=0.1 x5' (0.71), 'stragglers p=0.2 x5' (0.71)" in choice.why(regime_of(hw))
+
+
 def test_far_regime_runs_allreduce_and_says_so():
     hw = {"workers": 64, "worker_speeds": [1.0, 1 / 32] * 32}
     regime = regime_of(hw)
@@ -75,5 +95,7 @@ def test_a_trial_runs_the_chosen_strategy_and_logs_why(workdir):
     run = mlflow.search_runs(experiment_names=["orchestrator"], output_format="list")[0]
     tags, params = run.data.tags, run.data.params
     assert tags["sync.auto.choice"] == "backup b=2" and tags["sync.auto.cell"] == "mnist: stragglers p=0.1 x5"
-    assert float(tags["sync.auto.distance"]) == pytest.approx(0.2828, abs=1e-4) and tags["sync.auto.margin"] == "2.344"
+    # between cells: the margin is interpolated (p=0.1 x5 at 0.28 measured 2.344x; p=0.05 x10 at 0.70, p=0.2 x5 at 1.13)
+    assert float(tags["sync.auto.distance"]) == pytest.approx(0.2828, abs=1e-4) and tags["sync.auto.margin"] == "2.403"
+    assert tags["sync.auto.between"].startswith("stragglers p=0.1 x5 (0.283); stragglers p=0.05 x10")
     assert (params["sync.name"], params["sync.backup_workers"], params["train.lr"]) == ("backup", "2", "0.006")

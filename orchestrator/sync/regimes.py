@@ -21,8 +21,13 @@ coordinate      value                                          one unit
 ``workers``     log2(W / 8)                                    a doubling (the map is measured at W = 8)
 =============== ============================================== =====================================
 
-The distance between two regimes is the Euclidean norm of their difference; a cell is *near* when it is
-within ``NEAR`` (half a step: nearer to it than to a neighbour one step away on any axis)."""
+The distance between two regimes is the Euclidean norm of their difference. A regime on a cell (distance 0)
+runs that cell's winner. Elsewhere the cells within ``RADIUS`` (1.5: a step on one axis, or on two at once,
+the diagonal sqrt 2) are its neighbours, and each strategy
+measured in all of them is scored by the inverse-square-distance weighted mean of its log margin over the map's
+baseline (Shepard's interpolation of log(baseline median / strategy median)); the highest score runs (the
+baseline at 0; ties go to the baseline). A regime with no neighbour within ``RADIUS`` is *far*: balanced allreduce,
+and the line says so. (``NEAR``, half a step, only words the line: "near" a single cell, else "between".)"""
 
 from __future__ import annotations
 
@@ -35,6 +40,9 @@ from typing import Any
 
 MAP_PATH = Path(__file__).with_name("regime_map.json")
 NEAR = 0.5
+# The map varies one factor at a time from its base: a regime that combines two of them sits a diagonal step
+# (sqrt 2) from each single-factor cell, which is still a neighbour; two steps away is not.
+RADIUS = 1.5
 AXES = ("spread", "stragglers", "straggling", "jitter", "bandwidth", "workers")
 
 
@@ -101,6 +109,8 @@ class Choice:
     entry: dict | None
     note: str = ""
     baseline: str = ""
+    neighbours: tuple[tuple[str, float], ...] = ()   # (cell, distance) interpolated over; () on a cell or far
+    estimate: float | None = None                     # the interpolated margin over the baseline
 
     @property
     def sync(self) -> str:
@@ -114,6 +124,8 @@ class Choice:
     @property
     def margin(self) -> float | None:
         """The baseline's median over the chosen strategy's in the cell (1.0 for the baseline itself)."""
+        if self.neighbours:
+            return self.estimate
         ar = self.cell["strategies"].get(self.baseline, {}).get("median_s")
         return ar / self.entry["median_s"] if self.entry and ar else None
 
@@ -121,8 +133,15 @@ class Choice:
         """One line: the regime, the cell, the choice with its margin and spread."""
         where = f"map cell '{self.cell['regime']}' ({self.dataset}, distance {self.distance:.2f}"
         if not self.near:
-            return (f"sync=auto: {regime.describe()}: no measured regime is near (nearest {where} > {NEAR})); "
+            return (f"sync=auto: {regime.describe()}: no measured regime is near (nearest {where} > {RADIUS})); "
                     f"running balanced allreduce")
+        if self.neighbours:
+            cells = ", ".join(f"'{c}' ({d:.2f})" for c, d in self.neighbours)
+            margin = f"{self.estimate:.2f}x {self.baseline}" if self.estimate else "-"
+            lr = (self.entry or {}).get("lr")
+            return (f"sync=auto: {regime.describe()}: between map cells {cells} ({self.dataset}, distances <= {RADIUS}) -> "
+                    f"{self.label} (interpolated margin {margin}, inverse-square-distance weights; lr "
+                    f"{'-' if lr is None else f'{lr:g}'} from the nearest cell that measured it){self.note}")
         e = self.entry or {}
         spread = (f", seeds {e['min_s']:.3f}-{e['max_s']:.3f} s ({e['reached']}/{e['seeds']} reached)"
                   if e.get("min_s") is not None else "")
@@ -143,16 +162,37 @@ def nearest(regime: Regime, dataset: str = "mnist", path: Path = MAP_PATH) -> tu
 
 def choose(regime: Regime, available: set[str] | frozenset[str], dataset: str = "mnist",
            path: Path = MAP_PATH) -> Choice:
-    """The strategy ``+sync=auto`` runs in ``regime``: the nearest cell's winner among the strategies whose
-    sync plugin is ``available`` (the fastest installed one, and a note, where the winner is not); balanced
-    allreduce where no cell is within ``NEAR``."""
+    """The strategy ``+sync=auto`` runs in ``regime`` (the module's doc): on a cell, its fastest installed
+    strategy (and a note where the map's winner is not installed); between cells, the best interpolated margin
+    among the installed strategies measured in every neighbour; balanced allreduce where no cell is within
+    ``RADIUS``."""
     name, cell, dist = nearest(regime, dataset, path)
-    if dist > NEAR:
-        base = load_map(path)["baseline"]
+    base = load_map(path)["baseline"]
+    if dist > RADIUS:
         return Choice(name, cell, dist, False, base, None, baseline=base)
+    if dist > 1e-9:
+        return _between(regime, available, name, cell, dist, base, path)
     runnable = {k: v["median_s"] for k, v in cell["strategies"].items()
                 if v["sync"] in available and v["median_s"] is not None}
     label = min(runnable, key=runnable.__getitem__)
     note = "" if label == cell["winner"] else (
         f"; the map's winner {cell['winner']} ({cell['strategies'][cell['winner']]['sync']}) is not installed")
-    return Choice(name, cell, dist, True, label, cell["strategies"][label], note, load_map(path)["baseline"])
+    return Choice(name, cell, dist, True, label, cell["strategies"][label], note, base)
+
+
+def _between(regime: Regime, available: set[str] | frozenset[str], name: str, cell: dict, dist: float, base: str,
+             path: Path) -> Choice:
+    """Shepard's interpolation of the log margins over the cells within ``RADIUS`` (the module's doc)."""
+    near = [(c, distance(regime, regime_of(c["hardware"]))) for c in load_map(path)["maps"][name]["cells"]]
+    near = sorted(((c, d) for c, d in near if d <= RADIUS and (c["strategies"].get(base) or {}).get("median_s")),
+                  key=lambda cd: cd[1])
+    labels = [k for k, v in cell["strategies"].items() if v["sync"] in available
+              and all((c["strategies"].get(k) or {}).get("median_s") for c, _ in near)]
+    score: dict[str, float] = {}
+    for k in labels:
+        w = [(1.0 / d ** 2, math.log(c["strategies"][base]["median_s"] / c["strategies"][k]["median_s"])) for c, d in near]
+        score[k] = sum(a * b for a, b in w) / sum(a for a, _ in w)
+    label = max(score, key=lambda k: (score[k], k == base)) if score else base
+    entry = next((c["strategies"][label] for c, _ in near if label in c["strategies"]), None)
+    return Choice(name, cell, dist, True, label, entry, "", base,
+                  tuple((c["regime"], d) for c, d in near), math.exp(score.get(label, 0.0)))

@@ -52,7 +52,8 @@ def user_keys(config: AutoSyncConfig) -> dict:
 def tags(choice: Choice) -> dict[str, str]:
     return {"sync.auto.choice": choice.label, "sync.auto.cell": f"{choice.dataset}: {choice.cell['regime']}",
             "sync.auto.distance": f"{choice.distance:.4g}", "sync.auto.near": str(choice.near).lower(),
-            "sync.auto.margin": "-" if choice.margin is None else f"{choice.margin:.4g}"}
+            "sync.auto.margin": "-" if choice.margin is None else f"{choice.margin:.4g}",
+            "sync.auto.between": "; ".join(f"{c} ({d:.3g})" for c, d in choice.neighbours) or "-"}
 
 
 class AutoSync(SyncStrategy):
