@@ -103,6 +103,8 @@ CHECKS = [
           writes="out.md", ignore=("zero-shot (policy alone; s)",), seconds=240),
     Check("sync regimes: MNIST map (from its committed run cache)", "sync_regimes.md", REGIMES_CMD, writes="out.md",
           copy=("sync_regimes_runs.json",), tables=3, seconds=30),
+    Check("sync regimes: +sync=auto between the cells", "sync_regimes.md", skip="training on the virtual clock, about "
+          "10 minutes (benchmarks/sync_auto.py): not reproduced here"),
     Check("sync regimes: Fashion-MNIST map (from its committed run cache)", "sync_regimes_fashion_mnist.md",
           FASHION_CMD, writes="out.md", copy=("sync_regimes_fashion_runs.json",), tables=3, seconds=30),
     Check("adaptive batch: Fashion-MNIST (from its committed run cache)", "adaptive_batch.md", ADAPTIVE_CMD,

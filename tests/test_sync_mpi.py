@@ -55,7 +55,10 @@ def test_no_deadlock_and_fast_workers_wait_for_a_sleeper(tmp_path, mnist):
 
 
 def test_allreduce_replicas_identical_after_every_step(tmp_path, mnist):
-    result, stats = mpi_run(tmp_path, mnist, "allreduce", [1.0, 0.25], {"verify_every": 1}, budget=10)  # 5 steps x 2
+    # an emulated step (a floor of 0.2 s at speed 1, 0.8 s at 0.25) makes the fast rank's wait larger than any
+    # start-up skew or load noise of the real compute: without it, two loaded cores once gave the slow rank more
+    result, stats = mpi_run(tmp_path, mnist, "allreduce", [1.0, 0.25], {"verify_every": 1}, budget=10,  # 5 steps x 2
+                            hw={"emulated_step_s": 0.2})
     assert result.updates == 5 and stats.iterations == [5, 5]
     assert result.extra_metrics["sync.replica_max_diff"] == 0.0
     assert stats.wait_s[0] > stats.wait_s[1]   # the fast rank waits for the slow one
