@@ -41,14 +41,14 @@ ROWS = [(6, "allreduce, 8 equal (`+sync=allreduce` default)", 3.15),
 class LimitBench(Bench):
     def synchronous_steps(self, G: int, opt: str, lr: float, cap_rounds: int | None) -> list[float | None]:
         """Rounds to the target of allreduce over G/64 equal workers of batch 64 (lr at 64, the rule's scaling)."""
-        from orchestrator import plugins
+        from orchestrator.sync.limit import BulkSynchronous
         from orchestrator.sync.virtual import VirtualRun
 
         w = max(1, G // 64)
         cfg = {"hardware": {"workers": w, "worker_speeds": [1.0] * w},
-               "sync": {"name": "allreduce", "balance": "none", "step_overhead_s": T0, "per_sample_s": T1},
+               "sync": {"step_overhead_s": T0, "per_sample_s": T1},
                "train": {"optimizer": opt, "lr": lr, "batch_policy": "per_worker"}}
-        strat = plugins.load("sync", "allreduce")(cfg["sync"])
+        strat = BulkSynchronous(cfg["sync"])      # the trial's limit runs S(G) with the same strategy
         opts = strat.options(cfg)
         budget = BUDGET[self.name] if cap_rounds is None else min(BUDGET[self.name], cap_rounds * G)
         out = []

@@ -127,22 +127,12 @@ class Bench(VirtualBench):
 
     # -- 2. the limit ---------------------------------------------------------------------------
     def step_time(self, speeds, G: int) -> float:
-        from orchestrator.hardware.topology import Topology
-        from orchestrator.sync.costmodel import allreduce_s, balanced_batches
+        """One synchronous step of G on the best k fastest workers (``orchestrator.sync.limit.step_time``)."""
+        from orchestrator.sync.limit import step_time
 
         nbytes = 4 * self.ctx.model.new_model().count_params() if not hasattr(self, "_nb") else self._nb
         self._nb = nbytes
-        best = math.inf
-        order = sorted(speeds, reverse=True)
-        for k in range(1, len(order) + 1):
-            vs = order[:k]
-            if G < k:
-                break
-            b = balanced_batches(vs, G, self.cm)
-            comp = max(self.cm.time(bi, v) for bi, v in zip(b, vs))
-            comm = allreduce_s(nbytes, Topology.from_cfg(None, k)) if k > 1 else 0.0
-            best = min(best, comp + comm)
-        return best
+        return step_time(list(speeds), G, self.cm, nbytes, None)[0]
 
     def limit(self, curve, speeds):
         cands = [(s[0] * self.step_time(speeds, G), opt, G) for (opt, G), s in curve.items() if s is not None]
