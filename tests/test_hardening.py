@@ -253,3 +253,19 @@ def test_a_write_to_a_store_another_process_holds_locked_waits_for_it(tmp_path):
     assert got.info.status == "KILLED" and got.data.tags["orchestrator.partial"] == "true"
     with pytest.raises(ValueError):   # anything else is not retried
         retry_locked(int, "x")
+
+
+def test_a_collective_on_mpi_ranks_without_horovod_is_one_line(monkeypatch, tmp_path):
+    """``nox -s demo`` builds the environment without Horovod (the headline does not need it): a collective strategy
+    on MPI ranks then stops before any rank starts, naming what is missing and the command that builds it."""
+    import importlib.util
+
+    from orchestrator.errors import ConfigError
+    from orchestrator.sync import mpi
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "horovod" else real(name, *a))
+    monkeypatch.setattr(mpi, "launch", lambda *a, **k: pytest.fail("launched ranks"))
+    cfg = {"hardware": {"workers": 2}, "sync": {"name": "allreduce", "runtime": "mpi"}, "train": {}}
+    with pytest.raises(ConfigError, match=r"Horovod, which this environment lacks.*nox -s setup"):
+        mpi.train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), object())
