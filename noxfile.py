@@ -53,7 +53,7 @@ def _fingerprint() -> str:
 
 def _env(session: nox.Session, horovod: bool = True) -> None:
     """Create or refresh .venv when the pins changed; cheap when it is up to date. Two stages, each with its
-    stamp: the base (TensorFlow, MPI, us: about a minute) and Horovod compiled against it (about 10 minutes on two
+    stamp: the base (TensorFlow, MPI, us: about a minute) and Horovod compiled against it (about 80 s on two
     cores). ``horovod=False`` (the demo, the fast tier, lint) builds the base only: nothing there runs Horovod."""
     fingerprint = _fingerprint()
     python = shutil.which("python3.11") or sys.executable
@@ -81,6 +81,12 @@ def _run_env() -> dict[str, str]:
     return {**RUN_ENV, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(VENV)}
 
 
+def _parallel() -> list[str]:
+    """pytest-xdist's arguments: ORCHESTRATOR_TEST_WORKERS workers (2 by default; 0 or 1: in this process)."""
+    workers = os.environ.get("ORCHESTRATOR_TEST_WORKERS", "2")
+    return ["-n", workers] if workers not in ("0", "1") else []
+
+
 @nox.session(venv_backend="none")
 def setup(session: nox.Session) -> None:
     """Only build the environment."""
@@ -106,20 +112,19 @@ def tests(session: nox.Session) -> None:
     if session.posargs:
         session.run(str(BIN / "python"), "-m", "pytest", *session.posargs, external=True, env=_run_env())
         return
-    workers = os.environ.get("ORCHESTRATOR_TEST_WORKERS", "2")
-    parallel = ["-n", workers] if workers not in ("0", "1") else []
     pytest = [str(BIN / "python"), "-m", "pytest", "-q", "--durations=25"]
-    session.run(*pytest, "-m", "not system", *parallel, external=True, env=_run_env())
+    session.run(*pytest, "-m", "not system", *_parallel(), external=True, env=_run_env())
     session.run(*pytest, "-m", "system", external=True, env=_run_env())
 
 
 @nox.session(venv_backend="none")
 def fast(session: nox.Session) -> None:
-    """The fast tier on the short Hypothesis profile; extra pytest arguments through posargs."""
+    """The fast tier on the short Hypothesis profile, on ORCHESTRATOR_TEST_WORKERS pytest-xdist workers (2 by
+    default); extra pytest arguments through posargs."""
     _env(session, horovod=False)
     env = {**_run_env(), "HYPOTHESIS_PROFILE": "dev"}
-    session.run(str(BIN / "python"), "-m", "pytest", "-q", "-m", FAST, "--durations=10", *session.posargs,
-                external=True, env=env)
+    session.run(str(BIN / "python"), "-m", "pytest", "-q", "-m", FAST, "--durations=10", *_parallel(),
+                *session.posargs, external=True, env=env)
 
 
 @nox.session(venv_backend="none")

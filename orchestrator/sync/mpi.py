@@ -325,7 +325,7 @@ def train_mpi(strategy: SyncStrategy, opts: SyncOptions, ctx, *, inject: dict | 
     speed-1.0 step time measured here, what the reference's virtual W=1 runs use."""
     if not strategy.uses_server and importlib.util.find_spec("horovod") is None:
         raise ConfigError(f"sync={opts.name} on sync.runtime=mpi all-reduces through Horovod, which this environment "
-                          "lacks (nox -s demo builds it without): run `nox -s setup` to compile it (about 10 minutes)")
+                          "lacks (nox -s demo builds it without): run `nox -s setup` to compile it (about 80 s)")
     label = re.sub(r"[^A-Za-z0-9_.-]+", "_", opts.name or "sync")
     run_dir = Path(ctx.output_dir) / f"mpi-{label}-{int(time.time() * 1000)}"
     launch(job_spec(strategy, opts, ctx, run_dir, inject), run_dir, strategy.ranks(opts.workers), float(opts.sync.timeout_s),
