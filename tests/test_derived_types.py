@@ -137,3 +137,76 @@ def test_a_trial_mixing_measured_and_derived_types_says_which_are_derived(tmp_pa
     assert "layers derived from datasheets (not measured)" in out.stdout
     tags = store_runs(tmp_path)[0].data.tags
     assert tags["plan.derived_types"].startswith("H100 (roofline fitted on") and tags["plan.profile"] == "measured+derived"
+
+
+# -- precision as a plan choice (issue 43 item 3) ---------------------------------------------------------------------
+def test_bf16_carries_each_entry_by_the_rooflines_ratio_and_keeps_the_update(measured):
+    profile, _ = measured
+    cluster = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8, "A100-40": 8})
+    fp32 = derive.derive_for_cluster(profile, cluster)
+    assert derive.at_precision(fp32, cluster, "fp32") is fp32
+    bf16 = derive.at_precision(fp32, cluster, "bf16")
+    assert (bf16.precision, bf16.act_float_bytes, bf16.float_bytes, fp32.act_float_bytes) == ("bf16", 2, 4, 4)
+    for gpu in ("H100", "A100-40"):          # the measured A100-40 is carried too, and labelled derived
+        assert bf16.extra["derived_types"][gpu].startswith("bf16: its fp32 entries x the bf16/fp32 ratio")
+        for mbs in fp32.micro_batches(gpu):
+            for tp in fp32.tp_degrees(gpu, mbs):
+                old, new = fp32.layer_times(gpu, mbs, tp), bf16.layer_times(gpu, mbs, tp)
+                assert all(n[2] == o[2] for n, o in zip(new, old))                       # the update: fp32 Adam
+                assert all(n[0] < o[0] and n[1] < o[1] for n, o in zip(new[1:-1], old[1:-1]))   # every block faster
+    # the ratio of one block: the model's own at bf16 over fp32, applied to the measured entry
+    spec, link_for = default_catalog().get("A100-40"), cluster.network.intra_link
+    model = derive.fit(profile, derive.measured_types(profile), link_for)
+    r32, r16 = (derive.derive_times(model, profile, spec, link_for, [4], [1], p)[4][1][5][0] for p in ("fp32", "bf16"))
+    assert bf16.layer_times("A100-40", 4, 1)[5][0] == pytest.approx(profile.layer_times("A100-40", 4, 1)[5][0] * r16 / r32)
+
+
+def test_a_precision_a_type_lacks_is_one_line_and_auto_tries_what_every_type_has(measured):
+    profile, _ = measured
+    mixed = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8, "V100-16": 8})
+    with pytest.raises(ConfigError, match="V100-16 has no bf16 rate in the catalog") as err:
+        derive.at_precision(derive.derive_for_cluster(profile, mixed), mixed, "bf16")
+    assert "\n" not in str(err.value)
+    assert derive.precisions(profile, mixed, "auto") == ["fp32", "fp16"]
+    h100 = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8})
+    assert derive.precisions(profile, h100, "auto") == ["fp32", "bf16", "fp16", "fp8"]
+    assert derive.precisions(profile, h100, "bf16") == ["bf16"]
+
+
+def test_half_activations_halve_the_sends_and_activation_memory_not_the_gradients(measured):
+    from orchestrator.plan import Pipeline, Plan, Replica, Stage
+    from orchestrator.planning.evaluator import simulator
+
+    profile, _ = measured
+    cluster = GpuCluster.from_directory(SAILOR).with_gpus({"A100-40": 16})
+    a2 = Replica("A100-40", 1, 4, cluster.zone)
+    plan = Plan([Pipeline((Stage(tuple(range(13)), (a2,) * 8), Stage(tuple(range(13, 26)), (a2,) * 8)))], 2)
+    half = derive.at_precision(profile, cluster, "fp16")
+    for name in ("project", "sailor"):
+        sim = simulator(name)
+        e32, e16 = sim.estimate(plan, profile, cluster, 1024), sim.estimate(plan, half, cluster, 1024)
+        assert e16.iteration_s < e32.iteration_s, name
+        s32, s16 = e32.stages[0], e16.stages[0]
+        assert s16.allreduce_s == pytest.approx(s32.allreduce_s), name               # fp32 gradients
+        assert 0 < s16.send_s < s32.send_s, name
+    acts = [sim.memory(plan, p, 0, 0, a2, 8) for p in (profile, half) for sim in (simulator("project"),)]
+    assert acts[1] < acts[0]
+
+
+@needs_data
+def test_a_trial_with_precision_auto_keeps_the_best_and_says_so(tmp_path):
+    out = run_inprocess(tmp_path, "+planner=joint", "planner.budget_s=2", "planner.precision=auto", *LLM,
+                        "hardware.gpus={H100: 4, V100-16: 8}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = store_runs(tmp_path)[0]
+    m, tags = run.data.metrics, run.data.tags
+    assert tags["plan.precisions_tried"] == "fp32, fp16"
+    tried = {p: m[f"plan.precision_iteration_s.{p}"] for p in ("fp32", "fp16")}
+    assert tags["plan.precision"] == min(tried, key=tried.get) == "fp16"
+    assert m["plan.bound_iteration_s"] <= m["plan.iteration_s"]               # the bound: over both precisions
+    assert "precision: fp16 (planner.precision" in out.stdout and "tried fp32 " in out.stdout
+    assert "precision fp16 (measured: fp32)" in tags["plan.trust"]
+    (tmp_path / "bad").mkdir()
+    bad = run_inprocess(tmp_path / "bad", "+planner=joint", "planner.precision=bf16", *LLM,
+                        "hardware.gpus={H100: 4, V100-16: 8}")
+    assert bad.returncode == 2 and "V100-16 has no bf16 rate in the catalog" in bad.stderr

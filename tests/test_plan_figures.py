@@ -118,7 +118,7 @@ def test_cost_and_budget_show_their_figure_constraint_and_bound(data, tmp_path, 
     for plan in (_plan(1), _plan(2, dp=4), _plan(2, "V100-16", dp=2, tp=2, mbs=1), _plan(4, dp=4)):
         est = ev.evaluate(plan)
         assert 0 < usd_lb <= est.usd_per_iteration                            # the cost bound holds
-        b = phase.bounds(profile, cluster, 1024, plan, est)
+        b = phase.bounds([profile], cluster, 1024, plan, est)
         if objective == "budget" and est.usd_per_iteration * 3600 / est.iteration_s <= 50.0:
             assert b["plan.bound_samples_per_s"] >= est.samples_per_s           # no admissible plan beats it
     m = {**PlanningPhase.metrics(plan, est, 0.1, ev), **b, "plan.min_samples_per_s": 20.0, "plan.max_usd_per_hour": 50.0}

@@ -29,6 +29,12 @@ class PlannerConfig(Schema):
     memory_headroom: float = option(0.0, "share h of each GPU's memory plans keep free: the planners and "
                                     "the project simulator hold every GPU to (1 - h) of its memory (Sailor's "
                                     "simulator reads a GPU's memory from its name)", min=0, lt=1)
+    precision: str = option("fp32", "the training precision plans are made for: fp32 (as the shared profiles and this "
+                            "project's profiler measure) | bf16 | fp16 | fp8 (mixed precision: activations in 16 bits, "
+                            "fp32 master weights; every type's times carried from its fp32 entries by the fitted "
+                            "roofline's ratio, so derived; docs/plans.md, 'Precision') | auto (plan fp32 and each "
+                            "precision every GPU type of the cluster has in the catalog; keep the best by the objective)",
+                            choices=("fp32", "bf16", "fp16", "fp8", "auto"))
     compare_simulators: bool = option(True, "also log the plan's figure on the other registered simulators "
                                       "(plan.iteration_s.sailor / plan.iteration_s.project)")
 

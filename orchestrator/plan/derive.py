@@ -23,10 +23,14 @@ The optimizer step (the same on every layer of one (mbs, TP), as the profiles ho
 for ``N`` parameters of the model (Adam in fp32: about 16 bytes read and written per parameter).
 Memory: a derived type holds the profile's parameter and activation sizes (they do not depend on the GPU) in the
 catalog's capacity.
+Precision (``at_precision``): at bf16/fp16/fp8, ``P`` is the type's rate at that precision and ``B`` and the ring's
+message are scaled by ``ACT_BYTES[precision] / 4``; each entry is carried by the ratio of the model at the precision to
+the model at the profile's own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
@@ -44,6 +48,10 @@ from orchestrator.plan.cluster import GpuCluster
 from orchestrator.plan.profile import LayeredProfile
 
 PHASES = ("fwd", "bwd")
+# Bytes of an activation element at each training precision: mixed precision (bf16, fp16) keeps activations in 16
+# bits; fp8 training (Transformer Engine) casts only the matmuls' inputs to 8 bits and keeps activations in 16.
+ACT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+PRECISIONS = tuple(ACT_BYTES)
 KINDS = ("embedding", "block", "head")
 # The matmul efficiency's prior: the fraction of the datasheet rate that a large matmul reached on the measured
 # H200 (h200-measured.json: fp32 50.9 of 67, tf32 357.9 of 494.5 TFLOP/s: 0.76, 0.72), weighted as a share of the rows.
@@ -94,14 +102,17 @@ def work(shape: Shape, what: str, phase: str, tp: int) -> tuple[float, float]:
 
 
 def features(profile: LayeredProfile, shape: Shape, spec: GpuSpec, link: Link | None, layer: int, phase: str,
-             mbs: int, tp: int) -> list[float]:
+             mbs: int, tp: int, precision: str = "fp32") -> list[float]:
     """The columns of the fit for one (layer, phase, mbs, tp) on ``spec``: [1, matmul s, memory s, ring steps,
-    all-reduce s] (the matmul and memory seconds at 100% of the datasheet, through the cost core's roofline)."""
+    all-reduce s] (the matmul and memory seconds at 100% of the datasheet, through the cost core's roofline), at
+    ``precision``: its matmul rate, and activations of ``ACT_BYTES[precision]`` instead of 4 bytes."""
     flops, nbytes = work(shape, kind(profile, layer), phase, tp)
-    mm = roofline_s(flops * mbs, 0.0, spec.matmul_flops(), 1.0)
-    mem = roofline_s(0.0, nbytes * mbs, 1.0, spec.mem_bandwidth)
+    act = ACT_BYTES[precision] / 4.0
+    mm = roofline_s(flops * mbs, 0.0, spec.matmul_flops(precision), 1.0)
+    mem = roofline_s(0.0, nbytes * act * mbs, 1.0, spec.mem_bandwidth)
     n_ar = profile.tp_allreduces(layer) / 2.0 if tp > 1 else 0.0
-    ring = ring_allreduce_time(link, 4.0 * mbs * shape.sequence * shape.hidden, tp) if n_ar and link is not None else 0.0
+    ring = (ring_allreduce_time(link, 4.0 * act * mbs * shape.sequence * shape.hidden, tp)
+            if n_ar and link is not None else 0.0)
     return [1.0, mm, mem, n_ar * 2.0 * (tp - 1), n_ar * ring]
 
 
@@ -190,8 +201,8 @@ def fit(profile: LayeredProfile, types: Iterable[str], link_for: LinkFor,
 
 
 def derive_times(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec, link_for: LinkFor,
-                 micro_batches: Iterable[int], tp_degrees: Iterable[int]) -> TimeTable:
-    """(fwd, bwd, update) seconds per layer on ``spec`` at each micro-batch and TP degree."""
+                 micro_batches: Iterable[int], tp_degrees: Iterable[int], precision: str = "fp32") -> TimeTable:
+    """(fwd, bwd, update) seconds per layer on ``spec`` at each micro-batch and TP degree, at ``precision``."""
     out: TimeTable = {}
     for mbs in micro_batches:
         for tp in tp_degrees:
@@ -200,7 +211,8 @@ def derive_times(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec,
             rows = []
             for layer in range(profile.num_layers):
                 k = kind(profile, layer)
-                f, b = (float(np.dot(model.coef[(p, k)], features(profile, model.shape, spec, link, layer, p, mbs, tp)))
+                f, b = (float(np.dot(model.coef[(p, k)],
+                                     features(profile, model.shape, spec, link, layer, p, mbs, tp, precision)))
                         for p in PHASES)
                 rows.append((f, b, upd))
             out.setdefault(mbs, {})[tp] = tuple(rows)
@@ -213,8 +225,7 @@ def with_derived(profile: LayeredProfile, derived: Mapping[str, TimeTable], note
     times = {**profile.times, **{t: dict(v) for t, v in derived.items()}}
     extra = dict(profile.extra or {})
     extra["derived_types"] = {**extra.get("derived_types", {}), **{t: note for t in derived}}
-    return LayeredProfile(profile.model, profile.num_layers, times, profile.sizes, profile.global_batch,
-                          profile.optimizer, profile.float_bytes, profile.hidden, profile.sequence, profile.source, extra)
+    return dataclasses.replace(profile, times=times, extra=extra)
 
 
 def measured_types(profile: LayeredProfile, catalog: GpuCatalog | None = None) -> list[str]:
@@ -244,3 +255,65 @@ def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredP
         tps = [tp for tp in sorted(profile.sizes) if tp <= spec.gpus_per_node]
         tables[t] = derive_times(model, profile, spec, link_for, mbs, tps)
     return with_derived(profile, tables, model.describe())
+
+
+def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -> LayeredProfile:
+    """``profile`` for training at ``precision`` (fp32 master weights and gradients, activations of
+    ``ACT_BYTES[precision]``): every entry of the cluster's GPU types scaled, layer by layer, by the fitted roofline's
+    ratio of that type at ``precision`` to the same type at the profile's own precision (docs/plans.md, "Precision");
+    the update unchanged (Adam on the fp32 master weights). Every type is then derived, and says so. The profile
+    itself when ``precision`` is its own; a one-line error when a type has no ``precision`` rate in the catalog."""
+    own = profile.precision
+    if precision == own:
+        return profile
+    if precision not in ACT_BYTES:
+        raise ConfigError(f"planner.precision={precision!r} (accepted: {', '.join(PRECISIONS)}, auto)")
+    catalog = default_catalog()
+    types = sorted(t for t in _planned(cluster) if t in profile.times)
+    specs = {}
+    for t in types:
+        spec = catalog.find(t)
+        if spec is None:
+            raise ConfigError(f"planner.precision={precision}: GPU type {t} is not in the GPU catalog, so its {own} "
+                              f"profile cannot be carried to {precision} (catalog: docs/plans.md)")
+        spec.matmul_flops(precision)                        # a type without that rate: one line, here
+        specs[t] = spec
+    fit_on = measured_types(profile, catalog)
+    if not fit_on:
+        raise ConfigError(f"model {profile.model}: no measured GPU type of its profile is in the GPU catalog, so "
+                          f"its times cannot be carried to {precision}")
+    link_for = cluster.network.intra_link
+    model = fit(profile, fit_on, link_for, catalog)
+    tables: dict[str, TimeTable] = {}
+    for t in types:
+        for mbs, per_tp in profile.times[t].items():
+            tps = sorted(per_tp)
+            base = derive_times(model, profile, specs[t], link_for, [mbs], tps, own)[mbs]
+            new = derive_times(model, profile, specs[t], link_for, [mbs], tps, precision)[mbs]
+            tables.setdefault(t, {})[mbs] = {
+                tp: tuple((f * _ratio(n[0], b[0]), w * _ratio(n[1], b[1]), u)
+                          for (f, w, u), b, n in zip(per_tp[tp], base[tp], new[tp])) for tp in tps}
+    out = with_derived(profile, tables, f"{precision}: its {own} entries x the {precision}/{own} ratio of a "
+                                        f"{model.describe()}")
+    return dataclasses.replace(out, act_bytes=ACT_BYTES[precision], extra={**out.extra, "precision": precision})
+
+
+def _ratio(new: float, base: float) -> float:
+    return new / base if base > 0 else 1.0
+
+
+def precisions(profile: LayeredProfile, cluster: GpuCluster, setting: str) -> list[str]:
+    """The precisions a planning trial tries: ``setting`` itself, or with ``auto`` the profile's own and every
+    other that each GPU type of the cluster has in the catalog (a type outside the catalog: the profile's only)."""
+    if setting != "auto":
+        return [setting]
+    catalog = default_catalog()
+    specs = [catalog.find(t) for t in _planned(cluster)]
+    if any(s is None for s in specs):
+        return [profile.precision]
+    return [profile.precision] + [p for p in PRECISIONS if p != profile.precision and all(
+        p == "fp32" or p in s.flops for s in specs if s is not None)]
+
+
+def _planned(cluster: GpuCluster) -> list[str]:
+    return sorted({t for (t, _), n in cluster.gpus.items() if n > 0})

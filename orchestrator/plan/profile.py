@@ -47,6 +47,21 @@ class LayeredProfile:
     sequence: int | None = None
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    act_bytes: int | None = None                     # mixed precision: bytes of an activation (2), else float_bytes
+
+    @property
+    def act_float_bytes(self) -> int:
+        """Bytes of one activation element (the sends between stages, activation memory, TP all-reduces): 2 under
+        mixed precision (``plan.derive.at_precision``), else ``float_bytes``. Parameters, gradients, their
+        all-reduce and the optimizer stay in ``float_bytes`` (fp32 master weights, as automatic mixed precision
+        keeps them)."""
+        return self.act_bytes or self.float_bytes
+
+    @property
+    def precision(self) -> str:
+        """The precision of the layer times: as measured (``fp32`` for the shared profiles and this project's
+        profiler) unless ``plan.derive.at_precision`` derived them for another."""
+        return str((self.extra or {}).get("precision", "fp32"))
 
     # -- lookups ----------------------------------------------------------------------------------
     @property
@@ -75,11 +90,11 @@ class LayeredProfile:
         return self.sizes[tp]
 
     def tp_allreduce_bytes(self, mbs: int) -> float:
-        """Bytes of one tensor-parallel all-reduce of a layer's output: mbs x sequence x hidden x float."""
+        """Bytes of one tensor-parallel all-reduce of a layer's output: mbs x sequence x hidden x activation float."""
         if not self.hidden or not self.sequence:
             raise ProfileMissing(f"model {self.model}: a TP group across machines needs hidden_size and sequence_length "
                                  "(the training config)")
-        return float(mbs * self.sequence * self.hidden * self.float_bytes)
+        return float(mbs * self.sequence * self.hidden * self.act_float_bytes)
 
     def tp_allreduces(self, layer: int) -> int:
         """Megatron's all-reduces per micro-batch of one layer under TP (forward and backward): 2 for the

@@ -92,7 +92,7 @@ def stage_fits(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, 
 def min_transfer(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> float:
     """The cheapest transfer of one activation (the smallest layer output at ``mbs``) from or to a replica of
     ``tp`` GPUs of ``gpu``, over every partner replica the cluster offers and every simulator (>= 0)."""
-    nbytes = min(profile.layer_sizes(1).act_output) * profile.float_bytes * mbs
+    nbytes = min(profile.layer_sizes(1).act_output) * profile.act_float_bytes * mbs
     zone_of = {g: z for (g, z), n in cluster.gpus.items() if n > 0}
     me = Replica(gpu, tp, cluster.gpu_type(gpu).gpus_per_node, zone_of.get(gpu, cluster.zone))
     partners = [Replica(g, t, cluster.gpu_type(g).gpus_per_node, z) for (g, z), n in cluster.gpus.items() if n > 0

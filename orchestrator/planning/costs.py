@@ -173,7 +173,7 @@ class Costs:
     def _sends(self, a: Kind, b: Kind, mbs: int) -> np.ndarray:
         """Row 0: the activation across boundary ``i`` (layer i-1's output); row 1: the gradient sent back
         across it, by the simulator's rule (``boundary_time`` and ``gradient_layer``)."""
-        sizes = np.array(self.profile.layer_sizes(1).act_output) * self.profile.float_bytes * mbs
+        sizes = np.array(self.profile.layer_sizes(1).act_output) * self.profile.act_float_bytes * mbs
         L = len(sizes)
         act = np.concatenate([[sizes[0]], sizes])                         # act[i] = output of layer i-1
         grad = np.array([sizes[min(max(self.sim.gradient_layer(i), 0), L - 1)] for i in range(L + 1)])

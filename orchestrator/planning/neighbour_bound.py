@@ -32,7 +32,7 @@ MEMORY = 400e6       # the DP's table (float32) at most this many bytes, else th
 def links(profile: LayeredProfile, cluster: GpuCluster, kinds: list[tuple[str, int]], mbs: int) -> np.ndarray:
     """``link[a, b]``: the least seconds of one activation (the smallest layer output at ``mbs``) between a
     replica of kind ``a`` and one of kind ``b``, either direction, over the registered simulators and the zones."""
-    nbytes = min(profile.layer_sizes(1).act_output) * profile.float_bytes * mbs
+    nbytes = min(profile.layer_sizes(1).act_output) * profile.act_float_bytes * mbs
     zones: dict[str, list[str]] = {}
     for (g, z), n in cluster.gpus.items():
         if n > 0:

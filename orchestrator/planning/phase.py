@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.plan.derive import at_precision, precisions
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.plots import gantt, layer_map
@@ -127,6 +128,7 @@ class PlanningPhase:
                                        node.get("max_usd_per_hour"))
         self.compare = bool(node.get("compare_simulators", True))
         self.headroom = float(node.get("memory_headroom", 0.0) or 0.0)
+        self.precision = str(node.get("precision", "fp32") or "fp32")
 
     def prepare(self, model_spec: Any, placing: Any, labels: dict[str, Any], version: str) -> tuple[LayeredProfile, dict[str, str]]:
         """The layered profile (derived from the model's graph when it has none) and the run's tags; a bad
@@ -183,17 +185,13 @@ class PlanningPhase:
 
     def run(self, model_spec: Any, profile: LayeredProfile, sink: Any) -> dict[str, float]:
         t_start = time.perf_counter()
-        cluster, source, profile = self.planning_cluster(profile)
-        batch = self.global_batch(model_spec, profile)
-        evaluator = PlanEvaluator(self.sim, profile, cluster, batch)
-        t0 = time.perf_counter()
-        plan: Plan = self.planner.plan(profile, cluster, self.objective, evaluator)
-        search_s = time.perf_counter() - t0
-        evaluator.check(plan)
-        if plan.global_batch is None:
-            plan.global_batch = batch
-        est = evaluator.evaluate(plan, timeline=True)
+        cluster, source, base = self.planning_cluster(profile)
+        batch = self.global_batch(model_spec, base)
+        tried = [self.plan_at(base, cluster, batch, p) for p in precisions(base, cluster, self.precision)]
+        plan, est, evaluator, _, profile = min(tried, key=lambda t: self.objective.score(t[1]))   # ties: the first
+        search_s = sum(t[3] for t in tried)
         metrics = self.metrics(plan, est, search_s, evaluator)
+        metrics.update({f"plan.precision_iteration_s.{t[4].precision}": t[1].iteration_s for t in tried if len(tried) > 1})
         metrics.update(getattr(self.planner, "stats", {}) or {})
         metrics.update(self.memory_metrics(cluster, est))
         limits = {"plan.min_samples_per_s": self.objective.min_samples_per_s if self.objective.kind == "cost" else None,
@@ -204,8 +202,11 @@ class PlanningPhase:
                 "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
                 "plan.fits": str(est.fits).lower()}
         tags.update(derived_tags(profile, cluster, plan))
+        tags["plan.precision"] = profile.precision
+        if len(tried) > 1:
+            tags["plan.precisions_tried"] = ", ".join(t[4].precision for t in tried)
         t0 = time.perf_counter()
-        metrics.update(self.bounds(profile, cluster, batch, plan, est))
+        metrics.update(self.bounds([t[4] for t in tried], cluster, batch, plan, est))
         metrics["plan.bound_time_s"] = time.perf_counter() - t0
         if not est.fits:
             tags["plan.violations"] = "; ".join(est.violations)[:4900]
@@ -218,6 +219,8 @@ class PlanningPhase:
         metrics[f"plan.iteration_s.{est.simulator}"] = est.iteration_s
         others = tuple(k.removeprefix("plan.iteration_s.") for k in metrics if k.startswith("plan.iteration_s."))
         judged = assess(plan, batch, est.simulator, others)     # the plan's shape against the measured plans
+        if profile.precision != "fp32":                         # the measured plans trained in fp32
+            judged.outside.append(f"precision {profile.precision} (measured: fp32)")
         metrics.update(judged.metrics())
         tags.update(judged.tags())             # plan.trust: the summary's trust line (docs/plans.md)
         self.disagreement(est.simulator, metrics, tags, judged)
@@ -228,14 +231,29 @@ class PlanningPhase:
         self.estimate = est
         return metrics
 
-    def bounds(self, profile: LayeredProfile, cluster: GpuCluster, batch: int, plan: Plan,
+    def plan_at(self, base: LayeredProfile, cluster: GpuCluster, batch: int,
+                precision: str) -> tuple[Plan, PlanEstimate, PlanEvaluator, float, LayeredProfile]:
+        """The planner's plan at ``precision`` (``plan.derive.at_precision``): (plan, its estimate with the timeline,
+        the evaluator, search seconds, the profile it was planned on)."""
+        profile = at_precision(base, cluster, precision)
+        evaluator = PlanEvaluator(self.sim, profile, cluster, batch)
+        t0 = time.perf_counter()
+        plan: Plan = self.planner.plan(profile, cluster, self.objective, evaluator)
+        search_s = time.perf_counter() - t0
+        evaluator.check(plan)
+        if plan.global_batch is None:
+            plan.global_batch = batch
+        return plan, evaluator.evaluate(plan, timeline=True), evaluator, search_s, profile
+
+    def bounds(self, profiles: list[LayeredProfile], cluster: GpuCluster, batch: int, plan: Plan,
                est: PlanEstimate) -> dict[str, float]:
-        """The bound that matches the objective, and the plan's gap to it (``plan.optimality_gap``):
+        """The bound that matches the objective over the plans of every precision tried (the least of their
+        bounds), and the plan's gap to it (``plan.optimality_gap``):
         throughput: least s/iteration (``plan.bound_iteration_s``, the simulator's certified bound); cost:
         least USD/iteration (``plan.bound_usd_per_iteration``); budget: most samples/s within the ceiling
         (``plan.bound_samples_per_s``: the time bound's, or the ceiling over the least USD per sample)."""
         out: dict[str, float] = {}
-        bound = self.sim.lower_bound(profile, cluster, batch, plan)
+        bound = min(self.sim.lower_bound(p, cluster, batch, plan) for p in profiles)
         if bound < float("inf"):
             out["plan.bound_iteration_s"] = bound
             out["plan.optimality_gap"] = est.iteration_s / bound - 1.0
@@ -243,7 +261,7 @@ class PlanningPhase:
         if kind == "throughput" or not est.fits:
             return out
         out.pop("plan.optimality_gap", None)
-        usd = cost_lower_bound(profile, cluster, batch)
+        usd = min(cost_lower_bound(p, cluster, batch) for p in profiles)
         if kind == "cost" and usd > 0:
             out["plan.bound_usd_per_iteration"] = usd
             out["plan.optimality_gap"] = est.usd_per_iteration / usd - 1.0

@@ -73,7 +73,7 @@ class SailorSimulator(PlanSimulator):
                 comp.append(c)
                 upd.append(u)
                 gpus.append(slow)
-            sends = _sends(plan, pi, act1, fb, net)
+            sends = _sends(plan, pi, act1, profile.act_float_bytes, net)
             straggler = max(c + k for c, k in zip(comp, sends))
             t_pp = (m - 1) * straggler + sum(sends) + sum(comp) + max(upd)
             pipeline_s.append(t_pp)
@@ -124,7 +124,7 @@ class SailorSimulator(PlanSimulator):
         """(need(params floats, activation floats per sample), limit): the fit rule, for a search."""
         mult = (4 if profile.optimizer == "sgd" else 8) + 16
         fixed = 2e9 if tp == 1 else 3e9
-        scale = mbs * profile.float_bytes * (stages - stage)
+        scale = mbs * profile.act_float_bytes * (stages - stage)
         return (lambda params, acts: params * mult + acts * scale + fixed), _nominal(cluster, gpu)
 
     def scores_honestly(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster) -> bool:
@@ -147,7 +147,7 @@ class SailorSimulator(PlanSimulator):
         sizes = profile.layer_sizes(tp)
         multiplier = (4 if profile.optimizer == "sgd" else 8) + 16
         params = sum(sizes.params[layer] for layer in layers)
-        act = sum(sizes.act_mem[layer] for layer in layers) * mbs * profile.float_bytes
+        act = sum(sizes.act_mem[layer] for layer in layers) * mbs * profile.act_float_bytes
         return params * multiplier + act * (stages - stage) + (2e9 if tp == 1 else 3e9)
 
     @staticmethod
@@ -158,7 +158,7 @@ class SailorSimulator(PlanSimulator):
         sizes = profile.layer_sizes(tp)
         multiplier = (4 if profile.optimizer == "sgd" else 8) + 4 + 4 + 4 + 4
         params = sum(sizes.params[layer] for layer in s.layers)
-        act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.float_bytes
+        act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.act_float_bytes
         return params * multiplier + act * (len(p.stages) - stage) + KERNEL_BYTES
 
 

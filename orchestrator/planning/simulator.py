@@ -151,7 +151,7 @@ class ProjectSimulator(PlanSimulator):
 
     def _boundary_time(self, plan: Plan, profile: LayeredProfile, net, a: Stage, b: Stage) -> float:
         """One activation (or its gradient) across the boundary a -> b: the slowest replica pair."""
-        nbytes = profile.layer_sizes(1).act_output[a.layers[-1]] * profile.float_bytes * plan.mbs
+        nbytes = profile.layer_sizes(1).act_output[a.layers[-1]] * profile.act_float_bytes * plan.mbs
         worst = 0.0
         pairs = max(a.dp, b.dp)
         for j in range(pairs):
@@ -215,7 +215,7 @@ class ProjectSimulator(PlanSimulator):
         plans run 1F1B, ``Plan``'s default)."""
         per_param = (self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0) * self.cal.param_factor
         inflight = OneFOneB().in_flight(micro_batches, stages, stage)
-        scale = mbs * profile.float_bytes * inflight * self.cal.activation_factor
+        scale = mbs * profile.act_float_bytes * inflight * self.cal.activation_factor
         fixed = self.cal.framework_bytes
         return (lambda params, acts: params * per_param + acts * scale + fixed), cluster.gpu_type(gpu).memory_bytes
 
@@ -226,7 +226,7 @@ class ProjectSimulator(PlanSimulator):
         sizes = profile.layer_sizes(replica.tp)
         per_param = self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0
         params = sum(sizes.params[layer] for layer in s.layers)
-        act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.float_bytes
+        act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.act_float_bytes
         inflight = plan.schedule.in_flight(micro_batches, len(p.stages), stage)
         return (params * per_param * self.cal.param_factor + act * inflight * self.cal.activation_factor
                 + self.cal.framework_bytes)
