@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         where = f"'{choice.cell['regime']}', {choice.distance:.2f}" + ("" if choice.near else ": none near, allreduce")
         lines.append(f"| {regime} | {label} ({where}) | {fmt(auto)} | {fmt(base['allreduce'])} | {fmt(base['backup b=1'])} | "
                      f"{fmt(base['backup b=2'])} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
-        print(lines[-1], flush=True)
+        print(lines[-1], file=sys.stderr, flush=True)   # progress; stdout holds the table alone
     met = [r for r in ratios if r is not None and r <= TARGET]
     lines += ["", f"Within {TARGET}x of the better baseline on {len(met)} of {len(ratios)} regimes; "
               f"{a.seeds} seeds, medians (range); emulated. ({time.time() - t0:.0f} s wall)"]
