@@ -149,14 +149,17 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
         layers = "profiled layers and, for the types below, layers derived from datasheets (not measured)"
     lines.append(f"  figures:  simulated ({sim} simulator: cost model from {layers} and fitted links; "
                  "docs/benchmarks/plans.md has its error against measured GPU runs)")
-    if t.get("plan.precision", "fp32") != "fp32" or "plan.precisions_tried" in t:
-        tried = [f"{p} {_fmt(m.get(f'plan.precision_iteration_s.{p}'), ' s')}"
-                 for p in t.get("plan.precisions_tried", "").split(", ") if p]
-        lines.append(f"  precision: {t.get('plan.precision')} (planner.precision; fp32 master weights, activations in "
-                     f"{'32' if t.get('plan.precision') == 'fp32' else '16'} bits)"
+    precision, recompute = t.get("plan.precision", "fp32"), t.get("plan.recompute") == "true"
+    if precision != "fp32" or recompute or "plan.variants_tried" in t:
+        tried = [f"{v} {_fmt(m.get(f'plan.variant_iteration_s.{v}'), ' s')}"
+                 for v in t.get("plan.variants_tried", "").split(", ") if v]
+        lines.append(f"  training: {precision} (planner.precision; fp32 master weights, activations in "
+                     f"{'32' if precision == 'fp32' else '16'} bits), activation recomputation "
+                     f"{'on' if recompute else 'off'} (planner.recompute)"
                      + (f"; tried {', '.join(tried)} (the objective's best kept)" if tried else "")
-                     + ("; its layer times are derived from the fp32 profile (docs/plans.md, 'Precision')"
-                        if t.get("plan.precision") != "fp32" else ""))
+                     + (f"; no plan fits: {t['plan.variants_refused']}" if t.get("plan.variants_refused") else "")
+                     + ("; layer times carried from the fp32 profile, derived (docs/plans.md, 'Precision')"
+                        if precision != "fp32" else ""))
     if "plan.derived_types" in t:
         lines.append(f"  derived:  derived from datasheet: {t['plan.derived_types']}; the plan uses "
                      f"{t.get('plan.derived_used', '?')} (error of a type left out of the fit: "

@@ -200,13 +200,56 @@ def test_a_trial_with_precision_auto_keeps_the_best_and_says_so(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     run = store_runs(tmp_path)[0]
     m, tags = run.data.metrics, run.data.tags
-    assert tags["plan.precisions_tried"] == "fp32, fp16"
-    tried = {p: m[f"plan.precision_iteration_s.{p}"] for p in ("fp32", "fp16")}
-    assert tags["plan.precision"] == min(tried, key=tried.get) == "fp16"
+    assert tags["plan.variants_tried"] == "fp32, fp16"
+    tried = {p: m[f"plan.variant_iteration_s.{p}"] for p in ("fp32", "fp16")}
+    assert tags["plan.precision"] == min(tried, key=tried.get) == "fp16" and tags["plan.recompute"] == "false"
     assert m["plan.bound_iteration_s"] <= m["plan.iteration_s"]               # the bound: over both precisions
-    assert "precision: fp16 (planner.precision" in out.stdout and "tried fp32 " in out.stdout
+    assert "training: fp16 (planner.precision" in out.stdout and "tried fp32 " in out.stdout
     assert "precision fp16 (measured: fp32)" in tags["plan.trust"]
     (tmp_path / "bad").mkdir()
     bad = run_inprocess(tmp_path / "bad", "+planner=joint", "planner.precision=bf16", *LLM,
                         "hardware.gpus={H100: 4, V100-16: 8}")
     assert bad.returncode == 2 and "V100-16 has no bf16 rate in the catalog" in bad.stderr
+
+
+def test_recomputation_trades_the_blocks_activations_for_a_second_forward(measured):
+    from orchestrator.plan import Pipeline, Plan, Replica, Stage
+    from orchestrator.planning.evaluator import simulator
+
+    profile, _ = measured
+    rc = derive.with_recompute(profile)
+    assert rc.recompute and derive.variant(rc) == "fp32_recompute" and derive.with_recompute(rc) is rc
+    for tp, sz in profile.sizes.items():
+        new = rc.sizes[tp]
+        assert new.act_mem[0] == sz.act_mem[0] and new.act_mem[-1] == sz.act_mem[-1]          # embedding, head kept
+        assert new.act_mem[5] == sz.act_output[4] < sz.act_mem[5] and new.transient == max(sz.act_mem[1:-1])
+    f, b, u = profile.layer_times("A100-40", 4, 1)[5]
+    assert rc.layer_times("A100-40", 4, 1)[5] == (f, b + f, u) and rc.layer_times("A100-40", 4, 1)[0] == \
+        profile.layer_times("A100-40", 4, 1)[0]
+    cluster = GpuCluster.from_directory(SAILOR).with_gpus({"A100-40": 16})
+    a1 = Replica("A100-40", 1, 4, cluster.zone)
+    plan = Plan([Pipeline((Stage(tuple(range(13)), (a1,) * 8), Stage(tuple(range(13, 26)), (a1,) * 8)))], 4)
+    for name in ("project", "sailor"):
+        sim = simulator(name)
+        e, r = sim.estimate(plan, profile, cluster, 1024), sim.estimate(plan, rc, cluster, 1024)
+        assert r.iteration_s > e.iteration_s, name                                   # the second forward
+        assert max(s.peak_memory_bytes for s in r.stages) < max(s.peak_memory_bytes for s in e.stages), name
+
+
+@needs_data
+def test_recompute_auto_plans_a_gpu_too_small_without_it(tmp_path):
+    """OPT-350M at sequence 2048 on one V100-16: no plan fits without recomputation (one line, exit 2); with ``auto``
+    the trial plans both, keeps the one that fits and says the other has none."""
+    (tmp_path / "off").mkdir()
+    off = run_inprocess(tmp_path / "off", "+planner=joint", "planner.budget_s=2", *LLM, "hardware.gpus={V100-16: 1}")
+    assert off.returncode == 2 and "InfeasiblePlan" not in off.stderr and "fits in memory" in off.stderr
+    out = run_inprocess(tmp_path, "+planner=joint", "planner.budget_s=2", "planner.recompute=auto", *LLM,
+                        "hardware.gpus={V100-16: 1}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = store_runs(tmp_path)[0]
+    m, tags = run.data.metrics, run.data.tags
+    assert (tags["plan.variants_tried"], tags["plan.variants_refused"], tags["plan.recompute"]) == \
+        ("fp32_recompute", "fp32", "true")
+    assert m["plan.variant_iteration_s.fp32_recompute"] == m["plan.iteration_s"] and m["plan.fits"] == 1.0
+    assert m["plan.bound_iteration_s"] <= m["plan.iteration_s"]
+    assert "activation recomputation on (planner.recompute)" in out.stdout and "no plan fits: fp32" in out.stdout

@@ -35,6 +35,10 @@ class PlannerConfig(Schema):
                             "roofline's ratio, so derived; docs/plans.md, 'Precision') | auto (plan fp32 and each "
                             "precision every GPU type of the cluster has in the catalog; keep the best by the objective)",
                             choices=("fp32", "bf16", "fp16", "fp8", "auto"))
+    recompute: Any = option(False, "full activation recomputation of the decoder blocks: false | true (a block keeps "
+                            "only its input and runs its forward again before its backward) | auto (plan both, keep the "
+                            "best by the objective); docs/plans.md, 'Activation recomputation'",
+                            choices=(False, True, "auto"))
     compare_simulators: bool = option(True, "also log the plan's figure on the other registered simulators "
                                       "(plan.iteration_s.sailor / plan.iteration_s.project)")
 

@@ -298,6 +298,29 @@ def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -
     return dataclasses.replace(out, act_bytes=ACT_BYTES[precision], extra={**out.extra, "precision": precision})
 
 
+def with_recompute(profile: LayeredProfile) -> LayeredProfile:
+    """``profile`` under full activation recomputation of the decoder blocks (Megatron's ``full`` granularity; the
+    embedding and the head as they are): a block keeps only its input for the backward pass (``act_mem`` = the
+    previous layer's ``act_output``) and runs its forward again before its backward (``bwd + fwd``); a stage holds
+    one block's activations at a time while it recomputes it (``LayerSizes.transient``: the largest block's
+    ``act_mem``, charged once per stage by both simulators' memory rules). Tagged ``extra["recompute"]``."""
+    if profile.recompute:
+        return profile
+    blocks = range(1, profile.num_layers - 1)
+    sizes = {tp: dataclasses.replace(
+        sz, act_mem=tuple(sz.act_output[i - 1] if i in blocks else m for i, m in enumerate(sz.act_mem)),
+        transient=max((sz.act_mem[i] for i in blocks), default=0.0)) for tp, sz in profile.sizes.items()}
+    times = {gpu: {mbs: {tp: tuple((f, b + f, u) if i in blocks else (f, b, u) for i, (f, b, u) in enumerate(rows))
+                         for tp, rows in per_tp.items()} for mbs, per_tp in per_mbs.items()}
+             for gpu, per_mbs in profile.times.items()}
+    return dataclasses.replace(profile, times=times, sizes=sizes, extra={**(profile.extra or {}), "recompute": True})
+
+
+def variant(profile: LayeredProfile) -> str:
+    """How a profile trains, in one word: its precision, ``_recompute`` under activation recomputation."""
+    return profile.precision + ("_recompute" if profile.recompute else "")
+
+
 def _ratio(new: float, base: float) -> float:
     return new / base if base > 0 else 1.0
 

@@ -31,6 +31,7 @@ class LayerSizes:
     params: tuple[float, ...]
     act_output: tuple[float, ...]
     act_mem: tuple[float, ...]
+    transient: float = 0.0      # floats per sample a stage holds once beyond act_mem (the recomputed block's activations)
 
 
 @dataclass
@@ -62,6 +63,11 @@ class LayeredProfile:
         """The precision of the layer times: as measured (``fp32`` for the shared profiles and this project's
         profiler) unless ``plan.derive.at_precision`` derived them for another."""
         return str((self.extra or {}).get("precision", "fp32"))
+
+    @property
+    def recompute(self) -> bool:
+        """Whether the decoder blocks recompute their activations (``plan.derive.with_recompute``)."""
+        return bool((self.extra or {}).get("recompute", False))
 
     # -- lookups ----------------------------------------------------------------------------------
     @property

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.errors import ConfigError, InfeasiblePlanError, WorkloadError
 from orchestrator.plan import GpuCluster, LayeredProfile, Plan
-from orchestrator.plan.derive import at_precision, precisions
+from orchestrator.plan.derive import at_precision, precisions, variant, with_recompute
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.plots import gantt, layer_map
@@ -129,6 +129,8 @@ class PlanningPhase:
         self.compare = bool(node.get("compare_simulators", True))
         self.headroom = float(node.get("memory_headroom", 0.0) or 0.0)
         self.precision = str(node.get("precision", "fp32") or "fp32")
+        recompute = node.get("recompute", False)
+        self.recompute = [False, True] if recompute == "auto" else [bool(recompute)]
 
     def prepare(self, model_spec: Any, placing: Any, labels: dict[str, Any], version: str) -> tuple[LayeredProfile, dict[str, str]]:
         """The layered profile (derived from the model's graph when it has none) and the run's tags; a bad
@@ -187,11 +189,22 @@ class PlanningPhase:
         t_start = time.perf_counter()
         cluster, source, base = self.planning_cluster(profile)
         batch = self.global_batch(model_spec, base)
-        tried = [self.plan_at(base, cluster, batch, p) for p in precisions(base, cluster, self.precision)]
+        tried, refused = [], []
+        for p in precisions(base, cluster, self.precision):
+            for r in self.recompute:
+                prof = at_precision(base, cluster, p)
+                prof = with_recompute(prof) if r else prof
+                try:
+                    tried.append(self.plan_at(prof, cluster, batch))
+                except InfeasiblePlanError as exc:      # this variant has no plan; another may (recomputation's)
+                    refused.append((prof, exc))
+        if not tried:
+            raise refused[0][1]
         plan, est, evaluator, _, profile = min(tried, key=lambda t: self.objective.score(t[1]))   # ties: the first
         search_s = sum(t[3] for t in tried)
         metrics = self.metrics(plan, est, search_s, evaluator)
-        metrics.update({f"plan.precision_iteration_s.{t[4].precision}": t[1].iteration_s for t in tried if len(tried) > 1})
+        metrics.update({f"plan.variant_iteration_s.{variant(t[4])}": t[1].iteration_s for t in tried
+                        if len(tried) + len(refused) > 1})
         metrics.update(getattr(self.planner, "stats", {}) or {})
         metrics.update(self.memory_metrics(cluster, est))
         limits = {"plan.min_samples_per_s": self.objective.min_samples_per_s if self.objective.kind == "cost" else None,
@@ -202,11 +215,13 @@ class PlanningPhase:
                 "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
                 "plan.fits": str(est.fits).lower()}
         tags.update(derived_tags(profile, cluster, plan))
-        tags["plan.precision"] = profile.precision
-        if len(tried) > 1:
-            tags["plan.precisions_tried"] = ", ".join(t[4].precision for t in tried)
+        tags.update({"plan.precision": profile.precision, "plan.recompute": str(profile.recompute).lower()})
+        if len(tried) + len(refused) > 1:
+            tags["plan.variants_tried"] = ", ".join(variant(t[4]) for t in tried)
+        if refused:
+            tags["plan.variants_refused"] = ", ".join(variant(prof) for prof, _ in refused)
         t0 = time.perf_counter()
-        metrics.update(self.bounds([t[4] for t in tried], cluster, batch, plan, est))
+        metrics.update(self.bounds([t[4] for t in tried] + [prof for prof, _ in refused], cluster, batch, plan, est))
         metrics["plan.bound_time_s"] = time.perf_counter() - t0
         if not est.fits:
             tags["plan.violations"] = "; ".join(est.violations)[:4900]
@@ -231,11 +246,11 @@ class PlanningPhase:
         self.estimate = est
         return metrics
 
-    def plan_at(self, base: LayeredProfile, cluster: GpuCluster, batch: int,
-                precision: str) -> tuple[Plan, PlanEstimate, PlanEvaluator, float, LayeredProfile]:
-        """The planner's plan at ``precision`` (``plan.derive.at_precision``): (plan, its estimate with the timeline,
-        the evaluator, search seconds, the profile it was planned on)."""
-        profile = at_precision(base, cluster, precision)
+    def plan_at(self, profile: LayeredProfile, cluster: GpuCluster,
+                batch: int) -> tuple[Plan, PlanEstimate, PlanEvaluator, float, LayeredProfile]:
+        """The planner's plan on ``profile`` (a precision, ``plan.derive.at_precision``, with or without activation
+        recomputation, ``with_recompute``): (plan, its estimate with the timeline, the evaluator, search seconds, the
+        profile)."""
         evaluator = PlanEvaluator(self.sim, profile, cluster, batch)
         t0 = time.perf_counter()
         plan: Plan = self.planner.plan(profile, cluster, self.objective, evaluator)

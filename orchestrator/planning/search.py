@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import InfeasiblePlacementError
+from orchestrator.errors import InfeasiblePlanError
 from orchestrator.partition.split import chain_minmax, chain_split
 from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Stage
 from orchestrator.planning.classes import class_plans
@@ -105,7 +105,7 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     if classes and objective.kind != "cost" and judge.best is not None:
         judge.classes(walk.ranked, profile, cluster, B)
     if judge.best is None or not math.isfinite(judge.best[0]):
-        raise InfeasiblePlacementError(f"planner=joint: none of {walk.n_templates} templates gave a plan that fits in "
+        raise InfeasiblePlanError(f"planner=joint: none of {walk.n_templates} templates gave a plan that fits in "
                                        f"memory and meets planner.objective={objective.kind}")
     judge.local(profile, cluster)
     stats = {"plan.templates": float(walk.n_templates), "plan.templates_split": float(walk.n_split),
