@@ -253,3 +253,11 @@ def test_recompute_auto_plans_a_gpu_too_small_without_it(tmp_path):
     assert m["plan.variant_iteration_s.fp32_recompute"] == m["plan.iteration_s"] and m["plan.fits"] == 1.0
     assert m["plan.bound_iteration_s"] <= m["plan.iteration_s"]
     assert "activation recomputation on (planner.recompute)" in out.stdout and "no plan fits: fp32" in out.stdout
+
+
+def test_a_profiled_type_without_sailors_price_takes_the_catalogs():
+    if not SAILOR.is_dir():
+        pytest.skip("needs ../shared/workloads/sailor")
+    cluster = GpuCluster.from_directory(SAILOR)
+    assert cluster.types["A100-80"].usd_per_gpu_hour == default_catalog().get("A100-80").usd_per_gpu_hour == 5.07
+    assert cluster.types["A100-40"].usd_per_gpu_hour == pytest.approx(3.673385)          # Sailor's own price first

@@ -32,9 +32,17 @@ from orchestrator.plan.catalog import (
 )
 
 DEFAULT_ZONE = "us-central1-a"
-# USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed
-# here has no price unless the cluster file gives one.
+# USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed here takes the
+# GPU catalog's price (its source in plan/gpu_catalog.json), unless the cluster file gives one.
 PRICES = {"A100-40": 3.673385, "V100-16": 2.859998, "GH-96": 11.06}
+
+
+def price(name: str) -> float | None:
+    """USD per GPU-hour of a type: Sailor's (``PRICES``), else the catalog's, else None (no price known)."""
+    if name in PRICES:
+        return PRICES[name]
+    spec = default_catalog().find(name)
+    return spec.usd_per_gpu_hour if spec is not None else None
 
 
 @dataclass(frozen=True)
@@ -185,7 +193,7 @@ class GpuCluster:
             if not isinstance(spec, dict):
                 continue
             try:
-                types[name] = GpuType(name, int(spec["gpus_per_node"]), float(spec["mem_per_gpu"]), PRICES.get(name))
+                types[name] = GpuType(name, int(spec["gpus_per_node"]), float(spec["mem_per_gpu"]), price(name))
             except (KeyError, TypeError, ValueError):
                 raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: GPU type {name!r} needs "
                                     "gpus_per_node and mem_per_gpu numbers") from None
@@ -217,10 +225,10 @@ class GpuCluster:
         types = {}
         for name, spec in doc["node_types"].items():
             try:
-                price = spec.get("usd_per_gpu_hour", PRICES.get(name))
+                usd = spec.get("usd_per_gpu_hour", price(str(name)))
                 types[str(name)] = GpuType(str(name), int(spec["gpus_per_node"]),
                                            parse_memory_gb(spec["memory_GB"], f"{p}: node_types.{name}.memory_GB", WorkloadError),
-                                           None if price is None else float(price))
+                                           None if usd is None else float(usd))
             except (KeyError, TypeError, ValueError, AttributeError):
                 raise WorkloadError(f"{p}: node type {name!r} needs gpus_per_node and memory_GB numbers") from None
         links = doc.get("links") or {}
