@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 QUICK = ("train.target_accuracy=0.8", "train.eval_every=10", "train.budget_updates=200", "train.eval_samples=500")
+# A data-parallel trial without its context: speedup over a worker with the trial's own settings, no comparison, no
+# statistical limit (for tests of a strategy's own path; the context has tests of its own).
+NO_CONTEXT = ("train.reference=same", "train.compare_with=null", "train.statistical_limit=false")
 
 
 class TrialRunner:

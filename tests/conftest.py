@@ -36,7 +36,7 @@ os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
 # Small, fast training settings for tests that only need a trial to run end to end (the same budget
 # the fixture exported to plugin authors uses).
-from orchestrator.testing import QUICK  # noqa: E402,F401
+from orchestrator.testing import NO_CONTEXT, QUICK  # noqa: E402,F401
 
 from inprocess import run_inprocess  # noqa: E402,F401  (re-exported: tests import it from conftest)
 

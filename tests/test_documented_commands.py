@@ -65,7 +65,9 @@ for doc in DOCS:
         small = _small(argv)
         if small is None:
             continue
-        marks = [pytest.mark.slow]
+        # one document's commands run in order in one place (a later one reads what an earlier one wrote: the plan on
+        # `python -m orchestrator.profile`'s output); on pytest-xdist, one worker (nox: --dist loadgroup)
+        marks = [pytest.mark.slow, pytest.mark.xdist_group(doc.name)]
         if "sync.runtime=mpi" in small:
             marks.append(pytest.mark.mpi)
         CASES.append(pytest.param(small, id=f"{doc.name}: {' '.join(argv[2:])[:90]}", marks=marks))

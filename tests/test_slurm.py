@@ -4,6 +4,7 @@ Each trial is a Slurm job (or array task) and still one child run of the sweep's
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -322,3 +323,17 @@ def test_mpi_trial_across_two_slurm_nodes_on_emulated_hosts(tmp_path, strategy, 
         (run_dir,) = list(tmp_path.glob(f"outputs/*/*/mpi-{strategy}-*"))
         hosts = {int(p.stem[4:]): p.read_text().split()[0] for p in run_dir.glob("rank*.host")}
         assert len(hosts) == ranks and set(hosts.values()) == {h.name for h in lab.hosts}, hosts
+        if strategy != "allreduce":
+            return
+        # the link profiler in an allocation of both hosts (issue 43 item 2): Open MPI takes the ranks from Slurm, the
+        # fit is of the link between the hosts, within 15% of the rate tc shapes it to
+        prof = [sys.executable, "-m", "orchestrator.profile", "links", "--out", str(tmp_path / "prof"),
+                "--sizes", "1e5,1e6,4e6,16e6", "--repeats", "3", "--progress", "false"]
+        sub = cluster.run("sbatch", "--parsable", "-N2", "-n2", "-D", str(tmp_path), "-o", str(tmp_path / "links.log"),
+                          "--wrap", "exec " + " ".join(f"'{a}'" for a in prof))
+        cluster.wait_idle(timeout=600)
+        info = cluster.job_info(sub.stdout.strip())
+        assert info.get("JobState") == "COMPLETED", (info, (tmp_path / "links.log").read_text()[-3000:])
+        doc = json.loads((tmp_path / "prof" / "network" / "links_profile.json").read_text())["CPU"]["inter"]
+        assert set(doc["hosts"]) == {h.name for h in lab.hosts}, doc["hosts"]
+        assert doc["bandwidth_at_largest_Bps"] / lab.hosts[0].bandwidth_Bps == pytest.approx(1.0, abs=0.15)

@@ -94,10 +94,11 @@ def example_installed():
 
 
 def _trial(workdir, *args, timeout=900):
-    from conftest import run_cli, store_runs
+    from conftest import NO_CONTEXT, run_cli, store_runs
 
+    # the trial's context (the tuned reference, the comparison, the limit) is tested elsewhere: here the plugin's own path
     out = run_cli(workdir, "+sync=local_sgd", "train.target_accuracy=0.9", "train.eval_every=10",
-                  "train.eval_samples=500", "train.budget_updates=600", *args, timeout=timeout)
+                  "train.eval_samples=500", "train.budget_updates=600", *NO_CONTEXT, *args, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     return run

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, run_inprocess, store_runs
+from conftest import NO_CONTEXT, QUICK, run_cli, run_inprocess, store_runs
 
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
@@ -68,7 +68,7 @@ def test_sync_strategies_run_virtually(workdir, strategy):
 @pytest.mark.mpi
 @pytest.mark.parametrize("strategy", ["allreduce", "delay"])
 def test_sync_strategies_run_on_mpi(workdir, strategy):
-    out = run_cli(workdir, f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2", *QUICK, timeout=900)
+    out = run_cli(workdir, f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2", *QUICK, *NO_CONTEXT, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     run = _only_run(workdir)
     m = run.data.metrics
