@@ -161,7 +161,9 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
                      + ("; layer times carried from the fp32 profile, derived (docs/plans.md, 'Precision')"
                         if precision != "fp32" else ""))
     if "plan.derived_types" in t:
-        lines.append(f"  derived:  derived from datasheet: {t['plan.derived_types']}; the plan uses "
+        how = ("derived from datasheet" if precision == "fp32"
+               else f"not measured at {precision} (datasheet and fitted roofline)")
+        lines.append(f"  derived:  {how}: {t['plan.derived_types']}; the plan uses "
                      f"{t.get('plan.derived_used', '?')} (error of a type left out of the fit: "
                      "docs/benchmarks/derived_profiles.md)"[:600])
     return lines
