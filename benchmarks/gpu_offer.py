@@ -5,6 +5,7 @@ cheapest plan that reaches each throughput floor (``planner.objective=cost``) an
 
     PYTHONPATH=. python benchmarks/gpu_offer.py                                  # about 3 minutes on 2 cores
     PYTHONPATH=. python benchmarks/gpu_offer.py --offer H100=16 A100-40=16 L40S=16 --floors 100 200 --budgets 100
+    PYTHONPATH=. python benchmarks/gpu_offer.py --precision fp16      # mixed precision: every type's times carried, derived
 
 Each row is one planning run (the same as ``python -m orchestrator +planner=joint planner.objective=cost
 planner.min_samples_per_s=F 'hardware.gpus={...}' model=llm ...``); the GPUs a plan uses are the ones to rent.
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.errors import UserError  # noqa: E402
 from orchestrator.plan import GpuCluster, LayeredProfile  # noqa: E402
-from orchestrator.plan.derive import derive_for_cluster  # noqa: E402
+from orchestrator.plan.derive import PRECISIONS, at_precision, derive_for_cluster  # noqa: E402
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective  # noqa: E402
 from orchestrator.planning.simulators import simulator  # noqa: E402
 from plugins.planners.joint import JointPlanner  # noqa: E402
@@ -64,17 +65,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floors", nargs="*", type=float, default=[100.0, 200.0, 400.0], help="samples/s")
     ap.add_argument("--budgets", nargs="*", type=float, default=[50.0, 100.0, 200.0], help="USD/h")
     ap.add_argument("--budget-s", type=float, default=15.0, help="search seconds per run")
+    ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                    help="the training precision planned (planner.precision; docs/plans.md, 'Precision')")
     args = ap.parse_args(argv)
     try:
         cluster = GpuCluster.from_directory(args.data).with_gpus(offer_of(args.offer))
-        profile = derive_for_cluster(LayeredProfile.from_directory(args.data, args.model), cluster)
+        profile = at_precision(derive_for_cluster(LayeredProfile.from_directory(args.data, args.model), cluster),
+                               cluster, args.precision)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    names = {t: f"{t} (derived)" if t in cluster.derived else f"{t} (measured)" for t in cluster.types}
+    carried = (profile.extra or {}).get("derived_types", {}) if args.precision != "fp32" else {}
+    names = {t: f"{t} (derived)" if t in cluster.derived or t in carried else f"{t} (measured)" for t in cluster.types}
     prices = ", ".join(f"{names[t]} {cluster.gpu_type(t).usd_per_gpu_hour} USD/h" for (t, _), n in sorted(cluster.gpus.items()) if n)
-    print(f"Offer: {cluster.describe()} ({prices}); model {args.model}, global batch {profile.global_batch}; "
-          "figures simulated (project simulator)\n")
+    print(f"Offer: {cluster.describe()} ({prices}); model {args.model}, global batch {profile.global_batch}, "
+          f"training in {args.precision}; figures simulated (project simulator)\n")
     print("| question | GPUs to rent | plan | samples/s | USD/h | USD per 1M samples | met | search s |")
     print("|---|---|---|---|---|---|---|---|")
     runs = [(f"cheapest at >= {f:g} samples/s", PlanObjective("cost", min_samples_per_s=f)) for f in args.floors]
