@@ -24,14 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orchestrator.plan.derive as derive  # noqa: E402
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
-from orchestrator.plan.catalog import (  # noqa: E402
+from orchestrator.hardware.catalog import (  # noqa: E402
     DEFAULT_INTRA_EFFICIENCY,
     default_catalog,
     derived_link,
     efficiency,
     measured_h200,
 )
+from orchestrator.hardware.gpu_cluster import GpuCluster  # noqa: E402
+from orchestrator.plan import LayeredProfile, Plan  # noqa: E402
 from orchestrator.planning.sailor import SailorSimulator  # noqa: E402
 from orchestrator.planning.simulator import ProjectSimulator  # noqa: E402
 

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.errors import UserError  # noqa: E402
-from orchestrator.plan import GpuCluster, LayeredProfile  # noqa: E402
+from orchestrator.hardware.gpu_cluster import GpuCluster  # noqa: E402
+from orchestrator.plan import LayeredProfile  # noqa: E402
 from orchestrator.plan.derive import PRECISIONS, at_precision, derive_for_cluster  # noqa: E402
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective  # noqa: E402
 from orchestrator.planning.simulators import simulator  # noqa: E402

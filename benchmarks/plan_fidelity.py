@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.errors import UserError  # noqa: E402
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
+from orchestrator.hardware.gpu_cluster import GpuCluster  # noqa: E402
+from orchestrator.plan import LayeredProfile, Plan  # noqa: E402
 from orchestrator.planning.sailor import SailorSimulator  # noqa: E402
 from orchestrator.planning.simulator import Calibration, ProjectSimulator  # noqa: E402
 

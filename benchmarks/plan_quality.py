@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.errors import UserError  # noqa: E402
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan  # noqa: E402
+from orchestrator.hardware.gpu_cluster import GpuCluster  # noqa: E402
+from orchestrator.plan import LayeredProfile, Plan  # noqa: E402
 from orchestrator.planning.bound import lower_bound  # noqa: E402
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator  # noqa: E402
 from orchestrator.planning.sailor_bound import plan_bound, sailor_scores_honestly  # noqa: E402

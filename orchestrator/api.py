@@ -35,10 +35,11 @@ from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
 from orchestrator.graph import Edge, Node, OpGraph, Placement, PlacementContext
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker
+from orchestrator.hardware.gpu_cluster import GpuCluster, GpuType
 from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
 from orchestrator.models import ModelSpec
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
-from orchestrator.plan import GpuCluster, GpuType, LayeredProfile, Pipeline, Plan, Replica, Stage
+from orchestrator.plan import LayeredProfile, Pipeline, Plan, Replica, Stage
 from orchestrator.planning.estimate import PlanEstimate, StageFigures
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.simulators import PlanSimulator

@@ -48,7 +48,8 @@ out["sync_allreduce_s"] = allreduce_s(1e8, net)
 out["sync_allgather_s"] = allgather_s(1e6, net)
 sailor = Path(sys.argv[1])
 if sailor.is_dir():
-    from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+    from orchestrator.hardware.gpu_cluster import GpuCluster
+    from orchestrator.plan import LayeredProfile, Plan
     from orchestrator.planning.evaluator import simulator
     doc = json.loads(sorted((sailor / "measured" / "gh200-opt-350").glob("plan_config_*.json"))[0].read_text())
     cluster, profile = GpuCluster.from_directory(sailor), LayeredProfile.from_directory(sailor, "OPT-350")

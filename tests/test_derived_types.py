@@ -9,8 +9,9 @@ import pytest
 
 import orchestrator.plan.derive as derive
 from orchestrator.errors import ConfigError, WorkloadError
-from orchestrator.plan import GpuCluster, LayeredProfile
-from orchestrator.plan.catalog import CATALOG_FILE, default_catalog, derived_link, read_catalog
+from orchestrator.hardware.catalog import CATALOG_FILE, default_catalog, derived_link, read_catalog
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile
 
 from conftest import run_inprocess, store_runs
 

@@ -28,7 +28,7 @@ MAY_IMPORT = {
     "execution": {"execution", "hardware", "models", "data"} | GRAPH,
     "tracking": {"tracking"},
     "sync": {"sync", "hardware", "execution", "models", "data"} | GRAPH,
-    # plans for GPU clusters: the data model (cluster, layered profile, plan) sits beside hardware/;
+    # plans for GPU clusters: the data model (layered profile, plan) sits above hardware/ (the GPU cluster and catalog);
     # its simulator, planners and trial phase above it, a sibling of placement/ (a plan spans model
     # and data parallelism), reusing placement's Gantt and graph layers
     "plan": {"plan", "hardware"} | GRAPH | {"placement.simulate"},

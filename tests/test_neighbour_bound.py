@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile
 from orchestrator.planning.column_bound import Columns, ExactColumns
 from orchestrator.planning.costs import Costs
 from orchestrator.planning.evaluator import simulator

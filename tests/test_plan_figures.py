@@ -8,7 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from orchestrator.errors import ConfigError
-from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Replica, Stage
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Pipeline, Plan, Replica, Stage
 from orchestrator.plan.plan import replicas_text
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
 from orchestrator.planning.phase import PlanningPhase, check_covered, cost_lower_bound

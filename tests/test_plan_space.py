@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Replica, Stage
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Pipeline, Plan, Replica, Stage
 from orchestrator.planning.bound import lower_bound
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
 from orchestrator.planning.sailor_bound import plan_bound, sailor_lower_bound, sailor_scores_honestly

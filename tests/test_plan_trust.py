@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Replica, Stage
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Pipeline, Plan, Replica, Stage
 from orchestrator.planning import trust
 from orchestrator.planning.phase import PlanningPhase
 from orchestrator.planning.sailor import SailorSimulator

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.planning.bound import lower_bound
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
 from orchestrator_plugins.planners.baselines import AMPPlanner, MetisPlanner

@@ -9,8 +9,9 @@ import pytest
 
 from orchestrator import api
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.links import ConstantLink
-from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Replica, Stage
+from orchestrator.plan import LayeredProfile, Pipeline, Plan, Replica, Stage
 from orchestrator.plan.profile import ProfileMissing
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective, simulator
 from orchestrator.planning.sailor import SailorSimulator

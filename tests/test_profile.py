@@ -76,7 +76,8 @@ def test_the_spread_of_every_entry_is_kept_beside_the_median(tiny):
 
 
 def test_the_profiled_device_is_a_cluster_the_planner_accepts(tiny):
-    from orchestrator.plan import GpuCluster, LayeredProfile
+    from orchestrator.hardware.gpu_cluster import GpuCluster
+    from orchestrator.plan import LayeredProfile
     from orchestrator.planning.phase import check_covered
 
     cwd, _ = tiny
@@ -184,7 +185,7 @@ def test_readme_profiles_then_plans_with_the_profile(tmp_path):
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_the_link_profiler_fits_two_ranks_on_this_host(tmp_path):
-    from orchestrator.plan import GpuCluster
+    from orchestrator.hardware.gpu_cluster import GpuCluster
 
     out = profile(tmp_path, "links", "--out", "prof", "--sizes", "1e3,1e4,1e5,1e6", "--repeats", "3", "--progress", "false")
     assert out.returncode == 0, out.stderr[-3000:]

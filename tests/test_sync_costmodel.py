@@ -40,9 +40,9 @@ def test_ring_allreduce_by_hand():
 def test_one_topology_for_the_virtual_clock_and_the_plans(tmp_path):
     """The virtual clock's links and a GPU cluster's are one Topology of ConstantLink / FittedLink."""
     from orchestrator.errors import WorkloadError
+    from orchestrator.hardware.gpu_cluster import GpuCluster
     from orchestrator.hardware.links import ConstantLink
     from orchestrator.hardware.topology import NETWORK, SERVER, Topology, worker
-    from orchestrator.plan import GpuCluster
 
     net = Topology.from_cfg({"server": {"bandwidth_Gbps": 1}}, 3)
     assert isinstance(net, Topology) and net.links[SERVER, NETWORK] is net.server and len(net.workers) == 3

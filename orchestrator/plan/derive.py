@@ -1,4 +1,4 @@
-"""Layer times of GPU types nobody profiled, derived from their datasheet (``plan.catalog``) with a roofline whose
+"""Layer times of GPU types nobody profiled, derived from their datasheet (``hardware.catalog``) with a roofline whose
 efficiencies are fitted on the measured types of a layered profile. Formulas and their sources: docs/plans.md,
 "GPU types nobody profiled"; the error on a type left out of the fit: docs/benchmarks/derived_profiles.md.
 
@@ -41,10 +41,10 @@ import numpy.typing as npt
 from scipy.optimize import nnls
 
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.hardware.catalog import GpuCatalog, GpuSpec, default_catalog
 from orchestrator.hardware.cost import roofline_s
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.links import Link, ring_allreduce_time
-from orchestrator.plan.catalog import GpuCatalog, GpuSpec, default_catalog
-from orchestrator.plan.cluster import GpuCluster
 from orchestrator.plan.profile import LayeredProfile
 
 PHASES = ("fwd", "bwd")

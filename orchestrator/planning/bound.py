@@ -29,8 +29,9 @@ import math
 import numpy as np
 
 from orchestrator.errors import UserError
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.partition.bounds import work_lp as partition_lp
-from orchestrator.plan import GpuCluster, LayeredProfile, Replica
+from orchestrator.plan import LayeredProfile, Replica
 from orchestrator.planning.simulators import simulators
 
 

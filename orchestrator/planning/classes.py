@@ -12,7 +12,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator.plan import GpuCluster, Pipeline, Plan, Stage
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import Pipeline, Plan, Stage
 
 
 def _gpus(cand: Any, dp: int) -> dict[tuple[str, str], int]:

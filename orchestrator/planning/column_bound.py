@@ -28,8 +28,9 @@ import math
 
 import numpy as np
 
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.partition.bounds import column_dp
-from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.plan import LayeredProfile
 from orchestrator.planning.bound import min_transfer, replica_kinds, stage_fits
 
 STEP = 1.01          # the grid of thresholds: the bound gives away at most this factor

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import UserError
-from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile
 from orchestrator.planning.simulators import PlanSimulator
 from orchestrator.planning.templates import Kind
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.plan import GpuCluster, Plan
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import Plan
 
 
 @dataclass

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.errors import ConfigError, UserError
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.plan.profile import ProfileMissing
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.simulators import PlanSimulator, simulator

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from orchestrator.plan import GpuCluster, Pipeline, Plan, Stage
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import Pipeline, Plan, Stage
 from orchestrator.planning.costs import Costs
 from orchestrator.planning.templates import Kind, kinds_of
 

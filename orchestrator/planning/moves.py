@@ -3,7 +3,8 @@ plan, judged in turn by ``search._Judging.local``."""
 
 from __future__ import annotations
 
-from orchestrator.plan import GpuCluster, Pipeline, Plan, Stage
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import Pipeline, Plan, Stage
 
 
 def neighbours(plan: Plan, num_layers: int, cluster: GpuCluster):

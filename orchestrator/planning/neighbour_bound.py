@@ -21,7 +21,8 @@ import math
 
 import numpy as np
 
-from orchestrator.plan import GpuCluster, LayeredProfile, Replica
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Replica
 from orchestrator.planning.bound import least_send
 from orchestrator.planning.column_bound import Columns, ExactColumns, scratch
 from orchestrator.planning.simulators import simulators

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, InfeasiblePlanError, WorkloadError
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.plan.derive import at_precision, precisions, variant, with_recompute
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective

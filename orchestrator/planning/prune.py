@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile
 from orchestrator.planning.costs import Costs
 from orchestrator.planning.evaluator import PlanObjective
 from orchestrator.planning.templates import Kind, kinds_of

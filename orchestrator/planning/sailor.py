@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.links import Link, bucketed_allreduce_time, ring_allreduce_time
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica
+from orchestrator.plan import LayeredProfile, Plan, Replica
 from orchestrator.planning.bound import lower_bound as work_bound
 from orchestrator.planning.estimate import PlanEstimate, StageFigures, usd_per_iteration
 from orchestrator.planning.sailor_bound import sailor_lower_bound

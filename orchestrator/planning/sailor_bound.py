@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from orchestrator.errors import UserError
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.planning.bound import (
     capacity,
     cluster_micro_batches,

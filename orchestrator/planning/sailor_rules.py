@@ -5,8 +5,9 @@ simulator" and "The bound on Sailor's metric")."""
 
 from __future__ import annotations
 
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.links import FittedLink, Link, bucketed_allreduce_time
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan
+from orchestrator.plan import LayeredProfile, Plan
 
 BUCKET_BYTES = 5e8
 

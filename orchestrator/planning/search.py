@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InfeasiblePlanError
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.partition.split import chain_minmax, chain_split
-from orchestrator.plan import GpuCluster, LayeredProfile, Pipeline, Plan, Stage
+from orchestrator.plan import LayeredProfile, Pipeline, Plan, Stage
 from orchestrator.planning.classes import class_plans
 from orchestrator.planning.costs import Costs
 from orchestrator.planning.estimate import PlanEstimate

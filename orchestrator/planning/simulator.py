@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.errors import UserError
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.links import Link, bucketed_allreduce_time, hierarchical_allreduce_time
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica, Stage
+from orchestrator.plan import LayeredProfile, Plan, Replica, Stage
 from orchestrator.planning.bound import lower_bound as work_bound
 from orchestrator.planning.estimate import Event, PlanEstimate, StageFigures, usd_per_iteration
 from orchestrator.planning.simulators import AllreduceRule, MemoryRule, PlanSimulator, SendFactors

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.errors import ConfigError, PluginError
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Plan, Replica
 from orchestrator.planning.estimate import PlanEstimate
 
 SendFactors = tuple[tuple[float, float], tuple[float, float]]

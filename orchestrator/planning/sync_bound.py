@@ -32,7 +32,8 @@ import math
 import numpy as np
 
 from orchestrator.errors import UserError
-from orchestrator.plan import GpuCluster, LayeredProfile
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile
 from orchestrator.planning.column_bound import Columns, ExactColumns, column_box
 from orchestrator.planning.sailor_rules import BUCKET_BYTES, uncapped
 

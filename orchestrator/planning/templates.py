@@ -9,7 +9,8 @@ from __future__ import annotations
 from itertools import permutations
 from typing import Any, NamedTuple
 
-from orchestrator.plan import GpuCluster, LayeredProfile, Replica
+from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.plan import LayeredProfile, Replica
 
 
 class Kind(NamedTuple):

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.paths import shared_dir
-from orchestrator.plan import GpuCluster, LayeredProfile, Plan, Replica
+from orchestrator.plan import LayeredProfile, Plan, Replica
 
 COUNTS = ("pipelines", "stages", "dp", "tp", "micro_batches", "global_batch")
 FLAGS = ("dp_across_machines", "dp_shares_machine", "dp_across_types", "dp_across_pipelines",

@@ -9,7 +9,7 @@ from typing import Any
 from orchestrator.api import TrialContext
 from orchestrator.config.planning import GpuClusterHardwareConfig
 from orchestrator.errors import ConfigError
-from orchestrator.plan import GpuCluster
+from orchestrator.hardware.gpu_cluster import GpuCluster
 
 
 class GpuClusterHardware:

@@ -19,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
-from orchestrator.hardware.links import ConstantLink, FittedLink, Link
-from orchestrator.hardware.topology import Topology
-from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
-from orchestrator.plan.catalog import (
+from orchestrator.hardware.catalog import (
     DEFAULT_INTRA_EFFICIENCY,
     DEFAULT_NETWORK_EFFICIENCY,
     GpuSpec,
@@ -30,10 +27,13 @@ from orchestrator.plan.catalog import (
     derived_link,
     efficiency,
 )
+from orchestrator.hardware.links import ConstantLink, FittedLink, Link
+from orchestrator.hardware.topology import Topology
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
 
 DEFAULT_ZONE = "us-central1-a"
 # USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed here takes the
-# GPU catalog's price (its source in plan/gpu_catalog.json), unless the cluster file gives one.
+# GPU catalog's price (its source in hardware/gpu_catalog.json), unless the cluster file gives one.
 PRICES = {"A100-40": 3.673385, "V100-16": 2.859998, "GH-96": 11.06}
 
 
@@ -88,7 +88,7 @@ class GpuCluster:
     def with_gpus(self, gpus: Any) -> GpuCluster:
         """This cluster with the GPU counts ``gpus``: ``{TYPE: N}`` or ``{TYPE: {ZONE: N}}`` (a catalog alias of a
         type the cluster has names that type).
-        A type the cluster does not describe comes from the GPU catalog (``plan.catalog``: its datasheet node and
+        A type the cluster does not describe comes from the GPU catalog (``hardware.catalog``: its datasheet node and
         links, ``with_catalog_type``); one the catalog lacks either is a one-line error listing both."""
         counts: dict[tuple[str, str], int] = {}
         if not hasattr(gpus, "items"):
