@@ -181,7 +181,8 @@ def test_a_planner_sweep_ends_with_the_plan_table_a_plan_verdict_and_a_plot(tmp_
     assert out.returncode == 0, out.stderr
     for text in (out.stdout, run_inprocess(tmp_path, module="orchestrator.tracking.report").stdout):
         header = next(ln for ln in text.splitlines() if ln.startswith("run "))
-        assert header.split() == ["run", "status", "planner", "cluster", "simulator", "objective", "s/iteration",
+        assert header.split() == ["run", "status", "planner", "cluster", "simulator", "objective", "training", "layer",
+                                  "times", "s/iteration",
                                   "(plan)", "samples/s", "USD/h", "gap", "to", "bound", "fits", "GPUs", "(plan)"]
         verdict = next(ln for ln in text.splitlines() if ln.startswith("verdict:"))
         assert "wins on throughput" in verdict and "samples/s" in verdict and "no trial reported" not in verdict

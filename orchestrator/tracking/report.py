@@ -54,6 +54,9 @@ PLAN_COLUMNS = [
     ("plan_cluster", "cluster", lambda r: r.tag("plan.cluster", "")),
     ("plan_simulator", "simulator", lambda r: r.tag("plan.simulator", "")),
     ("plan_objective", "objective", lambda r: r.tag("plan.objective", "")),
+    ("plan_training", "training", lambda r: r.tag("plan.precision", "fp32")
+     + (" + recompute" if r.tag("plan.recompute", "") == "true" else "")),
+    ("plan_profile", "layer times", lambda r: r.tag("plan.profile", "measured")),
     ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
     ("plan_samples_per_s", "samples/s", lambda r: r.metric("plan.samples_per_s")),
     ("plan_usd_per_hour", "USD/h", lambda r: r.metric("plan.usd_per_hour")),
