@@ -4,10 +4,13 @@ repository (``../shared`` from its root), never at one machine's absolute path;
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import orchestrator
+from orchestrator.errors import UserError, WorkloadError
 
 ENV = "ORCHESTRATOR_SHARED"
 
@@ -27,3 +30,24 @@ def shared_dir() -> Path:
 def msr_workloads() -> Path:
     """The msr-dnn-partitioning workloads (``<shared>/workloads/msr-dnn-partitioning``)."""
     return shared_dir() / "workloads" / "msr-dnn-partitioning"
+
+
+def read_json(path: str | Path, missing: str | None = None, error: type[UserError] = WorkloadError) -> Any:
+    """A JSON file of the user's or of a data directory, the one reader: a missing one is ``error(missing)`` (default: a
+    ``WorkloadError`` saying it does not exist); a directory, a binary, a malformed or truncated one is a one-line
+    ``WorkloadError`` naming it."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise error(missing or f"{p} does not exist") from None
+    except IsADirectoryError:
+        raise WorkloadError(f"{p}: is a directory, not a JSON file") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{p}: not a text (UTF-8 JSON) file (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{p}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise WorkloadError(f"{p}: JSON nested too deeply") from None
+    except OSError as exc:
+        raise WorkloadError(f"{p}: cannot be read ({exc.strerror or exc})") from None

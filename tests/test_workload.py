@@ -80,7 +80,7 @@ def _doc(nodes=((1, 1.0), (2, 2.0)), edges=((1, 2),)):
 
 
 @pytest.mark.parametrize("doc, words", [
-    ("{not json", "not valid JSON"),
+    ("{not json", "malformed or truncated JSON"),
     ({k: v for k, v in _doc().items() if k != "maxCPUs"}, "misses field 'maxCPUs'"),
     ({**_doc(), "nodes": [{"id": 1}]}, "node #0 misses field 'supportedOnFpga'"),
     (_doc(edges=((1, 7),)), "unknown node '7'"),

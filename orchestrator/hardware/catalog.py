@@ -13,7 +13,6 @@ each; it keeps that label and is for comparing derived rates with measured ones,
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from typing import Any
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.cost import GB, GBIT
 from orchestrator.hardware.links import ConstantLink
+from orchestrator.paths import read_json
 
 CATALOG_FILE = Path(__file__).resolve().parent / "gpu_catalog.json"
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -132,12 +132,7 @@ def _spec(name: str, raw: Any, where: str, sources: dict[str, str]) -> GpuSpec:
 def read_catalog(path: str | Path = CATALOG_FILE) -> GpuCatalog:
     """The catalog in ``path`` (format: ``gpu_catalog.json``); any bad figure is one line naming it."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise WorkloadError(f"GPU catalog {p} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"GPU catalog {p}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None
+    doc = read_json(p, f"GPU catalog {p} does not exist")
     if not isinstance(doc, dict) or not isinstance(doc.get("sources"), dict) or not isinstance(doc.get("types"), dict):
         raise WorkloadError(f"GPU catalog {p}: needs 'sources: {{key: text}}' and 'types: {{NAME: {{figure: [value, source]}}}}'")
     sources = {str(k): str(v) for k, v in doc["sources"].items()}

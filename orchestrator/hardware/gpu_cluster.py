@@ -12,7 +12,6 @@ Two sources (docs/plans.md, "Describing a cluster"):
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from orchestrator.hardware.catalog import (
 from orchestrator.hardware.links import ConstantLink, FittedLink, Link
 from orchestrator.hardware.topology import Topology
 from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
+from orchestrator.paths import read_json
 
 DEFAULT_ZONE = "us-central1-a"
 # USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed here takes the
@@ -247,16 +247,6 @@ class GpuCluster:
 def _max_bandwidth(link: Link) -> float:
     """A link's largest bandwidth (bytes/s): a fit's measured maximum, a constant link's bandwidth."""
     return link.max_bandwidth if isinstance(link, FittedLink) else link.bandwidth
-
-
-def read_json(path: Path) -> Any:
-    """A JSON file of a data directory; a missing, malformed or truncated one is a one-line error naming it."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise WorkloadError(f"{path} does not exist (the data directory needs it)") from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{path}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def _fit(value: Any, where: str) -> FittedLink:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.paths import read_json
 from orchestrator.schedules import SCHEDULES, OneFOneB, PipelineSchedule
 
 FORMAT = "orchestrator.plan/1"
@@ -261,12 +262,7 @@ class Plan:
     def read(cls, path: str | Path) -> Plan:
         """A plan file in either format (told apart by its keys)."""
         p = Path(path)
-        try:
-            doc = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"planner.path={str(path)!r} does not exist") from None
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{p}: malformed or truncated JSON ({exc.msg} at line {exc.lineno})") from None
+        doc = read_json(p, f"planner.path={str(path)!r} does not exist", ConfigError)
         if not isinstance(doc, dict):
             raise WorkloadError(f"{p}: a plan file holds a JSON object")
         if "pipeline_list" in doc:

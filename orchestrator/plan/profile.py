@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
-from orchestrator.hardware.gpu_cluster import read_json
+from orchestrator.paths import read_json
 
 
 class ProfileMissing(WorkloadError):

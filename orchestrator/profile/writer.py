@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.gpu_cluster import DEFAULT_ZONE, read_json
+from orchestrator.hardware.gpu_cluster import DEFAULT_ZONE
+from orchestrator.paths import read_json
 from orchestrator.profile.layers import Profile
 
 MEASURED_LINKS = "links_profile.json"         # under network/: written by the link profiler

@@ -23,7 +23,6 @@ Semantics (kept exact so the authors' evaluator numbers are reproduced by ``orch
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from orchestrator.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.graph.placement import Placement
 from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
 from orchestrator.models import ModelSpec
+from orchestrator.paths import read_json
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -59,22 +59,14 @@ MAX_FILE_BYTES = 1 << 30     # 1 GiB: the largest published workload is a few MB
 
 
 def _read_json(path: Path) -> object:
+    """``paths.read_json`` with a size limit first (a workload file is a few MB)."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise WorkloadError(f"{path}: {path.stat().st_size} bytes, larger than any workload ({MAX_FILE_BYTES} max)")
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise WorkloadError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WorkloadError(f"{path}: is a directory, not a JSON file") from None
-    except UnicodeDecodeError as exc:
-        raise WorkloadError(f"{path}: not a text (UTF-8 JSON) file (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise WorkloadError(f"{path}: JSON nested too deeply") from None
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        size = path.stat().st_size
+    except OSError:
+        size = 0                                     # missing or unreadable: the reader names it
+    if size > MAX_FILE_BYTES:
+        raise WorkloadError(f"{path}: {size} bytes, larger than any workload ({MAX_FILE_BYTES} max)")
+    return read_json(path, f"{path}: no such file")
 
 
 def _malformed(path: Path, what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
