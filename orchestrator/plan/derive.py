@@ -242,12 +242,8 @@ def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredP
     if not missing:
         return profile
     catalog = default_catalog()
-    fit_on = measured_types(profile, catalog)
-    if not fit_on:
-        raise ConfigError(f"model {profile.model}: no measured GPU type of its profile is in the GPU catalog, so "
-                          f"{', '.join(missing)} cannot be derived (profiled: {', '.join(profile.gpu_types) or 'none'})")
+    fit_on, model = _fitted(profile, cluster, f"{', '.join(missing)} cannot be derived")
     link_for = cluster.network.intra_link
-    model = fit(profile, fit_on, link_for, catalog)
     mbs = sorted({m for t in fit_on for m in profile.micro_batches(t)})
     tables = {}
     for t in missing:
@@ -255,6 +251,16 @@ def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredP
         tps = [tp for tp in sorted(profile.sizes) if tp <= spec.gpus_per_node]
         tables[t] = derive_times(model, profile, spec, link_for, mbs, tps)
     return with_derived(profile, tables, model.describe())
+
+
+def _fitted(profile: LayeredProfile, cluster: GpuCluster, what: str) -> tuple[list[str], DerivationModel]:
+    """The profile's measured catalog types and the model fitted on them (over the cluster's intra-node links); none
+    is a one-line error saying ``what`` cannot be done."""
+    fit_on = measured_types(profile)
+    if not fit_on:
+        raise ConfigError(f"model {profile.model}: no measured GPU type of its profile is in the GPU catalog, so "
+                          f"{what} (profiled: {', '.join(profile.gpu_types) or 'none'})")
+    return fit_on, fit(profile, fit_on, cluster.network.intra_link)
 
 
 def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -> LayeredProfile:
@@ -278,12 +284,8 @@ def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -
                               f"profile cannot be carried to {precision} (catalog: docs/plans.md)")
         spec.matmul_flops(precision)                        # a type without that rate: one line, here
         specs[t] = spec
-    fit_on = measured_types(profile, catalog)
-    if not fit_on:
-        raise ConfigError(f"model {profile.model}: no measured GPU type of its profile is in the GPU catalog, so "
-                          f"its times cannot be carried to {precision}")
+    _, model = _fitted(profile, cluster, f"its times cannot be carried to {precision}")
     link_for = cluster.network.intra_link
-    model = fit(profile, fit_on, link_for, catalog)
     tables: dict[str, TimeTable] = {}
     for t in types:
         for mbs, per_tp in profile.times[t].items():
