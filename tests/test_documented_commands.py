@@ -60,14 +60,18 @@ def _small(argv: list[str]) -> list[str] | None:
 
 
 CASES = []
+# A command that reads a directory an earlier command of its document writes (`--out DIR`; the plan on
+# `python -m orchestrator.profile`'s output) runs those writers first where DIR is not there yet: on pytest-xdist
+# the commands of one document are spread over the workers, each with its own copy of the repository.
+WRITERS: dict[tuple[str, str], list[list[str]]] = {}
 for doc in DOCS:
     for argv in documented_commands(doc):
         small = _small(argv)
         if small is None:
             continue
-        # one document's commands run in order in one place (a later one reads what an earlier one wrote: the plan on
-        # `python -m orchestrator.profile`'s output); on pytest-xdist, one worker (nox: --dist loadgroup)
-        marks = [pytest.mark.slow, pytest.mark.xdist_group(doc.name)]
+        if "--out" in small:
+            WRITERS.setdefault((doc.name, small[small.index("--out") + 1]), []).append(small)
+        marks = [pytest.mark.slow]
         if "sync.runtime=mpi" in small:
             marks.append(pytest.mark.mpi)
         CASES.append(pytest.param(small, id=f"{doc.name}: {' '.join(argv[2:])[:90]}", marks=marks))
@@ -106,5 +110,11 @@ def test_a_documented_command_runs_as_written(repos, request, argv):
         pytest.skip(f"Fashion-MNIST is not installed at {FASHION} (.ci/system-deps installs it)")
     doc = request.node.callspec.id.split(":", 1)[0]
     module, args = argv[0], argv[1:]
+    for (wdoc, target), writers in WRITERS.items():
+        if wdoc == doc and argv not in writers and any(a.split("=", 1)[-1] == target for a in args) \
+                and not (repos(doc) / target).exists():
+            for w in writers:
+                got = run_inprocess(repos(doc), *w[1:], module=w[0])
+                assert got.returncode == 0, f"{' '.join(w)} (run first: {target})\n{got.stderr[-3000:]}"
     out = run_inprocess(repos(doc), *args, module=module)
     assert out.returncode == 0, f"{' '.join(argv)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"

@@ -182,7 +182,6 @@ def test_the_sailor_bound_is_below_the_planners_plans_and_tighter_than_the_work_
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("sailor_bounds")   # one worker: they share the bounds fixture's results
 def test_the_sailor_bound_on_the_issue_clusters(profile, bounds):
     """Pinned figures (docs/benchmarks/plans.md): the bound on Sailor's metric and what it is made of."""
     gpus = {"A100-40": 32, "V100-16": 96}
@@ -208,7 +207,6 @@ def test_the_sailor_bound_on_the_issue_clusters(profile, bounds):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("sailor_bounds")   # one worker: they share the bounds fixture's results
 def test_no_plan_sailor_scores_honestly_reaches_issue_28s_target_on_128_plus_384(profile, bounds):
     """Issue 28 asks for <= 1.66 s on 128 A100 + 384 V100: the bound over plans of one pipeline and over
     plans of two or more are both above it (the columns' box sized per column count, column_bound.column_box;
@@ -220,7 +218,6 @@ def test_no_plan_sailor_scores_honestly_reaches_issue_28s_target_on_128_plus_384
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("sailor_bounds")   # one worker: they share the bounds fixture's results
 def test_the_sailor_bound_is_below_every_published_plan_it_covers(profile, bounds):
     seen: dict[tuple, float] = {}                    # the bound on Sailor's metric, once per cluster and batch
     for f in sorted((SAILOR / "planner-plans").glob("*.json")):
