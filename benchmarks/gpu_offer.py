@@ -23,10 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.config.choices import TRAINING_PRECISIONS  # noqa: E402
 from orchestrator.errors import UserError  # noqa: E402
 from orchestrator.hardware.gpu_cluster import GpuCluster  # noqa: E402
 from orchestrator.plan import LayeredProfile  # noqa: E402
-from orchestrator.plan.derive import PRECISIONS, at_precision, derive_for_cluster  # noqa: E402
+from orchestrator.plan.derive import at_precision, derive_for_cluster  # noqa: E402
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective  # noqa: E402
 from orchestrator.planning.simulators import simulator  # noqa: E402
 from plugins.planners.joint import JointPlanner  # noqa: E402
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floors", nargs="*", type=float, default=[100.0, 200.0, 400.0], help="samples/s")
     ap.add_argument("--budgets", nargs="*", type=float, default=[50.0, 100.0, 200.0], help="USD/h")
     ap.add_argument("--budget-s", type=float, default=15.0, help="search seconds per run")
-    ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
+    ap.add_argument("--precision", default="fp32", choices=TRAINING_PRECISIONS,
                     help="the training precision planned (planner.precision; docs/plans.md, 'Precision')")
     args = ap.parse_args(argv)
     try:

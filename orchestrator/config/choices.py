@@ -9,3 +9,4 @@ BALANCE_MODES = ("none", "static", "online")                   # sync.balance (s
 PUSH_LR = ("scaled", "lr", "lr/staleness")                     # sync.push_lr (or a number)
 DC_MODES = ("constant", "adaptive")                            # sync.delay_compensation_mode
 JITTER_DISTRIBUTIONS = ("lognormal",)                          # hardware.jitter.distribution
+TRAINING_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")          # planner.precision (or auto; plan.derive.at_precision)

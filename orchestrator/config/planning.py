@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config import Schema
+from orchestrator.config.choices import TRAINING_PRECISIONS
 from orchestrator.config.fields import option
 from orchestrator.config.hardware import HardwareConfig
 from orchestrator.config.model import ModelConfig
@@ -34,7 +35,7 @@ class PlannerConfig(Schema):
                             "fp32 master weights; every type's times carried from its fp32 entries by the fitted "
                             "roofline's ratio, so derived; docs/plans.md, 'Precision') | auto (plan fp32 and each "
                             "precision every GPU type of the cluster has in the catalog; keep the best by the objective)",
-                            choices=("fp32", "bf16", "fp16", "fp8", "auto"))
+                            choices=(*TRAINING_PRECISIONS, "auto"))
     recompute: Any = option(False, "full activation recomputation of the decoder blocks: false | true (a block keeps "
                             "only its input and runs its forward again before its backward) | auto (plan both, keep the "
                             "best by the objective); docs/plans.md, 'Activation recomputation'",

@@ -27,7 +27,6 @@ from orchestrator.hardware.links import ConstantLink
 from orchestrator.paths import read_json
 
 CATALOG_FILE = Path(__file__).resolve().parent / "gpu_catalog.json"
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 REQUIRED = ("fp32_tflops", "memory_GB", "memory_GBps", "gpus_per_node", "intra_GBps", "network_Gbps",
             "usd_per_gpu_hour")
 OPTIONAL = ("tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops")

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import nnls
 
+from orchestrator.config.choices import TRAINING_PRECISIONS
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.catalog import GpuCatalog, GpuSpec, default_catalog
 from orchestrator.hardware.cost import roofline_s
@@ -51,7 +52,7 @@ PHASES = ("fwd", "bwd")
 # Bytes of an activation element at each training precision: mixed precision (bf16, fp16) keeps activations in 16
 # bits; fp8 training (Transformer Engine) casts only the matmuls' inputs to 8 bits and keeps activations in 16.
 ACT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
-PRECISIONS = tuple(ACT_BYTES)
+assert tuple(ACT_BYTES) == TRAINING_PRECISIONS
 KINDS = ("embedding", "block", "head")
 # The matmul efficiency's prior: the fraction of the datasheet rate that a large matmul reached on the measured
 # H200 (h200-measured.json: fp32 50.9 of 67, tf32 357.9 of 494.5 TFLOP/s: 0.76, 0.72), weighted as a share of the rows.
@@ -273,7 +274,7 @@ def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -
     if precision == own:
         return profile
     if precision not in ACT_BYTES:
-        raise ConfigError(f"planner.precision={precision!r} (accepted: {', '.join(PRECISIONS)}, auto)")
+        raise ConfigError(f"planner.precision={precision!r} (accepted: {', '.join(TRAINING_PRECISIONS)}, auto)")
     catalog = default_catalog()
     types = sorted(t for t in _planned(cluster) if t in profile.times)
     specs = {}
@@ -333,11 +334,12 @@ def precisions(profile: LayeredProfile, cluster: GpuCluster, setting: str) -> li
     if setting != "auto":
         return [setting]
     catalog = default_catalog()
-    specs = [catalog.find(t) for t in _planned(cluster)]
-    if any(s is None for s in specs):
+    found = [catalog.find(t) for t in _planned(cluster)]
+    specs = [s for s in found if s is not None]
+    if len(specs) < len(found):
         return [profile.precision]
-    return [profile.precision] + [p for p in PRECISIONS if p != profile.precision and all(
-        p == "fp32" or p in s.flops for s in specs if s is not None)]
+    return [profile.precision] + [p for p in TRAINING_PRECISIONS if p != profile.precision and all(
+        p == "fp32" or p in s.flops for s in specs)]
 
 
 def _planned(cluster: GpuCluster) -> list[str]:

@@ -102,6 +102,11 @@ class LayeredProfile:
                                  "(the training config)")
         return float(mbs * self.sequence * self.hidden * self.act_float_bytes)
 
+    def transient_bytes(self, tp: int, mbs: int) -> float:
+        """Bytes a stage holds once beyond its activations in flight: under recomputation, the block being
+        recomputed (``LayerSizes.transient``); 0 otherwise. Both simulators' memory rules add it."""
+        return self.layer_sizes(tp).transient * mbs * self.act_float_bytes
+
     def tp_allreduces(self, layer: int) -> int:
         """Megatron's all-reduces per micro-batch of one layer under TP (forward and backward): 2 for the
         embedding, 4 for a transformer block (attention and MLP, each way), 0 for the head."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestrator.errors import ConfigError, InfeasiblePlanError, WorkloadError
 from orchestrator.hardware.gpu_cluster import GpuCluster
@@ -120,6 +120,16 @@ def derived_tags(profile: LayeredProfile, cluster: GpuCluster, plan: Plan) -> di
             "plan.profile": "measured+derived"}
 
 
+class Planned(NamedTuple):
+    """One variant's outcome: the planner's plan on ``profile``, its estimate, the evaluator, search seconds."""
+
+    plan: Plan
+    est: PlanEstimate
+    evaluator: PlanEvaluator
+    search_s: float
+    profile: LayeredProfile
+
+
 class PlanningPhase:
     def __init__(self, cfg: Any, planner: Any, hardware: Any, output_dir: Path):
         self.cfg, self.planner, self.hardware, self.output_dir = cfg, planner, hardware, output_dir
@@ -190,21 +200,21 @@ class PlanningPhase:
         t_start = time.perf_counter()
         cluster, source, base = self.planning_cluster(profile)
         batch = self.global_batch(model_spec, base)
-        tried, refused = [], []
+        tried: list[Planned] = []
+        refused: list[tuple[LayeredProfile, InfeasiblePlanError]] = []
         for p in precisions(base, cluster, self.precision):
-            for r in self.recompute:
-                prof = at_precision(base, cluster, p)
-                prof = with_recompute(prof) if r else prof
+            at_p = at_precision(base, cluster, p)
+            for prof in (with_recompute(at_p) if r else at_p for r in self.recompute):
                 try:
                     tried.append(self.plan_at(prof, cluster, batch))
                 except InfeasiblePlanError as exc:      # this variant has no plan; another may (recomputation's)
                     refused.append((prof, exc))
         if not tried:
             raise refused[0][1]
-        plan, est, evaluator, _, profile = min(tried, key=lambda t: self.objective.score(t[1]))   # ties: the first
-        search_s = sum(t[3] for t in tried)
+        plan, est, evaluator, _, profile = min(tried, key=lambda t: self.objective.score(t.est))   # ties: the first
+        search_s = sum(t.search_s for t in tried)
         metrics = self.metrics(plan, est, search_s, evaluator)
-        metrics.update({f"plan.variant_iteration_s.{variant(t[4])}": t[1].iteration_s for t in tried
+        metrics.update({f"plan.variant_iteration_s.{variant(t.profile)}": t.est.iteration_s for t in tried
                         if len(tried) + len(refused) > 1})
         metrics.update(getattr(self.planner, "stats", {}) or {})
         metrics.update(self.memory_metrics(cluster, est))
@@ -218,11 +228,11 @@ class PlanningPhase:
         tags.update(derived_tags(profile, cluster, plan))
         tags.update({"plan.precision": profile.precision, "plan.recompute": str(profile.recompute).lower()})
         if len(tried) + len(refused) > 1:
-            tags["plan.variants_tried"] = ", ".join(variant(t[4]) for t in tried)
+            tags["plan.variants_tried"] = ", ".join(variant(t.profile) for t in tried)
         if refused:
             tags["plan.variants_refused"] = ", ".join(variant(prof) for prof, _ in refused)
         t0 = time.perf_counter()
-        metrics.update(self.bounds([t[4] for t in tried] + [prof for prof, _ in refused], cluster, batch, plan, est))
+        metrics.update(self.bounds([t.profile for t in tried] + [prof for prof, _ in refused], cluster, batch, plan, est))
         metrics["plan.bound_time_s"] = time.perf_counter() - t0
         if not est.fits:
             tags["plan.violations"] = "; ".join(est.violations)[:4900]
@@ -234,9 +244,7 @@ class PlanningPhase:
             self.compare_simulators(plan, profile, cluster, batch, metrics, tags)
         metrics[f"plan.iteration_s.{est.simulator}"] = est.iteration_s
         others = tuple(k.removeprefix("plan.iteration_s.") for k in metrics if k.startswith("plan.iteration_s."))
-        judged = assess(plan, batch, est.simulator, others)     # the plan's shape against the measured plans
-        if profile.precision != "fp32":                         # the measured plans trained in fp32
-            judged.outside.append(f"precision {profile.precision} (measured: fp32)")
+        judged = assess(plan, batch, est.simulator, others, precision=profile.precision)   # against the measured plans
         metrics.update(judged.metrics())
         tags.update(judged.tags())             # plan.trust: the summary's trust line (docs/plans.md)
         self.disagreement(est.simulator, metrics, tags, judged)
@@ -247,8 +255,7 @@ class PlanningPhase:
         self.estimate = est
         return metrics
 
-    def plan_at(self, profile: LayeredProfile, cluster: GpuCluster,
-                batch: int) -> tuple[Plan, PlanEstimate, PlanEvaluator, float, LayeredProfile]:
+    def plan_at(self, profile: LayeredProfile, cluster: GpuCluster, batch: int) -> Planned:
         """The planner's plan on ``profile`` (a precision, ``plan.derive.at_precision``, with or without activation
         recomputation, ``with_recompute``): (plan, its estimate with the timeline, the evaluator, search seconds, the
         profile)."""
@@ -259,7 +266,7 @@ class PlanningPhase:
         evaluator.check(plan)
         if plan.global_batch is None:
             plan.global_batch = batch
-        return plan, evaluator.evaluate(plan, timeline=True), evaluator, search_s, profile
+        return Planned(plan, evaluator.evaluate(plan, timeline=True), evaluator, search_s, profile)
 
     def bounds(self, profiles: list[LayeredProfile], cluster: GpuCluster, batch: int, plan: Plan,
                est: PlanEstimate) -> dict[str, float]:

@@ -124,7 +124,7 @@ class SailorSimulator(PlanSimulator):
                      micro_batches: int, cluster: GpuCluster) -> MemoryRule:  # noqa: ARG002
         """(need(params floats, activation floats per sample), limit): the fit rule, for a search."""
         mult = (4 if profile.optimizer == "sgd" else 8) + 16
-        fixed = (2e9 if tp == 1 else 3e9) + profile.layer_sizes(tp).transient * mbs * profile.act_float_bytes
+        fixed = (2e9 if tp == 1 else 3e9) + profile.transient_bytes(tp, mbs)
         scale = mbs * profile.act_float_bytes * (stages - stage)
         return (lambda params, acts: params * mult + acts * scale + fixed), _nominal(cluster, gpu)
 
@@ -149,8 +149,7 @@ class SailorSimulator(PlanSimulator):
         multiplier = (4 if profile.optimizer == "sgd" else 8) + 16
         params = sum(sizes.params[layer] for layer in layers)
         act = sum(sizes.act_mem[layer] for layer in layers) * mbs * profile.act_float_bytes
-        return (params * multiplier + act * (stages - stage) + (2e9 if tp == 1 else 3e9)
-                + sizes.transient * mbs * profile.act_float_bytes)
+        return params * multiplier + act * (stages - stage) + (2e9 if tp == 1 else 3e9) + profile.transient_bytes(tp, mbs)
 
     @staticmethod
     def memory(plan: Plan, profile: LayeredProfile, pipeline: int, stage: int, tp: int) -> float:
@@ -161,8 +160,7 @@ class SailorSimulator(PlanSimulator):
         multiplier = (4 if profile.optimizer == "sgd" else 8) + 4 + 4 + 4 + 4
         params = sum(sizes.params[layer] for layer in s.layers)
         act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.act_float_bytes
-        return (params * multiplier + act * (len(p.stages) - stage) + KERNEL_BYTES
-                + sizes.transient * plan.mbs * profile.act_float_bytes)
+        return params * multiplier + act * (len(p.stages) - stage) + KERNEL_BYTES + profile.transient_bytes(tp, plan.mbs)
 
 
 def _megatron_ar(profile: LayeredProfile, mbs: int, r, layer: int, net) -> float:

@@ -217,7 +217,7 @@ class ProjectSimulator(PlanSimulator):
         per_param = (self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0) * self.cal.param_factor
         inflight = OneFOneB().in_flight(micro_batches, stages, stage)
         scale = mbs * profile.act_float_bytes * inflight * self.cal.activation_factor
-        fixed = self.cal.framework_bytes + profile.layer_sizes(tp).transient * mbs * profile.act_float_bytes
+        fixed = self.cal.framework_bytes + profile.transient_bytes(tp, mbs)
         return (lambda params, acts: params * per_param + acts * scale + fixed), cluster.gpu_type(gpu).memory_bytes
 
     def memory(self, plan: Plan, profile: LayeredProfile, pipeline: int, stage: int, replica: Replica,
@@ -230,7 +230,7 @@ class ProjectSimulator(PlanSimulator):
         act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.act_float_bytes
         inflight = plan.schedule.in_flight(micro_batches, len(p.stages), stage)
         return (params * per_param * self.cal.param_factor + act * inflight * self.cal.activation_factor
-                + self.cal.framework_bytes + sizes.transient * plan.mbs * profile.act_float_bytes)
+                + self.cal.framework_bytes + profile.transient_bytes(replica.tp, plan.mbs))
 
 
 def _rank_p2p_time(net, x: Replica, y: Replica, nbytes: float) -> float:

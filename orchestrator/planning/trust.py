@@ -268,9 +268,10 @@ def outside_range(shape: Shape, refs: tuple[Measured, ...] | list[Measured]) -> 
 
 
 def assess(plan: Plan, global_batch: int, sim: str, others: tuple[str, ...] = (),
-           roots: tuple[Path, ...] | None = None, exclude: str | None = None) -> Trust:
+           roots: tuple[Path, ...] | None = None, exclude: str | None = None, precision: str = "fp32") -> Trust:
     """The plan's shape against the measured plans under ``roots`` (default: ``default_roots``), the nearest
-    ``NEAREST`` of them (``exclude``: one left out, by name) and the errors of ``sim`` and ``others`` on them."""
+    ``NEAREST`` of them (``exclude``: one left out, by name) and the errors of ``sim`` and ``others`` on them;
+    a training ``precision`` other than the measured plans' (fp32) is outside their range."""
     roots = tuple(roots or default_roots())
     sims = tuple(dict.fromkeys((sim, *others)))
     refs = [m for m in reference(tuple(str(r) for r in roots), sims) if m.name != exclude]
@@ -282,7 +283,8 @@ def assess(plan: Plan, global_batch: int, sim: str, others: tuple[str, ...] = ()
         errs = [abs(e) for m, _ in nearest if (e := m.error(s)) is not None]
         if errs:
             errors[s] = max(errs)
-    return Trust(shape, sim, nearest, outside_range(shape, refs), errors, roots)
+    outside = outside_range(shape, refs) + ([f"precision {precision} (measured: fp32)"] if precision != "fp32" else [])
+    return Trust(shape, sim, nearest, outside, errors, roots)
 
 
 def disagreements(sim: str, figures: dict[str, float], errors: dict[str, float], where: str) -> list[str]:
