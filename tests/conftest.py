@@ -172,15 +172,17 @@ def run_cli(cwd: Path, *args: str, module: str = "orchestrator", timeout: float 
 
 
 @contextlib.contextmanager
-def pip_installed(package: Path, distribution: str):
-    """A plugin package installed into this environment (no deps, no build isolation) for the block, then
-    uninstalled: how a user adds a third-party plugin."""
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(package)], check=True, timeout=300)
-    try:
-        yield
-    finally:
-        subprocess.run([*pip, "uninstall", "-y", distribution], check=True, timeout=120)
+def pip_installed(package: Path):
+    """A plugin package pip-installed (no deps, no build isolation) into a folder of its own, for the block:
+    how a user adds a third-party plugin. Yields the environment (PYTHONPATH) under which the CLI, and the
+    MPI ranks it starts, find it. Not into this environment: a test on another xdist worker would see its
+    entry points come and go, and a rank loading them mid-uninstall failed to import it."""
+    with tempfile.TemporaryDirectory(prefix="plugin-") as target:
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+        subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", "--target", target, str(package)],
+                       check=True, timeout=300)
+        path = os.environ.get("PYTHONPATH")
+        yield {"PYTHONPATH": target + (os.pathsep + path if path else "")}
 
 
 def store_runs(cwd: Path):

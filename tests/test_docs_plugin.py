@@ -1,5 +1,6 @@
 """docs/plugins.md, followed word by word for the placer: its files, pip install, a trial, its own test."""
 
+import os
 import re
 import subprocess
 import sys
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, pip_installed, run_cli, store_runs
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 BLOCK = re.compile(r"```\w*\n# file: (?P<path>\S+)\n(?P<body>.*?)```", re.S)
@@ -32,17 +33,16 @@ def docs_placer(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(body)
     pkg = tmp_path / "orchestrator-fastest-device"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(pkg)], check=True, timeout=300)
-    yield pkg
-    subprocess.run([*pip, "uninstall", "-y", "orchestrator-fastest-device"], check=True, timeout=120)
+    with pip_installed(pkg) as env:
+        yield pkg, env
 
 
 @pytest.mark.slow
 def test_documented_placer_installs_and_runs(workdir, docs_placer):
-    listing = run_cli(workdir, module="orchestrator.plugins", timeout=120)
+    pkg, env = docs_placer
+    listing = run_cli(workdir, module="orchestrator.plugins", timeout=120, env=env)
     assert "fastest_device" in listing.stdout, listing.stdout + listing.stderr
-    out = run_cli(workdir, "+placer=fastest_device", *QUICK, timeout=600, env={"MLFLOW_TRACKING_URI": ""})
+    out = run_cli(workdir, "+placer=fastest_device", *QUICK, timeout=600, env={**env, "MLFLOW_TRACKING_URI": ""})
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     assert run.info.status == "FINISHED" and run.data.tags["placer"] == "fastest_device"
@@ -51,8 +51,8 @@ def test_documented_placer_installs_and_runs(workdir, docs_placer):
     # point; named explicitly only where the installed metadata predates it, as in conftest.py).
     load = [] if any(ep.value == "orchestrator.testing" for ep in entry_points(group="pytest11")) else \
         ["-p", "orchestrator.testing"]
-    own = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *load, "tests"], cwd=docs_placer,
-                         capture_output=True, text=True, timeout=900)
+    own = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *load, "tests"], cwd=pkg,
+                         capture_output=True, text=True, timeout=900, env={**os.environ, **env})
     assert own.returncode == 0 and "1 passed" in own.stdout, own.stdout[-3000:] + own.stderr[-2000:]
 
 
@@ -64,16 +64,14 @@ def section_files(title: str) -> dict[str, str]:
 
 @pytest.fixture
 def docs_package(tmp_path, request):
-    """Write one documented package's files, pip install it, uninstall it afterwards."""
+    """Write one documented package's files and pip install them into a folder of its own; yields its environment."""
     files = section_files(request.param)
     for rel, body in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(body)
     (name,) = {rel.split("/", 1)[0] for rel in files}
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(tmp_path / name)], check=True, timeout=300)
-    yield name
-    subprocess.run([*pip, "uninstall", "-y", name], check=True, timeout=120)
+    with pip_installed(tmp_path / name) as env:
+        yield env
 
 
 def test_the_sync_section_is_the_example_package_word_by_word():
@@ -93,7 +91,7 @@ def test_the_sync_section_is_the_example_package_word_by_word():
 @pytest.mark.parametrize("docs_package", ["A hardware adapter"], indirect=True)
 def test_documented_hardware_adapter_installs_and_runs(workdir, docs_package):
     out = run_cli(workdir, "hardware=local4", "+placer=greedy", "placer.reward=measured", *QUICK, timeout=600,
-                  env={"MLFLOW_TRACKING_URI": ""})
+                  env={**docs_package, "MLFLOW_TRACKING_URI": ""})
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     assert run.info.status == "FINISHED" and run.data.tags["hardware"] == "local4"

@@ -13,15 +13,15 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "orchestrator-examp
 def example_installed():
     from conftest import pip_installed
 
-    with pip_installed(EXAMPLE, "orchestrator-example-placer"):
-        yield
+    with pip_installed(EXAMPLE) as env:
+        yield env
 
 
 @pytest.mark.slow
 def test_installed_plugin_runs_a_trial(workdir, example_installed):
-    listing = run_cli(workdir, module="orchestrator.plugins", timeout=120)
+    listing = run_cli(workdir, module="orchestrator.plugins", timeout=120, env=example_installed)
     assert "round_robin" in listing.stdout and "orchestrator-example-placer" in listing.stdout
-    out = run_cli(workdir, "+placer=round_robin", *QUICK, timeout=600)
+    out = run_cli(workdir, "+placer=round_robin", *QUICK, timeout=600, env=example_installed)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     assert run.info.status == "FINISHED" and run.data.tags["placer"] == "round_robin"

@@ -89,16 +89,16 @@ def test_no_strategy_name_is_compared_under_orchestrator():
 def example_installed():
     from conftest import pip_installed
 
-    with pip_installed(EXAMPLE, "orchestrator-example-sync"):
-        yield
+    with pip_installed(EXAMPLE) as env:
+        yield env
 
 
-def _trial(workdir, *args, timeout=900):
+def _trial(workdir, env, *args, timeout=900):
     from conftest import NO_CONTEXT, run_cli, store_runs
 
     # the trial's context (the tuned reference, the comparison, the limit) is tested elsewhere: here the plugin's own path
     out = run_cli(workdir, "+sync=local_sgd", "train.target_accuracy=0.9", "train.eval_every=10",
-                  "train.eval_samples=500", "train.budget_updates=600", *NO_CONTEXT, *args, timeout=timeout)
+                  "train.eval_samples=500", "train.budget_updates=600", *NO_CONTEXT, *args, timeout=timeout, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = store_runs(workdir)
     return run
@@ -106,7 +106,7 @@ def _trial(workdir, *args, timeout=900):
 
 @pytest.mark.slow
 def test_local_sgd_trains_to_target_on_the_virtual_clock(workdir, example_installed):
-    run = _trial(workdir, "sync.local_steps=4")
+    run = _trial(workdir, example_installed, "sync.local_steps=4")
     assert run.info.status == "FINISHED" and run.data.tags["sync"] == "local_sgd"
     assert run.data.tags["runtime"] == "virtual" and run.data.tags["train.reached_target"] == "true"
     m = run.data.metrics
@@ -118,7 +118,7 @@ def test_local_sgd_trains_to_target_on_the_virtual_clock(workdir, example_instal
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_local_sgd_trains_to_target_on_mpi_ranks(workdir, example_installed):
-    run = _trial(workdir, "sync.runtime=mpi", "hardware.workers=2", "sync.local_steps=2")
+    run = _trial(workdir, example_installed, "sync.runtime=mpi", "hardware.workers=2", "sync.local_steps=2")
     assert run.info.status == "FINISHED" and run.data.tags["runtime"] == "mpi"
     assert run.data.tags["train.reached_target"] == "true"
     m = run.data.metrics
