@@ -8,6 +8,9 @@
    on GH-96 derived from A100-40, A100-80 and V100-16, against the measured ``real`` seconds.
 3. The derived H200 beside the measured H200 rates (h200-measured.json).
 4. The matmul prior's weight (``derive.PRIOR_WEIGHT``): the layer errors at other weights.
+5. A partial profile filled (``planner.fill``, ``derive.fill_measured``): each type keeps only one micro-batch size
+   (the middle one of its profile) at TP 1 (one GPU) or at every TP degree (one machine); the rest is derived from
+   the other types and calibrated on what was kept. Layer errors on the entries not kept, and the GH200 plans.
 
     PYTHONPATH=. python benchmarks/derived_profiles.py        # about 20 s on 2 cores
 """
@@ -15,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -24,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orchestrator.plan.derive as derive  # noqa: E402
+from orchestrator.errors import WorkloadError  # noqa: E402
 from orchestrator.hardware.catalog import (  # noqa: E402
     DEFAULT_INTRA_EFFICIENCY,
     default_catalog,
@@ -179,6 +184,67 @@ def prior_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
         derive.PRIOR_WEIGHT = keep
 
 
+ANCHORS = (("one GPU", False), ("one machine", True))
+
+
+def kept_only(profile: LayeredProfile, out: str, every_tp: bool) -> tuple[LayeredProfile, int]:
+    """``profile`` with ``out`` holding only its middle micro-batch size, at TP 1 or at every TP degree."""
+    mbss = profile.micro_batches(out)
+    m0 = mbss[len(mbss) // 2]
+    keep = {m0: {tp: rows for tp, rows in profile.times[out][m0].items() if every_tp or tp == 1}}
+    return dataclasses.replace(profile, times={**profile.times, out: keep}), m0
+
+
+def filled(profile: LayeredProfile, cluster: GpuCluster, out: str, every_tp: bool) -> tuple[LayeredProfile, int]:
+    part, m0 = kept_only(profile, out, every_tp)
+    link_for, _ = link_for_left_out(cluster, out)
+    return derive.fill_measured(part, cluster.with_gpus({out: 8}), link_for), m0
+
+
+def fill_tables(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> None:
+    print("\n### A partial profile filled (planner.fill): one micro-batch size measured, the rest derived and calibrated\n")
+    print("| type | kept (measured) | fwd median | fwd max | bwd median | bwd max | update median | update max | "
+          "all median | all max | entries |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for out in derive.measured_types(profile):
+        for label, every_tp in ANCHORS:
+            prof, m0 = filled(profile, cluster, out, every_tp)
+            kept = prof.extra["derived_types"][out]
+            errs: dict[str, list[float]] = {ph: [] for ph in PHASE}
+            for mbs in profile.micro_batches(out):
+                for tp in profile.tp_degrees(out, mbs):
+                    if (mbs == m0 and (every_tp or tp == 1)) or not prof.has(out, mbs, tp):
+                        continue
+                    meas, got = profile.layer_times(out, mbs, tp), prof.layer_times(out, mbs, tp)
+                    for i in range(profile.num_layers):
+                        for j, ph in enumerate(PHASE):
+                            if ph != "update" or i == 0:
+                                errs[ph].append(got[i][j] / meas[i][j] - 1.0)
+            every = errs["fwd"] + errs["bwd"] + errs["update"]
+            print(f"| {out} | {label}: micro-batch {m0}, {kept.split(' measured')[0]} entries | " + " | ".join(
+                pct(errs[k], f) for k in PHASE for f in (statistics.median, max))
+                + f" | {pct(every, statistics.median)} | {pct(every, max)} | {len(every)} |")
+    print("\nThe measured GH200 plans (simulated, project / Sailor's simulator) on GH-96 filled from each kept part:\n")
+    print("| kept | project median | project max | Sailor's median | Sailor's max | plans |")
+    print("|---|---|---|---|---|---|")
+    docs = [json.loads(f.read_text()) for f in sorted((root / "measured").glob("*/plan_config_*.json"))]
+    docs = [d for d in docs if d.get("real")]
+    for label, every_tp in ANCHORS:
+        prof, m0 = filled(profile, cluster, "GH-96", every_tp)
+        cells, n = [], 0
+        for sim in (ProjectSimulator(), SailorSimulator()):
+            e = []
+            for doc in docs:
+                try:
+                    s = sim.estimate(Plan.from_sailor(doc), prof, cluster, int(doc["gbs"])).iteration_s
+                except WorkloadError:
+                    continue                                  # a micro-batch no other type has (not filled)
+                e.append(s / float(doc["real"]) - 1.0)
+            cells += [pct(e, statistics.median), pct(e, max)]
+            n = len(e)
+        print(f"| {label} (micro-batch {m0}) | " + " | ".join(cells) + f" | {n} of {len(docs)} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT)
@@ -191,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     plan_table(args.data, profile, cluster)
     h200_table(profile, cluster)
     prior_table(profile, cluster)
+    fill_tables(args.data, profile, cluster)
     return 0
 
 

@@ -208,7 +208,7 @@ def workdir(tmp_path: Path) -> Path:
 # prefix and subnet, the one-node Slurm cluster and munge, PostgreSQL and the MLflow server of the multi-host
 # sweep) and time real links and ranks: beside another worker's load, MPI ranks on emulated hosts lost contact.
 SYSTEM_MARKERS = ("netns", "slurm", "postgres")
-SYSTEM_FILES = {"test_netlab.py", "test_slurm.py", "test_parallel_sweep.py"}
+SYSTEM_FILES = {"test_parallel_sweep.py"}   # the others by marker: their quick tests run in the first pass
 
 
 @pytest.hookimpl(tryfirst=True)

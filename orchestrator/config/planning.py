@@ -40,6 +40,10 @@ class PlannerConfig(Schema):
                             "only its input and runs its forward again before its backward) | auto (plan both, keep the "
                             "best by the objective); docs/plans.md, 'Activation recomputation'",
                             choices=(False, True, "auto"))
+    fill: bool = option(False, "derive the micro-batch sizes and TP degrees that a measured GPU type's profile lacks "
+                        "(say, a one-GPU profile of one micro-batch): the roofline fitted on the other measured types, "
+                        "scaled to the type's own measured entries per phase, kind of layer and TP degree; those "
+                        "figures are labelled derived (docs/plans.md, 'Filling a partial profile')")
     compare_simulators: bool = option(True, "also log the plan's figure on the other registered simulators "
                                       "(plan.iteration_s.sailor / plan.iteration_s.project)")
 

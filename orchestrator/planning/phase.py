@@ -103,7 +103,7 @@ def derived_types(profile: LayeredProfile, cluster: GpuCluster, used: set[str] |
     """Type -> how its figures were derived, for the types of ``cluster`` (those in ``used`` when given) whose
     layer times the profile derived from the GPU catalog's datasheet ({} when every figure is measured)."""
     notes = (profile.extra or {}).get("derived_types", {})
-    return {t: f"{notes[t]}; {cluster.derived.get(t, 'datasheet')}" for t in sorted(notes)
+    return {t: f"{notes[t]}; {cluster.derived.get(t, 'its links measured')}" for t in sorted(notes)
             if t in cluster.types and (used is None or t in used)}
 
 
@@ -142,6 +142,7 @@ class PlanningPhase:
         self.precision = str(node.get("precision", "fp32") or "fp32")
         recompute = node.get("recompute", False)
         self.recompute = [False, True] if recompute == "auto" else [bool(recompute)]
+        self.fill = bool(node.get("fill", False))
 
     def prepare(self, model_spec: Any, placing: Any, labels: dict[str, Any], version: str) -> tuple[LayeredProfile, dict[str, str]]:
         """The layered profile (derived from the model's graph when it has none) and the run's tags; a bad
@@ -193,6 +194,10 @@ class PlanningPhase:
             from orchestrator.plan.derive import derive_for_cluster
 
             profile = derive_for_cluster(profile, cluster)
+        if self.fill:
+            from orchestrator.plan.derive import fill_measured
+
+            profile = fill_measured(profile, cluster)
         check_covered(profile, cluster)
         return cluster, source, profile
 
