@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_inprocess
+from conftest import QUICK, run_inprocess, store_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = (ROOT / "README.md", ROOT / "docs" / "recipes.md")
@@ -80,6 +80,8 @@ for doc in DOCS:
 def test_the_docs_hold_the_commands_this_test_runs():
     ids = [c.id for c in CASES]
     assert any("+placer=rl +sync=delay" in i for i in ids) and any("+planner=joint" in i for i in ids), ids
+    for strategy in ("delay", "allreduce"):          # the only trials of these strategies on MPI ranks in pass one
+        assert any(f"+sync={strategy} sync.runtime=mpi" in i for i in ids), ids
     assert len(CASES) >= 15, ids
 
 
@@ -118,3 +120,9 @@ def test_a_documented_command_runs_as_written(repos, request, argv):
                 assert got.returncode == 0, f"{' '.join(w)} (run first: {target})\n{got.stderr[-3000:]}"
     out = run_inprocess(repos(doc), *args, module=module)
     assert out.returncode == 0, f"{' '.join(argv)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    if "sync.runtime=mpi" in args:
+        # README's MPI commands (delay; allreduce on unequal workers) are this suite's trials of each on real ranks:
+        # the run says so, on the wall clock, and it trained
+        run = store_runs(repos(doc))[0]
+        assert run.data.tags["runtime"] == "mpi" and run.data.tags["train.clock"] == "wall", run.data.tags
+        assert run.data.metrics["train.final_test_accuracy"] >= 0.8 and "train.test_accuracy" in run.data.metrics

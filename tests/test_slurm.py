@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "tests/data/msr-dnn-partitioning/throughput-inputs/LayerGraphs/bert24_training.json"
 # Placement-only trials: no training, a few seconds each, so that the scheduler's own cost shows
 PLACE = ("model=workload", f"model.path={WORKLOAD}", "hardware=auto", "+placer=random")
+# ... without the certified bound (a MILP of about 10 s a trial here; tested in test_baselines.py, test_placement_*)
+QUICK_PLACE = (*PLACE, "placement.bound_time_limit_s=0")
 
 
 def _runs(uri: str):
@@ -71,7 +73,7 @@ def test_submitit_local_sweep_makes_one_parent_and_a_child_per_trial(tmp_path):
     """hydra/launcher=submitit_local (no scheduler): each trial in its own process, as on Slurm (into
     one SQLite store: two local writers; the Slurm tests use a server)."""
     server = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    out = run_cli(tmp_path, "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", *PLACE,
+    out = run_cli(tmp_path, "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", *QUICK_PLACE,
                   "placer.samples=5,6", env={"MLFLOW_TRACKING_URI": server}, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sweep: 2 trials, 2 finished, 0 failed" in out.stderr.splitlines()[-1]
@@ -88,7 +90,7 @@ def test_submitit_local_sweep_makes_one_parent_and_a_child_per_trial(tmp_path):
 @pytest.mark.slurm
 def test_grid_sweep_on_slurm_gives_four_finished_children(tmp_path, cluster, server):
     out = run_cli(tmp_path, "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=10",
-                  "hydra.launcher.cpus_per_task=1", *PLACE, "placer.samples=5,6,7,8",
+                  "hydra.launcher.cpus_per_task=1", *QUICK_PLACE, "placer.samples=5,6,7,8",
                   env={**cluster.env, "MLFLOW_TRACKING_URI": server}, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.splitlines()[-1] == "sweep: 4 trials, 4 finished, 0 failed"
@@ -114,7 +116,7 @@ def test_optuna_sweep_from_two_array_tasks_shares_one_postgres_study(tmp_path, c
         args = ["-m", "hydra/sweeper=optuna", f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=shared",
                 "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", "hydra.sweeper.direction=minimize",
                 f"tracking.uri={uri}", "objective.metric=placement.step_time_s", "objective.direction=minimize",
-                *PLACE, "placer.samples=range(5,400)"]
+                *QUICK_PLACE, "placer.samples=range(5,400)"]
         script = tmp_path / "sweep.sh"
         script.write_text("#!/bin/bash\nset -e\nmkdir -p task$SLURM_ARRAY_TASK_ID && cd task$SLURM_ARRAY_TASK_ID\n"
                           f"exec {sys.executable} -m orchestrator " + " ".join(f"'{a}'" for a in args)
@@ -257,8 +259,8 @@ def test_a_cancelled_optuna_sweep_job_resumes_without_repeating_a_finished_trial
                 f"tracking.uri={uri}", "objective.metric=placement.step_time_s", "objective.direction=minimize",
                 *PLACE, "placer.samples=range(1500,4000)"]   # a trial searches for seconds: scancel lands inside one
 
-        def submit(n_trials: int) -> str:
-            cmd = [sys.executable, "-m", "orchestrator", *args, f"hydra.sweeper.n_trials={n_trials}"]
+        def submit(n_trials: int, *more: str) -> str:
+            cmd = [sys.executable, "-m", "orchestrator", *args, f"hydra.sweeper.n_trials={n_trials}", *more]
             return cluster.run("sbatch", "--parsable", "-n1", "-c1", "-D", str(tmp_path), "-o",
                                str(tmp_path / "%j.log"), "--wrap", "exec " + " ".join(f"'{a}'" for a in cmd)).stdout.strip()
 
@@ -292,7 +294,7 @@ def test_a_cancelled_optuna_sweep_job_resumes_without_repeating_a_finished_trial
         killed = [r for r in runs if r.info.status == "KILLED" and "mlflow.parentRunId" in r.data.tags]
         assert killed, [(r.info.run_name, r.info.status, r.data.tags.get("orchestrator.error")) for r in runs]
         assert f"Slurm job {first} CANCELLED" in killed[0].data.tags["orchestrator.error"]
-        second = submit(2)
+        second = submit(2, "placement.bound_time_limit_s=0")      # nothing to cancel: no bound needed
         cluster.wait_idle(timeout=600)
         assert cluster.job_info(second).get("JobState") == "COMPLETED", (tmp_path / f"{second}.log").read_text()[-3000:]
         again = [t.params["placer.samples"] for t in trials(optuna.trial.TrialState.COMPLETE)

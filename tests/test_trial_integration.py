@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NO_CONTEXT, QUICK, run_cli, run_inprocess, store_runs
+from conftest import QUICK, run_cli, run_inprocess, store_runs
 
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
@@ -64,16 +64,7 @@ def test_sync_strategies_run_virtually(workdir, strategy):
     assert run.data.metrics["train.final_test_accuracy"] >= 0.8 and "train.speedup" in run.data.metrics
 
 
-@pytest.mark.slow
-@pytest.mark.mpi
-@pytest.mark.parametrize("strategy", ["allreduce", "delay"])
-def test_sync_strategies_run_on_mpi(workdir, strategy):
-    out = run_cli(workdir, f"+sync={strategy}", "sync.runtime=mpi", "hardware.workers=2", *QUICK, *NO_CONTEXT, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = _only_run(workdir)
-    m = run.data.metrics
-    assert run.data.tags["runtime"] == "mpi" and run.data.tags["train.clock"] == "wall"
-    assert m["train.final_test_accuracy"] >= 0.8 and "train.test_accuracy" in m
+# On MPI ranks: README's commands, with the same checks (tests/test_documented_commands.py).
 
 
 @pytest.mark.slow
