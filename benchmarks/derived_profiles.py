@@ -8,7 +8,7 @@
    on GH-96 derived from A100-40, A100-80 and V100-16, against the measured ``real`` seconds.
 3. The derived H200 beside the measured H200 rates (h200-measured.json).
 4. The matmul prior's weight (``derive.PRIOR_WEIGHT``): the layer errors at other weights.
-5. A partial profile filled (``planner.fill``, ``derive.fill_measured``): each type keeps only one micro-batch size
+5. A partial profile filled (``planner.fill``, ``plan.fill.fill_measured``): each type keeps only one micro-batch size
    (the middle one of its profile) at TP 1 (one GPU) or at every TP degree (one machine); the rest is derived from
    the other types and calibrated on what was kept. Layer errors on the entries not kept, and the GH200 plans.
 
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orchestrator.plan.derive as derive  # noqa: E402
+import orchestrator.plan.fill as fill  # noqa: E402
 from orchestrator.errors import WorkloadError  # noqa: E402
 from orchestrator.hardware.catalog import (  # noqa: E402
     DEFAULT_INTRA_EFFICIENCY,
@@ -198,7 +199,7 @@ def kept_only(profile: LayeredProfile, out: str, every_tp: bool) -> tuple[Layere
 def filled(profile: LayeredProfile, cluster: GpuCluster, out: str, every_tp: bool) -> tuple[LayeredProfile, int]:
     part, m0 = kept_only(profile, out, every_tp)
     link_for, _ = link_for_left_out(cluster, out)
-    return derive.fill_measured(part, cluster.with_gpus({out: 8}), link_for), m0
+    return fill.fill_measured(part, cluster.with_gpus({out: 8}), link_for), m0
 
 
 def fill_tables(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> None:

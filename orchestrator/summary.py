@@ -134,7 +134,7 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
     lines += _judged_lines(m, t, sim)
     timing = f"  search:   {_fmt(m.get('plan.search_time_s'), ' s')}, {int(m.get('plan.evaluations', 0))} plans judged"
     if "plan.bound_time_s" in m:
-        timing += f"; bound {_fmt(m['plan.bound_time_s'], ' s')}; planning phase {_fmt(m.get('plan.phase_time_s'), ' s')} in all"
+        timing += f"; bound {_fmt(m['plan.bound_time_s'], ' s')}{' (cached from an earlier trial)' if t.get('plan.bound_cached') else ''}; planning phase {_fmt(m.get('plan.phase_time_s'), ' s')} in all"
     if m.get("plan.skipped_candidates"):
         timing += (f"; {int(m['plan.skipped_candidates'])} candidates skipped: "
                    f"{t.get('plan.skipped_reasons', 'missing profile entries or links')}"[:300])

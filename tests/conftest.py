@@ -211,6 +211,17 @@ SYSTEM_MARKERS = ("netns", "slurm", "postgres")
 SYSTEM_FILES = {"test_parallel_sweep.py"}   # the others by marker: their quick tests run in the first pass
 
 
+def pytest_configure(config):
+    """One results cache (orchestrator.cache) for the run, shared by its xdist workers and the trials they start
+    (they inherit the variable), removed at the end: a bound computed by one test serves the others; nothing is
+    read from or left in the user's ~/.cache."""
+    if hasattr(config, "workerinput") or os.environ.get("ORCHESTRATOR_CACHE"):
+        return
+    folder = tempfile.mkdtemp(prefix="orchestrator-tests-cache-")
+    os.environ["ORCHESTRATOR_CACHE"] = folder
+    atexit.register(shutil.rmtree, folder, True)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import orchestrator.plan.derive as derive
+import orchestrator.plan.fill as fill
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.catalog import CATALOG_FILE, default_catalog, derived_link, read_catalog
 from orchestrator.hardware.gpu_cluster import GpuCluster
@@ -284,7 +285,7 @@ def test_a_one_gpu_profile_is_filled_and_calibrated_on_its_own_entries(measured)
     profile, cluster = measured
     part = _one_gpu_profile(profile, "GH-96", 16)
     on = cluster.with_gpus({"GH-96": 8})
-    filled = derive.fill_measured(part, on)
+    filled = fill.fill_measured(part, on)
     assert filled.times["GH-96"][16][1] is profile.times["GH-96"][16][1]              # the measured entry kept
     assert filled.tp_degrees("GH-96", 4) == [tp for tp in sorted(profile.sizes) if tp <= on.types["GH-96"].gpus_per_node]
     assert filled.micro_batches("GH-96") == sorted({m for t in profile.times for m in part.micro_batches(t)})
@@ -308,7 +309,7 @@ def test_a_one_gpu_profile_is_filled_and_calibrated_on_its_own_entries(measured)
 
 def test_fill_keeps_every_measured_entry(measured):
     profile, cluster = measured
-    filled = derive.fill_measured(profile, cluster.with_gpus({t: 4 for t in profile.times}))
+    filled = fill.fill_measured(profile, cluster.with_gpus({t: 4 for t in profile.times}))
     for t, per in profile.times.items():
         for m, per_tp in per.items():
             for tp, rows in per_tp.items():

@@ -38,7 +38,7 @@ MAY_IMPORT = {
 }
 # importable from every layer: "" is the orchestrator package itself; "api" (the plugin contract) and
 # "config" (the typed config schema) too, as long as no circle results (test_no_import_circle)
-CORE = {"errors", "progress", "hookspecs", "plugins", "paths", "api", "config", "schedules", ""}
+CORE = {"errors", "progress", "hookspecs", "plugins", "paths", "api", "config", "schedules", "cache", ""}
 
 
 def _modules() -> dict[str, Path]:

@@ -258,85 +258,6 @@ def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredP
     return with_derived(profile, tables, model.describe())
 
 
-Calibration = dict[tuple[int, str, int], float]
-
-
-def calibration(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec, link_for: LinkFor,
-                gpu: str) -> Calibration:
-    """How far ``gpu``'s own measured entries are from the model: per (phase 0-2, kind of layer or ``update``, TP
-    degree) the median over its measured micro-batches and layers of that kind of measured / derived seconds."""
-    ratios: dict[tuple[int, str, int], list[float]] = {}
-    for mbs in profile.micro_batches(gpu):
-        tps = profile.tp_degrees(gpu, mbs)
-        got = derive_times(model, profile, spec, link_for, [mbs], tps)[mbs]
-        for tp in tps:
-            for layer, row in enumerate(profile.layer_times(gpu, mbs, tp)):
-                for j, measured in enumerate(row):
-                    if j == 2 and layer > 0:                      # one update figure per (mbs, tp)
-                        continue
-                    what = "update" if j == 2 else kind(profile, layer)
-                    if got[tp][layer][j] > 0 and measured > 0:
-                        ratios.setdefault((j, what, tp), []).append(measured / got[tp][layer][j])
-    return {key: statistics.median(v) for key, v in ratios.items()}
-
-
-def calibrated(table: TimeTable, cal: Calibration, profile: LayeredProfile) -> TimeTable:
-    """``table`` (``derive_times``) scaled entry by entry by ``cal``: at a TP degree the type was not measured at,
-    the nearest measured one's factor (by ratio of degrees; the smaller on a tie)."""
-    def factor(j: int, what: str, tp: int) -> float:
-        known = sorted(t for (jj, w, t) in cal if (jj, w) == (j, what))
-        if not known:
-            return 1.0
-        return cal[(j, what, min(known, key=lambda t: (abs(math.log(t / tp)), t)))]
-
-    return {mbs: {tp: tuple(tuple(x * factor(j, "update" if j == 2 else kind(profile, layer), tp)
-                                  for j, x in enumerate(row)) for layer, row in enumerate(rows))
-                  for tp, rows in per_tp.items()} for mbs, per_tp in table.items()}
-
-
-def fill_measured(profile: LayeredProfile, cluster: GpuCluster, link_for: LinkFor | None = None) -> LayeredProfile:
-    """``profile`` with the (micro-batch, TP) entries that the cluster's measured catalog types lack, derived and
-    calibrated on each type's own measured entries (``planner.fill``): the roofline fitted on the other measured
-    types (on the type itself where it is the only one), scaled per (phase, kind of layer, TP degree) by
-    ``calibration``. A one-micro-batch profile of one GPU (``python -m orchestrator.profile``) gives the type every
-    micro-batch and TP degree the other types have. The type is then labelled derived; its measured entries stay."""
-    catalog = default_catalog()
-    link_for = link_for or cluster.network.intra_link
-    measured = measured_types(profile)
-    wanted_mbs = sorted({m for t in measured for m in profile.micro_batches(t)})
-    tables: dict[str, TimeTable] = {}
-    notes: dict[str, str] = {}
-    for t in _planned(cluster):
-        if t not in measured and t in profile.times:
-            continue                                          # derived already
-        if t not in profile.times:
-            continue                                          # nothing measured: derive_for_cluster's
-        tps = [tp for tp in sorted(profile.sizes) if tp <= cluster.types[t].gpus_per_node]
-        lack = {(m, tp) for m in wanted_mbs for tp in tps if not profile.has(t, m, tp)}
-        if not lack:
-            continue
-        spec = catalog.find(t)
-        if spec is None:
-            raise ConfigError(f"planner.fill=true: GPU type {t} lacks {len(lack)} (micro-batch, TP) entries and is not "
-                              "in the GPU catalog, so they cannot be derived (catalog: docs/plans.md)")
-        others = [o for o in measured if o != t] or [t]
-        model = fit(profile, others, link_for)
-        cal = calibration(model, profile, spec, link_for, t)
-        full = calibrated(derive_times(model, profile, spec, link_for, sorted({m for m, _ in lack}),
-                                       sorted({tp for _, tp in lack})), cal, profile)
-        table: TimeTable = {m: dict(per) for m, per in profile.times[t].items()}
-        for m, tp in sorted(lack):
-            table.setdefault(m, {})[tp] = full[m][tp]
-        tables[t] = table
-        cells = sum(len(v) for v in profile.times[t].values())
-        notes[t] = (f"{cells} measured (micro-batch, TP) entries kept, {len(lack)} derived: {model.describe()}, "
-                    "calibrated on its own")
-    if not tables:
-        return profile
-    out = with_derived(profile, tables, "")
-    return dataclasses.replace(out, extra={**out.extra, "derived_types": {**out.extra["derived_types"], **notes}})
-
-
 def _fitted(profile: LayeredProfile, cluster: GpuCluster, what: str) -> tuple[list[str], DerivationModel]:
     """The profile's measured catalog types and the model fitted on them (over the cluster's intra-node links); none
     is a one-line error saying ``what`` cannot be done."""
@@ -359,7 +280,7 @@ def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -
     if precision not in ACT_BYTES:
         raise ConfigError(f"planner.precision={precision!r} (accepted: {', '.join(TRAINING_PRECISIONS)}, auto)")
     catalog = default_catalog()
-    types = sorted(t for t in _planned(cluster) if t in profile.times)
+    types = sorted(t for t in planned_types(cluster) if t in profile.times)
     specs = {}
     for t in types:
         spec = catalog.find(t)
@@ -417,7 +338,7 @@ def precisions(profile: LayeredProfile, cluster: GpuCluster, setting: str) -> li
     if setting != "auto":
         return [setting]
     catalog = default_catalog()
-    found = [catalog.find(t) for t in _planned(cluster)]
+    found = [catalog.find(t) for t in planned_types(cluster)]
     specs = [s for s in found if s is not None]
     if len(specs) < len(found):
         return [profile.precision]
@@ -425,5 +346,6 @@ def precisions(profile: LayeredProfile, cluster: GpuCluster, setting: str) -> li
         p == "fp32" or p in s.flops for s in specs)]
 
 
-def _planned(cluster: GpuCluster) -> list[str]:
+def planned_types(cluster: GpuCluster) -> list[str]:
+    """The GPU types the cluster has at least one of, sorted."""
     return sorted({t for (t, _), n in cluster.gpus.items() if n > 0})

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from orchestrator import cache
 from orchestrator.errors import ConfigError, InfeasiblePlanError, WorkloadError
 from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.plan import LayeredProfile, Plan
@@ -195,7 +196,7 @@ class PlanningPhase:
 
             profile = derive_for_cluster(profile, cluster)
         if self.fill:
-            from orchestrator.plan.derive import fill_measured
+            from orchestrator.plan.fill import fill_measured
 
             profile = fill_measured(profile, cluster)
         check_covered(profile, cluster)
@@ -236,9 +237,11 @@ class PlanningPhase:
             tags["plan.variants_tried"] = ", ".join(variant(t.profile) for t in tried)
         if refused:
             tags["plan.variants_refused"] = ", ".join(variant(prof) for prof, _ in refused)
-        t0 = time.perf_counter()
+        t0, hits = time.perf_counter(), cache.hits
         metrics.update(self.bounds([t.profile for t in tried] + [prof for prof, _ in refused], cluster, batch, plan, est))
         metrics["plan.bound_time_s"] = time.perf_counter() - t0
+        if cache.hits > hits:                      # computed by an earlier trial on the same cluster (orchestrator.cache)
+            tags["plan.bound_cached"] = "true"
         if not est.fits:
             tags["plan.violations"] = "; ".join(est.violations)[:4900]
         if evaluator.skipped_reasons:

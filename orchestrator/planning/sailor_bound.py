@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from orchestrator.cache import cached
 from orchestrator.errors import UserError
 from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.plan import LayeredProfile, Plan
@@ -64,12 +65,22 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
 
     ``pipelines="one"`` or ``"several"``: the bound over plans of one pipeline, or of two or more, only.
     With ``P`` the parameter bytes, ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
-    parts, ``G`` the cluster's GPUs and each ring Sailor's bucketed ring on the fastest one-GPU link."""
+    parts, ``G`` the cluster's GPUs and each ring Sailor's bucketed ring on the fastest one-GPU link.
+    Kept across trials (``orchestrator.cache``): a sweep's planners on one cluster compute it once."""
+    (best, found), _ = cached("sailor-bound", (profile, cluster, global_batch, pipelines),
+                              lambda: _sailor_lower_bound(profile, cluster, global_batch, pipelines))
+    if detail is not None:
+        detail.update(found)
+    return best
+
+
+def _sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
+                        pipelines: str) -> tuple[float, dict[str, float]]:
     u_min = min_update(profile, cluster)
     u_min = u_min if math.isfinite(u_min) else 0.0
     G = sum(n for n in cluster.gpus.values() if n > 0)
     if G < 1:
-        return math.inf
+        return math.inf, {}
     rules = ("one", "several") if pipelines == "any" else (pipelines,)
     rings = Rings(profile, cluster, G)
     floors = _sailor_allreduce_floor(profile, cluster, G, rings)
@@ -77,12 +88,13 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     cands, times = _column_candidates(profile, cluster, global_batch, G, u_min, ar)
     best, where = _Refinement(profile, cluster, global_batch, times, rings, rules, floors).run(cands, u_min)
     release_scratch()
-    if detail is not None and math.isfinite(best):
+    detail: dict[str, float] = {}
+    if math.isfinite(best):
         b, n, c, w, pipe, sync = where
         m = math.ceil(global_batch / (b * n))
         detail.update({"mbs": b, "columns": n, "micro_batches": m, "work_s": m * c, "bubble_s": max(c, w) - c,
                        "pipelines_s": pipe, "update_s": u_min, "allreduce_s": sync})
-    return best
+    return best, detail
 
 
 def _column_candidates(profile: LayeredProfile, cluster: GpuCluster, global_batch: int, G: int, u_min: float,
