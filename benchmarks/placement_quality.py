@@ -49,22 +49,25 @@ EXTRACTED = [("Inception-V3", "inception_v3", {"input_size": 299}), ("ResNet-50"
 def mixed_gpu_host():
     """One host, one worker: 1 Xeon Platinum 8380 + 2 V100 (NVLink pair, each its own PCIe link)
     + 2 K80 (PCIe only, sharing one switch); V100 <-> K80 and GPU <-> CPU through host memory."""
-    from orchestrator.hardware.cluster import Link, Worker, host_memory
+    from orchestrator.hardware.cluster import Worker, host_memory
+    from orchestrator.hardware.links import ConstantLink
     from orchestrator.hardware.presets import NVLINK_LATENCY_S, PCIE_LATENCY_S, make_device
     from orchestrator.hardware.profiles import profile
+    from orchestrator.hardware.topology import Topology
 
     h, mem = "host0", host_memory("host0")
     devs = [make_device(profile("Xeon Platinum 8380 (datasheet)"), f"{h}/cpu:0", h)]
-    links = []
+    links = Topology()
     for i, (gpu, switch) in enumerate((("V100", None), ("V100", None), ("K80", "k80-switch"), ("K80", "k80-switch"))):
         p = profile(f"{gpu} (datasheet)")
         d = make_device(p, f"{h}/gpu:{i}", h)
         devs.append(d)
-        links.append(Link(d.name, mem, p.host_link_bandwidth, PCIE_LATENCY_S, f"{h}/{switch}:up" if switch else None, "pcie"))
-        links.append(Link(mem, d.name, p.host_link_bandwidth, PCIE_LATENCY_S, f"{h}/{switch}:down" if switch else None, "pcie"))
-    v100 = profile("V100 (datasheet)").peer_link_bandwidth
-    links += [Link(devs[1].name, devs[2].name, v100, NVLINK_LATENCY_S, None, "nvlink"),
-              Link(devs[2].name, devs[1].name, v100, NVLINK_LATENCY_S, None, "nvlink")]
+        pcie = ConstantLink(p.host_link_bandwidth, PCIE_LATENCY_S)
+        links.connect(d.name, mem, pcie, f"{h}/{switch}:up" if switch else None, "pcie")
+        links.connect(mem, d.name, pcie, f"{h}/{switch}:down" if switch else None, "pcie")
+    nvlink = ConstantLink(profile("V100 (datasheet)").peer_link_bandwidth, NVLINK_LATENCY_S)
+    links.connect(devs[1].name, devs[2].name, nvlink, None, "nvlink")
+    links.connect(devs[2].name, devs[1].name, nvlink, None, "nvlink")
     return Worker("mixed-gpu-host", devs, links, host=h)
 
 

@@ -34,8 +34,10 @@ from orchestrator.errors import ConfigError, InfeasiblePlacementError, Infeasibl
 from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
 from orchestrator.graph import Edge, Node, OpGraph, Placement, PlacementContext
-from orchestrator.hardware.cluster import Cluster, Device, Link, Worker
+from orchestrator.hardware.cluster import Cluster, Device, Worker
 from orchestrator.hardware.gpu_cluster import GpuCluster, GpuType
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
 from orchestrator.models import ModelSpec
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
@@ -54,7 +56,7 @@ __all__ = [
     "Schema", "option", "SyncConfig", "ServerSyncConfig", "Optimizer", "OptimizerSettings",
     "TrainContext", "TrainResult", "TrainSettings", "ModelSpec",
     "OpGraph", "Node", "Edge", "Placement", "PlacementContext", "PlacementOutcome", "MicrobatchSpec",
-    "Cluster", "Worker", "Device", "Link",
+    "Cluster", "Worker", "Device", "Topology", "ConstantLink",
     "Planner", "Plan", "Pipeline", "Stage", "Replica", "GpuCluster", "GpuType", "LayeredProfile", "PlanEstimate",
     "StageFigures", "PlanEvaluator", "PlanObjective", "PlanSimulator", "PlannerConfig",
     "UserError", "ConfigError", "InfeasiblePlacementError", "InfeasiblePlanError", "WorkloadError",

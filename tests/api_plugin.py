@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from orchestrator.api import (
     Cluster,
+    ConstantLink,
     Device,
     Evaluator,
     InfeasiblePlacementError,
-    Link,
     OpGraph,
     Placement,
     PlacementContext,
+    Topology,
     TrialContext,
     Worker,
     hookimpl,
@@ -32,7 +33,7 @@ class TwoDevices:
         TwoDevices.last_context = context
         devices = [Device("slow", "cpu", peak_flops=2e11, mem_bandwidth=5e10),
                    Device("fast", "gpu", peak_flops=1e13, mem_bandwidth=9e11, memory_bytes=16e9)]
-        links = [Link("slow", "fast", 1.6e10, 1e-5), Link("fast", "slow", 1.6e10, 1e-5)]
+        links = Topology({("slow", "fast"): ConstantLink(1.6e10, 1e-5), ("fast", "slow"): ConstantLink(1.6e10, 1e-5)})
         count = int(self.cfg.get("workers", 2)) if context.has_sync else 1
         return Cluster("two_devices", [Worker(f"worker{i}", devices, links) for i in range(count)], simulated=True,
                        description="a slow CPU and a fast accelerator per worker")

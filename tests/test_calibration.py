@@ -14,7 +14,9 @@ from orchestrator.hardware.calibration import (
     fit_scale,
     median_abs_rel_error,
 )
-from orchestrator.hardware.cluster import Device, Link, Worker
+from orchestrator.hardware.cluster import Device, Worker
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from plugins.hardware.local import calibration_of
 
@@ -56,9 +58,9 @@ def test_cost_scale_multiplies_profiled_costs_only():
 def test_link_latency_and_bandwidth_between_logical_cpus():
     g, w = _graph(), _worker()
     _, wl = apply(None, w, Calibration(link_latency_s=0.25))
-    assert [(l.src, l.dst, l.latency_s, l.bandwidth) for l in wl.links] == [
+    assert [(a, b, l.latency_s, l.bandwidth) for (a, b), l in wl.links.items()] == [
         ("cpu:0", "cpu:1", 0.25, math.inf), ("cpu:1", "cpu:0", 0.25, math.inf)]
-    assert w.links == [] and wl.route(w.devices[0], w.devices[1]) == [wl.links[0]]
+    assert w.links == {} and wl.route(w.devices[0], w.devices[1]) == [("cpu:0", "cpu:1")]
     # a (1) -> c on cpu:1 after 0.25, c ends 2.25, back by 2.5; b ended 2 on cpu:0; d 2.5 -> 3.5
     assert _step(g, wl, SPLIT) == pytest.approx(3.5)
     assert _step(g, wl, ALL0) == 4.0       # one device: no transfer
@@ -70,9 +72,11 @@ def test_link_latency_and_bandwidth_between_logical_cpus():
 
 def test_calibrated_links_keep_existing_links():
     devs = [Device("cpu:0", "cpu"), Device("cpu:1", "cpu"), Device("cpu:2", "cpu", host="h2")]
-    own = Link("cpu:0", "cpu:1", 5.0, 7.0)
-    w = calibrate_worker(Worker("w", devs, [own]), Calibration(link_latency_s=1e-3))
-    assert w.links[0] is own and {(l.src, l.dst) for l in w.links[1:]} == {("cpu:1", "cpu:0")}   # cpu:2: other host
+    own = ConstantLink(5.0, 7.0)
+    before = Topology({("cpu:0", "cpu:1"): own})
+    w = calibrate_worker(Worker("w", devs, before), Calibration(link_latency_s=1e-3))
+    assert list(w.links.items())[0] == (("cpu:0", "cpu:1"), own) and list(w.links)[1:] == [("cpu:1", "cpu:0")]  # cpu:2: other host
+    assert list(before.links) == [("cpu:0", "cpu:1")]                                         # a copy
 
 
 def test_local_hardware_knobs():

@@ -18,8 +18,8 @@ def test_reference_preset_routes_through_shared_pcie():
     g = [d for d in w.devices if d.kind == "gpu"]
     assert len(g) == 4 and sum(d.kind == "cpu" for d in w.devices) == 1
     hops = w.route(g[0], g[1])
-    assert [l.shared for l in hops] == ["host0/pcie-switch0:up", "host0/pcie-switch0:down"]
-    assert w.route(g[0], w.devices[0])[0].dst == "host0:mem"
+    assert [w.topology.channel(k) for k in hops] == ["host0/pcie-switch0:up", "host0/pcie-switch0:down"]
+    assert w.route(g[0], w.devices[0])[0][1] == "host0:mem"
 
 
 def test_hetero_cluster_has_unequal_hosts_and_network_routes():
@@ -27,8 +27,11 @@ def test_hetero_cluster_has_unequal_hosts_and_network_routes():
     assert len(c.workers) == 3 and len({d.profile for w in c.workers for d in w.devices if d.kind == "gpu"}) == 3
     w = multi_host_worker(c)
     a, b = w.device("host0/gpu:0"), w.device("host2/gpu:1")
-    assert [l.kind for l in w.route(a, b)] == ["pcie", "network", "pcie"]
-    assert [l.kind for l in w.route(a, w.device("host0/gpu:1"))] == ["nvlink"]
+    assert [w.topology.kinds[k] for k in w.route(a, b)] == ["pcie", "network", "pcie"]
+    assert [w.topology.kinds[k] for k in w.route(a, w.device("host0/gpu:1"))] == ["nvlink"]
+    assert w.topology is c.workers[0].topology and len(w.links) == len(w.topology.links)   # one table, viewed
+    assert all(k[0].startswith("host1") and k[1].startswith("host1") for k in c.workers[1].links)
+    assert w.topology.channel(("host0:mem", "host2:mem")) == "host0/nic:out"
 
 
 def test_cluster_file(tmp_path):
@@ -58,6 +61,6 @@ def test_one_parser_for_the_units_users_write():
         parse_bandwidth(0, "GB/s", "hardware.x.bandwidth_GBps")
     with pytest.raises(ConfigError, match="latency_us='soon' is not a number"):
         parse_latency_us("soon", "latency_us")
-    w = multi_host_worker(sim_hetero_cluster())          # a device link is a ConstantLink with its endpoints
-    link = w.route(w.device("host0/gpu:0"), w.device("host2/gpu:1"))[1]
+    w = multi_host_worker(sim_hetero_cluster())          # a device link is a ConstantLink in the topology
+    link = w.links[w.route(w.device("host0/gpu:0"), w.device("host2/gpu:1"))[1]]
     assert isinstance(link, ConstantLink) and link.time(1e9) == link.latency_s + 1e9 / link.bandwidth

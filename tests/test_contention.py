@@ -10,8 +10,10 @@ from omegaconf import OmegaConf
 from test_pipeline_schedule import _assign, _chain, _worker
 
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.cluster import CorePool, Device, Link, Worker
+from orchestrator.hardware.cluster import CorePool, Device, Worker
 from orchestrator.hardware.contention import SharedCores, core_pool
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule
 
 
@@ -20,7 +22,7 @@ def _pooled(n, eff, shared=None):
     number; eff(k > 2) the same) or (eff(2), eff(3), ...) = ``eff`` (a tuple)."""
     shared = range(n) if shared is None else shared
     devs = [Device(f"cpu:{i}", "cpu", core_pool="h:cores" if i in shared else None) for i in range(n)]
-    links = [Link(f"cpu:{i}", f"cpu:{j}", 1e9, kind="local") for i in range(n) for j in range(n) if i != j]
+    links = Topology({(f"cpu:{i}", f"cpu:{j}"): ConstantLink(1e9) for i in range(n) for j in range(n) if i != j})
     return Worker("w", devs, links, core_pools={"h:cores": CorePool(eff if isinstance(eff, tuple) else (eff,))})
 
 

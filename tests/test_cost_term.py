@@ -32,7 +32,8 @@ PROBE = r"""
 import json, sys
 from pathlib import Path
 from orchestrator.graph import Edge, Node, OpGraph, Placement
-from orchestrator.hardware.cluster import Device, Link, Worker
+from orchestrator.hardware.cluster import Device, Worker
+from orchestrator.hardware.links import ConstantLink
 from orchestrator.placement.simulate.simulator import simulate
 from orchestrator.placement.solve.problem import PlacementProblem
 from orchestrator.sync.costmodel import allgather_s, allreduce_s
@@ -41,7 +42,7 @@ from orchestrator.hardware.topology import Topology
 out = {}
 g = OpGraph("t", [Node("a", cost={"gpu": 1.0}), Node("b", cost={"gpu": 1.0})], [Edge("a", "b", 1e8)]).validate()
 devs = [Device(f"gpu:{i}", "gpu") for i in range(2)]
-w = Worker("w", devs, [Link(x.name, y.name, 1e9, 1e-5) for x in devs for y in devs if x is not y])
+w = Worker("w", devs, Topology({(x.name, y.name): ConstantLink(1e9, 1e-5) for x in devs for y in devs if x is not y}))
 out["placement_step_s"] = simulate(g, w, Placement(w.device_names, {"a": "gpu:0", "b": "gpu:1"})).step_time_s
 net = Topology.uniform(4)
 out["sync_allreduce_s"] = allreduce_s(1e8, net)

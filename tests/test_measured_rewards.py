@@ -11,7 +11,9 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.graph import Edge, Node, OpGraph, PlacementContext
-from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
+from orchestrator.hardware.cluster import Device, Worker, host_memory
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.placement.evaluate.measured import MeasuredRewardEvaluator, RewardSettings, resolve_reward
 from orchestrator.placement.evaluate.measured_fit import fit_with_prior, median_rel_error
 from orchestrator_plugins.placers.greedy import GreedyPlacer
@@ -22,8 +24,7 @@ from orchestrator_plugins.placers.rl import RLPlacer
 def worker(n=2) -> Worker:
     mem = host_memory("host0")
     devs = [Device(f"gpu:{i}", "gpu", peak_flops=1e12) for i in range(n)]
-    links = [l for d in devs for l in (Link(d.name, mem, 1e9, 1e-5), Link(mem, d.name, 1e9, 1e-5))]
-    return Worker("w", devs, links)
+    return Worker("w", devs, Topology({k: ConstantLink(1e9, 1e-5) for d in devs for k in ((d.name, mem), (mem, d.name))}))
 
 
 def graph() -> OpGraph:

@@ -8,7 +8,9 @@ import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.graph import Edge, Node, OpGraph
-from orchestrator.hardware.cluster import Device, Link, Worker
+from orchestrator.hardware.cluster import Device, Worker
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.placement.simulate.inflight import MicrobatchSpec, in_flight
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule, settings, task_order
 from orchestrator.placement.simulate.simulator import Simulator
@@ -38,8 +40,7 @@ def _chain(f, b, u=None, hop=None, loss=0.0, act=100.0, param=10.0):
 
 def _worker(n, mem=math.inf):
     devs = [Device(f"cpu:{i}", "cpu", memory_bytes=mem, memory_pool=None) for i in range(n)]
-    links = [Link(f"cpu:{i}", f"cpu:{j}", 1e9, kind="local") for i in range(n) for j in range(n) if i != j]
-    return Worker("w", devs, links)
+    return Worker("w", devs, Topology({(f"cpu:{i}", f"cpu:{j}"): ConstantLink(1e9) for i in range(n) for j in range(n) if i != j}))
 
 
 def _assign(g, stage_of_layer):

@@ -11,7 +11,9 @@ import pytest
 
 from orchestrator.errors import InfeasiblePlacementError
 from orchestrator.graph import Edge, Node, OpGraph, PlacementContext
-from orchestrator.hardware.cluster import Device, Link, Worker, host_memory
+from orchestrator.hardware.cluster import Device, Worker, host_memory
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.placement.evaluate.evaluator import SimulatedEvaluator
 from orchestrator.placement.simulate.simulator import Simulator
 from orchestrator_plugins.placers.greedy import GreedyPlacer
@@ -26,8 +28,8 @@ GB = 1e9
 def worker(speeds=(1.0, 1.0, 1.0), memory=math.inf, bandwidth=1e9) -> Worker:
     mem = host_memory("host0")
     devs = [Device(f"gpu:{i}", "gpu", peak_flops=s * 1e12, memory_bytes=memory) for i, s in enumerate(speeds)]
-    links = [l for d in devs for l in (Link(d.name, mem, bandwidth, 1e-5), Link(mem, d.name, bandwidth, 1e-5))]
-    return Worker("w", devs, links)
+    link = ConstantLink(bandwidth, 1e-5)
+    return Worker("w", devs, Topology({k: link for d in devs for k in ((d.name, mem), (mem, d.name))}))
 
 
 def graph(flops, edges=(), nbytes=1e8, mem=0.0, name="g") -> OpGraph:

@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.graph import Edge, Node, OpGraph, Placement
-from orchestrator.hardware.cluster import Device, Link, Worker
+from orchestrator.hardware.cluster import Device, Worker
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.placement.simulate.gantt import gantt
 from orchestrator.placement.simulate.simulator import Simulator, lower_bound, simulate
 
@@ -20,8 +22,9 @@ def graph(costs, edges, **node_kw):
 
 def worker(n_gpus=2, bw=1e9, latency=0.5, shared=None, memory=math.inf):
     devs = [Device(f"gpu:{i}", "gpu", memory_bytes=memory) for i in range(n_gpus)]
-    links = [Link(a.name, b.name, bw, latency, shared) for a in devs for b in devs if a is not b]
-    return Worker("w", devs, links)
+    ends = [(a.name, b.name) for a in devs for b in devs if a is not b]
+    return Worker("w", devs, Topology(dict.fromkeys(ends, ConstantLink(bw, latency)),
+                                      channels=dict.fromkeys(ends, shared) if shared else {}))
 
 
 def run(g, w, where, **kw):
@@ -106,7 +109,7 @@ def test_lower_bound_never_exceeds_a_simulated_step(case):
     g = graph(costs, edges, **cpu_only)
     cpu = Device("cpu:0", "cpu", host="h")
     gpus = [Device(f"gpu:{i}", "gpu", host="h") for i in range(2)]
-    links = [Link(d.name, "h:mem", 1e9, 1e-3) for d in gpus] + [Link("h:mem", d.name, 1e9, 1e-3) for d in gpus]
+    links = Topology({k: ConstantLink(1e9, 1e-3) for k in [(d.name, "h:mem") for d in gpus] + [("h:mem", d.name) for d in gpus]})
     w = Worker("w", [cpu, *gpus], links, host="h")
     names = w.device_names
     place = {n.name: "cpu:0" if n.cpu_only else names[where[i]] for i, n in enumerate(g.nodes)}

@@ -28,7 +28,9 @@ import numpy as np
 import pytest
 
 from orchestrator.graph import Edge, Node, OpGraph
-from orchestrator.hardware.cluster import Device, Link, Worker
+from orchestrator.hardware.cluster import Device, Worker
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.placement.simulate.inflight import F, U, flow_position, in_flight_counts, phase_of, stage_order
 from orchestrator.placement.simulate.microbatch import MicrobatchSchedule
 
@@ -56,7 +58,7 @@ def _graph(untwinned: int) -> OpGraph:
 
 def _worker() -> Worker:
     devs = [Device(f"cpu:{i}", "cpu", memory_bytes=float("inf"), memory_pool=None) for i in range(2)]
-    return Worker("w", devs, [Link(f"cpu:{i}", f"cpu:{1 - i}", 1e9, kind="local") for i in range(2)])
+    return Worker("w", devs, Topology({(f"cpu:{i}", f"cpu:{1 - i}"): ConstantLink(1e9) for i in range(2)}))
 
 
 def _assign(g: OpGraph) -> np.ndarray:

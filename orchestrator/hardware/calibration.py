@@ -7,9 +7,9 @@ fit them against measured step times.
   ``OpGraph.node_cost_s`` returns for a device with that profile); roofline costs are untouched;
 - ``link_latency_s`` / ``link_bandwidth``: links between the CPU devices of one host (logical CPU
   devices of ``runtime.split_cpu``), which the simulator otherwise treats as free. ``None`` for
-  both leaves the worker as it is; one of them set adds a direct link per ordered pair (the other
-  one then costs nothing: latency 0 s or infinite bandwidth). ``cluster._route`` prefers a direct
-  link over the free CPU-to-CPU path.
+  both leaves the worker as it is; one of them set adds a direct link per ordered pair to a copy of the
+  worker's topology (the other one then costs nothing: latency 0 s or infinite bandwidth). ``Worker.route``
+  prefers a direct link over the free CPU-to-CPU path.
 
 ``apply(graph, worker, calib)`` returns calibrated copies. ``hardware=local`` exposes the knobs as
 ``hardware.cost_scale``, ``hardware.link_latency_us`` and ``hardware.link_bandwidth_GBps``;
@@ -21,11 +21,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from itertools import permutations
 
 import numpy as np
 
 from orchestrator.graph import OpGraph
-from orchestrator.hardware.cluster import Link, Worker
+from orchestrator.hardware.cluster import Worker
+from orchestrator.hardware.links import ConstantLink
 
 
 @dataclass
@@ -61,11 +63,13 @@ def calibrate_worker(worker: Worker, calib: Calibration) -> Worker:
     if lat < 0 or bw <= 0:
         from orchestrator.errors import ConfigError
         raise ConfigError(f"link latency {lat} s must be >= 0 and bandwidth {bw} B/s > 0")
-    have = {(l.src, l.dst) for l in worker.links}
+    topo = worker.topology
+    topo = dataclasses.replace(topo, links=dict(topo.links), channels=dict(topo.channels), kinds=dict(topo.kinds))
     cpus = [d for d in worker.devices if d.kind == "cpu"]
-    new = [Link(a.name, b.name, bw, lat, None, "local") for a in cpus for b in cpus
-           if a is not b and a.host == b.host and (a.name, b.name) not in have]
-    return dataclasses.replace(worker, links=[*worker.links, *new])
+    for a, b in permutations(cpus, 2):
+        if a.host == b.host and (a.name, b.name) not in topo.links:
+            topo.connect(a.name, b.name, ConstantLink(bw, lat), kind="local")
+    return dataclasses.replace(worker, topology=topo)
 
 
 def apply(graph: OpGraph | None, worker: Worker | None, calib: Calibration) -> tuple[OpGraph | None, Worker | None]:

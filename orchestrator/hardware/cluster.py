@@ -1,5 +1,7 @@
-"""The hardware model: devices, links, workers, hosts. Hardware adapters build a ``Cluster``;
-placers place a model on one ``Worker``'s devices; sync strategies run one replica per worker.
+"""The placement's view of the hardware model: devices, workers, hosts. Hardware adapters build a ``Cluster``;
+placers place a model on one ``Worker``'s devices; sync strategies run one replica per worker. The links are
+the cluster's ``hardware.topology.Topology`` (the workers share it): ``Worker.links`` is the part of it
+between one worker's devices and hosts, ``Worker.route`` a path through it.
 
 Units: FLOP/s, bytes, bytes/s, seconds.
 """
@@ -10,8 +12,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from orchestrator.errors import ConfigError
 from orchestrator.hardware.cost import roofline_s
 from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 
 
 @dataclass
@@ -80,30 +84,13 @@ class CorePool:
         return 1.0 if k <= 1 else self.eff(k) / k
 
 
-@dataclass(frozen=True, init=False)
-class Link(ConstantLink):
-    """A ``ConstantLink`` between two endpoints (devices, or a device and host memory), whose ``time`` it
-    keeps. Links with the same ``shared`` name contend (a PCIe switch, a host's NIC): one channel."""
-
-    src: str
-    dst: str
-    shared: str | None = None
-    kind: str = "pcie"             # "pcie", "nvlink", "network", "local"
-
-    def __init__(self, src: str, dst: str, bandwidth: float, latency_s: float = 0.0, shared: str | None = None,
-                 kind: str = "pcie"):
-        for key, value in (("src", src), ("dst", dst), ("bandwidth", bandwidth), ("latency_s", latency_s),
-                           ("shared", shared), ("kind", kind)):
-            object.__setattr__(self, key, value)
-
-
 @dataclass
 class Worker:
     """A data-parallel worker: the devices one replica of the model is placed on."""
 
     name: str
     devices: list[Device]
-    links: list[Link] = field(default_factory=list)
+    topology: Topology = field(default_factory=Topology)   # the cluster's links (the workers share it)
     speed: float = 1.0             # relative compute speed of this worker (1.0 = reference)
     host: str = "host0"
     core_pools: dict[str, CorePool] = field(default_factory=dict)   # Device.core_pool -> its sharing
@@ -122,8 +109,43 @@ class Worker:
     def device_names(self) -> list[str]:
         return [d.name for d in self.devices]
 
-    def route(self, src: Device, dst: Device) -> list[Link]:
-        return _route(self, src, dst)
+    @property
+    def links(self) -> dict[tuple[str, str], ConstantLink]:
+        """The links between this worker's devices and its hosts' memory, by their endpoints, in the topology's order."""
+        ends = {d.name for d in self.devices} | {host_memory(d.host) for d in self.devices}
+        out = {}
+        for k, link in self.topology.links.items():
+            if k[0] in ends and k[1] in ends:
+                if not isinstance(link, ConstantLink):
+                    raise ConfigError(f"worker {self.name!r}: the link {k[0]} -> {k[1]} is fitted on message size; "
+                                      "placement needs a constant one")
+                out[k] = link
+        return out
+
+    def route(self, src: Device, dst: Device) -> list[tuple[str, str]]:
+        """The links (their endpoints) a tensor crosses from ``src`` to ``dst``: none on one device, a direct link where there
+        is one (NVLink; a calibrated link between logical CPUs), none between CPUs of one host, else up
+        to host memory, across the network between hosts, and down. Raises ``ConfigError`` when a
+        needed link is missing."""
+        if src.name == dst.name:
+            return []
+        by_ends = self.topology.links
+        if (src.name, dst.name) in by_ends:
+            return [(src.name, dst.name)]
+        if src.kind == "cpu" and dst.kind == "cpu" and src.host == dst.host:
+            return []
+        hops = []
+        a, b = host_memory(src.host), host_memory(dst.host)
+        if src.kind != "cpu":
+            hops.append((src.name, a))
+        if a != b:
+            hops.append((a, b))
+        if dst.kind != "cpu":
+            hops.append((b, dst.name))
+        missing = [h for h in hops if h not in by_ends]
+        if missing:
+            raise ConfigError(f"worker {self.name!r}: no link {missing[0][0]} -> {missing[0][1]} (needed from {src.name} to {dst.name})")
+        return hops
 
 
 @dataclass
@@ -131,43 +153,9 @@ class Cluster:
     name: str
     workers: list[Worker]
     simulated: bool                # True when no device of it exists for real here
-    network: ConstantLink = ConstantLink(1.25e9, 50e-6)   # between hosts, one NIC channel per host (10 GbE)
     description: str = ""
 
-    @property
-    def hosts(self) -> list[str]:
-        return sorted({w.host for w in self.workers})
 
-
-# -- routes ------------------------------------------------------------------------------------
 def host_memory(host: str) -> str:
     """The name of a host's memory as a link endpoint (CPU devices compute in it directly)."""
     return f"{host}:mem"
-
-
-def _route(worker: Worker, src: Device, dst: Device) -> list[Link]:
-    """Links a tensor crosses from ``src`` to ``dst``: none on one device, a direct link where there
-    is one (NVLink; a calibrated link between logical CPUs), none between CPUs of one host, else up
-    to host memory, across the network between hosts, and down. Raises ``ConfigError`` when a
-    needed link is missing."""
-    if src.name == dst.name:
-        return []
-    by_ends = {(l.src, l.dst): l for l in worker.links}
-    if (src.name, dst.name) in by_ends:
-        return [by_ends[src.name, dst.name]]
-    if src.kind == "cpu" and dst.kind == "cpu" and src.host == dst.host:
-        return []
-    hops = []
-    a, b = host_memory(src.host), host_memory(dst.host)
-    if src.kind != "cpu":
-        hops.append((src.name, a))
-    if a != b:
-        hops.append((a, b))
-    if dst.kind != "cpu":
-        hops.append((b, dst.name))
-    missing = [h for h in hops if h not in by_ends]
-    if missing:
-        from orchestrator.errors import ConfigError
-        raise ConfigError(f"worker {worker.name!r}: no link {missing[0][0]} -> {missing[0][1]} (needed from {src.name} to {dst.name})")
-    return [by_ends[h] for h in hops]
-

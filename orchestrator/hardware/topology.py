@@ -1,6 +1,10 @@
 """The links of a cluster, one table: ``Topology``. Every link is a ``ConstantLink`` or a ``FittedLink``
 (``hardware.links``; bytes, seconds, bytes/s inside) between two endpoints, and the views read it:
 
+- the placement: links between devices and host memories (endpoints: device names, ``cluster.host_memory(host)``), with
+  their contention channel (``channels``: links naming one channel contend, as on a PCIe switch or a host's NIC;
+  absent: the link is its own) and kind (``kinds``: "pcie", "nvlink", "network", "local"), added by ``connect``;
+  ``cluster.Worker.links`` is the part between one worker's devices and hosts, ``Worker.route`` a path through it;
 - the sync virtual clock: each worker's link to the network (endpoints ``("worker", i)`` -> ``NETWORK``) and the
   parameter server's, per shard (``SERVER`` -> ``NETWORK``): ``workers``, ``server``; built from
   ``hardware.network`` by ``from_cfg`` (default 10 Gbit/s and 50 us everywhere);
@@ -9,8 +13,7 @@
   (``intra_link``, ``intra_node_bandwidths.json``), and the USD per GB between zones (``egress``).
 
 ``default_inter`` links a pair no entry names (between machines, or a worker without its own link);
-``default_intra`` inside a machine; without one, a missing entry is an error naming it. The placement's device
-links are ``cluster.Link`` (a ``ConstantLink`` with its endpoints and channel) on each ``cluster.Worker``.
+``default_intra`` inside a machine; without one, a missing entry is an error naming it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,21 @@ class Topology:
     egress_usd_per_gb: dict[str, dict[str, float]] = field(default_factory=dict)
     default_inter: Link | None = None
     default_intra: Link | None = None
+    channels: dict[tuple[Any, Any], str] = field(default_factory=dict)   # the placement's (see the module docstring)
+    kinds: dict[tuple[Any, Any], str] = field(default_factory=dict)
+
+    # -- the placement's view ------------------------------------------------------------------
+    def connect(self, src: Any, dst: Any, link: Link, shared: str | None = None, kind: str | None = None) -> None:
+        """The link ``src -> dst`` (one direction), on the contention channel ``shared`` (None: its own)."""
+        self.links[src, dst] = link
+        if shared is not None:
+            self.channels[src, dst] = shared
+        if kind is not None:
+            self.kinds[src, dst] = kind
+
+    def channel(self, ends: tuple[Any, Any]) -> str:
+        """The contention channel of the link between ``ends``."""
+        return self.channels.get(ends) or f"{ends[0]}->{ends[1]}"
 
     # -- the sync virtual clock's view ----------------------------------------------------------
     @cached_property

@@ -17,6 +17,7 @@ as before). GPUs do not share the pool."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.api import TrialContext
@@ -53,8 +54,8 @@ class LocalHardware:
             for i, d in enumerate(tf.config.list_logical_devices("GPU")):
                 devices.append(Device(f"gpu:{i}", "gpu", profile="local-gpu", tf_device=d.name))
         speeds = worker_layout(self.cfg, context.has_sync)
-        workers = [calibrate_worker(Worker(f"worker{i}", devices, speed=s, core_pools=pools), self.calibration)
-                   for i, s in enumerate(speeds)]
+        base = calibrate_worker(Worker("worker0", devices, core_pools=pools), self.calibration)   # one topology
+        workers = [replace(base, name=f"worker{i}", speed=s) for i, s in enumerate(speeds)]
         return Cluster("local", workers, simulated=False,
                        description=f"this machine: {len(cpus)} logical CPU device(s) "
                                    f"({'sharing its cores: ' + pool.source if pool else 'independent'}), "

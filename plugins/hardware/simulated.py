@@ -26,7 +26,7 @@ def _replicate(cluster: Cluster, cfg: Any, has_sync: bool) -> Cluster:
             cluster.workers = [replace(w, speed=float(s)) for w, s in zip(cluster.workers, speeds)]
         return cluster
     base = cluster.workers[0]
-    cluster.workers = [Worker(f"worker{i}", base.devices, base.links, speed=s, host=base.host)
+    cluster.workers = [Worker(f"worker{i}", base.devices, base.topology, speed=s, host=base.host)
                        for i, s in enumerate(worker_layout(cfg, has_sync))]
     return cluster
 

@@ -4,12 +4,15 @@ lists (``hardware.addresses``). Task i's CPU is device ``cpu:i``; everything is 
 
 from __future__ import annotations
 
+from itertools import permutations
 from typing import Any
 
 from orchestrator.api import TrialContext
 from orchestrator.config.hardware import TFClusterHardwareConfig
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.cluster import Cluster, Device, Worker, host_memory
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 from orchestrator.hardware.workers import worker_layout
 
@@ -40,10 +43,11 @@ class TFClusterHardware:
         bw = parse_bandwidth(self.options.link_bandwidth_GBps, "GB/s", "hardware.link_bandwidth_GBps", finite=False)
         lat = parse_latency_us(self.options.link_latency_us, "hardware.link_latency_us")
         rates = self._lab_rates(len(devices))
-        links = [Link(host_memory(a.host), host_memory(b.host), min(rates[i], rates[j]) if rates else bw, lat, None,
-                      "network")
-                 for i, a in enumerate(devices) for j, b in enumerate(devices) if a is not b]
-        workers = [Worker(f"worker{i}", devices, links, speed=s)
+        topo = Topology()
+        for (i, a), (j, b) in permutations(enumerate(devices), 2):
+            link = ConstantLink(min(rates[i], rates[j]) if rates else bw, lat)
+            topo.connect(host_memory(a.host), host_memory(b.host), link, kind="network")
+        workers = [Worker(f"worker{i}", devices, topo, speed=s)
                    for i, s in enumerate(worker_layout(self.cfg, context.has_sync))]
         return Cluster("tf_cluster", workers, simulated=False, description=where)
 

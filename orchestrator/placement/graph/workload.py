@@ -32,7 +32,9 @@ from typing import Any, ParamSpec, TypeVar
 from orchestrator.errors import WorkloadError
 from orchestrator.graph.opgraph import Edge, Node, OpGraph
 from orchestrator.graph.placement import Placement
-from orchestrator.hardware.cluster import Cluster, Device, Link, Worker, host_memory
+from orchestrator.hardware.cluster import Cluster, Device, Worker, host_memory
+from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.topology import Topology
 from orchestrator.models import ModelSpec
 from orchestrator.paths import read_json
 
@@ -117,9 +119,11 @@ def msr_worker(n_acc: int, n_cpu: int, acc_memory: float, host_memory_bytes: flo
     devs = [Device(f"acc:{i}", "accelerator", memory_bytes=acc_memory, profile="msr accelerator") for i in range(n_acc)]
     devs += [Device(f"cpu:{j}", "cpu", memory_bytes=host_memory_bytes, profile="msr cpu core", memory_pool=mem)
              for j in range(n_cpu)]
-    links = [l for i in range(n_acc) for l in (Link(f"acc:{i}", mem, math.inf, 0.0, None, "pcie"),
-                                                Link(mem, f"acc:{i}", math.inf, 0.0, None, "pcie"))]
-    return Worker("msr", devs, links)
+    topo = Topology()
+    for i in range(n_acc):
+        topo.connect(f"acc:{i}", mem, ConstantLink(math.inf, 0.0), kind="pcie")
+        topo.connect(mem, f"acc:{i}", ConstantLink(math.inf, 0.0), kind="pcie")
+    return Worker("msr", devs, topo)
 
 
 def load_msr_workload(path: str | Path, *, time_unit: str = "ms", host_memory_bytes: float = math.inf) -> Workload:

@@ -63,8 +63,8 @@ def workers() -> dict[str, Worker]:
 
     out = {"sim_1cpu_4gpu": sim_1cpu_4gpu().workers[0]}
     for gpu in ("V100", "A100", "K80"):
-        devs, links = make_host("host0", "Xeon Platinum 8380 (datasheet)", f"{gpu} (datasheet)", 2)
-        out[f"1cpu_2{gpu.lower()}"] = Worker(f"1cpu-2{gpu.lower()}", devs, links, host="host0")
+        devs, topo = make_host("host0", "Xeon Platinum 8380 (datasheet)", f"{gpu} (datasheet)", 2)
+        out[f"1cpu_2{gpu.lower()}"] = Worker(f"1cpu-2{gpu.lower()}", devs, topo, host="host0")
     return out
 
 

@@ -57,13 +57,12 @@ class LoadModel:
                 self.fixed[u] = max(self.fixed[u], e.cost * graph.time_unit_s)
         self.src = np.array([p[0] for p in pairs], dtype=np.int64)
         self.dst = np.array([p[1] for p in pairs], dtype=np.int64)
-        links = worker.links
+        ends = self.sim.link_ends
         dev_ix = {d.name: i for i, d in enumerate(worker.devices)}
-        self.n_links = max(1, len(links))
-        self.link_src = np.array([dev_ix.get(l.src, -1) for l in links] + [-1], dtype=np.int64)
-        self.link_dst = np.array([dev_ix.get(l.dst, -1) for l in links] + [-1], dtype=np.int64)
-        self.link_lat = np.array([l.latency_s for l in links] + [0.0])
-        self.link_bw = np.array([l.bandwidth for l in links] + [1.0])
+        self.n_links = max(1, len(ends))
+        self.link_src = np.array([dev_ix.get(a, -1) for a, _ in ends] + [-1], dtype=np.int64)
+        self.link_dst = np.array([dev_ix.get(b, -1) for _, b in ends] + [-1], dtype=np.int64)
+        self.link_lat, self.link_bw = self.sim.link_lat, self.sim.link_bw
         self.link_chan = self.sim.link_chan
         hops = max([self.sim.route_ptr[i + 1] - self.sim.route_ptr[i] for i in range(nd * nd)] + [1])
         self.routes = np.full((nd, nd, hops), -1, dtype=np.int64)

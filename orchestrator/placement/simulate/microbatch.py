@@ -301,10 +301,7 @@ class MicrobatchSchedule:
         return SharedCores() if len(pooled) > len(set(pooled)) else None  # type: ignore[no-untyped-call]
 
     def _chan_name(self, ch: int) -> str:
-        for link, c in zip(self.worker.links, self.sim.link_chan):
-            if c == ch:
-                return link.shared or f"{link.src}->{link.dst}"
-        return f"channel {ch}"
+        return next((name for name, c in self.sim.channel_names.items() if c == ch), f"channel {ch}")
 
     def minibatch_time(self, assign: npt.ArrayLike) -> float:
         """The mini-batch time only (the fast path for placers); inf where memory breaks."""

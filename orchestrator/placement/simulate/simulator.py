@@ -98,19 +98,20 @@ class Simulator:
 
     def _routes(self, worker: Worker) -> None:
         links = worker.links
-        lid = {id(l): i for i, l in enumerate(links)}
-        chan_names: dict[str, int] = {}
-        self.link_chan = np.array([chan_names.setdefault(l.shared or f"{l.src}->{l.dst}", len(chan_names)) for l in links]
-                                  + [0], dtype=np.int64)
-        self.n_chan = max(1, len(chan_names))
-        self.link_lat = np.array([l.latency_s for l in links] + [0.0])
-        self.link_bw = np.array([l.bandwidth for l in links] + [1.0])
+        self.link_ends = list(links)                       # link id -> its endpoints
+        lid = {k: i for i, k in enumerate(links)}
+        self.channel_names: dict[str, int] = {}
+        self.link_chan = np.array([self.channel_names.setdefault(worker.topology.channel(k), len(self.channel_names))
+                                   for k in links] + [0], dtype=np.int64)
+        self.n_chan = max(1, len(self.channel_names))
+        self.link_lat = np.array([l.latency_s for l in links.values()] + [0.0])
+        self.link_bw = np.array([l.bandwidth for l in links.values()] + [1.0])
         ptr, hops = [0], []
         devs = worker.devices
         for a in devs:
             for b in devs:
                 try:
-                    hops += [lid[id(l)] for l in worker.route(a, b)]
+                    hops += [lid[k] for k in worker.route(a, b)]
                 except ConfigError:
                     pass                       # unreachable pair: only an error if a placement uses it
                 ptr.append(len(hops))
@@ -213,8 +214,7 @@ class Simulator:
             events = [{"kind": "node", "row": names[assign[i]], "name": n.name, "start": float(start[i]),
                        "end": float(finish[i])} for i, n in enumerate(self.graph.nodes)]
             for row in tx[:n_tx]:
-                l = self.worker.links[int(row[2])]
-                events.append({"kind": "transfer", "row": f"{l.shared or l.src + '->' + l.dst}",
+                events.append({"kind": "transfer", "row": self.worker.topology.channel(self.link_ends[int(row[2])]),
                                "name": f"{self.graph.nodes[int(row[0])].name}->{names[int(row[1])]}",
                                "start": float(row[3]), "end": float(row[4])})
         feasible = not oom and not viol
