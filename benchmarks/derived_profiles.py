@@ -82,6 +82,7 @@ def left_out(profile: LayeredProfile, cluster: GpuCluster, out: str) -> tuple[La
                     errs[ph].append(e)
                     if ph != "update":
                         errs["tp"].setdefault(tp, []).append(e)
+                        errs.setdefault((derive.kind(profile, i), ph), []).append(e)
     derived = derive.with_derived(LayeredProfile(profile.model, profile.num_layers,
                                                  {t: v for t, v in profile.times.items() if t != out}, profile.sizes,
                                                  profile.global_batch, profile.optimizer, profile.float_bytes,
@@ -115,10 +116,38 @@ def layer_tables(profile: LayeredProfile, cluster: GpuCluster) -> dict[str, dict
     for out, e in results.items():
         print(f"| {out} | " + " | ".join(f"{pct(e['tp'][tp], statistics.median)} ({pct(e['tp'][tp], max)})"
                                          if tp in e["tp"] else "-" for tp in tps) + " |")
+    kinds = [(k, ph) for k in derive.KINDS for ph in derive.PHASES]
+    print("\n### Median |error| (max) of a left-out type's layer times per kind of layer\n")
+    print("| left out | " + " | ".join(f"{k} {ph}" for k, ph in kinds) + " |")
+    print("|---|" + "---|" * len(kinds))
+    for out, e in results.items():
+        print(f"| {out} | " + " | ".join(f"{pct(e[key], statistics.median)} ({pct(e[key], max)})" for key in kinds) + " |")
     return results
 
 
-def plan_table(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> None:
+def measured_plans(root: Path) -> list[tuple[str, dict]]:
+    """The measured GH200 plans that have a measured iteration time (``real``): (name, plan_config)."""
+    docs = [(f.stem.removeprefix("plan_config_"), json.loads(f.read_text()))
+            for f in sorted((root / "measured").glob("*/plan_config_*.json"))]
+    return [(name, doc) for name, doc in docs if doc.get("real")]
+
+
+def simulated(doc: dict, prof: LayeredProfile, cluster: GpuCluster, sim) -> float:
+    return sim.estimate(Plan.from_sailor(doc), prof, cluster, int(doc["gbs"])).iteration_s
+
+
+def plan_errors(plans: list[tuple[str, dict]], prof: LayeredProfile, cluster: GpuCluster, sim) -> list[float]:
+    """Simulated / measured - 1 of each plan on ``prof`` (a plan whose micro-batch ``prof`` lacks is left out)."""
+    errs = []
+    for _, doc in plans:
+        try:
+            errs.append(simulated(doc, prof, cluster, sim) / float(doc["real"]) - 1.0)
+        except WorkloadError:
+            continue                                  # a micro-batch no other type has (not filled)
+    return errs
+
+
+def plan_table(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> LayeredProfile:
     derived, e = left_out(profile, cluster, "GH-96")
     print(f"\n### The measured GH200 plans on the derived GH-96 profile ({e['model'].describe()})\n")
     print("| plan | measured s | project, measured profile | error | project, derived | error | "
@@ -126,23 +155,46 @@ def plan_table(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> None
     print("|---|---|---|---|---|---|---|---|---|---|")
     sims = (("project", ProjectSimulator()), ("sailor", SailorSimulator()))
     errs: dict[str, list[float]] = {}
-    for f in sorted((root / "measured").glob("*/plan_config_*.json")):
-        doc = json.loads(f.read_text())
-        if not doc.get("real"):
-            continue
-        plan = Plan.from_sailor(doc, str(f))
+    for name, doc in measured_plans(root):
         real = float(doc["real"])
-        cells = [f.stem.removeprefix("plan_config_"), f"{real:.3f}"]
-        for name, sim in sims:
+        cells = [name, f"{real:.3f}"]
+        for label, sim in sims:
             for which, prof in (("measured", profile), ("derived", derived)):
-                s = sim.estimate(plan, prof, cluster, int(doc["gbs"])).iteration_s
-                errs.setdefault(f"{name} {which}", []).append(s / real - 1.0)
-                cells += [f"{s:.3f}", f"{100 * (s / real - 1.0):+.1f}%"]
+                t = simulated(doc, prof, cluster, sim)
+                errs.setdefault(f"{label} {which}", []).append(t / real - 1.0)
+                cells += [f"{t:.3f}", f"{100 * (t / real - 1.0):+.1f}%"]
         print("| " + " | ".join(cells) + " |")
     print("\n| |error| over the plans | " + " | ".join(errs) + " |")
     print("|---|" + "---|" * len(errs))
     for label, f in (("median", statistics.median), ("max", max)):
         print(f"| {label} | " + " | ".join(pct(v, f) for v in errs.values()) + " |")
+    return derived
+
+
+def with_measured_kind(derived: LayeredProfile, profile: LayeredProfile, gpu: str, what: str) -> LayeredProfile:
+    """``derived`` with ``gpu``'s layers of kind ``what`` (or ``update``: every layer's update) back at ``profile``'s
+    measured times."""
+    def row(i: int, got: tuple, meas: tuple) -> tuple:
+        if what == "update":
+            return (got[0], got[1], meas[2])
+        return meas if derive.kind(profile, i) == what else got
+    table = {m: {tp: tuple(row(i, g, x) for i, (g, x) in enumerate(zip(rows, profile.times[gpu][m][tp])))
+                 for tp, rows in per.items()} for m, per in derived.times[gpu].items()}
+    return dataclasses.replace(derived, times={**derived.times, gpu: table})
+
+
+def share_table(root: Path, profile: LayeredProfile, cluster: GpuCluster, derived: LayeredProfile) -> None:
+    """The GH200 plans on the derived GH-96 with one kind of layer put back at its measured times: how much of the
+    plans' error each kind carries."""
+    print("\n### The GH200 plans on the derived GH-96 with one kind of layer measured (project simulator)\n")
+    print("| GH-96 profile | median | max | signed median |")
+    print("|---|---|---|---|")
+    plans, sim = measured_plans(root), ProjectSimulator()
+    for label, what in (("every layer derived", None), ("embedding measured", "embedding"),
+                        ("blocks measured", "block"), ("head measured", "head"), ("update measured", "update")):
+        prof = derived if what is None else with_measured_kind(derived, profile, "GH-96", what)
+        e = plan_errors(plans, prof, cluster, sim)
+        print(f"| {label} | {pct(e, statistics.median)} | {pct(e, max)} | {100 * statistics.median(e):+.1f}% |")
 
 
 def h200_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
@@ -228,22 +280,15 @@ def fill_tables(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> Non
     print("\nThe measured GH200 plans (simulated, project / Sailor's simulator) on GH-96 filled from each kept part:\n")
     print("| kept | project median | project max | Sailor's median | Sailor's max | plans |")
     print("|---|---|---|---|---|---|")
-    docs = [json.loads(f.read_text()) for f in sorted((root / "measured").glob("*/plan_config_*.json"))]
-    docs = [d for d in docs if d.get("real")]
+    plans = measured_plans(root)
     for label, every_tp in ANCHORS:
         prof, m0 = filled(profile, cluster, "GH-96", every_tp)
         cells, n = [], 0
         for sim in (ProjectSimulator(), SailorSimulator()):
-            e = []
-            for doc in docs:
-                try:
-                    s = sim.estimate(Plan.from_sailor(doc), prof, cluster, int(doc["gbs"])).iteration_s
-                except WorkloadError:
-                    continue                                  # a micro-batch no other type has (not filled)
-                e.append(s / float(doc["real"]) - 1.0)
+            e = plan_errors(plans, prof, cluster, sim)
             cells += [pct(e, statistics.median), pct(e, max)]
             n = len(e)
-        print(f"| {label} (micro-batch {m0}) | " + " | ".join(cells) + f" | {n} of {len(docs)} |")
+        print(f"| {label} (micro-batch {m0}) | " + " | ".join(cells) + f" | {n} of {len(plans)} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = GpuCluster.from_directory(args.data)
     print(f"Model {args.model} ({args.data}); every figure below is derived (from datasheets) or measured, as labelled.\n")
     layer_tables(profile, cluster)
-    plan_table(args.data, profile, cluster)
+    derived = plan_table(args.data, profile, cluster)
+    share_table(args.data, profile, cluster, derived)
     h200_table(profile, cluster)
     prior_table(profile, cluster)
     fill_tables(args.data, profile, cluster)

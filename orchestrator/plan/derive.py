@@ -36,6 +36,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +60,9 @@ KINDS = ("embedding", "block", "head")
 # H200 (h200-measured.json: fp32 50.9 of 67, tf32 357.9 of 494.5 TFLOP/s: 0.76, 0.72), weighted as a share of the rows.
 MATMUL_PRIOR = 0.74
 PRIOR_WEIGHT = 0.3
+# The columns of the fit: seconds per layer = sum of coefficient x column (module docstring).
+COLUMNS = ("fixed", "matmul", "memory", "tp_call", "ring_step", "ring")
+RING = COLUMNS.index("ring")
 TimeTable = dict[int, dict[int, tuple[tuple[float, float, float], ...]]]
 LinkFor = Callable[[str, int], Link]
 
@@ -89,33 +93,48 @@ def kind(profile: LayeredProfile, layer: int) -> str:
     return "embedding" if layer == 0 else "head" if layer == profile.num_layers - 1 else "block"
 
 
-def work(shape: Shape, what: str, phase: str, tp: int) -> tuple[float, float]:
-    """(matmul FLOPs, memory-bound bytes) of one sample through a layer of kind ``what`` (module docstring)."""
+class Work(NamedTuple):
+    """What one sample costs in a layer: FLOPs of its linear matmuls, bytes of its elementwise kernels, FLOPs and
+    bytes of its attention matmuls (the scores ``Q K^T`` and ``P V``, and their gradients)."""
+
+    flops: float
+    nbytes: float
+    att_flops: float = 0.0
+    att_bytes: float = 0.0
+
+
+def work(shape: Shape, what: str, phase: str, tp: int) -> Work:
+    """The ``Work`` of one sample through a layer of kind ``what`` (module docstring)."""
     h, s, a, v, t = shape.hidden, shape.sequence, shape.heads, shape.vocab, tp
     if what == "embedding":
-        return 0.0, 4.0 * (6.25 if phase == "fwd" else 2.0) * s * h
+        return Work(0.0, 4.0 * (6.25 if phase == "fwd" else 2.0) * s * h)
     if what == "head":
         f = 2.0 * s * h * v / t
-        return (f, 4.0 * (3 * s * v / t + 2 * s * h)) if phase == "fwd" else (2 * f, 4.0 * (2 * s * v / t + 3 * s * h))
-    f = (24.0 * s * h * h + 4.0 * s * s * h) / t
+        return Work(f, 4.0 * (3 * s * v / t + 2 * s * h)) if phase == "fwd" else Work(2 * f, 4.0 * (2 * s * v / t + 3 * s * h))
+    f, fa = 24.0 * s * h * h / t, 4.0 * s * s * h / t
     if phase == "fwd":
-        return f, 4.0 * (4.25 * a * s * s / t + 16 * s * h / t + 14.5 * s * h)
-    return 2 * f, 4.0 * (5.25 * a * s * s / t + 20 * s * h / t + 16.5 * s * h)
+        return Work(f, 4.0 * (4.25 * a * s * s / t + 16 * s * h / t + 14.5 * s * h), fa, 4.0 * (2 * a * s * s + 4 * s * h) / t)
+    return Work(2 * f, 4.0 * (5.25 * a * s * s / t + 20 * s * h / t + 16.5 * s * h), 2 * fa,
+                4.0 * (4 * a * s * s + 8 * s * h) / t)
 
 
 def features(profile: LayeredProfile, shape: Shape, spec: GpuSpec, link: Link | None, layer: int, phase: str,
              mbs: int, tp: int, precision: str = "fp32") -> list[float]:
-    """The columns of the fit for one (layer, phase, mbs, tp) on ``spec``: [1, matmul s, memory s, ring steps,
-    all-reduce s] (the matmul and memory seconds at 100% of the datasheet, through the cost core's roofline), at
-    ``precision``: its matmul rate, and activations of ``ACT_BYTES[precision]`` instead of 4 bytes."""
-    flops, nbytes = work(shape, kind(profile, layer), phase, tp)
+    """The columns of the fit (``COLUMNS``) for one (layer, phase, mbs, tp) on ``spec``: [1, matmul s, memory s, TP
+    calls, ring steps, all-reduce s], at ``precision``: its matmul rate, and activations of ``ACT_BYTES[precision]``
+    instead of 4 bytes. The matmul seconds are at 100% of the datasheet through the cost core's roofline: the linear
+    matmuls' FLOPs, plus the attention matmuls' roofline (compute- or memory-bound by their arithmetic intensity
+    against the type's ``P / W``); the memory seconds are the elementwise kernels' bytes."""
+    w = work(shape, kind(profile, layer), phase, tp)
     act = ACT_BYTES[precision] / 4.0
-    mm = roofline_s(flops * mbs, 0.0, spec.matmul_flops(precision), 1.0)
-    mem = roofline_s(0.0, nbytes * act * mbs, 1.0, spec.mem_bandwidth)
+    rate = spec.matmul_flops(precision)
+    mm = (roofline_s(w.flops * mbs, 0.0, rate, 1.0)
+          + roofline_s(w.att_flops * mbs, w.att_bytes * act * mbs, rate, spec.mem_bandwidth))
+    mem = roofline_s(0.0, w.nbytes * act * mbs, 1.0, spec.mem_bandwidth)
     n_ar = profile.tp_allreduces(layer) / 2.0 if tp > 1 else 0.0
     ring = (ring_allreduce_time(link, 4.0 * act * mbs * shape.sequence * shape.hidden, tp)
             if n_ar and link is not None else 0.0)
-    return [1.0, mm, mem, n_ar * 2.0 * (tp - 1), n_ar * ring]
+    return [1.0, mm, mem, n_ar, n_ar * 2.0 * (tp - 1), n_ar * ring]
 
 
 def tp_link(link_for: LinkFor, gpu: str, tp: int) -> Link | None:
@@ -198,8 +217,8 @@ def fit(profile: LayeredProfile, types: Iterable[str], link_for: LinkFor,
     coef = {key: _lsq_relative(x, y, {1: 1.0 / MATMUL_PRIOR} if key[1] != "embedding" else None)
             for key, (x, y) in xs.items()}
     for key, (x, _) in xs.items():
-        if not any(row[4] > 0 for row in x):     # no TP all-reduce among the rows (a one-GPU profile): the data say
-            coef[key][4] = 1.0                   # nothing of it; charge the ring at the link's speed, not zero
+        if not any(row[RING] > 0 for row in x):  # no TP all-reduce among the rows (a one-GPU profile): the data say
+            coef[key][RING] = 1.0                # nothing of it; charge the ring at the link's speed, not zero
     eff = {f"{p}.{k}.{what}": (1.0 / c[i] if c[i] > 0 else math.inf)
            for (p, k), c in coef.items() for i, what in ((1, "matmul"), (2, "memory"))}
     return DerivationModel(coef, _lsq_relative(ux, uy), tuple(names), shape, sum(len(y) for _, y in xs.values()), eff)
