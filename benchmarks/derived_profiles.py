@@ -218,6 +218,20 @@ def h200_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
           + " | ".join(f"{100 * x:.0f}% = {x * sheet.mem_bandwidth / 1e9:.0f} GB/s" for x in eff) + " |")
 
 
+def loo_cells(profile: LayeredProfile, cluster: GpuCluster, root: Path | None = None) -> list[str]:
+    """'median / max' |error| of each left-out type's layers (fwd, bwd, update), then of the GH200 plans on the
+    derived GH-96 (project simulator) when ``root`` is given."""
+    cells = []
+    for out in derive.measured_types(profile):
+        _, e = left_out(profile, cluster, out)
+        every = e["fwd"] + e["bwd"] + e["update"]
+        cells.append(f"{pct(every, statistics.median)} / {pct(every, max)}")
+    if root is not None:
+        e = plan_errors(measured_plans(root), left_out(profile, cluster, "GH-96")[0], cluster, ProjectSimulator())
+        cells.append(f"{pct(e, statistics.median)} / {pct(e, max)}")
+    return cells
+
+
 def prior_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
     print("\n### The matmul prior's weight: median / max |error| of a left-out type's layers (fwd, bwd, update)\n")
     types = derive.measured_types(profile)
@@ -227,14 +241,47 @@ def prior_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
     try:
         for w in (0.0, 0.1, 0.3, 1.0):
             derive.PRIOR_WEIGHT = w
-            cells = []
-            for out in types:
-                _, e = left_out(profile, cluster, out)
-                every = e["fwd"] + e["bwd"] + e["update"]
-                cells.append(f"{pct(every, statistics.median)} / {pct(every, max)}")
-            print(f"| {w}{' (used)' if w == keep else ''} | " + " | ".join(cells) + " |")
+            print(f"| {w}{' (used)' if w == keep else ''} | " + " | ".join(loo_cells(profile, cluster)) + " |")
     finally:
         derive.PRIOR_WEIGHT = keep
+
+
+def _no_attention(work):
+    return lambda *a: (lambda w: derive.Work(w.flops + w.att_flops, w.nbytes))(work(*a))
+
+
+def _no_tp_call(features):
+    return lambda *a, **k: [x if i != derive.COLUMNS.index("tp_call") else 0.0 for i, x in enumerate(features(*a, **k))]
+
+
+def _no_floor(_):
+    return lambda x, y, prior=None: (derive._lsq_relative(x, y, prior), 0.0)
+
+
+# The terms of the derivation, each taken out by replacing one function of derive.py.
+TERMS = {"attention roofline": ("work", _no_attention), "TP call latency": ("features", _no_tp_call),
+         "host floor": ("_lsq_floored", _no_floor)}
+
+
+def terms_table(root: Path, profile: LayeredProfile, cluster: GpuCluster) -> None:
+    """The leave-one-out errors with each term of the derivation taken out, and with none of them (the model
+    before them)."""
+    print("\n### Each term of the derivation taken out: median / max |error| of a left-out type's layers, and of "
+          "the GH200 plans on derived GH-96 (project simulator)\n")
+    types = derive.measured_types(profile)
+    print("| model | " + " | ".join(types) + " | GH200 plans |")
+    print("|---|" + "---|" * (len(types) + 1))
+    variants = [("every term (used)", ())] + [(f"without the {t}", (t,)) for t in TERMS] + [("none of them", tuple(TERMS))]
+    for label, without in variants:
+        keep = {name: getattr(derive, name) for name, _ in TERMS.values()}
+        try:
+            for t in without:
+                name, wrap = TERMS[t]
+                setattr(derive, name, wrap(keep[name]))
+            print(f"| {label} | " + " | ".join(loo_cells(profile, cluster, root)) + " |")
+        finally:
+            for name, f in keep.items():
+                setattr(derive, name, f)
 
 
 ANCHORS = (("one GPU", False), ("one machine", True))
@@ -304,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     share_table(args.data, profile, cluster, derived)
     h200_table(profile, cluster)
     prior_table(profile, cluster)
+    terms_table(args.data, profile, cluster)
     fill_tables(args.data, profile, cluster)
     return 0
 

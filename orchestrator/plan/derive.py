@@ -164,6 +164,7 @@ class DerivationModel:
     shape: Shape
     rows: int = 0
     efficiencies: dict[str, float] = field(default_factory=dict)
+    floor: dict[tuple[str, str], float] = field(default_factory=dict)   # (phase, kind) -> seconds, 0: none
 
     def describe(self) -> str:
         return f"roofline fitted on {', '.join(self.fitted_on)}"
@@ -181,6 +182,26 @@ def _lsq_relative(x: list[list[float]], y: list[float], prior: Mapping[int, floa
         a, b = np.vstack([a, row]), np.append(b, PRIOR_WEIGHT * math.sqrt(len(ya)))
     coef, _ = nnls(a, b)
     return np.asarray(coef)
+
+
+def _lsq_floored(x: list[list[float]], y: list[float],
+                 prior: Mapping[int, float] | None = None) -> tuple[npt.NDArray[np.float64], float]:
+    """``t = max(f, x b)``: a layer takes at least the floor ``f`` (the host's time to issue its kernels, which a fast
+    GPU waits on), else the roofline. For each candidate floor (none, or one of the measured times), ``b`` is fitted
+    (``_lsq_relative``) on the rows measured above it, and the pair with the least relative error over every row
+    kept; a floor needs more rows above it than there are columns."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    best: tuple[float, float, npt.NDArray[np.float64]] | None = None
+    for f in [0.0, *sorted(set(ya.tolist()))]:
+        above = ya > f
+        if f > 0 and above.sum() <= xa.shape[1]:
+            break
+        b = _lsq_relative(xa[above].tolist(), ya[above].tolist(), prior)
+        err = float(np.sum((np.maximum(xa @ b, f) / ya - 1.0) ** 2))
+        if best is None or err < best[0]:
+            best = (err, f, b)
+    assert best is not None
+    return best[2], best[1]
 
 
 def _median_row(profile: LayeredProfile, gpu: str, mbs: int, tp: int, layers: list[int], phase: int) -> float:
@@ -214,14 +235,16 @@ def fit(profile: LayeredProfile, types: Iterable[str], link_for: LinkFor,
             ux.append(update_features(shape, spec, tp))
             uy.append(statistics.median(profile.layer_times(gpu, m, tp)[0][2] for m in profile.micro_batches(gpu)
                                         if tp in profile.tp_degrees(gpu, m)))
-    coef = {key: _lsq_relative(x, y, {1: 1.0 / MATMUL_PRIOR} if key[1] != "embedding" else None)
-            for key, (x, y) in xs.items()}
+    fitted = {key: _lsq_floored(x, y, {1: 1.0 / MATMUL_PRIOR} if key[1] != "embedding" else None)
+              for key, (x, y) in xs.items()}
+    coef = {key: b for key, (b, _) in fitted.items()}
     for key, (x, _) in xs.items():
         if not any(row[RING] > 0 for row in x):  # no TP all-reduce among the rows (a one-GPU profile): the data say
             coef[key][RING] = 1.0                # nothing of it; charge the ring at the link's speed, not zero
     eff = {f"{p}.{k}.{what}": (1.0 / c[i] if c[i] > 0 else math.inf)
            for (p, k), c in coef.items() for i, what in ((1, "matmul"), (2, "memory"))}
-    return DerivationModel(coef, _lsq_relative(ux, uy), tuple(names), shape, sum(len(y) for _, y in xs.values()), eff)
+    return DerivationModel(coef, _lsq_relative(ux, uy), tuple(names), shape, sum(len(y) for _, y in xs.values()), eff,
+                           {key: f for key, (_, f) in fitted.items()})
 
 
 def derive_times(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec, link_for: LinkFor,
@@ -235,8 +258,8 @@ def derive_times(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec,
             rows = []
             for layer in range(profile.num_layers):
                 k = kind(profile, layer)
-                f, b = (float(np.dot(model.coef[(p, k)],
-                                     features(profile, model.shape, spec, link, layer, p, mbs, tp, precision)))
+                f, b = (max(model.floor.get((p, k), 0.0), float(np.dot(
+                    model.coef[(p, k)], features(profile, model.shape, spec, link, layer, p, mbs, tp, precision))))
                         for p in PHASES)
                 rows.append((f, b, upd))
             out.setdefault(mbs, {})[tp] = tuple(rows)
