@@ -1,6 +1,6 @@
 """The partitioning engine (orchestrator.partition) against brute force: the ideals of a DAG, the contiguous
 min-max split over them with a segment callback (devices of classes, memory), its chain form (ordered stages,
-then the least sum), the column DP and the work LP."""
+then the least sum), the column DP (with a box of resource counts and an extra state) and the work LP."""
 
 import itertools
 import math
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from orchestrator.partition.bounds import column_dp, work_lp
+from orchestrator.partition.bounds import ColumnDP, column_dp, work_lp
 from orchestrator.partition.ideals import chain, ideals, scc
 from orchestrator.partition.split import Split, chain_minmax, chain_split, solve
 
@@ -135,6 +135,81 @@ def test_the_column_dp_is_the_least_weighted_column_within_each_threshold():
                     if all(t[k][b[x + 1]] - t[k][b[x]] <= C for x, k in enumerate(kinds)):
                         best = min(best, sum(weight[k] for k in kinds))
         assert out[s] == best, (C, out[s], best)
+
+
+def _columns(n, K):
+    """Every column of a chain of ``n`` units: (its stages' bounds, its stages' kinds)."""
+    for cuts in range(n):
+        for cut in itertools.combinations(range(1, n), cuts):
+            b = (0, *cut, n)
+            for kinds in itertools.product(range(K), repeat=len(b) - 1):
+                yield b, kinds
+
+
+def _box_instance(seed, n=5, size=4):
+    rng = np.random.default_rng(seed)
+    uses, box = [(0, 1), (1, 1), (1, 2)], (2, 3)
+    add = [np.triu(rng.integers(1, 9, (n + 1, n + 1)), 1).astype(float) for _ in uses]
+    starts = [(np.where(np.triu(np.ones((n + 1, n + 1), bool), 1), rng.integers(0, size + 1, (n + 1, n + 1)), size),
+               int(rng.integers(0, size + 1))) for _ in uses]
+    return uses, box, add, starts, rng.integers(0, 4, (len(uses), len(uses))).astype(float)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_column_dp_over_a_box_of_resources_is_the_brute_force_optimum(seed):
+    n, size = 5, 4
+    uses, box, add, starts, _ = _box_instance(seed, n, size)
+    out = column_dp(n, size, starts, lambda k, j, i: add[k][j, i], lambda k: 10.0 + k, box=box, uses=uses, compact=True)
+    best = np.full((box[0] + 1, box[1] + 1, size), math.inf)
+    for b, kinds in _columns(n, len(uses)):
+        x = [0, 0]
+        for k in kinds:
+            x[uses[k][0]] += uses[k][1]
+        if x[0] > box[0] or x[1] > box[1]:
+            continue
+        first = max(starts[k][0][b[s], b[s + 1]] for s, k in enumerate(kinds))
+        cost = sum(add[k][b[s], b[s + 1]] for s, k in enumerate(kinds))
+        best[x[0], x[1], first:] = np.minimum(best[x[0], x[1], first:], cost)
+        if len(kinds) == 1:                           # the whole chain as one stage, by its own rule
+            w = starts[kinds[0]][1]
+            best[x[0], x[1], w:] = np.minimum(best[x[0], x[1], w:], 10.0 + kinds[0])
+    assert out.shape == best.shape and (out == best).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_column_dp_with_the_last_kind_in_its_state_prices_each_boundary(seed):
+    """The last stage's kind as the DP's state: each boundary between kinds k' and k costs hop[k', k] more
+    (``merge``), checked against every column."""
+    n, size = 5, 4
+    uses, box, add, starts, hop = _box_instance(seed + 10, n, size)
+    K = len(uses)
+    dp = ColumnDP(n, size, uses, box, states=K + 1, start=False)
+    dp.lat[0, K] = dp.origin                          # state K: no stage yet
+
+    def moves(j, live):
+        first = [q for q in live if q == K]
+        via = dp.merge(j, [q for q in live if q < K], np.vstack([hop, np.zeros(K)])) if len(first) < len(live) else None
+        for k in range(K):
+            for i in range(j + 1, n + 1):
+                s = int(starts[k][0][j, i])
+                if s < size and first:
+                    dp.push(dp.lat[j, K], k, add[k][j, i], s, i, k)
+                if s < size and via is not None:
+                    dp.push(via[k], k, add[k][j, i], s, i, k)
+
+    dp.sweep(moves)
+    out = dp.lat[n, :K].min(axis=0)
+    best = np.full((box[0] + 1, box[1] + 1, size), math.inf)
+    for b, kinds in _columns(n, K):
+        x = [0, 0]
+        for k in kinds:
+            x[uses[k][0]] += uses[k][1]
+        if x[0] <= box[0] and x[1] <= box[1]:
+            first = max(starts[k][0][b[s], b[s + 1]] for s, k in enumerate(kinds))
+            cost = sum(add[k][b[s], b[s + 1]] for s, k in enumerate(kinds)) + sum(hop[a, c] for a, c in zip(kinds, kinds[1:]))
+            best[x[0], x[1], first:] = np.minimum(best[x[0], x[1], first:], cost)
+    assert (out == best).all()
+    assert np.isfinite(best).any() and (best < math.inf).sum() > 3     # the instance is not trivial
 
 
 def test_the_work_lp_spreads_the_work_over_the_resources():

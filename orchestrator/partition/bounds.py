@@ -1,7 +1,8 @@
 """The bounds beside the partitioning engine, on arrays: the work LP (the work of each item spread over
 resources, fractionally: ``work_lp``; the placement's LP relaxation of the assignment and the plans' work bound)
 and the column DP (the least weighted column of stages, every stage within a threshold, for every threshold of a
-grid at once: ``column_dp``; the plans' bounds on Sailor's metric) and the configuration LP (set covering by the
+grid at once, per vector of a box of resource counts and an extra state: ``ColumnDP``, ``column_dp``; the plans'
+bounds on Sailor's metric) and the configuration LP (set covering by the
 loads of sets of items, by column generation: ``ConfigLP``; the placement's ``config_bound``, whose pricing is a
 MILP on the op graph)."""
 
@@ -70,26 +71,117 @@ def work_lp(cost: FloatArray, count: FloatArray, need: FloatArray | None = None,
         return None
 
 
-def column_dp(n: int, size: int, starts: Sequence[tuple[IntArray, int]], add: Callable[[int, int, int], Any],
-              whole: Callable[[int], Any], shape: tuple[int, ...] = ()) -> FloatArray:
-    """``out[..., s]``: the least sum of ``add(k, j, i)`` over the columns (a chain of ``n`` units cut into stages
-    ``j .. i-1``, each on a kind ``k``) whose every stage runs within the threshold ``s`` of a grid of ``size``
-    (``starts[k] = (start, whole_from)``: stage ``j .. i-1`` on kind k runs within thresholds ``start[j, i]`` on,
-    ``size`` never; a one-stage column of the whole chain within ``whole_from`` on, costing ``whole(k)``). ``add``
-    and ``whole`` may be arrays of ``shape`` (one column problem per entry, e.g. per price vector)."""
-    cost = np.full((n + 1, *shape, size), math.inf)
-    cost[0] = 0.0
-    for i in range(1, n + 1):
-        best = cost[i]
-        for k, (start, _) in enumerate(starts):
-            for j in np.nonzero(start[:i, i] < size)[0]:
-                s = int(start[j, i])
-                np.minimum(best[..., s:], cost[j, ..., s:] + add(k, j, i), out=best[..., s:])
-    out: FloatArray = cost[n]
-    for k, (_, w) in enumerate(starts):
-        if w < size:                                  # one stage, the whole chain
-            np.minimum(out[..., w:], whole(k), out=out[..., w:])
+_SCRATCH: list[np.ndarray] = []
+
+
+def scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 table of ``shape`` filled with +inf, in memory reused from the last call (the column DPs build
+    many tables of tens of MB; fresh pages cost more than the fill). Valid until the next call."""
+    size = math.prod(shape)
+    if not _SCRATCH or _SCRATCH[0].size < size:
+        _SCRATCH[:] = [np.empty(size, dtype=np.float32)]
+    out = _SCRATCH[0][:size].reshape(shape)
+    out.fill(math.inf)
     return out
+
+
+def release_scratch() -> None:
+    """Free the memory ``scratch`` keeps."""
+    _SCRATCH.clear()
+
+
+class ColumnDP:
+    """The column DP over layer ranges: a chain of ``n`` units cut into stages ``j .. i-1``, each on a kind ``k``
+    that uses ``v_k`` of a box of resource counts, every stage within a threshold of a grid of ``size``::
+
+        lat[0, 0, x, s] = 0 at x = 0                                       (``start``; else the caller seeds it)
+        lat[i, q, x, s] = min over the stages j .. i-1 on kind k pushed from (j, q') to (i, q) from threshold s0 on
+                          of  lat[j, q', x - v_k, s] + add                  (s >= s0)
+
+    ``lat[i, q, p, x, s]``: the least cost of a column's first stages ending at unit ``i`` in the state ``q`` (what
+    the caller keeps of them, e.g. the last stage's kind; one state by default), for the problem ``p`` (``shape``:
+    independent problems, e.g. one per price vector) on the resource vector ``x`` (within ``box``), every stage
+    within ``grid[s]``. ``uses[k] = (axis, count)``: a stage on kind k takes ``count`` resources of box axis
+    ``axis`` (0: none). ``sweep(moves)`` visits each j in order (its row final: every stage ends after it starts)
+    and ``moves(j, live)`` (``live``: the states with a finite entry at j) pushes the stages that start there
+    (``push``, from a row or from ``merge``, a boundary cost that depends on the state before it); ``one_stage``
+    the whole chain as one stage. ``compact``: float32 in reused memory (``scratch``)."""
+
+    def __init__(self, n: int, size: int, uses: Sequence[tuple[int, int]], box: Sequence[int] = (),
+                 shape: tuple[int, ...] = (), states: int = 1, compact: bool = False, start: bool = True):
+        dims = (*shape, *(b + 1 for b in box))
+        self.n, self.size = n, size
+        self.lat = scratch((n + 1, states, *dims, size)) if compact else np.full((n + 1, states, *dims, size), math.inf)
+        self.origin = np.full((*dims, size), math.inf, dtype=self.lat.dtype)     # zero resources, no stage
+        self.origin[(slice(None),) * len(shape) + (0,) * len(box)] = 0.0
+        if start:
+            self.lat[0, 0] = self.origin
+        self.buf = np.empty(self.origin.size, dtype=self.lat.dtype)
+        self.via: np.ndarray | None = None
+        every = (slice(None),) * len(dims)
+        self.shift = []                                   # (source, destination, fits the box) per kind
+        for axis, count in uses:
+            a = len(shape) + axis
+            self.shift.append((every[:a] + (slice(None, -count),) + every[a + 1:] if count else every,
+                               every[:a] + (slice(count, None),) + every[a + 1:] if count else every,
+                               count == 0 or count <= box[axis]))
+
+    def push(self, src: np.ndarray, k: int, add: Any, s: int, i: int, q: int = 0) -> None:
+        """``lat[i, q, x + v_k, s:] = min(itself, src[x, s:] + add)``: a stage on kind k, within ``grid[s]`` on."""
+        a, b, fits = self.shift[k]
+        if not fits:
+            return
+        src, dst = src[(*a, slice(s, None))], self.lat[(i, q, *b, slice(s, None))]
+        tmp = self.buf[:src.size].reshape(src.shape)
+        np.add(src, add, out=tmp)
+        np.minimum(dst, tmp, out=dst)
+
+    def merge(self, j: int, live: list[int], hop: np.ndarray) -> np.ndarray:
+        """``via[k] = min over the live states q of lat[j, q] + hop[q, k]`` (a boundary priced by the state before
+        it, for stages whose threshold does not depend on it)."""
+        if self.via is None:
+            self.via = np.empty((hop.shape[1], *self.origin.shape), dtype=self.lat.dtype)
+        via, tmp = self.via, self.buf.reshape(self.origin.shape)
+        for k in range(hop.shape[1]):
+            np.add(self.lat[j, live[0]], hop[live[0], k], out=via[k])
+            for q in live[1:]:
+                np.add(self.lat[j, q], hop[q, k], out=tmp)
+                np.minimum(via[k], tmp, out=via[k])
+        return via
+
+    def sweep(self, moves: Callable[[int, list[int]], None], first: int = 0) -> None:
+        """``moves(j, live)`` for j = ``first`` .. n-1 in order, where some state has a finite entry."""
+        for j in range(first, self.n):
+            live = [q for q in range(self.lat.shape[1]) if np.isfinite(self.lat[j, q]).any()]
+            if live:
+                moves(j, live)
+
+    def one_stage(self, k: int, cost: Any, s: int, q: int = 0) -> None:
+        """The whole chain as one stage on kind k, within ``grid[s]`` on (``size``: never)."""
+        if s < self.size:
+            self.push(self.origin, k, cost, s, self.n, q)
+
+
+def column_dp(n: int, size: int, starts: Sequence[tuple[IntArray, int]], add: Callable[[int, int, int], Any],
+              whole: Callable[[int], Any], shape: tuple[int, ...] = (), box: Sequence[int] = (),
+              uses: Sequence[tuple[int, int]] | None = None, compact: bool = False) -> FloatArray:
+    """``out[..., x, s]`` (``ColumnDP.lat[n, 0]``): the least sum of ``add(k, j, i)`` over the columns (a chain of
+    ``n`` units cut into stages ``j .. i-1``, each on a kind ``k``) on the resources ``x`` whose every stage runs
+    within the threshold ``s`` of a grid of ``size`` (``starts[k] = (start, whole_from)``: stage ``j .. i-1`` on
+    kind k runs within thresholds ``start[j, i]`` on, ``size`` never; a one-stage column of the whole chain within
+    ``whole_from`` on, costing ``whole(k)``). ``add`` and ``whole`` may be arrays of ``shape`` (one column problem
+    per entry, e.g. per price vector); ``box`` and ``uses`` as ``ColumnDP``'s (default: no resources)."""
+    dp = ColumnDP(n, size, [(0, 0)] * len(starts) if uses is None else uses, box, shape, compact=compact)
+
+    def moves(j: int, _: list[int]) -> None:
+        for k, (start, _w) in enumerate(starts):
+            for i in np.nonzero(start[j, j + 1:] < size)[0] + j + 1:
+                dp.push(dp.lat[j, 0], k, add(k, j, i), int(start[j, i]), i)
+
+    dp.sweep(moves)
+    for k, (_, w) in enumerate(starts):
+        dp.one_stage(k, whole(k), w)
+    return dp.lat[n, 0]
 
 
 class ConfigLP:

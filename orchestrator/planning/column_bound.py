@@ -200,42 +200,20 @@ class ExactColumns:
 
     def __init__(self, cols: Columns, a_max: int = 16, v_max: int = 32, starts: list | None = None):
         self.ok = cols.ok
-        starts = cols.starts if starts is None else starts           # a subset of the stages: a restricted bound
         if not self.ok:
             return
         T = max(2, len(cols.types))
         self.counts = np.concatenate([cols.counts, np.zeros(T - len(cols.types))])
         box = self._box(self.counts, len(cols.types), a_max, v_max)
-        size, L = len(cols.grid), cols.L
-        lat = scratch((L + 1, *(b + 1 for b in box), size))
-        lat[(0,) * (T + 1)] = 0.0
-        live = np.zeros(L + 1, dtype=bool)                       # layers a column can end a stage at
-        live[0] = True
-        buf = np.empty(lat[0].size, dtype=lat.dtype)
-        everything = (slice(None),) * T
-        for i in range(1, L + 1):
-            best = lat[i]
-            for (g, tp, t, kappa, _), (start, _) in zip(cols.kinds, starts):
-                axis = cols.types.index(g)
-                if tp > box[axis]:
-                    continue
-                src_ax = everything[:axis] + (slice(None, -tp),) + everything[axis + 1:]
-                dst_ax = everything[:axis] + (slice(tp, None),) + everything[axis + 1:]
-                first = start[:i, i]                             # the first threshold the stage runs within
-                for j in np.nonzero((first < size) & live[:i])[0]:
-                    s, add = int(first[j]), float(t[i] - t[j] + kappa[j, i])
-                    src, dst = lat[(j, *src_ax, slice(s, None))], best[(*dst_ax, slice(s, None))]
-                    tmp = buf[:src.size].reshape(src.shape)
-                    np.add(src, add, out=tmp)
-                    np.minimum(dst, tmp, out=dst)
-            live[i] = bool(np.isfinite(best).any())
-        out = lat[L]
-        for (g, tp, t, _, _), (_, whole) in zip(cols.kinds, starts):
-            axis = cols.types.index(g)
-            if whole < len(cols.grid) and tp <= box[axis]:      # one stage, the whole model: no transfer
-                idx = tuple(tp if ax == axis else 0 for ax in range(T))
-                np.minimum(out[idx][whole:], t[-1], out=out[idx][whole:])
-        self._finish(cols, box, out)
+        self._finish(cols, box, self._table(cols, cols.starts if starts is None else starts, box))
+
+    def _table(self, cols: Columns, starts: list, box: list[int]) -> np.ndarray:
+        """``l*(C, x)`` per (GPU vector, threshold): the engine's column DP over the box (``starts``: a subset of
+        the stages, for a restricted bound)."""
+        t, kap = [k[2] for k in cols.kinds], [k[3] for k in cols.kinds]
+        return column_dp(cols.L, len(cols.grid), starts, lambda k, j, i: float(t[k][i] - t[k][j] + kap[k][j, i]),
+                         lambda k: t[k][-1], box=box, uses=[(cols.types.index(g), tp) for g, tp, *_ in cols.kinds],
+                         compact=True)                            # one stage, the whole model: no transfer
 
     @staticmethod
     def _box(counts: np.ndarray, types: int, a_max: int, v_max: int) -> list[int]:
@@ -310,25 +288,6 @@ def column_box(counts: np.ndarray, n: int) -> tuple[int, int]:
         k = int(cap[1] / 32 > cap[0] / 16)
         cap[k] //= 2
     return cap[0], cap[1]
-
-
-_SCRATCH: list[np.ndarray] = []
-
-
-def scratch(shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 table of ``shape`` filled with +inf, in memory reused from the last call (the DPs build many
-    tables of tens of MB; fresh pages cost more than the fill). Valid until the next call."""
-    size = math.prod(shape)
-    if not _SCRATCH or _SCRATCH[0].size < size:
-        _SCRATCH[:] = [np.empty(size, dtype=np.float32)]
-    out = _SCRATCH[0][:size].reshape(shape)
-    out.fill(math.inf)
-    return out
-
-
-def release_scratch() -> None:
-    """Free the memory ``scratch`` keeps."""
-    _SCRATCH.clear()
 
 
 def _packing(x: np.ndarray, counts: np.ndarray) -> float:

@@ -22,9 +22,10 @@ import math
 import numpy as np
 
 from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.partition.bounds import ColumnDP
 from orchestrator.plan import LayeredProfile, Replica
 from orchestrator.planning.bound import least_send
-from orchestrator.planning.column_bound import Columns, ExactColumns, scratch
+from orchestrator.planning.column_bound import Columns, ExactColumns
 from orchestrator.planning.simulators import simulators
 
 MEMORY = 400e6       # the DP's table (float32) at most this many bytes, else the plain ExactColumns
@@ -54,52 +55,67 @@ class NeighbourColumns(ExactColumns):
     DP (``self.neighbours = False``) where its table would exceed ``MEMORY``."""
 
     def __init__(self, profile: LayeredProfile, cluster: GpuCluster, cols: Columns, starts: list | None = None,
-                 link: np.ndarray | None = None, a_max: int = 16, v_max: int = 32):
-        T = max(2, len(cols.types))
-        self.counts = np.concatenate([cols.counts, np.zeros(T - len(cols.types))])
-        box = self._box(self.counts, len(cols.types), a_max, v_max)
-        K = len(cols.kinds)
-        need = 4 * (cols.L + 1) * K * math.prod(b + 1 for b in box) * (len(cols.grid) if cols.ok else 0)
-        self.neighbours = cols.ok and need <= MEMORY
+                 a_max: int = 16, v_max: int = 32):
+        self.profile, self.cluster, self.neighbours = profile, cluster, False
+        super().__init__(cols, a_max, v_max, starts)
+
+    def _table(self, cols: Columns, starts: list, box: list[int]) -> np.ndarray:
+        self.neighbours = 4 * (cols.L + 1) * len(cols.kinds) * math.prod(b + 1 for b in box) * len(cols.grid) <= MEMORY
         if not self.neighbours:
-            super().__init__(cols, a_max, v_max, starts)
-            return
-        self.ok = True
-        kinds = [(g, tp) for g, tp, *_ in cols.kinds]
-        starts = cols.starts if starts is None else starts               # a subset of the stages: a restricted bound
-        link = links(profile, cluster, kinds, cols.mbs) if link is None else link
-        dp = _NeighbourDP(cols, starts, link, box)
-        dp.two_stages()
-        out = dp.more_stages()
-        dp.one_stage(out)
-        self._finish(cols, box, out)
+            return super()._table(cols, starts, box)
+        link = links(self.profile, self.cluster, [(g, tp) for g, tp, *_ in cols.kinds], cols.mbs)
+        return _Neighbours(cols, starts, link, box).run()
 
 
-class _NeighbourDP:
-    """The DP's table while ``NeighbourColumns`` is built: ``lat[i, k, x, s]`` the least latency of a column's
-    first stages ending at layer ``i``, the last on kind ``k``, on the GPU vector ``x``, every stage within
-    ``grid[s]`` (a running minimum over ``s``); ``final`` the same for whole columns."""
+class _Neighbours:
+    """The DP (``partition.bounds.ColumnDP``) with the kind ``k`` of a column's last stage as its state:
+    ``lat[i, k, x, s]`` the least latency of a column's first stages ending at layer ``i``, the last on kind
+    ``k``, on the GPU vector ``x``, every stage within ``grid[s]``."""
 
     def __init__(self, cols: Columns, starts: list, link: np.ndarray, box: list[int]):
-        self.cols, self.link, self.box = cols, link, box
-        self.T, self.K = len(box), len(cols.kinds)
+        self.cols, self.starts, self.link, self.box = cols, starts, link, box
+        self.L, self.K, self.grid, self.size = cols.L, len(cols.kinds), cols.grid, len(cols.grid)
         self.own = np.array([float(k[3][1, 2]) / 2.0 for k in cols.kinds])  # kappa per send (a middle stage's / 2)
-        self.grid, self.size, self.L = cols.grid, len(cols.grid), cols.L
-        kinds = [(g, tp) for g, tp, *_ in cols.kinds]
-        self.axis = [cols.types.index(g) for g, _ in kinds]
-        self.tps = [tp for _, tp in kinds]
-        self.lat = scratch((self.L + 1, self.K, *(b + 1 for b in box), self.size))
-        self.live = np.zeros((self.L + 1, self.K), dtype=bool)
+        self.uses = [(cols.types.index(g), tp) for g, tp, *_ in cols.kinds]
         self.comp = [k[2][None, :] - k[2][:, None] for k in cols.kinds]   # c[j, i] per kind
         self.fits = [k[4] & (st < self.size) for k, (st, _) in zip(cols.kinds, starts)]
-        self.starts = starts
+        self.dp = ColumnDP(self.L, self.size, self.uses, box, states=self.K, compact=True, start=False)
 
     def vec(self, *ks: int) -> tuple[int, ...] | None:
         """The GPU vector of one replica of each kind ``ks`` (None: outside the box)."""
-        v = [0] * self.T
+        v = [0] * len(self.box)
         for k in ks:
-            v[self.axis[k]] += self.tps[k]
+            v[self.uses[k][0]] += self.uses[k][1]
         return tuple(v) if all(x <= b for x, b in zip(v, self.box)) else None
+
+    def run(self) -> np.ndarray:
+        """The whole columns' least latency per (GPU vector, threshold): the first two stages seeded together
+        (``two_stages``), a third stage onwards swept from each layer j (``ColumnDP.sweep``), one stage."""
+        L, K, link, own, comp, dp = self.L, self.K, self.link, self.own, self.comp, self.dp
+        self.two_stages()
+        into = link.min(axis=0)                                           # the cheapest send into each kind
+        mid = [np.where(self.fits[k], np.searchsorted(self.grid, comp[k] + into[k] + own[k]), self.size) for k in range(K)]
+        last = [np.searchsorted(self.grid, comp[k][:, L][None, :] + 2 * link[:, k, None]) for k in range(K)]   # [k'][j]
+        hop = (2 * link - own[:, None]).astype(np.float32)
+
+        def moves(j: int, ok: list[int]) -> None:
+            for k in range(K):            # the last stage j..L on k after k': its sends, 2 link(k', k), exactly
+                for kp in ok if self.fits[k][j, L] else ():
+                    if last[k][kp, j] < self.size:
+                        dp.push(dp.lat[j, kp], k, float(comp[k][j, L]) + 3 * float(link[kp, k]) - own[kp],
+                                int(last[k][kp, j]), L, k)
+            # a middle stage j..i on k: its sends checked at into(k) + kappa_k; the previous stage's outgoing send
+            # (link(k', k) - kappa_k' more than it was charged) and this one's incoming join the latency
+            via = dp.merge(j, ok, hop)
+            for k in range(K):
+                for i in range(j + 1, L):
+                    if mid[k][j, i] < self.size:
+                        dp.push(via[k], k, float(comp[k][j, i]) + own[k], int(mid[k][j, i]), i, k)
+
+        dp.sweep(moves, first=2)
+        for k, (_, whole) in enumerate(self.starts):                      # one stage, the whole model
+            dp.one_stage(k, float(self.cols.kinds[k][2][-1]), whole)
+        return dp.lat[L].min(axis=0)
 
     def two_stages(self) -> None:
         """The first (0..j on k0) and the second stage (j..i on k1), both sends known; per (k0, k1) every (j, i)
@@ -123,70 +139,5 @@ class _NeighbourDP:
                 table = np.full((L + 1, size + 1), math.inf)
                 np.minimum.at(table, (iw, s[jj, iw]), c0[jj] + c1[jj, iw])
                 table = np.minimum.accumulate(table[:, :size], axis=1).astype(np.float32)
-                dst = self.lat[(slice(None), k1, *v)]
+                dst = self.dp.lat[(slice(None), k1, *v)]
                 np.minimum(dst, table, out=dst)
-                self.live[:, k1] |= np.isfinite(table).any(axis=1)
-
-    def more_stages(self) -> np.ndarray:
-        """A third stage onwards, pushed from each layer j once the prefixes ending there are final; returns
-        ``final``, the whole columns' least latency per (GPU vector, threshold)."""
-        L, K, T, lat, link, own, comp = self.L, self.K, self.T, self.lat, self.link, self.own, self.comp
-        everything = (slice(None),) * T
-        self.buf = np.empty(math.prod(b + 1 for b in self.box) * self.size, dtype=np.float32)
-        self.shift = [(everything[:self.axis[k]] + (slice(None, -self.tps[k]),) + everything[self.axis[k] + 1:],
-                       everything[:self.axis[k]] + (slice(self.tps[k], None),) + everything[self.axis[k] + 1:])
-                      for k in range(K)]
-        into = link.min(axis=0)                                           # the cheapest send into each kind
-        final = lat[L].min(axis=0)
-        nxt = np.empty((K, *lat.shape[2:]), dtype=np.float32)
-        mid = [np.where(self.fits[k], np.searchsorted(self.grid, comp[k] + into[k] + own[k]), self.size) for k in range(K)]
-        last = [np.searchsorted(self.grid, comp[k][:, L][None, :] + 2 * link[:, k, None]) for k in range(K)]   # [k'][j]
-        for j in range(2, L):
-            ok = [kp for kp in range(K) if self.live[j, kp]]
-            if ok:
-                self._last_stage(j, ok, last, final)
-                self._middle_stage(j, ok, mid, nxt)
-        return final
-
-    def _push(self, src_all: np.ndarray, k: int, add: float, s: int, dst_all: np.ndarray) -> None:
-        """``dst = min(dst, src + add)`` from grid index ``s`` on, ``dst`` shifted by one replica of kind ``k``."""
-        src, dst = src_all[(*self.shift[k][0], slice(s, None))], dst_all[(*self.shift[k][1], slice(s, None))]
-        tmp = self.buf[:src.size].reshape(src.shape)
-        np.add(src, add, out=tmp)
-        np.minimum(dst, tmp, out=dst)
-
-    def _last_stage(self, j: int, ok: list[int], last: list[np.ndarray], final: np.ndarray) -> None:
-        """The last stage j..L on each kind k after k': its sends, 2 link(k', k), exactly."""
-        L, comp, link, own, lat = self.L, self.comp, self.link, self.own, self.lat
-        for k in range(self.K):
-            if self.tps[k] > self.box[self.axis[k]] or not self.fits[k][j, L]:
-                continue
-            for kp in ok:
-                st = int(last[k][kp, j])
-                if st < self.size:
-                    self._push(lat[j, kp], k, float(comp[k][j, L]) + 3 * float(link[kp, k]) - own[kp], st, final)
-
-    def _middle_stage(self, j: int, ok: list[int], mid: list[np.ndarray], nxt: np.ndarray) -> None:
-        """A middle stage j..i on k: its sends checked at into(k) + kappa_k; the previous stage's outgoing send
-        (link(k', k) - kappa_k' more than it was charged) and this one's incoming join the latency."""
-        L, comp, link, own, lat, buf = self.L, self.comp, self.link, self.own, self.lat, self.buf
-        for k in range(self.K):
-            np.add(lat[j, ok[0]], np.float32(2 * link[ok[0], k] - own[ok[0]]), out=nxt[k])
-            for kp in ok[1:]:
-                np.add(lat[j, kp], np.float32(2 * link[kp, k] - own[kp]), out=buf.reshape(nxt[k].shape))
-                np.minimum(nxt[k], buf.reshape(nxt[k].shape), out=nxt[k])
-        for k in range(self.K):
-            if self.tps[k] > self.box[self.axis[k]]:
-                continue
-            for i in range(j + 1, L):
-                st = int(mid[k][j, i])
-                if st < self.size:
-                    self._push(nxt[k], k, float(comp[k][j, i]) + own[k], st, lat[i, k])
-                    self.live[i, k] = True
-
-    def one_stage(self, out: np.ndarray) -> None:
-        """One stage, the whole model, on each kind."""
-        for k, (_, whole) in enumerate(self.starts):
-            v = self.vec(k)
-            if whole < self.size and v is not None:
-                np.minimum(out[v][whole:], float(self.cols.kinds[k][2][-1]), out=out[v][whole:])

@@ -13,6 +13,7 @@ import numpy as np
 from orchestrator.cache import cached
 from orchestrator.errors import UserError
 from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.partition.bounds import release_scratch
 from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.planning.bound import (
     capacity,
@@ -22,7 +23,7 @@ from orchestrator.planning.bound import (
     min_update,
     replica_kinds,
 )
-from orchestrator.planning.column_bound import Columns, ColumnTimes, column_bottleneck, column_box, release_scratch
+from orchestrator.planning.column_bound import Columns, ColumnTimes, column_bottleneck, column_box
 from orchestrator.planning.neighbour_bound import NeighbourColumns
 from orchestrator.planning.sailor_rules import sailor_scores_honestly
 from orchestrator.planning.simulators import PlanSimulator, simulators
@@ -157,7 +158,7 @@ class _Refinement:
         if level == 0:
             box = column_box(times[b].cols.counts, n)
             if (b, box) not in self.exact:
-                self.exact[(b, box)] = NeighbourColumns(profile, cluster, times[b].cols, None, None, *box)
+                self.exact[(b, box)] = NeighbourColumns(profile, cluster, times[b].cols, None, *box)
             pipe = self.exact[(b, box)].worst(n, m, times[b].worst(n, m, pipe))
         elif level == 1:
             if b not in self.coupled:
@@ -166,7 +167,7 @@ class _Refinement:
         else:
             if b not in self.fine:
                 self.fine[b] = SyncCoupled(profile, Columns(profile, cluster, b, FINE_STEP), self.rings, self.rules,
-                                           lambda cols, starts, box: NeighbourColumns(profile, cluster, cols, starts, None, *box))
+                                           lambda cols, starts, box: NeighbourColumns(profile, cluster, cols, starts, *box))
             sync, pipe = self.fine[b].bound(n, m, pipe, self.floors)
         return sync, pipe
 
@@ -268,8 +269,7 @@ def _one_pass(profile: LayeredProfile, cluster: GpuCluster, mbs: int) -> float:
     return float(best.sum()) if np.isfinite(best).all() else 0.0
 
 
-def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int,
-                            rings: Rings | None = None) -> dict[str, list[float]]:
+def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int, ring: Rings) -> dict[str, list[float]]:
     """A(N) for N = 0 .. G (A(0) = A(1) = 0) per form of plan (``"one"`` pipeline, ``"several"``): the least
     ``T_sync`` of Sailor's formula over plans of ``N`` columns. One pipeline (N = dp_0): some stage ``s``
     all-reduces at least ``P_s / min(4, tp_s)`` bytes over at least ``N`` replicas. Take the column with the
@@ -283,7 +283,6 @@ def _sailor_allreduce_floor(profile: LayeredProfile, cluster: GpuCluster, G: int
     bytes, over exactly ``P`` members; and ``T_sync`` adds the all-reduce inside the pipelines, over at least ``d =
     N / P`` members (``Rings.within``; ``Rings.across``: the least over the factorizations ``N = P d``). Each
     ring is ``Rings``' floor."""
-    ring = rings if rings is not None else Rings(profile, cluster, G)
     out = {"one": [0.0, 0.0], "several": [0.0, math.inf]}
     for n in range(2, G + 1):
         out["one"].append(ring(max(ring.stage(n) / 4.0, ring.total / (G // n)), n))

@@ -33,6 +33,7 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.partition.split import chain_minmax
 from orchestrator.plan import LayeredProfile
 from orchestrator.planning.column_bound import Columns, ExactColumns, column_box
 from orchestrator.planning.sailor_rules import BUCKET_BYTES, uncapped
@@ -51,6 +52,8 @@ class Rings:
         self.G = G
         self.params = np.asarray(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
         self.total = float(self.params.sum())
+        pb = np.concatenate([[0.0], np.cumsum(self.params)])
+        self.span = np.where(np.triu(np.ones((len(pb), len(pb)), dtype=bool)), pb[None, :] - pb[:, None], math.inf)
         present = [(g, z) for (g, z), n in cluster.gpus.items() if n > 0]
         self.links = []
         for ga, za in present:
@@ -109,9 +112,11 @@ class Rings:
         return self.stage_of(max(1, self.G // n))
 
     def stage_of(self, k: int) -> float:
-        """``MM(k)``: the least largest stage of the model's bytes split into at most ``k`` contiguous stages."""
-        if k not in self._stage:
-            self._stage[k] = minmax_parts(self.params, k)
+        """``MM(k)``: the least largest stage of the model's bytes split into at most ``k`` contiguous stages (the
+        engine's chain min-max, ``partition.split.chain_minmax``)."""
+        if k not in self._stage:                                   # empty stages allowed: at most k; kept below
+            n = len(self.params)                                   # the optimum (a bound), as the sums round
+            self._stage[k] = chain_minmax([self.span] * max(1, min(k, n)), n) * (1 - 1e-9)
         return self._stage[k]
 
 
@@ -230,29 +235,3 @@ def _group(values: list[float]) -> list[tuple[float, float]]:
         else:
             runs.append((v, v))
     return runs
-
-
-def minmax_parts(sizes: np.ndarray, parts: int) -> float:
-    """The least largest part of a contiguous split of ``sizes`` into at most ``parts`` parts (bisection on
-    the answer with a greedy check; the value returned is at most the optimum)."""
-    parts = max(1, min(parts, len(sizes)))
-    lo, hi = float(sizes.max()), float(sizes.sum())
-
-    def need(cap: float) -> int:
-        k, run = 1, 0.0
-        for x in sizes:
-            if run + x > cap:
-                k, run = k + 1, x
-            else:
-                run += x
-        return k
-
-    for _ in range(100):
-        if hi - lo <= 1e-9 * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if need(mid) <= parts:
-            hi = mid
-        else:
-            lo = mid
-    return lo * (1 - 1e-9)
