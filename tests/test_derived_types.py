@@ -105,10 +105,10 @@ def _left_out_errors(profile, cluster, out):
     return errs
 
 
-@pytest.mark.parametrize("out, tolerance", [("A100-80", 0.10), ("V100-16", 0.20), ("A100-40", 0.15)])
+@pytest.mark.parametrize("out, tolerance", [("A100-80", 0.06), ("V100-16", 0.12), ("A100-40", 0.15), ("GH-96", 0.17)])
 def test_the_derivation_reproduces_a_measured_type_left_out_of_its_fit(measured, out, tolerance):
-    """Median |error| of the decoder blocks' and head's forward and backward on a type the fit never saw (the
-    benchmark's figures: 3.4%, 14.8%, 13.0%; the GH-96 misses its 15%, docs/benchmarks/derived_profiles.md)."""
+    """Median |error| of the decoder blocks' and head's forward and backward on a type the fit never saw (here 4.0%,
+    8.7%, 13.4% and 15.4%: the GH-96 misses the issue's 15%, docs/benchmarks/derived_profiles.md)."""
     profile, cluster = measured
     errs = _left_out_errors(profile, cluster, out)
     assert statistics.median(errs) <= tolerance, statistics.median(errs)
@@ -155,7 +155,11 @@ def test_bf16_carries_each_entry_by_the_rooflines_ratio_and_keeps_the_update(mea
             for tp in fp32.tp_degrees(gpu, mbs):
                 old, new = fp32.layer_times(gpu, mbs, tp), bf16.layer_times(gpu, mbs, tp)
                 assert all(n[2] == o[2] for n, o in zip(new, old))                       # the update: fp32 Adam
-                assert all(n[0] < o[0] and n[1] < o[1] for n, o in zip(new[1:-1], old[1:-1]))   # every block faster
+                # every block no slower; faster unless it sits on the host floor (a host-bound layer stays so)
+                assert all(n[0] <= o[0] and n[1] <= o[1] for n, o in zip(new[1:-1], old[1:-1]))
+            big = max(fp32.micro_batches(gpu))
+            new, old = bf16.layer_times(gpu, big, 1), fp32.layer_times(gpu, big, 1)
+            assert all(n[0] < o[0] and n[1] < o[1] for n, o in zip(new[1:-1], old[1:-1]))
     # the ratio of one block: the model's own at bf16 over fp32, applied to the measured entry
     spec, link_for = default_catalog().get("A100-40"), cluster.network.intra_link
     model = derive.fit(profile, derive.measured_types(profile), link_for)
@@ -281,7 +285,7 @@ def _block_errors(profile, filled, gpu, skip):
 def test_a_one_gpu_profile_is_filled_and_calibrated_on_its_own_entries(measured):
     """GH-96 measured at one micro-batch on one GPU: planner.fill derives every other micro-batch and TP degree from
     the other types and scales them to its own entry. Its blocks then land closer to the measured GH-96 than the
-    datasheet derivation alone (benchmark: 11.8% median over every layer, against 18.7%)."""
+    datasheet derivation alone (benchmark: 8.4% median over every layer, against 15.8%)."""
     profile, cluster = measured
     part = _one_gpu_profile(profile, "GH-96", 16)
     on = cluster.with_gpus({"GH-96": 8})

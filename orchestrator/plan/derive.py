@@ -189,7 +189,7 @@ def _lsq_floored(x: list[list[float]], y: list[float],
     """``t = max(f, x b)``: a layer takes at least the floor ``f`` (the host's time to issue its kernels, which a fast
     GPU waits on), else the roofline. For each candidate floor (none, or one of the measured times), ``b`` is fitted
     (``_lsq_relative``) on the rows measured above it, and the pair with the least relative error over every row
-    kept; a floor needs more rows above it than there are columns."""
+    kept (the lowest floor of equal error); a floor needs more rows above it than there are columns."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     best: tuple[float, float, npt.NDArray[np.float64]] | None = None
     for f in [0.0, *sorted(set(ya.tolist()))]:
@@ -198,7 +198,7 @@ def _lsq_floored(x: list[list[float]], y: list[float],
             break
         b = _lsq_relative(xa[above].tolist(), ya[above].tolist(), prior)
         err = float(np.sum((np.maximum(xa @ b, f) / ya - 1.0) ** 2))
-        if best is None or err < best[0]:
+        if best is None or err < best[0] - 1e-9:       # a higher floor only where it lowers the error
             best = (err, f, b)
     assert best is not None
     return best[2], best[1]
