@@ -35,8 +35,9 @@ from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.execution.training import MetricsSink, NullSink, TrainContext, TrainResult, TrainSettings
 from orchestrator.graph import Edge, Node, OpGraph, Placement, PlacementContext
 from orchestrator.hardware.cluster import Cluster, Device, Worker
-from orchestrator.hardware.gpu_cluster import GpuCluster, GpuType
+from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.profiles import DeviceKind
 from orchestrator.hardware.topology import Topology
 from orchestrator.hookspecs import HOOKSPEC_VERSION, hookimpl
 from orchestrator.models import ModelSpec
@@ -57,7 +58,7 @@ __all__ = [
     "TrainContext", "TrainResult", "TrainSettings", "ModelSpec",
     "OpGraph", "Node", "Edge", "Placement", "PlacementContext", "PlacementOutcome", "MicrobatchSpec",
     "Cluster", "Worker", "Device", "Topology", "ConstantLink",
-    "Planner", "Plan", "Pipeline", "Stage", "Replica", "GpuCluster", "GpuType", "LayeredProfile", "PlanEstimate",
+    "Planner", "Plan", "Pipeline", "Stage", "Replica", "GpuCluster", "DeviceKind", "LayeredProfile", "PlanEstimate",
     "StageFigures", "PlanEvaluator", "PlanObjective", "PlanSimulator", "PlannerConfig",
     "UserError", "ConfigError", "InfeasiblePlacementError", "InfeasiblePlanError", "WorkloadError",
 ]

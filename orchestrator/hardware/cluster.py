@@ -1,9 +1,7 @@
 """The placement's view of the hardware model: devices, workers, hosts. Hardware adapters build a ``Cluster``;
 placers place a model on one ``Worker``'s devices; sync strategies run one replica per worker. The links are
-the cluster's ``hardware.topology.Topology`` (the workers share it): ``Worker.links`` is the part of it
-between one worker's devices and hosts, ``Worker.route`` a path through it.
-
-Units: FLOP/s, bytes, bytes/s, seconds.
+the ``hardware.topology.Topology`` the workers share (``Worker.links``: one worker's part). Units: FLOP/s, bytes,
+bytes/s, seconds.
 """
 
 from __future__ import annotations

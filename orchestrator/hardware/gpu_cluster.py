@@ -1,5 +1,6 @@
-"""A cluster of mixed GPUs: node types (GPUs per node, memory per GPU, USD per GPU-hour), how many GPUs of
-each type sit in each zone, and the links between them, whose bandwidth may depend on the message size.
+"""A cluster of mixed GPUs: node types (``profiles.DeviceKind``: GPUs per node, memory per GPU, USD per GPU-hour), how
+many GPUs of each type sit in each zone, and the links between them (``topology.Topology``), whose bandwidth may
+depend on the message size.
 
 Two sources (docs/plans.md, "Describing a cluster"):
 
@@ -13,7 +14,7 @@ Two sources (docs/plans.md, "Describing a cluster"):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from orchestrator.hardware.catalog import (
     efficiency,
 )
 from orchestrator.hardware.links import ConstantLink, FittedLink, Link
+from orchestrator.hardware.profiles import DeviceKind
 from orchestrator.hardware.topology import Topology
 from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
 from orchestrator.paths import read_json
@@ -45,32 +47,19 @@ def price(name: str) -> float | None:
     return spec.usd_per_gpu_hour if spec is not None else None
 
 
-@dataclass(frozen=True)
-class GpuType:
-    name: str
-    gpus_per_node: int
-    memory_bytes: float                       # what a plan may use per GPU: the capacity less the headroom
-    usd_per_gpu_hour: float | None = None
-    capacity_bytes: float | None = None       # the GPU's memory when a headroom is kept (None: memory_bytes)
-
-    @property
-    def capacity(self) -> float:
-        return self.memory_bytes if self.capacity_bytes is None else self.capacity_bytes
-
-
 @dataclass
 class GpuCluster:
-    """GPU types, counts per (type, zone), and the links (``hardware.topology.Topology``: ``inter_link``,
+    """GPU types (``DeviceKind``: GPUs per node, memory, price), counts per (type, zone), and the links (``hardware.topology.Topology``: ``inter_link``,
     ``intra_link``, ``egress``)."""
 
     name: str
-    types: dict[str, GpuType]
+    types: dict[str, DeviceKind]
     gpus: dict[tuple[str, str], int]          # (type, zone) -> GPUs available
     network: Topology
     zone: str = DEFAULT_ZONE                  # the zone a GPU count without one is in
     derived: dict[str, str] = field(default_factory=dict)   # type -> how it was derived (types from the GPU catalog)
 
-    def gpu_type(self, name: str) -> GpuType:
+    def gpu_type(self, name: str) -> DeviceKind:
         if name not in self.types:
             raise ConfigError(f"unknown GPU type {name!r} (the cluster knows: {', '.join(sorted(self.types))})")
         return self.types[name]
@@ -114,7 +103,7 @@ class GpuCluster:
             raise ConfigError(f"planner.memory_headroom={headroom!r} must be a share in [0, 1)")
         if headroom == 0.0:
             return self
-        types = {n: GpuType(t.name, t.gpus_per_node, t.capacity * (1.0 - headroom), t.usd_per_gpu_hour, t.capacity)
+        types = {n: replace(t, memory_bytes=t.capacity * (1.0 - headroom), capacity_bytes=t.capacity)
                  for n, t in self.types.items()}
         return GpuCluster(self.name, types, dict(self.gpus), self.network, self.zone, dict(self.derived))
 
@@ -124,7 +113,9 @@ class GpuCluster:
         catalog types (``link_efficiencies``), between machines at its network's times that efficiency, no faster than
         the other end's link and the fastest measured link between the two zones (the site's network bounds it)."""
         intra_eff, net_eff = self.link_efficiencies()
-        types = {**self.types, spec.name: GpuType(spec.name, spec.gpus_per_node, spec.memory_bytes, spec.usd_per_gpu_hour)}
+        types = {**self.types, spec.name: DeviceKind(spec.name, memory_bytes=spec.memory_bytes,
+                                                       gpus_per_node=spec.gpus_per_node,
+                                                       usd_per_gpu_hour=spec.usd_per_gpu_hour)}
         net = self.network
         intra: dict[str, dict[int, Link]] = {**net.intra, spec.name: {g: derived_link(spec.intra_bandwidth, intra_eff)
                                            for g in range(2, spec.gpus_per_node + 1)}}
@@ -193,7 +184,8 @@ class GpuCluster:
             if not isinstance(spec, dict):
                 continue
             try:
-                types[name] = GpuType(name, int(spec["gpus_per_node"]), float(spec["mem_per_gpu"]), price(name))
+                types[name] = DeviceKind(name, memory_bytes=float(spec["mem_per_gpu"]),
+                                         gpus_per_node=int(spec["gpus_per_node"]), usd_per_gpu_hour=price(name))
             except (KeyError, TypeError, ValueError):
                 raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: GPU type {name!r} needs "
                                     "gpus_per_node and mem_per_gpu numbers") from None
@@ -226,9 +218,10 @@ class GpuCluster:
         for name, spec in doc["node_types"].items():
             try:
                 usd = spec.get("usd_per_gpu_hour", price(str(name)))
-                types[str(name)] = GpuType(str(name), int(spec["gpus_per_node"]),
-                                           parse_memory_gb(spec["memory_GB"], f"{p}: node_types.{name}.memory_GB", WorkloadError),
-                                           None if usd is None else float(usd))
+                types[str(name)] = DeviceKind(
+                    str(name), memory_bytes=parse_memory_gb(spec["memory_GB"], f"{p}: node_types.{name}.memory_GB",
+                                                            WorkloadError),
+                    gpus_per_node=int(spec["gpus_per_node"]), usd_per_gpu_hour=None if usd is None else float(usd))
             except (KeyError, TypeError, ValueError, AttributeError):
                 raise WorkloadError(f"{p}: node type {name!r} needs gpus_per_node and memory_GB numbers") from None
         links = doc.get("links") or {}

@@ -1,8 +1,7 @@
 """Simulated clusters: presets and user cluster files (YAML), built from ``hardware_profiles``.
 
 Rates: PCIe per direction from the GPU profile; NVLink per direction between every GPU pair of a
-host where the profile has one; the network between hosts is one shared channel per host NIC. A cluster's
-links are one ``Topology`` its workers share.
+host where the profile has one; the network between hosts is one shared channel per host NIC (one ``Topology``).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from pathlib import Path
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cluster import Cluster, Device, Worker, host_memory
 from orchestrator.hardware.links import ConstantLink
-from orchestrator.hardware.profiles import HardwareProfile, profile
+from orchestrator.hardware.profiles import DeviceKind, profile
 from orchestrator.hardware.topology import Topology
 from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 
@@ -21,7 +20,7 @@ PCIE_LATENCY_S = 10e-6
 NVLINK_LATENCY_S = 2e-6
 
 
-def make_device(p: HardwareProfile, name: str, host: str, precision: str = "fp32") -> Device:
+def make_device(p: DeviceKind, name: str, host: str, precision: str = "fp32") -> Device:
     kind = "cpu" if p.kind == "cpu" else "gpu"
     return Device(name, kind, p.peak_flops(precision), p.mem_bandwidth, p.memory_bytes, p.name, host=host,
                   memory_pool=host_memory(host) if kind == "cpu" else None)

@@ -1,4 +1,6 @@
-"""Device profiles: rates of common parts from datasheets, and one measured H200 with its host.
+"""Device profiles: rates of common parts from datasheets, and one measured H200 with its host, each a ``DeviceKind``:
+the one description of a kind of device that both views read (a placement ``cluster.Device`` is made of one,
+``presets.make_device``; a plan's GPU type is one, ``GpuCluster.types``: GPUs per node, memory, price).
 
 Every profile name says where its numbers come from: "(datasheet)" or "(measured)". Datasheet GPU
 figures are the SXM parts (K80: one GK210 die of the two on a board), dense rates, no sparsity.
@@ -10,7 +12,8 @@ machine, one run each; keep the label.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import ConfigError
@@ -20,40 +23,47 @@ MEASURED_H200_FILE = Path(__file__).resolve().parent / "device_profiles" / "h200
 
 
 @dataclass(frozen=True)
-class HardwareProfile:
+class DeviceKind:                          # the figures a source does not give keep their defaults
     name: str
-    kind: str                              # "cpu" or "gpu"
-    flops: dict[str, float]                # FLOP/s by precision ("fp32", "tf32", "bf16")
-    mem_bandwidth: float                   # bytes/s
-    memory_bytes: float
+    kind: str = "gpu"                      # "cpu" or "gpu"
+    flops: dict[str, float] = field(default_factory=dict)   # FLOP/s by precision ("fp32", "tf32", "bf16")
+    mem_bandwidth: float = 0.0             # bytes/s
+    memory_bytes: float = math.inf         # a plan's GPU type: what a plan may use per GPU (the capacity less the headroom)
     host_link_bandwidth: float = 0.0       # bytes/s per direction to host memory (PCIe)
     peer_link_bandwidth: float = 0.0       # bytes/s per direction GPU<->GPU (NVLink), 0 = none
     source: str = ""
+    gpus_per_node: int = 1
+    usd_per_gpu_hour: float | None = None
+    capacity_bytes: float | None = None    # the GPU's memory when a headroom is kept (None: memory_bytes)
+
+    @property
+    def capacity(self) -> float:
+        return self.memory_bytes if self.capacity_bytes is None else self.capacity_bytes
 
     def peak_flops(self, precision: str = "fp32") -> float:
         return self.flops.get(precision, self.flops["fp32"])
 
 
-def _datasheet() -> dict[str, HardwareProfile]:
+def _datasheet() -> dict[str, DeviceKind]:
     p = [
         # 40 cores x 2.3 GHz x 2 AVX-512 FMA (32 fp32 FLOP/cycle); 8 x DDR4-3200
-        HardwareProfile("Xeon Platinum 8380 (datasheet)", "cpu", {"fp32": 40 * 2.3e9 * 32}, 204.8 * GB,
+        DeviceKind("Xeon Platinum 8380 (datasheet)", "cpu", {"fp32": 40 * 2.3e9 * 32}, 204.8 * GB,
                         float("inf"), source="Intel ARK; per socket"),
-        HardwareProfile("K80 (datasheet)", "gpu", {"fp32": 4.37e12}, 240 * GB, 12 * GiB,
+        DeviceKind("K80 (datasheet)", "gpu", {"fp32": 4.37e12}, 240 * GB, 12 * GiB,
                         host_link_bandwidth=15.75 * GB, source="NVIDIA K80 datasheet, one GK210 (half board)"),
-        HardwareProfile("V100 (datasheet)", "gpu", {"fp32": 15.7e12, "fp16": 125e12}, 900 * GB, 32 * GiB,
+        DeviceKind("V100 (datasheet)", "gpu", {"fp32": 15.7e12, "fp16": 125e12}, 900 * GB, 32 * GiB,
                         host_link_bandwidth=15.75 * GB, peer_link_bandwidth=150 * GB, source="V100 SXM2 datasheet"),
-        HardwareProfile("A100 (datasheet)", "gpu", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12}, 2039 * GB,
+        DeviceKind("A100 (datasheet)", "gpu", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12}, 2039 * GB,
                         80 * GiB, host_link_bandwidth=31.5 * GB, peer_link_bandwidth=300 * GB, source="A100 SXM4 80GB datasheet"),
-        HardwareProfile("H100 (datasheet)", "gpu", {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12}, 3350 * GB,
+        DeviceKind("H100 (datasheet)", "gpu", {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12}, 3350 * GB,
                         80 * GiB, host_link_bandwidth=63 * GB, peer_link_bandwidth=450 * GB, source="H100 SXM5 datasheet"),
-        HardwareProfile("H200 (datasheet)", "gpu", {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12}, 4800 * GB,
+        DeviceKind("H200 (datasheet)", "gpu", {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12}, 4800 * GB,
                         141 * GB, host_link_bandwidth=63 * GB, peer_link_bandwidth=450 * GB, source="H200 SXM datasheet"),
     ]
     return {x.name: x for x in p}
 
 
-def _measured(path: Path = MEASURED_H200_FILE) -> dict[str, HardwareProfile]:
+def _measured(path: Path = MEASURED_H200_FILE) -> dict[str, DeviceKind]:
     """The H200 and its 16-core host as measured (one machine, one run each); empty if the file is absent."""
     try:
         m = json.loads(path.read_text())
@@ -62,23 +72,23 @@ def _measured(path: Path = MEASURED_H200_FILE) -> dict[str, HardwareProfile]:
     g, c = m["gpu"], m["host_cpu_16_cores"]
     src = f"{path.name}, measured on one machine on {m.get('measured_on', '?')}"
     return {
-        "H200 (measured)": HardwareProfile(
+        "H200 (measured)": DeviceKind(
             "H200 (measured)", "gpu",
             {"fp32": g["matmul_fp32_tflops"] * 1e12, "tf32": g["matmul_tf32_tflops"] * 1e12,
              "bf16": g["matmul_bf16_tflops"] * 1e12, "fp16": g["matmul_fp16_tflops"] * 1e12},
             g["d2d_copy_GBps_read_plus_write"] * GB, g["memory_GiB"] * GiB,
             host_link_bandwidth=min(g["h2d_pinned_GBps"], g["d2h_pinned_GBps"]) * GB, source=src),
-        "H200 host CPU (measured)": HardwareProfile(
+        "H200 host CPU (measured)": DeviceKind(
             "H200 host CPU (measured)", "cpu",
             {"fp32": c["matmul_fp32_gflops"] * 1e9, "bf16": c["matmul_bf16_gflops"] * 1e9},
             c["copy_GBps_read_plus_write"] * GB, float("inf"), source=src + " (16 cores together)"),
     }
 
 
-PROFILES: dict[str, HardwareProfile] = {**_datasheet(), **_measured()}
+PROFILES: dict[str, DeviceKind] = {**_datasheet(), **_measured()}
 
 
-def profile(name: str) -> HardwareProfile:
+def profile(name: str) -> DeviceKind:
     try:
         return PROFILES[name]
     except KeyError:

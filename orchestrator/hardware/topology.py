@@ -1,10 +1,9 @@
 """The links of a cluster, one table: ``Topology``. Every link is a ``ConstantLink`` or a ``FittedLink``
 (``hardware.links``; bytes, seconds, bytes/s inside) between two endpoints, and the views read it:
 
-- the placement: links between devices and host memories (endpoints: device names, ``cluster.host_memory(host)``), with
-  their contention channel (``channels``: links naming one channel contend, as on a PCIe switch or a host's NIC;
-  absent: the link is its own) and kind (``kinds``: "pcie", "nvlink", "network", "local"), added by ``connect``;
-  ``cluster.Worker.links`` is the part between one worker's devices and hosts, ``Worker.route`` a path through it;
+- the placement (``cluster.Worker.links``, ``Worker.route``): links between device names and ``host_memory(host)``s,
+  added by ``connect`` with their contention channel (``channels``: links naming one contend, as on a PCIe switch or
+  a host's NIC; absent: its own) and kind (``kinds``: "pcie", "nvlink", "network", "local");
 - the sync virtual clock: each worker's link to the network (endpoints ``("worker", i)`` -> ``NETWORK``) and the
   parameter server's, per shard (``SERVER`` -> ``NETWORK``): ``workers``, ``server``; built from
   ``hardware.network`` by ``from_cfg`` (default 10 Gbit/s and 50 us everywhere);
@@ -54,10 +53,8 @@ class Topology:
     def connect(self, src: Any, dst: Any, link: Link, shared: str | None = None, kind: str | None = None) -> None:
         """The link ``src -> dst`` (one direction), on the contention channel ``shared`` (None: its own)."""
         self.links[src, dst] = link
-        if shared is not None:
-            self.channels[src, dst] = shared
-        if kind is not None:
-            self.kinds[src, dst] = kind
+        self.channels.update({} if shared is None else {(src, dst): shared})
+        self.kinds.update({} if kind is None else {(src, dst): kind})
 
     def channel(self, ends: tuple[Any, Any]) -> str:
         """The contention channel of the link between ``ends``."""

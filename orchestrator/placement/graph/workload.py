@@ -119,11 +119,8 @@ def msr_worker(n_acc: int, n_cpu: int, acc_memory: float, host_memory_bytes: flo
     devs = [Device(f"acc:{i}", "accelerator", memory_bytes=acc_memory, profile="msr accelerator") for i in range(n_acc)]
     devs += [Device(f"cpu:{j}", "cpu", memory_bytes=host_memory_bytes, profile="msr cpu core", memory_pool=mem)
              for j in range(n_cpu)]
-    topo = Topology()
-    for i in range(n_acc):
-        topo.connect(f"acc:{i}", mem, ConstantLink(math.inf, 0.0), kind="pcie")
-        topo.connect(mem, f"acc:{i}", ConstantLink(math.inf, 0.0), kind="pcie")
-    return Worker("msr", devs, topo)
+    ends = [e for i in range(n_acc) for e in ((f"acc:{i}", mem), (mem, f"acc:{i}"))]
+    return Worker("msr", devs, Topology(dict.fromkeys(ends, ConstantLink(math.inf, 0.0)), kinds=dict.fromkeys(ends, "pcie")))
 
 
 def load_msr_workload(path: str | Path, *, time_unit: str = "ms", host_memory_bytes: float = math.inf) -> Workload:
