@@ -6,26 +6,31 @@ Per sample, a decoder layer's work is counted from the training config (hidden h
 FFN 4h; Megatron-style TP of degree t splits the matmuls, the attention scores and the FFN, not the layer norms,
 residuals and dropouts on the hidden state):
 
-- matmul FLOPs ``F`` (2 per multiply-add): block forward ``(24 s h^2 + 4 s^2 h) / t``, backward twice that;
-  head forward ``2 s h V / t``, backward twice; embedding none;
-- memory-bound bytes ``B`` (fp32, kernel by kernel, unfused: softmax, dropout with its mask, GELU, layer norms,
+- linear matmul FLOPs ``F`` (2 per multiply-add): block forward ``24 s h^2 / t``, backward twice that; head forward
+  ``2 s h V / t``, backward twice; embedding none;
+- attention matmuls (``Q K^T``, ``P V`` and their gradients), FLOPs ``F_a`` and bytes ``B_a``: forward ``4 s^2 h / t``
+  and ``4 (2 a s^2 + 4 s h) / t``, backward ``8 s^2 h / t`` and ``4 (4 a s^2 + 8 s h) / t`` (about 30 FLOP per byte:
+  memory-bound on tensor cores, compute-bound on plain fp32, by the type's ``P / W``);
+- elementwise bytes ``B`` (fp32, kernel by kernel, unfused: softmax, dropout with its mask, GELU, layer norms,
   residual adds, head permutes): block forward ``4 (4.25 a s^2 / t + 16 s h / t + 14.5 s h)``, backward
   ``4 (5.25 a s^2 / t + 20 s h / t + 16.5 s h)``; head forward ``4 (3 s V / t + 2 s h)``, backward
   ``4 (2 s V / t + 3 s h)``; embedding forward ``4 x 6.25 s h``, backward ``4 x 2 s h``.
 
 Seconds of one micro-batch of ``m`` samples on a type with matmul rate ``P`` (``GpuSpec.matmul_flops``) and memory
 bandwidth ``W``, for each (phase, kind of layer):
-``t = c + F m / (eta_mm P) + B m / (eta_mem W) + k n_ar 2 (t-1) + n_ar ring(link, 4 m s h, t)``, where ``n_ar`` is
-the layer's TP all-reduces in that phase (``LayeredProfile.tp_allreduces``, halved per phase), ``ring`` the ring
-all-reduce over the type's intra-node link (``hardware.links.ring_allreduce_time``) and ``c``, ``1/eta_mm``,
-``1/eta_mem``, ``k`` >= 0 (and the ring's weight, 1 where no fitted row has TP) are fitted by non-negative least
-squares on the relative error over the measured types.
+``t = max(f, c + (F m / P + max(F_a m / P, B_a m / W)) / eta_mm + B m / (eta_mem W) + l n_ar + k n_ar 2 (t-1)
++ n_ar ring(link, 4 m s h, t))``, where ``n_ar`` is the layer's TP all-reduces in that phase
+(``LayeredProfile.tp_allreduces``, halved per phase; 0 at TP 1), ``ring`` the ring all-reduce over the type's
+intra-node link (``hardware.links.ring_allreduce_time``), ``l`` a latency per all-reduce call, ``f`` the host's floor
+(a layer waits at least for the host to issue its kernels), and ``c``, ``1/eta_mm``, ``1/eta_mem``, ``l``, ``k`` >= 0
+(and the ring's weight, 1 where no fitted row has TP) are fitted by non-negative least squares on the relative error
+over the measured types, ``f`` with them (``_lsq_floored``).
 The optimizer step (the same on every layer of one (mbs, TP), as the profiles hold it): ``c_u + 16 N / t / (eta_u W)``
 for ``N`` parameters of the model (Adam in fp32: about 16 bytes read and written per parameter).
 Memory: a derived type holds the profile's parameter and activation sizes (they do not depend on the GPU) in the
 catalog's capacity.
 Precision (``at_precision``): at bf16/fp16/fp8, ``P`` is the type's rate at that precision and ``B`` and the ring's
-message are scaled by ``ACT_BYTES[precision] / 4``; each entry is carried by the ratio of the model at the precision to
+message (and ``B_a``) are scaled by ``ACT_BYTES[precision] / 4``; each entry is carried by the ratio of the model at the precision to
 the model at the profile's own.
 """
 
