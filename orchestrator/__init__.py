@@ -10,5 +10,3 @@ try:
     __version__ = _metadata.version("hetero-orchestrator")
 except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
-
-DISTRIBUTION = "hetero-orchestrator"

@@ -8,7 +8,6 @@ from orchestrator.errors import ConfigError
 from orchestrator.graph import Edge, Node, OpGraph, Placement
 from orchestrator.hardware.calibration import (
     Calibration,
-    apply,
     calibrate_graph,
     calibrate_worker,
     fit_scale,
@@ -42,7 +41,7 @@ SPLIT = {"a": "cpu:0", "b": "cpu:0", "c": "cpu:1", "d": "cpu:0"}
 
 def test_null_knobs_change_nothing_and_logical_cpus_talk_for_free():
     g, w = _graph(), _worker()
-    assert apply(g, w, Calibration()) == (g, w)
+    assert calibrate_graph(g, Calibration()) == g and calibrate_worker(w, Calibration()) == w
     assert _step(g, w, ALL0) == 4.0
     assert _step(g, w, SPLIT) == 3.0       # b and c overlap; cpu:0 -> cpu:1 costs nothing
 
@@ -57,7 +56,7 @@ def test_cost_scale_multiplies_profiled_costs_only():
 
 def test_link_latency_and_bandwidth_between_logical_cpus():
     g, w = _graph(), _worker()
-    _, wl = apply(None, w, Calibration(link_latency_s=0.25))
+    wl = calibrate_worker(w, Calibration(link_latency_s=0.25))
     assert [(a, b, l.latency_s, l.bandwidth) for (a, b), l in wl.links.items()] == [
         ("cpu:0", "cpu:1", 0.25, math.inf), ("cpu:1", "cpu:0", 0.25, math.inf)]
     assert w.links == {} and wl.route(w.devices[0], w.devices[1]) == [("cpu:0", "cpu:1")]

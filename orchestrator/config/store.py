@@ -56,10 +56,6 @@ def schemas() -> dict[str, type]:
     return out
 
 
-def schema_for(group: str, name: str | None) -> type | None:
-    return schemas().get(f"{group}/{name}") if name else None
-
-
 def register() -> None:
     """Put the root and every option schema in Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore

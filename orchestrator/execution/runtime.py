@@ -135,11 +135,6 @@ class ModelRuntime:
         loss, grads = self._grad(x, y)
         return float(loss), np.concatenate([g.numpy().ravel() for g in grads])
 
-    def gradients(self, x: np.ndarray, y: np.ndarray) -> tuple[float, list]:
-        """Loss and the per-variable gradient tensors (for Horovod's grouped allreduce)."""
-        loss, grads = self._grad(x, y)
-        return float(loss), list(grads)
-
     def evaluate(self, x: np.ndarray, y: np.ndarray, batch: int = 1000) -> tuple[float, float]:
         total_loss, correct = 0.0, 0.0
         for i in range(0, len(x), batch):
@@ -157,9 +152,6 @@ class ModelRuntime:
         for v, shape, size in zip(self.variables, self._shapes, self._sizes):
             v.assign(flat[offset : offset + size].reshape(shape))
             offset += size
-
-    def apply_flat_gradient(self, flat_grad: np.ndarray, lr: float) -> None:
-        self.set_flat(self.get_flat() - np.float32(lr) * flat_grad)
 
     def set_lr(self, lr: float) -> None:
         self.lr.assign(float(lr))

@@ -11,8 +11,9 @@ fit them against measured step times.
   worker's topology (the other one then costs nothing: latency 0 s or infinite bandwidth). ``Worker.route``
   prefers a direct link over the free CPU-to-CPU path.
 
-``apply(graph, worker, calib)`` returns calibrated copies. ``hardware=local`` exposes the knobs as
-``hardware.cost_scale``, ``hardware.link_latency_us`` and ``hardware.link_bandwidth_GBps``;
+``calibrate_graph(graph, calib)`` and ``calibrate_worker(worker, calib)`` return calibrated copies.
+``hardware=local`` exposes the knobs as ``hardware.cost_scale``, ``hardware.link_latency_us`` and
+``hardware.link_bandwidth_GBps``;
 ``benchmarks/calibration.py`` fits them on this machine.
 """
 
@@ -70,12 +71,6 @@ def calibrate_worker(worker: Worker, calib: Calibration) -> Worker:
         if a.host == b.host and (a.name, b.name) not in topo.links:
             topo.connect(a.name, b.name, ConstantLink(bw, lat), kind="local")
     return dataclasses.replace(worker, topology=topo)
-
-
-def apply(graph: OpGraph | None, worker: Worker | None, calib: Calibration) -> tuple[OpGraph | None, Worker | None]:
-    """``(calibrate_graph(graph), calibrate_worker(worker))``; either may be None."""
-    return (None if graph is None else calibrate_graph(graph, calib),
-            None if worker is None else calibrate_worker(worker, calib))
 
 
 def median_abs_rel_error(estimated, measured) -> float:

@@ -58,10 +58,6 @@ class SyncOptions:
         """``train.warmup_updates`` x ``train.batch_size``: the linear warm-up's length (Goyal et al.)."""
         return self.train.warmup_updates * self.train.batch_size
 
-    @property
-    def proportional_batches(self) -> bool:
-        return self.sync.balance != "none"
-
     def net(self):
         from orchestrator.hardware.topology import Topology
 
