@@ -102,15 +102,11 @@ class PlacementPhase:
             graph = calibrate_graph(graph, calib)
         return graph
 
-    def settings(self) -> PlacementConfig:
-        """The ``placement`` group (``orchestrator.config.root.PlacementConfig``)."""
-        return self.placement
-
     def evaluator(self, kind: str, graph, worker, model_spec, microbatch: MicrobatchSpec | None = None):
         from orchestrator.placement.evaluate.evaluator import MeasuredEvaluator, SimulatedEvaluator
 
-        objective = resolve_objective(self.settings(), graph)
-        headroom = memory_headroom(self.settings(), objective)
+        objective = resolve_objective(self.placement, graph)
+        headroom = memory_headroom(self.placement, objective)
         if kind == "simulated":
             return SimulatedEvaluator(graph, worker, objective, headroom, microbatch)
         if objective == "pipeline":
@@ -142,7 +138,7 @@ class PlacementPhase:
         self.simulated_cluster = cluster.simulated
         graph = self.graph(model_spec, reward)
         from orchestrator.phases.schedule import microbatch_spec  # micro-batches (placement.micro_batches)
-        microbatch = microbatch_spec(graph, self.settings())
+        microbatch = microbatch_spec(graph, self.placement)
         evaluator = self.evaluator(reward, graph, worker, model_spec, microbatch)
         placement, search_m = self.search(graph, worker, evaluator, sink)
         verdict = evaluator.evaluate(placement, **({"schedule": True} if evaluator.kind == "simulated" else {}))

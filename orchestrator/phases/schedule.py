@@ -103,7 +103,7 @@ def report_schedule(phase: Any, placed: Any, model_spec, cluster, sink) -> None:
 
         batch = int(graph.meta.get("batch") or phase.train.batch_size)
         x, y = model_spec.sample(batch, phase.train.seed)
-        sim_graph = normalise_profile(phase.settings(), sim_graph, worker, model_spec, x, y, metrics)
+        sim_graph = normalise_profile(phase.placement, sim_graph, worker, model_spec, x, y, metrics)
         worker = on_model(worker, model_spec, x, y)
     sim = getattr(evaluator, "simulator", None) if sim_graph is graph else None
     r = MicrobatchSchedule(sim_graph, worker, m, kind, sim if sim is not None and sim.graph is sim_graph else None) \
@@ -125,7 +125,7 @@ def measure(phase: Any, model_spec, graph, placement, worker, r, sink) -> dict[s
     from orchestrator.execution.pipelined import PipelinedRuntime, PipelineOrderError
     from orchestrator.placement.simulate.microbatch import task_order
 
-    steps = phase.settings().pipeline_steps
+    steps = phase.placement.pipeline_steps
     tf_dev = {d.name: d.tf_device for d in worker.devices}
     layers = [n for n in graph.nodes if n.role == "forward"]
     device_of = {n.name: tf_dev[placement.assignment[n.name]] for n in layers}

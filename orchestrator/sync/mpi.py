@@ -209,8 +209,7 @@ def _lost_host(run_dir: Path, ranks: int, hostfile: str | None, dead: str | None
     """A host (its daemon) that died or lost contact, named with the ranks it ran, as mpiexec's log and
     the ranks' host files tell; None when the log names no such host (see ``rank_failure``)."""
     log = (run_dir / "mpiexec.log").read_text(errors="ignore")
-    hosts = {r: (run_dir / f"rank{r}.host").read_text().split()[0] for r in range(ranks)
-             if (run_dir / f"rank{r}.host").exists() and (run_dir / f"rank{r}.host").read_text().strip()}
+    hosts = {r: h for r in range(ranks) if (h := _rank_host(run_dir, str(r), None))}
     unfinished = [r for r in range(ranks) if not (run_dir / f"rank{r}.json").exists()]
     known = set(hosts.values())
     if hostfile:
@@ -236,10 +235,10 @@ def _first_error(run_dir: Path) -> str:
     return f": MPI rank {rank} on {_rank_host(run_dir, rank)} failed: {first[:300]}"
 
 
-def _rank_host(run_dir: Path, rank: str) -> str:
+def _rank_host(run_dir: Path, rank: str, unknown: str | None = "an unknown host") -> str | None:
     f = run_dir / f"rank{rank}.host"
     text = f.read_text().strip() if f.exists() else ""
-    return text.split()[0] if text else "an unknown host"
+    return text.split()[0] if text else unknown
 
 
 def job_spec(strategy: SyncStrategy, opts: SyncOptions, ctx, run_dir: Path, inject: dict | None = None) -> dict:
@@ -271,8 +270,6 @@ def _launcher() -> dict:
 def rank_failure(run_dir: Path, rc: int) -> str:
     """A failed rank in one line, with its rank, host and signal or exit code, from Open MPI's report
     (mpiexec.log) and the ranks' ``rank{r}.host`` files."""
-    import re
-
     text = (run_dir / "mpiexec.log").read_text(errors="ignore") if (run_dir / "mpiexec.log").exists() else ""
 
     m = re.search(r"process rank (\d+) with PID (\d+) on node (\S+) exited on\s+signal (\d+)(?:\s+\(([^)]*)\))?", text)
