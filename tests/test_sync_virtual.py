@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.execution.training import TrainSettings
-from orchestrator.sync.core import SyncOptions, batch_shares, push_weights
+from orchestrator.sync.core import SyncOptions, push_weights
 from orchestrator.sync.server import ParameterServer, StalenessGate
 from orchestrator.sync.virtual import VirtualRun
 
@@ -124,12 +124,6 @@ def test_allreduce_step_lasts_as_long_as_the_slowest():
     ring = 4 / 3 * 32 / 1.25e9 + 4 * 50e-6
     assert result.updates == 10 and result.elapsed_s == pytest.approx(10 * (4.0 + ring), rel=1e-9)
     assert stats.wait_s == pytest.approx([30.0, 20.0, 0.0])
-
-
-def test_proportional_batches_split_the_global_batch_by_speed():
-    assert batch_shares([1.0, 1.0, 1.0, 0.25], 64, True) == [79, 79, 79, 19]
-    assert sum(batch_shares([1.0, 0.5, 0.3], 64, True)) == 192
-    assert batch_shares([1.0, 0.5], 64, False) == [64, 64]
 
 
 def test_dynamic_bound_follows_speed_spread():

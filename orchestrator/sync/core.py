@@ -5,7 +5,7 @@
   speeds, and the few values only the groups together decide (the staleness bound, the server's shards,
   the links with an emulated cluster's, the MPI hostfile); the MPI ranks receive it as JSON (``plain`` /
   ``from_plain``); the strategy itself (``orchestrator.sync.strategy``) says which rules apply;
-- ``batch_shares``: per-worker batch sizes (equal, or proportional to speed); learning-rate scaling.
+- ``push_weights`` and the learning-rate scaling and warm-up (per-worker batch sizes: ``orchestrator.sync.balance``).
 
 The parameter server's rules (``StalenessGate``, ``ParameterServer``) are in ``orchestrator.sync.server``.
 
@@ -245,19 +245,6 @@ def scaled_lr(opts: SyncOptions, lr: float, batch: int, batch_size: int, samples
     if opts.warmup_samples > 0 and samples_seen < opts.warmup_samples and target > lr:
         return lr + (target - lr) * samples_seen / opts.warmup_samples
     return target
-
-
-def batch_shares(speeds: list[float], batch_size: int, proportional: bool) -> list[int]:
-    """Per-worker batch sizes: all ``batch_size``, or ``W * batch_size`` split in proportion to speed."""
-    w = len(speeds)
-    if not proportional:
-        return [batch_size] * w
-    total = w * batch_size
-    raw = [total * s / sum(speeds) for s in speeds]
-    out = [max(1, int(math.floor(r))) for r in raw]
-    for i in sorted(range(w), key=lambda i: raw[i] - math.floor(raw[i]), reverse=True)[: max(0, total - sum(out))]:
-        out[i] += 1
-    return out
 
 
 def push_weights(lr: float, batches: list[int], scaling: str | float, *, batch_size: int | None = None,
