@@ -31,7 +31,17 @@ def evaluated_by(records: Iterable[RunRecord]) -> str:
     return " and ".join(kinds) if kinds else "no runs"
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, ax, path: Path, title: str, xlabel: str | None = None, ylabel: str | None = None, *,
+          grid: str = "both", legend: str | None = None, **title_kw) -> Path:
+    """The axes' labels, title, grid and legend (``legend``: its location, None for none), then the PNG."""
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.set_title(title, **title_kw)
+    ax.grid(axis=grid, alpha=0.3)
+    if legend is not None:
+        ax.legend(loc=legend)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     _plt().close(fig)
@@ -75,12 +85,9 @@ def accuracy_vs_time(records: list[RunRecord], path: Path) -> Path | None:
     if len(targets) == 1:
         ax.axhline(float(targets.pop()), color="grey", linestyle="--", label="target accuracy")
     clocks = sorted({r.tags.get("train.clock", "wall") for r, _, _ in curves})
-    ax.set_xlabel(f"training time (s, {'/'.join(clocks)} clock, evaluation excluded)")
-    ax.set_ylabel("test accuracy (fraction)")
-    ax.set_title(f"Test accuracy vs training time ({evaluated_by(r for r, _, _ in curves)})")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    return _save(fig, path)
+    return _save(fig, ax, path, f"Test accuracy vs training time ({evaluated_by(r for r, _, _ in curves)})",
+                 f"training time (s, {'/'.join(clocks)} clock, evaluation excluded)", "test accuracy (fraction)",
+                 legend="lower right")
 
 
 def speedup_vs_workers(records: list[RunRecord], path: Path) -> Path | None:
@@ -98,12 +105,8 @@ def speedup_vs_workers(records: list[RunRecord], path: Path) -> Path | None:
                 color=c, label=s)
     top = max(max(w for _, w, _ in pts), 2)
     ax.plot([1, top], [1, top], color="black", linestyle="--", label="ideal (speedup = workers)")
-    ax.set_xlabel("number of data-parallel workers")
-    ax.set_ylabel("speedup (x, vs one worker)")
-    ax.set_title(f"Speedup vs workers ({evaluated_by(r for r, _, _ in pts)})")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    return _save(fig, ax, path, f"Speedup vs workers ({evaluated_by(r for r, _, _ in pts)})",
+                 "number of data-parallel workers", "speedup (x, vs one worker)", legend="best")
 
 
 def _objective(r: RunRecord) -> float | None:
@@ -142,14 +145,11 @@ def step_time_per_placer(records: list[RunRecord], path: Path) -> Path | None:
                       label=None if bound_labelled else "lower bound (certified)")
             bound_labelled = True
     ax.set_xticks(range(len(keys)), [f"{p}\n{c}" if several else p for c, p in keys])
-    ax.set_xlabel("placer" + (" / model/hardware" if several else f" (model/hardware {keys[0][0]})"))
     pipe = any(r.metric("placement.time_per_sample_s") is not None for r in best.values())
-    ax.set_ylabel("step time (s per training step)" + (" / time per sample (s, pipeline)" if pipe else ""))
-    ax.set_title(f"Step time per placer, best run each ({evaluated_by(best.values())})")
-    ax.grid(axis="y", alpha=0.3)
-    if bound_labelled:
-        ax.legend(loc="lower right")
-    return _save(fig, path)
+    return _save(fig, ax, path, f"Step time per placer, best run each ({evaluated_by(best.values())})",
+                 "placer" + (" / model/hardware" if several else f" (model/hardware {keys[0][0]})"),
+                 "step time (s per training step)" + (" / time per sample (s, pipeline)" if pipe else ""),
+                 grid="y", legend="lower right" if bound_labelled else None)
 
 
 def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
@@ -167,12 +167,8 @@ def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
             ax.plot(*zip(*best), color=f"C{i}", label=f"best step time so far{name}")
         if mean:
             ax.plot(*zip(*mean), color=f"C{i}", linestyle=":", label=f"mean of sampled placements{name}")
-    ax.set_xlabel("policy update")
-    ax.set_ylabel("step time (s)")
-    ax.set_title(f"RL placer learning curve ({evaluated_by(r for r, _, _ in curves)})")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    return _save(fig, ax, path, f"RL placer learning curve ({evaluated_by(r for r, _, _ in curves)})",
+                 "policy update", "step time (s)", legend="best")
 
 
 def plan_label(r: RunRecord) -> str:
@@ -204,12 +200,10 @@ def plan_comparison(records: list[RunRecord], path: Path) -> Path | None:
             ax.hlines((r.metric("plan.global_batch") or 0.0) / bound, i - 0.4, i + 0.4, colors="black", linestyles="--")
             bound_labelled = True
     ax.set_xticks(range(len(plans)), [plan_label(r) for r in plans], fontsize=7)
-    ax.set_ylabel("samples/s (plan)")
-    ax.set_title(f"Plans compared ({evaluated_by(plans)}): samples/s per planner and cluster"
-                 + ("\ndashed: the bound (no plan on that cluster is faster)" if bound_labelled else ""), fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
     ax.margins(y=0.15)
-    return _save(fig, path)
+    return _save(fig, ax, path, f"Plans compared ({evaluated_by(plans)}): samples/s per planner and cluster"
+                 + ("\ndashed: the bound (no plan on that cluster is faster)" if bound_labelled else ""),
+                 ylabel="samples/s (plan)", grid="y", fontsize=10)
 
 
 PLAN_PLOTS = {"plan_comparison": plan_comparison}    # plan trials' (runtime=plan)
