@@ -31,8 +31,8 @@ def evaluated_by(records: Iterable[RunRecord]) -> str:
     return " and ".join(kinds) if kinds else "no runs"
 
 
-def _save(fig, ax, path: Path, title: str, xlabel: str | None = None, ylabel: str | None = None, *,
-          grid: str = "both", legend: str | None = None, **title_kw) -> Path:
+def _finish(fig, ax, path: Path, title: str, xlabel: str | None = None, ylabel: str | None = None, *,
+            grid: str = "both", legend: str | None = None, **title_kw) -> Path:
     """The axes' labels, title, grid and legend (``legend``: its location, None for none), then the PNG."""
     if xlabel is not None:
         ax.set_xlabel(xlabel)
@@ -42,6 +42,10 @@ def _save(fig, ax, path: Path, title: str, xlabel: str | None = None, ylabel: st
     ax.grid(axis=grid, alpha=0.3)
     if legend is not None:
         ax.legend(loc=legend)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     _plt().close(fig)
@@ -85,9 +89,9 @@ def accuracy_vs_time(records: list[RunRecord], path: Path) -> Path | None:
     if len(targets) == 1:
         ax.axhline(float(targets.pop()), color="grey", linestyle="--", label="target accuracy")
     clocks = sorted({r.tags.get("train.clock", "wall") for r, _, _ in curves})
-    return _save(fig, ax, path, f"Test accuracy vs training time ({evaluated_by(r for r, _, _ in curves)})",
-                 f"training time (s, {'/'.join(clocks)} clock, evaluation excluded)", "test accuracy (fraction)",
-                 legend="lower right")
+    return _finish(fig, ax, path, f"Test accuracy vs training time ({evaluated_by(r for r, _, _ in curves)})",
+                   f"training time (s, {'/'.join(clocks)} clock, evaluation excluded)", "test accuracy (fraction)",
+                   legend="lower right")
 
 
 def speedup_vs_workers(records: list[RunRecord], path: Path) -> Path | None:
@@ -105,8 +109,8 @@ def speedup_vs_workers(records: list[RunRecord], path: Path) -> Path | None:
                 color=c, label=s)
     top = max(max(w for _, w, _ in pts), 2)
     ax.plot([1, top], [1, top], color="black", linestyle="--", label="ideal (speedup = workers)")
-    return _save(fig, ax, path, f"Speedup vs workers ({evaluated_by(r for r, _, _ in pts)})",
-                 "number of data-parallel workers", "speedup (x, vs one worker)", legend="best")
+    return _finish(fig, ax, path, f"Speedup vs workers ({evaluated_by(r for r, _, _ in pts)})",
+                   "number of data-parallel workers", "speedup (x, vs one worker)", legend="best")
 
 
 def _objective(r: RunRecord) -> float | None:
@@ -146,10 +150,10 @@ def step_time_per_placer(records: list[RunRecord], path: Path) -> Path | None:
             bound_labelled = True
     ax.set_xticks(range(len(keys)), [f"{p}\n{c}" if several else p for c, p in keys])
     pipe = any(r.metric("placement.time_per_sample_s") is not None for r in best.values())
-    return _save(fig, ax, path, f"Step time per placer, best run each ({evaluated_by(best.values())})",
-                 "placer" + (" / model/hardware" if several else f" (model/hardware {keys[0][0]})"),
-                 "step time (s per training step)" + (" / time per sample (s, pipeline)" if pipe else ""),
-                 grid="y", legend="lower right" if bound_labelled else None)
+    return _finish(fig, ax, path, f"Step time per placer, best run each ({evaluated_by(best.values())})",
+                   "placer" + (" / model/hardware" if several else f" (model/hardware {keys[0][0]})"),
+                   "step time (s per training step)" + (" / time per sample (s, pipeline)" if pipe else ""),
+                   grid="y", legend="lower right" if bound_labelled else None)
 
 
 def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
@@ -167,8 +171,8 @@ def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
             ax.plot(*zip(*best), color=f"C{i}", label=f"best step time so far{name}")
         if mean:
             ax.plot(*zip(*mean), color=f"C{i}", linestyle=":", label=f"mean of sampled placements{name}")
-    return _save(fig, ax, path, f"RL placer learning curve ({evaluated_by(r for r, _, _ in curves)})",
-                 "policy update", "step time (s)", legend="best")
+    return _finish(fig, ax, path, f"RL placer learning curve ({evaluated_by(r for r, _, _ in curves)})",
+                   "policy update", "step time (s)", legend="best")
 
 
 def plan_label(r: RunRecord) -> str:
@@ -201,9 +205,9 @@ def plan_comparison(records: list[RunRecord], path: Path) -> Path | None:
             bound_labelled = True
     ax.set_xticks(range(len(plans)), [plan_label(r) for r in plans], fontsize=7)
     ax.margins(y=0.15)
-    return _save(fig, ax, path, f"Plans compared ({evaluated_by(plans)}): samples/s per planner and cluster"
-                 + ("\ndashed: the bound (no plan on that cluster is faster)" if bound_labelled else ""),
-                 ylabel="samples/s (plan)", grid="y", fontsize=10)
+    return _finish(fig, ax, path, f"Plans compared ({evaluated_by(plans)}): samples/s per planner and cluster"
+                   + ("\ndashed: the bound (no plan on that cluster is faster)" if bound_labelled else ""),
+                   ylabel="samples/s (plan)", grid="y", fontsize=10)
 
 
 PLAN_PLOTS = {"plan_comparison": plan_comparison}    # plan trials' (runtime=plan)
