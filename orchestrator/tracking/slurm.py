@@ -14,14 +14,7 @@ import os
 import signal
 import subprocess
 
-
-def job_id() -> str | None:
-    """This process's Slurm job (``JOBID`` or ``ARRAYJOB_TASK`` for an array task), or None."""
-    jid = os.environ.get("SLURM_JOB_ID")
-    if not jid:
-        return None
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    return f"{array}_{task}" if array and task else jid
+from orchestrator.tracking.store import slurm_job_id as job_id  # JOBID, or ARRAYJOB_TASK for an array task
 
 
 def trial_is_job() -> bool:

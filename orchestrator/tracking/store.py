@@ -87,6 +87,15 @@ def _process_start(pid: int) -> str | None:
 SLURM_JOB_TAG = "orchestrator.slurm_job"
 
 
+def slurm_job_id() -> str | None:
+    """This process's Slurm job (``JOBID``, or ``ARRAYJOB_TASK`` for an array task), or None."""
+    jid = os.environ.get("SLURM_JOB_ID")
+    if not jid:
+        return None
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else jid
+
+
 def process_tags() -> dict[str, str]:
     """Who writes this run: a later process can tell that a RUNNING run's writer is gone."""
     import socket
@@ -95,10 +104,8 @@ def process_tags() -> dict[str, str]:
     start = _process_start(os.getpid())
     if start is not None:
         tags[START_TAG] = start
-    from orchestrator.tracking.slurm import job_id
-
-    if job_id() is not None:  # the Slurm job (or array task) that runs this process
-        tags[SLURM_JOB_TAG] = job_id()
+    if slurm_job_id() is not None:  # the Slurm job (or array task) that runs this process
+        tags[SLURM_JOB_TAG] = slurm_job_id()
     return tags
 
 
