@@ -204,7 +204,12 @@ class ExactColumns:
             return
         T = max(2, len(cols.types))
         self.counts = np.concatenate([cols.counts, np.zeros(T - len(cols.types))])
-        box = self._box(self.counts, len(cols.types), a_max, v_max)
+        if len(cols.types) <= 2:                   # the most GPUs per type of the columns the DP enumerates
+            box = [min(int(self.counts[0]), a_max), min(int(self.counts[1]), v_max)]
+        else:
+            box = [min(int(c), a_max) for c in self.counts]
+            while math.prod(b + 1 for b in box) > CELLS:
+                box[int(np.argmax(box))] //= 2
         self._finish(cols, box, self._table(cols, cols.starts if starts is None else starts, box))
 
     def _table(self, cols: Columns, starts: list, box: list[int]) -> np.ndarray:
@@ -214,16 +219,6 @@ class ExactColumns:
         return column_dp(cols.L, len(cols.grid), starts, lambda k, j, i: float(t[k][i] - t[k][j] + kap[k][j, i]),
                          lambda k: t[k][-1], box=box, uses=[(cols.types.index(g), tp) for g, tp, *_ in cols.kinds],
                          compact=True)                            # one stage, the whole model: no transfer
-
-    @staticmethod
-    def _box(counts: np.ndarray, types: int, a_max: int, v_max: int) -> list[int]:
-        """The most GPUs per type of the columns the DP enumerates (``counts`` padded to two types)."""
-        if types <= 2:
-            return [min(int(counts[0]), a_max), min(int(counts[1]), v_max)]
-        box = [min(int(c), a_max) for c in counts]
-        while math.prod(b + 1 for b in box) > CELLS:
-            box[int(np.argmax(box))] //= 2
-        return box
 
     def _finish(self, cols: Columns, box: list[int], out: np.ndarray) -> None:
         """Keep the least latency per (GPU vector, threshold) of the finished columns ``out``."""

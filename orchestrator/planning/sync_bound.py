@@ -53,7 +53,7 @@ class Rings:
         self.params = np.asarray(profile.layer_sizes(1).params, dtype=float) * profile.float_bytes
         self.total = float(self.params.sum())
         pb = np.concatenate([[0.0], np.cumsum(self.params)])
-        self.span = np.where(np.triu(np.ones((len(pb), len(pb)), dtype=bool)), pb[None, :] - pb[:, None], math.inf)
+        self.span = pb[None, :] - pb[:, None]                      # bytes of the stage j .. i - 1
         present = [(g, z) for (g, z), n in cluster.gpus.items() if n > 0]
         self.links = []
         for ga, za in present:
@@ -114,9 +114,10 @@ class Rings:
     def stage_of(self, k: int) -> float:
         """``MM(k)``: the least largest stage of the model's bytes split into at most ``k`` contiguous stages (the
         engine's chain min-max, ``partition.split.chain_minmax``)."""
-        if k not in self._stage:                                   # empty stages allowed: at most k; kept below
-            n = len(self.params)                                   # the optimum (a bound), as the sums round
-            self._stage[k] = chain_minmax([self.span] * max(1, min(k, n)), n) * (1 - 1e-9)
+        if k not in self._stage:          # empty stages allowed (at most k); 1e-9 below the optimum, as sums round
+            n = len(self.params)
+            span = np.where(np.triu(np.ones_like(self.span, dtype=bool)), self.span, math.inf)
+            self._stage[k] = chain_minmax([span] * max(1, min(k, n)), n) * (1 - 1e-9)
         return self._stage[k]
 
 
@@ -131,8 +132,7 @@ class SyncCoupled:
         self.ok = cols.ok
         if not self.ok:
             return
-        pb = np.concatenate([[0.0], np.cumsum(rings.params)])
-        self.span = pb[None, :] - pb[:, None]                      # bytes of the stage j .. i - 1
+        self.span = rings.span
         self.runs: dict[str, list[tuple[float, float]]] = {}
         for rule in set(rules) | ({"one"} if "several" in rules else set()):     # two pipelines use both
             values = set()
@@ -141,7 +141,7 @@ class SyncCoupled:
                 runs = (start < len(cols.grid)) & np.triu(np.ones_like(start, dtype=bool), 1)
                 values.update((self.span[runs] / d).tolist())
                 if whole < len(cols.grid):
-                    values.add(float(pb[-1]) / d)
+                    values.add(float(self.span[0, -1]) / d)
             self.runs[rule] = _group(sorted(v for v in values if v > 0))
         self._exact: dict[tuple, ExactColumns] = {}
 
