@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.testing import QUICK
+from orchestrator.testing import NO_CONTEXT, QUICK
 
 from conftest import run_inprocess
 from services import mlflow_server, netlab, postgres, require_netlab
@@ -135,7 +135,7 @@ def test_mpi_ranks_run_one_per_host(tmp_path, strategy, where):
         lab_arg = f"sync.hostfile={lab.hostfile}" if where == "sync.hostfile" else f"hardware.netlab={lab.dir}"
         # delay's server rank shares the first host with worker 0: one rank more than the slots
         out = cli(tmp_path, f"+sync={strategy}", "sync.runtime=mpi", lab_arg, "sync.oversubscribe=true",
-                  "hardware.workers=3", "sync.timeout_s=300", *QUICK)
+                  "hardware.workers=3", "sync.timeout_s=300", *QUICK, *NO_CONTEXT)
         assert out.returncode == 0, out.stderr[-3000:]
         (run_dir,) = list(tmp_path.glob("outputs/*/*/mpi-*"))
         hosts = {int(p.stem[4:]): p.read_text().split()[0] for p in run_dir.glob("rank*.host")}   # "host pid"
@@ -167,7 +167,8 @@ def test_a_dead_host_fails_the_trial_and_leaves_nothing_behind(tmp_path):
         t0 = time.monotonic()
         out = cli(tmp_path, "+sync=delay", "sync.runtime=mpi", f"sync.hostfile={lab.hostfile}", "hardware.workers=3",
                   "sync.oversubscribe=true",
-                  "sync.timeout_s=60", "train.budget_updates=100000", "train.target_accuracy=0.999", timeout=400)
+                  "sync.timeout_s=60", "train.budget_updates=100000", "train.target_accuracy=0.999", *NO_CONTEXT,
+                  timeout=400)
         killer.join(timeout=5)
         assert out.returncode != 0
         err = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
