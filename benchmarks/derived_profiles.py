@@ -35,9 +35,9 @@ from orchestrator.hardware.catalog import (  # noqa: E402
     default_catalog,
     derived_link,
     efficiency,
-    measured_h200,
 )
 from orchestrator.hardware.gpu_cluster import GpuCluster  # noqa: E402
+from orchestrator.hardware.profiles import PROFILES  # noqa: E402
 from orchestrator.plan import LayeredProfile, Plan  # noqa: E402
 from orchestrator.planning.sailor import SailorSimulator  # noqa: E402
 from orchestrator.planning.simulator import ProjectSimulator  # noqa: E402
@@ -50,10 +50,10 @@ def link_for_left_out(cluster: GpuCluster, out: str):
     """The intra-node links of the fit: measured for the fitted types, derived for the one left out (its datasheet
     times the median efficiency of the others' measured links)."""
     cat = default_catalog()
-    pairs = [(max(per.values(), key=lambda lk: lk.max_bandwidth).max_bandwidth, cat.get(t).intra_bandwidth)
+    pairs = [(max(per.values(), key=lambda lk: lk.max_bandwidth).max_bandwidth, cat.get(t).peer_link_bandwidth)
              for t, per in cluster.network.intra.items() if t != out and cat.find(t) is not None and per]
     eff = efficiency(pairs, DEFAULT_INTRA_EFFICIENCY)
-    own = derived_link(cat.get(out).intra_bandwidth, eff)
+    own = derived_link(cat.get(out).peer_link_bandwidth, eff)
 
     def link_for(gpu: str, tp: int):
         return own if gpu == out else cluster.network.intra_link(gpu, tp)
@@ -198,7 +198,7 @@ def share_table(root: Path, profile: LayeredProfile, cluster: GpuCluster, derive
 
 
 def h200_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
-    measured = measured_h200()
+    measured = PROFILES.get("H200 (measured)")
     sheet = default_catalog().get("H200")
     model = derive.fit(profile, derive.measured_types(profile), cluster.network.intra_link)
     print("\n### H200: datasheet, measured (one H200, PyTorch) and what the derivation charges in a decoder block\n")

@@ -91,7 +91,7 @@ def measured():
 
 def _left_out_errors(profile, cluster, out):
     rest = [t for t in derive.measured_types(profile) if t != out]
-    own = derived_link(default_catalog().get(out).intra_bandwidth, 0.69)
+    own = derived_link(default_catalog().get(out).peer_link_bandwidth, 0.69)
 
     def link_for(gpu, tp):
         return own if gpu == out else cluster.network.intra_link(gpu, tp)

@@ -1,14 +1,12 @@
 """The GPU catalog: datasheet figures of GPU types nobody profiled (``gpu_catalog.json`` beside this file), each
-figure with its source, and the links a type gets from them.
+figure with its source, and the links a type gets from them. Each type is a ``profiles.DeviceKind`` (the one
+description of a kind of device): a cluster that plans with it holds that very entry (``GpuCluster.with_catalog_type``).
 
 A figure is ``[value, source key]``; the key names an entry of the file's ``sources`` (a datasheet or a price page).
 Read once by ``read_catalog``; a figure without a known source, a negative, NaN or missing figure is a one-line
 ``WorkloadError`` naming the type and the figure. Units in the file: TFLOP/s, GB (1e9 bytes), GB/s per direction,
-Gbit/s per GPU, USD per GPU-hour; inside: FLOP/s, bytes, bytes/s (``hardware.cost``'s units).
-
-``"H200 (measured)"`` (``measured_h200``) is the catalog's H200 with the matmul and copy rates measured on one
-H200 with PyTorch (``hardware.profiles``, ``device_profiles/h200-measured.json``): measured, one machine, one run
-each; it keeps that label and is for comparing derived rates with measured ones, not a type to plan with.
+Gbit/s per GPU, USD per GPU-hour; inside: FLOP/s, bytes, bytes/s (``hardware.cost``'s units). The file's
+``intra_GBps`` is ``DeviceKind.peer_link_bandwidth``, its ``network_Gbps`` ``network_bandwidth``.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.cost import GB, GBIT
 from orchestrator.hardware.links import ConstantLink
+from orchestrator.hardware.profiles import DeviceKind
 from orchestrator.paths import read_json
 
 CATALOG_FILE = Path(__file__).resolve().parent / "gpu_catalog.json"
@@ -41,48 +40,19 @@ def normal(name: str) -> str:
     return "".join(c for c in str(name).upper() if c not in " -_.")
 
 
-@dataclass(frozen=True)
-class GpuSpec:
-    """One catalog type (SI units inside); ``sources``: figure -> the source's text."""
-
-    name: str
-    title: str
-    aliases: tuple[str, ...]
-    flops: dict[str, float]                 # FLOP/s by precision, dense
-    mem_bandwidth: float                    # bytes/s
-    memory_bytes: float
-    gpus_per_node: int
-    intra_bandwidth: float                  # bytes/s per direction, GPU to GPU inside a machine
-    network_bandwidth: float                # bytes/s per GPU between machines
-    usd_per_gpu_hour: float | None
-    sources: dict[str, str] = field(default_factory=dict)
-    label: str = "datasheet"
-
-    def matmul_flops(self, precision: str = "fp32") -> float:
-        """The matmul rate of training at ``precision``: fp32 training multiplies in TF32 where the type has it
-        (the rate the shared profiles reach: A100 layers run at 33 TFLOP/s, above fp32's 19.5), else fp32;
-        bf16/fp16/fp8 their own rate, an error where the type has none."""
-        if precision == "fp32":
-            return self.flops.get("tf32", self.flops["fp32"])
-        if precision not in self.flops:
-            raise ConfigError(f"GPU type {self.name} has no {precision} rate in the catalog "
-                              f"(it has: {', '.join(sorted(self.flops))})")
-        return self.flops[precision]
-
-
 @dataclass
 class GpuCatalog:
-    types: dict[str, GpuSpec]
+    types: dict[str, DeviceKind]
     path: str = ""
 
-    def find(self, name: str) -> GpuSpec | None:
+    def find(self, name: str) -> DeviceKind | None:
         key = normal(name)
         for spec in self.types.values():
             if key == normal(spec.name) or key in (normal(a) for a in spec.aliases):
                 return spec
         return None
 
-    def get(self, name: str, known: Iterable[str] = ()) -> GpuSpec:
+    def get(self, name: str, known: Iterable[str] = ()) -> DeviceKind:
         """The type ``name`` (or an alias); unknown: one line listing ``known`` (a cluster's) and the catalog's."""
         spec = self.find(name)
         if spec is None:
@@ -110,7 +80,7 @@ def _figure(spec: dict[str, Any], key: str, where: str, sources: dict[str, str],
     return float(value), sources[src]
 
 
-def _spec(name: str, raw: Any, where: str, sources: dict[str, str]) -> GpuSpec:
+def _spec(name: str, raw: Any, where: str, sources: dict[str, str]) -> DeviceKind:
     if not isinstance(raw, dict):
         raise WorkloadError(f"{where}: a type is a mapping of figures")
     got = {k: _figure(raw, k, where, sources, nullable=k == "usd_per_gpu_hour") for k in REQUIRED}
@@ -123,9 +93,11 @@ def _spec(name: str, raw: Any, where: str, sources: dict[str, str]) -> GpuSpec:
         raise WorkloadError(f"{where}.gpus_per_node={per_node!r}: must be a whole number")
     flops = {k.removesuffix("_tflops"): v[0] * 1e12 for k, v in got.items() if k.endswith("_tflops")}
     price = got["usd_per_gpu_hour"][0]
-    return GpuSpec(name, str(raw.get("name", name)), tuple(str(a) for a in raw.get("aliases", ())), flops,
-                   got["memory_GBps"][0] * GB, got["memory_GB"][0] * GB, int(per_node), got["intra_GBps"][0] * GB,
-                   got["network_Gbps"][0] * GBIT, price, {k: v[1] for k, v in got.items()})
+    return DeviceKind(name, "gpu", flops, got["memory_GBps"][0] * GB, got["memory_GB"][0] * GB,
+                      peer_link_bandwidth=got["intra_GBps"][0] * GB, gpus_per_node=int(per_node),
+                      usd_per_gpu_hour=price, network_bandwidth=got["network_Gbps"][0] * GBIT,
+                      title=str(raw.get("name", name)), aliases=tuple(str(a) for a in raw.get("aliases", ())),
+                      sources={k: v[1] for k, v in got.items()})
 
 
 def read_catalog(path: str | Path = CATALOG_FILE) -> GpuCatalog:
@@ -148,21 +120,6 @@ def read_catalog(path: str | Path = CATALOG_FILE) -> GpuCatalog:
 @lru_cache(maxsize=1)
 def default_catalog() -> GpuCatalog:
     return read_catalog(CATALOG_FILE)
-
-
-def measured_h200() -> GpuSpec | None:
-    """The catalog's H200 with the rates measured on one H200 (``hardware.profiles`` "H200 (measured)"), labelled
-    measured; None when the measured file is absent."""
-    from orchestrator.hardware.profiles import PROFILES
-
-    got = PROFILES.get("H200 (measured)")
-    if got is None:
-        return None
-    sheet = default_catalog().get("H200")
-    srcs = {**sheet.sources, "flops": got.source, "memory_GBps": got.source}
-    return GpuSpec("H200 (measured)", "H200 SXM, rates measured with PyTorch", (), dict(got.flops), got.mem_bandwidth,
-                   sheet.memory_bytes, sheet.gpus_per_node, sheet.intra_bandwidth, sheet.network_bandwidth,
-                   sheet.usd_per_gpu_hour, srcs, label="measured")
 
 
 def efficiency(pairs: Iterable[tuple[float, float]], default: float) -> float:

@@ -22,7 +22,6 @@ from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.catalog import (
     DEFAULT_INTRA_EFFICIENCY,
     DEFAULT_NETWORK_EFFICIENCY,
-    GpuSpec,
     default_catalog,
     derived_link,
     efficiency,
@@ -107,17 +106,15 @@ class GpuCluster:
                  for n, t in self.types.items()}
         return GpuCluster(self.name, types, dict(self.gpus), self.network, self.zone, dict(self.derived))
 
-    def with_catalog_type(self, spec: GpuSpec, zones: list[str]) -> GpuCluster:
-        """This cluster with the catalog type ``spec`` (no GPUs yet): its node from the datasheet, its links inside
+    def with_catalog_type(self, spec: DeviceKind, zones: list[str]) -> GpuCluster:
+        """This cluster with the catalog type ``spec`` (no GPUs yet): the catalog's entry as its type, its links inside
         a machine at the datasheet's bandwidth times the median efficiency of the measured links of this cluster's
         catalog types (``link_efficiencies``), between machines at its network's times that efficiency, no faster than
         the other end's link and the fastest measured link between the two zones (the site's network bounds it)."""
         intra_eff, net_eff = self.link_efficiencies()
-        types = {**self.types, spec.name: DeviceKind(spec.name, memory_bytes=spec.memory_bytes,
-                                                       gpus_per_node=spec.gpus_per_node,
-                                                       usd_per_gpu_hour=spec.usd_per_gpu_hour)}
+        types = {**self.types, spec.name: spec}
         net = self.network
-        intra: dict[str, dict[int, Link]] = {**net.intra, spec.name: {g: derived_link(spec.intra_bandwidth, intra_eff)
+        intra: dict[str, dict[int, Link]] = {**net.intra, spec.name: {g: derived_link(spec.peer_link_bandwidth, intra_eff)
                                            for g in range(2, spec.gpus_per_node + 1)}}
         links = dict(net.links)
         if net.default_inter is None:
@@ -146,7 +143,7 @@ class GpuCluster:
                 continue
             per = self.network.intra.get(name, {})
             if per:
-                intra.append((_max_bandwidth(per[max(per)]), spec.intra_bandwidth))
+                intra.append((_max_bandwidth(per[max(per)]), spec.peer_link_bandwidth))
             link = self.network.links.get(((self.zone, name, "1"), (self.zone, name, "1")))
             if link is not None:
                 inter.append((_max_bandwidth(link), spec.network_bandwidth))

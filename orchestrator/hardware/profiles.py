@@ -1,6 +1,7 @@
 """Device profiles: rates of common parts from datasheets, and one measured H200 with its host, each a ``DeviceKind``:
-the one description of a kind of device that both views read (a placement ``cluster.Device`` is made of one,
-``presets.make_device``; a plan's GPU type is one, ``GpuCluster.types``: GPUs per node, memory, price).
+the one description of a kind of device that every view reads (a placement ``cluster.Device`` is made of one,
+``presets.make_device``; a plan's GPU type is one, ``GpuCluster.types``: GPUs per node, memory, price; a GPU catalog
+entry is one, ``hardware.catalog``: the datasheet figures, each with its source).
 
 Every profile name says where its numbers come from: "(datasheet)" or "(measured)". Datasheet GPU
 figures are the SXM parts (K80: one GK210 die of the two on a board), dense rates, no sparsity.
@@ -26,15 +27,19 @@ MEASURED_H200_FILE = Path(__file__).resolve().parent / "device_profiles" / "h200
 class DeviceKind:                          # the figures a source does not give keep their defaults
     name: str
     kind: str = "gpu"                      # "cpu" or "gpu"
-    flops: dict[str, float] = field(default_factory=dict)   # FLOP/s by precision ("fp32", "tf32", "bf16")
+    flops: dict[str, float] = field(default_factory=dict)   # FLOP/s by precision ("fp32", "tf32", "bf16"), dense
     mem_bandwidth: float = 0.0             # bytes/s
     memory_bytes: float = math.inf         # a plan's GPU type: what a plan may use per GPU (the capacity less the headroom)
     host_link_bandwidth: float = 0.0       # bytes/s per direction to host memory (PCIe)
-    peer_link_bandwidth: float = 0.0       # bytes/s per direction GPU<->GPU (NVLink), 0 = none
+    peer_link_bandwidth: float = 0.0       # bytes/s per direction GPU<->GPU inside a machine (NVLink, xGMI or PCIe), 0 = none
     source: str = ""
     gpus_per_node: int = 1
     usd_per_gpu_hour: float | None = None
     capacity_bytes: float | None = None    # the GPU's memory when a headroom is kept (None: memory_bytes)
+    network_bandwidth: float = 0.0         # bytes/s per GPU between machines (a catalog type's NIC share)
+    title: str = ""                        # a catalog type's full name ("H100 SXM5 80GB")
+    aliases: tuple[str, ...] = ()          # other names the catalog finds it by
+    sources: dict[str, str] = field(default_factory=dict)   # a catalog type's figure -> its source's text
 
     @property
     def capacity(self) -> float:
@@ -42,6 +47,17 @@ class DeviceKind:                          # the figures a source does not give 
 
     def peak_flops(self, precision: str = "fp32") -> float:
         return self.flops.get(precision, self.flops["fp32"])
+
+    def matmul_flops(self, precision: str = "fp32") -> float:
+        """The matmul rate of training at ``precision``: fp32 training multiplies in TF32 where the type has it
+        (the rate the shared profiles reach: A100 layers run at 33 TFLOP/s, above fp32's 19.5), else fp32;
+        bf16/fp16/fp8 their own rate, an error where the type has none."""
+        if precision == "fp32":
+            return self.flops.get("tf32", self.flops["fp32"])
+        if precision not in self.flops:
+            raise ConfigError(f"GPU type {self.name} has no {precision} rate in the catalog "
+                              f"(it has: {', '.join(sorted(self.flops))})")
+        return self.flops[precision]
 
 
 def _datasheet() -> dict[str, DeviceKind]:
@@ -86,6 +102,9 @@ def _measured(path: Path = MEASURED_H200_FILE) -> dict[str, DeviceKind]:
 
 
 PROFILES: dict[str, DeviceKind] = {**_datasheet(), **_measured()}
+# GPU type name prefixes -> the profile a layered profile derived from a layer graph costs that type with
+GPU_TYPE_PREFIXES = (("A100", "A100 (datasheet)"), ("V100", "V100 (datasheet)"), ("H100", "H100 (datasheet)"),
+                     ("H200", "H200 (datasheet)"), ("GH", "H200 (datasheet)"), ("K80", "K80 (datasheet)"))
 
 
 def profile(name: str) -> DeviceKind:
@@ -93,3 +112,9 @@ def profile(name: str) -> DeviceKind:
         return PROFILES[name]
     except KeyError:
         raise ConfigError(f"unknown device profile {name!r} (known: {', '.join(PROFILES)})") from None
+
+
+def for_gpu_type(name: str) -> DeviceKind | None:
+    """The profile a GPU type ``name`` (as a cluster names it) is costed with: the one its name starts with
+    (``GPU_TYPE_PREFIXES``, any case); None when no prefix fits."""
+    return next((PROFILES[p] for prefix, p in GPU_TYPE_PREFIXES if name.upper().startswith(prefix)), None)

@@ -16,7 +16,7 @@ residuals and dropouts on the hidden state):
   ``4 (5.25 a s^2 / t + 20 s h / t + 16.5 s h)``; head forward ``4 (3 s V / t + 2 s h)``, backward
   ``4 (2 s V / t + 3 s h)``; embedding forward ``4 x 6.25 s h``, backward ``4 x 2 s h``.
 
-Seconds of one micro-batch of ``m`` samples on a type with matmul rate ``P`` (``GpuSpec.matmul_flops``) and memory
+Seconds of one micro-batch of ``m`` samples on a type with matmul rate ``P`` (``DeviceKind.matmul_flops``) and memory
 bandwidth ``W``, for each (phase, kind of layer):
 ``t = max(f, c + (F m / P + max(F_a m / P, B_a m / W)) / eta_mm + B m / (eta_mem W) + l n_ar + k n_ar 2 (t-1)
 + n_ar ring(link, 4 m s h, t))``, where ``n_ar`` is the layer's TP all-reduces in that phase
@@ -49,10 +49,11 @@ from scipy.optimize import nnls
 
 from orchestrator.config.choices import TRAINING_PRECISIONS
 from orchestrator.errors import ConfigError, WorkloadError
-from orchestrator.hardware.catalog import GpuCatalog, GpuSpec, default_catalog
+from orchestrator.hardware.catalog import GpuCatalog, default_catalog
 from orchestrator.hardware.cost import roofline_s
 from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.links import Link, ring_allreduce_time
+from orchestrator.hardware.profiles import DeviceKind
 from orchestrator.plan.profile import LayeredProfile
 
 PHASES = ("fwd", "bwd")
@@ -123,7 +124,7 @@ def work(shape: Shape, what: str, phase: str, tp: int) -> Work:
                 4.0 * (4 * a * s * s + 8 * s * h) / t)
 
 
-def features(profile: LayeredProfile, shape: Shape, spec: GpuSpec, link: Link | None, layer: int, phase: str,
+def features(profile: LayeredProfile, shape: Shape, spec: DeviceKind, link: Link | None, layer: int, phase: str,
              mbs: int, tp: int, precision: str = "fp32") -> list[float]:
     """The columns of the fit (``COLUMNS``) for one (layer, phase, mbs, tp) on ``spec``: [1, matmul s, memory s, TP
     calls, ring steps, all-reduce s], at ``precision``: its matmul rate, and activations of ``ACT_BYTES[precision]``
@@ -155,7 +156,7 @@ def tp_link(link_for: LinkFor, gpu: str, tp: int) -> Link | None:
     return None
 
 
-def update_features(shape: Shape, spec: GpuSpec, tp: int) -> list[float]:
+def update_features(shape: Shape, spec: DeviceKind, tp: int) -> list[float]:
     return [1.0, roofline_s(0.0, 16.0 * shape.params / tp, 1.0, spec.mem_bandwidth)]
 
 
@@ -252,7 +253,7 @@ def fit(profile: LayeredProfile, types: Iterable[str], link_for: LinkFor,
                            {key: f for key, (_, f) in fitted.items()})
 
 
-def derive_times(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec, link_for: LinkFor,
+def derive_times(model: DerivationModel, profile: LayeredProfile, spec: DeviceKind, link_for: LinkFor,
                  micro_batches: Iterable[int], tp_degrees: Iterable[int], precision: str = "fp32") -> TimeTable:
     """(fwd, bwd, update) seconds per layer on ``spec`` at each micro-batch and TP degree, at ``precision``."""
     out: TimeTable = {}

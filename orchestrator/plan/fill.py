@@ -10,8 +10,9 @@ import math
 import statistics
 
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.catalog import GpuSpec, default_catalog
+from orchestrator.hardware.catalog import default_catalog
 from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.hardware.profiles import DeviceKind
 from orchestrator.plan.derive import (
     DerivationModel,
     LinkFor,
@@ -28,7 +29,7 @@ from orchestrator.plan.profile import LayeredProfile
 Calibration = dict[tuple[int, str, int], float]
 
 
-def calibration(model: DerivationModel, profile: LayeredProfile, spec: GpuSpec, link_for: LinkFor,
+def calibration(model: DerivationModel, profile: LayeredProfile, spec: DeviceKind, link_for: LinkFor,
                 gpu: str) -> Calibration:
     """How far ``gpu``'s own measured entries are from the model: per (phase 0-2, kind of layer or ``update``, TP
     degree) the median over its measured micro-batches and layers of that kind of measured / derived seconds."""

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from orchestrator import cache
 from orchestrator.errors import ConfigError, InfeasiblePlanError, WorkloadError
 from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.hardware.profiles import GPU_TYPE_PREFIXES, for_gpu_type
 from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.plan.derive import at_precision, precisions, variant, with_recompute
 from orchestrator.planning.estimate import PlanEstimate
@@ -24,14 +25,9 @@ from orchestrator.planning.trust import Trust, assess, disagreements, measured_e
 DEFAULT_GLOBAL_BATCH = 1024
 
 
-# GPU type name prefixes -> the built-in device profile a derived layered profile uses for them
-DEVICE_PROFILES = (("A100", "A100 (datasheet)"), ("V100", "V100 (datasheet)"), ("H100", "H100 (datasheet)"),
-                   ("H200", "H200 (datasheet)"), ("GH", "H200 (datasheet)"), ("K80", "K80 (datasheet)"))
-
-
 def layered_profile(model_spec: Any, graph: Any = None, cluster: GpuCluster | None = None) -> LayeredProfile:
     """The model's layered profile: given (``model=llm``), else derived from its layer graph for the
-    cluster's GPU types (each costed with the built-in device profile its name starts with)."""
+    cluster's GPU types (each costed with the built-in device profile its name starts with, ``for_gpu_type``)."""
     given = (model_spec.extra or {}).get("layered_profile")
     if given is not None:
         return given
@@ -39,10 +35,10 @@ def layered_profile(model_spec: Any, graph: Any = None, cluster: GpuCluster | No
         raise ConfigError(f"model {model_spec.name} has no layered profile to plan with (use model=llm)")
     from orchestrator.plan.derived import layered_profile as derive
 
-    gpus = {t: prof for t in cluster.types for prefix, prof in DEVICE_PROFILES if t.upper().startswith(prefix)}
+    gpus = {t: kind.name for t in cluster.types if (kind := for_gpu_type(t)) is not None}
     if not gpus:
         raise ConfigError(f"model {model_spec.name}: no built-in device profile for the GPU types "
-                          f"{', '.join(sorted(cluster.types))} (known prefixes: {', '.join(p for p, _ in DEVICE_PROFILES)})")
+                          f"{', '.join(sorted(cluster.types))} (known prefixes: {', '.join(p for p, _ in GPU_TYPE_PREFIXES)})")
     batch = int((model_spec.extra or {}).get("global_batch") or DEFAULT_GLOBAL_BATCH)
     return derive(graph, model_spec.name, gpus, batch=batch)
 
@@ -58,7 +54,7 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
         per_node = cluster.gpu_type(t).gpus_per_node
         if not any(profile.tp_degrees(t, mbs) for mbs in profile.micro_batches(t)):
             derived = profile.source.startswith("derived")
-            how = (f"a derived profile needs a GPU type whose name starts with {', '.join(p for p, _ in DEVICE_PROFILES)}"
+            how = (f"a derived profile needs a GPU type whose name starts with {', '.join(p for p, _ in GPU_TYPE_PREFIXES)}"
                    if derived else f"add {t} to {profile.source or 'the profile'}/profiles_tmp.json")
             raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but model {profile.model} has no profile on {t} "
                               f"(profiled: {', '.join(profile.gpu_types) or 'none'}): {how}, or leave {t} out")
