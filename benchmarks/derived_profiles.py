@@ -51,12 +51,12 @@ def link_for_left_out(cluster: GpuCluster, out: str):
     times the median efficiency of the others' measured links)."""
     cat = default_catalog()
     pairs = [(max(per.values(), key=lambda lk: lk.max_bandwidth).max_bandwidth, cat.get(t).peer_link_bandwidth)
-             for t, per in cluster.network.intra.items() if t != out and cat.find(t) is not None and per]
+             for t, per in cluster.topology.intra.items() if t != out and cat.find(t) is not None and per]
     eff = efficiency(pairs, DEFAULT_INTRA_EFFICIENCY)
     own = derived_link(cat.get(out).peer_link_bandwidth, eff)
 
     def link_for(gpu: str, tp: int):
-        return own if gpu == out else cluster.network.intra_link(gpu, tp)
+        return own if gpu == out else cluster.topology.intra_link(gpu, tp)
     return link_for, eff
 
 
@@ -200,7 +200,7 @@ def share_table(root: Path, profile: LayeredProfile, cluster: GpuCluster, derive
 def h200_table(profile: LayeredProfile, cluster: GpuCluster) -> None:
     measured = PROFILES.get("H200 (measured)")
     sheet = default_catalog().get("H200")
-    model = derive.fit(profile, derive.measured_types(profile), cluster.network.intra_link)
+    model = derive.fit(profile, derive.measured_types(profile), cluster.topology.intra_link)
     print("\n### H200: datasheet, measured (one H200, PyTorch) and what the derivation charges in a decoder block\n")
     if measured is None:
         print("(h200-measured.json is absent)")

@@ -28,7 +28,7 @@ def measured():
 def _synthetic(profile, cluster, floor):
     """``profile`` with every measured type's fwd and bwd seconds made by ``KNOWN`` and the ``floor`` of each (phase,
     kind): ``max(floor, KNOWN . features)``; the update as measured."""
-    shape, cat, link_for = derive.Shape.of(profile), default_catalog(), cluster.network.intra_link
+    shape, cat, link_for = derive.Shape.of(profile), default_catalog(), cluster.topology.intra_link
     times = {}
     for gpu in derive.measured_types(profile):
         spec = cat.get(gpu)
@@ -45,7 +45,7 @@ def test_the_fixed_cost_tp_call_latency_and_host_floor_are_recovered(measured):
     them (the floor among the measured times, the rest by least squares on the rows above it)."""
     profile, cluster = measured
     floor = {("fwd", "block"): 1.2e-3}
-    model = derive.fit(_synthetic(profile, cluster, floor), derive.measured_types(profile), cluster.network.intra_link)
+    model = derive.fit(_synthetic(profile, cluster, floor), derive.measured_types(profile), cluster.topology.intra_link)
     assert model.floor[("fwd", "block")] == pytest.approx(1.2e-3, rel=1e-9)
     # the columns a kind has: the embedding no matmul, the head no TP all-reduce
     has = {"embedding": [0, 2, 3, 4, 5], "block": list(range(len(KNOWN))), "head": [0, 1, 2]}
@@ -59,8 +59,8 @@ def test_the_fixed_cost_tp_call_latency_and_host_floor_are_recovered(measured):
 def test_a_derived_entry_is_never_below_the_floor(measured):
     profile, cluster = measured
     floor = {("fwd", "block"): 1.2e-3, ("bwd", "head"): 2e-3}
-    model = derive.fit(_synthetic(profile, cluster, floor), derive.measured_types(profile), cluster.network.intra_link)
-    table = derive.derive_times(model, profile, default_catalog().get("B200"), cluster.network.intra_link, [1, 64], [1, 8])
+    model = derive.fit(_synthetic(profile, cluster, floor), derive.measured_types(profile), cluster.topology.intra_link)
+    table = derive.derive_times(model, profile, default_catalog().get("B200"), cluster.topology.intra_link, [1, 64], [1, 8])
     blocks = [table[m][tp][5][0] for m in (1, 64) for tp in (1, 8)]
     assert min(blocks) == pytest.approx(1.2e-3) and max(blocks) > 1.2e-3       # at the floor small, above it large
     assert min(table[m][tp][-1][1] for m in (1, 64) for tp in (1, 8)) == pytest.approx(2e-3)

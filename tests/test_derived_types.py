@@ -75,11 +75,11 @@ def test_a_catalog_type_joins_a_measured_cluster_with_links_and_a_label():
     assert set(cluster.derived) == {"H100"} and "derived from datasheet" in cluster.derived["H100"]
     assert cluster.gpu_type("H100").gpus_per_node == 8 and cluster.gpu_type("H100").usd_per_gpu_hour == 11.06
     intra, _ = cluster.link_efficiencies()
-    assert cluster.network.intra_link("H100", 8) == derived_link(450e9, intra)
+    assert cluster.topology.intra_link("H100", 8) == derived_link(450e9, intra)
     # between machines no faster than the fastest measured link of the zone (the site's network)
-    fastest = max(lk.max_bandwidth for (a, b), lk in cluster.network.links.items()
+    fastest = max(lk.max_bandwidth for (a, b), lk in cluster.topology.links.items()
                   if a[0] == b[0] == "us-central1-a" and "H100" not in (a[1], b[1]))
-    assert cluster.network.inter_link("us-central1-a", "H100", 1, "us-central1-a", "A100-40", 1).bandwidth <= fastest
+    assert cluster.topology.inter_link("us-central1-a", "H100", 1, "us-central1-a", "A100-40", 1).bandwidth <= fastest
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def _left_out_errors(profile, cluster, out):
     own = derived_link(default_catalog().get(out).peer_link_bandwidth, 0.69)
 
     def link_for(gpu, tp):
-        return own if gpu == out else cluster.network.intra_link(gpu, tp)
+        return own if gpu == out else cluster.topology.intra_link(gpu, tp)
     model = derive.fit(profile, rest, link_for)
     errs = []
     for mbs in profile.micro_batches(out):
@@ -161,7 +161,7 @@ def test_bf16_carries_each_entry_by_the_rooflines_ratio_and_keeps_the_update(mea
             new, old = bf16.layer_times(gpu, big, 1), fp32.layer_times(gpu, big, 1)
             assert all(n[0] < o[0] and n[1] < o[1] for n, o in zip(new[1:-1], old[1:-1]))
     # the ratio of one block: the model's own at bf16 over fp32, applied to the measured entry
-    spec, link_for = default_catalog().get("A100-40"), cluster.network.intra_link
+    spec, link_for = default_catalog().get("A100-40"), cluster.topology.intra_link
     model = derive.fit(profile, derive.measured_types(profile), link_for)
     r32, r16 = (derive.derive_times(model, profile, spec, link_for, [4], [1], p)[4][1][5][0] for p in ("fp32", "bf16"))
     assert bf16.layer_times("A100-40", 4, 1)[5][0] == pytest.approx(profile.layer_times("A100-40", 4, 1)[5][0] * r16 / r32)
@@ -295,14 +295,14 @@ def test_a_one_gpu_profile_is_filled_and_calibrated_on_its_own_entries(measured)
     assert filled.micro_batches("GH-96") == sorted({m for t in profile.times for m in part.micro_batches(t)})
     note = filled.extra["derived_types"]["GH-96"]
     assert note.startswith("1 measured (micro-batch, TP) entries kept") and "fitted on A100-40, A100-80, V100-16" in note
-    model = derive.fit(profile, ["A100-40", "A100-80", "V100-16"], on.network.intra_link)
+    model = derive.fit(profile, ["A100-40", "A100-80", "V100-16"], on.topology.intra_link)
     spec = default_catalog().get("GH-96")
     cells = [(m, tp) for m in profile.micro_batches("GH-96") for tp in profile.tp_degrees("GH-96", m)
              if (m, tp) != (16, 1) and filled.has("GH-96", m, tp)]
     assert len(cells) > 15
     calibrated, plain = [], []
     for m, tp in cells:
-        raw = derive.derive_times(model, profile, spec, on.network.intra_link, [m], [tp])[m][tp]
+        raw = derive.derive_times(model, profile, spec, on.topology.intra_link, [m], [tp])[m][tp]
         meas, got = profile.layer_times("GH-96", m, tp), filled.layer_times("GH-96", m, tp)
         for i in range(1, profile.num_layers - 1):
             for j in (0, 1):

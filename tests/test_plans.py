@@ -171,7 +171,7 @@ def test_a_hand_written_yaml_cluster_and_a_third_party_planner(tmp_path, data):
     est = ev.evaluate(plan, timeline=True)
     assert est.fits and est.iteration_s > 0 and est.usd_per_iteration > 0 and {e.kind for e in est.events} >= {"fwd", "bwd", "send"}
     slower = GpuCluster.from_yaml(tmp_path / "c.yaml")
-    slower.network.default_inter = ConstantLink(0.25e9, 20e-6)
+    slower.topology.default_inter = ConstantLink(0.25e9, 20e-6)
     assert ev.sim.estimate(plan, profile, slower, 64).iteration_s > est.iteration_s   # a slower link costs time
 
 

@@ -83,7 +83,7 @@ def test_the_profiled_device_is_a_cluster_the_planner_accepts(tiny):
     cwd, _ = tiny
     cluster = GpuCluster.from_directory(cwd / "prof").with_gpus({"CPU": 4})
     assert cluster.gpu_type("CPU").gpus_per_node == 2
-    assert cluster.network.intra_link("CPU", 2).time(1e9) == pytest.approx(0.1)     # stated: 10 GB/s
+    assert cluster.topology.intra_link("CPU", 2).time(1e9) == pytest.approx(0.1)     # stated: 10 GB/s
     check_covered(LayeredProfile.from_directory(cwd / "prof", "tiny"), cluster)
 
 
@@ -192,7 +192,7 @@ def test_the_link_profiler_fits_two_ranks_on_this_host(tmp_path):
     assert "profiled the intra link of CPU: 2 ranks on 1 host(s)" in out.stdout and "fit: B(n) =" in out.stdout
     doc = json.loads((tmp_path / "prof" / "network" / "links_profile.json").read_text())["CPU"]["intra"]
     assert len(doc["p2p"]) == 4 and all(p["median_s"] > 0 for p in doc["p2p"]) and len(doc["held_out_error"]) == 4
-    link = GpuCluster.from_directory(tmp_path / "prof").network.intra_link("CPU", 2)
+    link = GpuCluster.from_directory(tmp_path / "prof").topology.intra_link("CPU", 2)
     assert link.time(1e6) == pytest.approx(doc["p2p"][3]["median_s"] * (1 + doc["fit_error"][3]))
 
 

@@ -49,7 +49,7 @@ def test_one_topology_for_the_virtual_clock_and_the_plans(tmp_path):
     assert net.links[worker(2), NETWORK] == ConstantLink(1.25e9, 50 * 1e-6) and net.server.bandwidth == 1.25e8
     f = tmp_path / "c.yaml"
     f.write_text("node_types: {A: {gpus_per_node: 4, memory_GB: 8}}\nlinks: {inter: {bandwidth_GBps: 2, latency_us: 3}}\n")
-    plan = GpuCluster.from_yaml(f).network
+    plan = GpuCluster.from_yaml(f).topology
     assert isinstance(plan, Topology) and plan.inter_link("z", "A", 1, "z", "A", 1) == ConstantLink(2e9, 3e-6)
     with pytest.raises(WorkloadError, match="no link fit from A x1 in z to A x2 in y"):
         Topology().inter_link("z", "A", 1, "y", "A", 2)

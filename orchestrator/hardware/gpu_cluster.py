@@ -48,13 +48,13 @@ def price(name: str) -> float | None:
 
 @dataclass
 class GpuCluster:
-    """GPU types (``DeviceKind``: GPUs per node, memory, price), counts per (type, zone), and the links (``hardware.topology.Topology``: ``inter_link``,
-    ``intra_link``, ``egress``)."""
+    """GPU types (``DeviceKind``: GPUs per node, memory, price), counts per (type, zone), and the links between them,
+    ``topology`` (a ``hardware.topology.Topology``, as a placement ``Cluster``'s: ``inter_link``, ``intra_link``)."""
 
     name: str
     types: dict[str, DeviceKind]
     gpus: dict[tuple[str, str], int]          # (type, zone) -> GPUs available
-    network: Topology
+    topology: Topology
     zone: str = DEFAULT_ZONE                  # the zone a GPU count without one is in
     derived: dict[str, str] = field(default_factory=dict)   # type -> how it was derived (types from the GPU catalog)
 
@@ -93,7 +93,7 @@ class GpuCluster:
                 if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                     raise ConfigError(f"hardware.gpus.{t}={n!r} must be a whole number >= 0")
                 counts[(name, str(z))] = counts.get((name, str(z)), 0) + int(n)
-        return GpuCluster(self.name, cluster.types, counts, cluster.network, self.zone, dict(cluster.derived))
+        return GpuCluster(self.name, cluster.types, counts, cluster.topology, self.zone, dict(cluster.derived))
 
     def with_headroom(self, headroom: float) -> GpuCluster:
         """This cluster with ``headroom`` (a share, 0 <= h < 1) of every GPU's memory kept free: plans may use
@@ -104,7 +104,7 @@ class GpuCluster:
             return self
         types = {n: replace(t, memory_bytes=t.capacity * (1.0 - headroom), capacity_bytes=t.capacity)
                  for n, t in self.types.items()}
-        return GpuCluster(self.name, types, dict(self.gpus), self.network, self.zone, dict(self.derived))
+        return GpuCluster(self.name, types, dict(self.gpus), self.topology, self.zone, dict(self.derived))
 
     def with_catalog_type(self, spec: DeviceKind, zones: list[str]) -> GpuCluster:
         """This cluster with the catalog type ``spec`` (no GPUs yet): the catalog's entry as its type, its links inside
@@ -113,7 +113,7 @@ class GpuCluster:
         the other end's link and the fastest measured link between the two zones (the site's network bounds it)."""
         intra_eff, net_eff = self.link_efficiencies()
         types = {**self.types, spec.name: spec}
-        net = self.network
+        net = self.topology
         intra: dict[str, dict[int, Link]] = {**net.intra, spec.name: {g: derived_link(spec.peer_link_bandwidth, intra_eff)
                                            for g in range(2, spec.gpus_per_node + 1)}}
         links = dict(net.links)
@@ -141,17 +141,17 @@ class GpuCluster:
             spec = default_catalog().find(name)
             if spec is None or name in self.derived:
                 continue
-            per = self.network.intra.get(name, {})
+            per = self.topology.intra.get(name, {})
             if per:
                 intra.append((_max_bandwidth(per[max(per)]), spec.peer_link_bandwidth))
-            link = self.network.links.get(((self.zone, name, "1"), (self.zone, name, "1")))
+            link = self.topology.links.get(((self.zone, name, "1"), (self.zone, name, "1")))
             if link is not None:
                 inter.append((_max_bandwidth(link), spec.network_bandwidth))
         return efficiency(intra, DEFAULT_INTRA_EFFICIENCY), efficiency(inter, DEFAULT_NETWORK_EFFICIENCY)
 
     def _machine_bandwidth(self, name: str, zone: str, net_eff: float) -> float:
         """The bandwidth a machine of ``name`` reaches to another in ``zone``: measured, else from the catalog."""
-        link = self.network.links.get(((zone, name, "1"), (zone, name, "1")))
+        link = self.topology.links.get(((zone, name, "1"), (zone, name, "1")))
         if link is not None:
             return _max_bandwidth(link)
         spec = default_catalog().find(name)
@@ -159,7 +159,7 @@ class GpuCluster:
 
     def _zone_bandwidth(self, za: str, zb: str) -> float:
         """The fastest measured link between machines of zones ``za`` and ``zb`` (inf when none is measured)."""
-        got = [_max_bandwidth(link) for (a, b), link in self.network.links.items()
+        got = [_max_bandwidth(link) for (a, b), link in self.topology.links.items()
                if len(a) == 3 and a[0] == za and b[0] == zb]
         return max(got) if got else math.inf
 
@@ -190,11 +190,11 @@ class GpuCluster:
         intra_raw = read_json(root / "network" / "intra_node_bandwidths.json")
         cost_file = root / "network" / "communication_cost.json"
         egress = read_json(cost_file) if cost_file.exists() else {}
-        network = Topology(_fits(inter_raw, root / "network" / "multizone_bandwidths_het.json"),
-                           intra={t: {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
-                                  for t, per in intra_raw.items()},
-                           egress_usd_per_gb=egress)
-        return cls(root.name, types, {}, network, zone)
+        topology = Topology(_fits(inter_raw, root / "network" / "multizone_bandwidths_het.json"),
+                            intra={t: {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
+                                   for t, per in intra_raw.items()},
+                            egress_usd_per_gb=egress)
+        return cls(root.name, types, {}, topology, zone)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> GpuCluster:
@@ -226,11 +226,11 @@ class GpuCluster:
         for t, spec in (links.get("intra") or {}).items():
             link = _link_spec(spec, f"{p}: links.intra.{t}")
             intra[str(t)] = {g: link for g in (2, 4, 8, 16)}
-        network = Topology(intra=intra, egress_usd_per_gb=doc.get("egress_usd_per_gb") or {},
-                           default_inter=_link_spec(links.get("inter", {"bandwidth_GBps": 3.0}), f"{p}: links.inter"),
-                           default_intra=_link_spec(links.get("intra_default", {"bandwidth_GBps": 100.0}),
-                                                    f"{p}: links.intra_default"))
-        cluster = cls(str(doc.get("name", p.stem)), types, {}, network, zone)
+        topology = Topology(intra=intra, egress_usd_per_gb=doc.get("egress_usd_per_gb") or {},
+                            default_inter=_link_spec(links.get("inter", {"bandwidth_GBps": 3.0}), f"{p}: links.inter"),
+                            default_intra=_link_spec(links.get("intra_default", {"bandwidth_GBps": 100.0}),
+                                                     f"{p}: links.intra_default"))
+        cluster = cls(str(doc.get("name", p.stem)), types, {}, topology, zone)
         return cluster.with_gpus(doc["gpus"]) if doc.get("gpus") else cluster
 
 

@@ -296,7 +296,7 @@ def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredP
         return profile
     catalog = default_catalog()
     fit_on, model = _fitted(profile, cluster, f"{', '.join(missing)} cannot be derived")
-    link_for = cluster.network.intra_link
+    link_for = cluster.topology.intra_link
     mbs = sorted({m for t in fit_on for m in profile.micro_batches(t)})
     tables = {}
     for t in missing:
@@ -313,7 +313,7 @@ def _fitted(profile: LayeredProfile, cluster: GpuCluster, what: str) -> tuple[li
     if not fit_on:
         raise ConfigError(f"model {profile.model}: no measured GPU type of its profile is in the GPU catalog, so "
                           f"{what} (profiled: {', '.join(profile.gpu_types) or 'none'})")
-    return fit_on, fit(profile, fit_on, cluster.network.intra_link)
+    return fit_on, fit(profile, fit_on, cluster.topology.intra_link)
 
 
 def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -> LayeredProfile:
@@ -338,7 +338,7 @@ def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -
         spec.matmul_flops(precision)                        # a type without that rate: one line, here
         specs[t] = spec
     _, model = _fitted(profile, cluster, f"its times cannot be carried to {precision}")
-    link_for = cluster.network.intra_link
+    link_for = cluster.topology.intra_link
     tables: dict[str, TimeTable] = {}
     for t in types:
         for mbs, per_tp in profile.times[t].items():

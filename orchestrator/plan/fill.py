@@ -69,7 +69,7 @@ def fill_measured(profile: LayeredProfile, cluster: GpuCluster, link_for: LinkFo
     ``calibration``. A one-micro-batch profile of one GPU (``python -m orchestrator.profile``) gives the type every
     micro-batch and TP degree the other types have. The type is then labelled derived; its measured entries stay."""
     catalog = default_catalog()
-    link_for = link_for or cluster.network.intra_link
+    link_for = link_for or cluster.topology.intra_link
     measured = measured_types(profile)
     wanted_mbs = sorted({m for t in measured for m in profile.micro_batches(t)})
     tables: dict[str, TimeTable] = {}

@@ -60,7 +60,7 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
                               f"(profiled: {', '.join(profile.gpu_types) or 'none'}): {how}, or leave {t} out")
         if n > per_node:
             try:
-                cluster.network.inter_link(z, t, 1, z, t, 1)
+                cluster.topology.inter_link(z, t, 1, z, t, 1)
             except WorkloadError:
                 raise ConfigError(f"hardware.gpus lists {n} {t} GPUs in {z} ({math.ceil(n / per_node)} machines) but the "
                                   f"network has no link fit between two {t} machines in {z} (multizone_bandwidths_het"
@@ -68,7 +68,7 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
                                   f"at most {per_node} {t}") from None
         if min(n, per_node) > 1:
             try:
-                cluster.network.intra_link(t, min(n, per_node))
+                cluster.topology.intra_link(t, min(n, per_node))
             except WorkloadError:
                 raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but the network has no link fit inside a {t} "
                                   f"machine (intra_node_bandwidths.json[{t}], or links.intra.{t} in a cluster file)") from None

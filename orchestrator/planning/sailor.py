@@ -49,7 +49,7 @@ class SailorSimulator(PlanSimulator):
 
     def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
                  timeline: bool = False) -> PlanEstimate:  # noqa: ARG002 (no timeline: Sailor's is a formula)
-        net = cluster.network
+        net = cluster.topology
         fb = profile.float_bytes
         act1 = profile.layer_sizes(1).act_output
         params1 = profile.layer_sizes(1).params
@@ -111,11 +111,11 @@ class SailorSimulator(PlanSimulator):
 
     def boundary_time(self, a: Replica, b: Replica, nbytes, cluster: GpuCluster):
         """Seconds of one activation of ``nbytes`` (a number or an array) from a replica of ``a`` to one of ``b``."""
-        return _link(cluster.network, a, b).time(nbytes)
+        return _link(cluster.topology, a, b).time(nbytes)
 
     def stage_allreduce(self, profile: LayeredProfile, replica: Replica, dp: int, cluster: GpuCluster) -> AllreduceRule:
         """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
-        link = uncapped(cluster.network.inter_link(replica.zone, replica.gpu, 1, replica.zone, replica.gpu, 1))
+        link = uncapped(cluster.topology.inter_link(replica.zone, replica.gpu, 1, replica.zone, replica.gpu, 1))
         tp_min = min(4, replica.tp)
         fb = profile.float_bytes
         return lambda p1, pt: bucketed_allreduce_time(link, p1 * fb / tp_min, dp, BUCKET_BYTES)  # noqa: ARG005

@@ -37,7 +37,7 @@ def cross_pipeline_undercharge(plan: Plan, profile: LayeredProfile, cluster: Gpu
     the ring another pipeline's stages would need (0 for one pipeline, or when the longest is the largest)."""
     if len(plan.pipelines) <= 1:
         return 0.0
-    params1, fb, net = profile.layer_sizes(1).params, profile.float_bytes, cluster.network
+    params1, fb, net = profile.layer_sizes(1).params, profile.float_bytes, cluster.topology
     charged = cross_pipeline(plan, params1, fb, net)
     return max(0.0, max(cross_pipeline(plan, params1, fb, net, p) for p in plan.pipelines) - charged)
 

@@ -73,7 +73,7 @@ class ProjectSimulator(PlanSimulator):
     def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
                  timeline: bool = False) -> PlanEstimate:
         sched = plan.schedule
-        net = cluster.network
+        net = cluster.topology
         figures: list[StageFigures] = []
         events: list[Event] = []
         ends: list[float] = []
@@ -202,12 +202,12 @@ class ProjectSimulator(PlanSimulator):
 
     def boundary_time(self, a: Replica, b: Replica, nbytes, cluster: GpuCluster):
         """Seconds of one activation of ``nbytes`` (a number or an array) from a replica of ``a`` to one of ``b``."""
-        return _rank_p2p_time(cluster.network, a, b, nbytes) + self.cal.p2p_latency_s
+        return _rank_p2p_time(cluster.topology, a, b, nbytes) + self.cal.p2p_latency_s
 
     def stage_allreduce(self, profile: LayeredProfile, replica: Replica, dp: int, cluster: GpuCluster) -> AllreduceRule:
         """f(params floats at TP 1, at the replica's TP) -> the stage's all-reduce seconds, for a search."""
         members = [replica] * dp
-        net, fb, bucket, factor = cluster.network, profile.float_bytes, self.cal.bucket_bytes, self.cal.allreduce_factor
+        net, fb, bucket, factor = cluster.topology, profile.float_bytes, self.cal.bucket_bytes, self.cal.allreduce_factor
         return lambda p1, pt: _group_allreduce(net, members, pt * fb, bucket) * factor  # noqa: ARG005
 
     def stage_memory(self, profile: LayeredProfile, tp: int, gpu: str, mbs: int, stages: int, stage: int,

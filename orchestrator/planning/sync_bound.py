@@ -59,7 +59,7 @@ class Rings:
         for ga, za in present:
             for gb, zb in present:
                 try:
-                    self.links.append(uncapped(cluster.network.inter_link(za, ga, 1, zb, gb, 1)))
+                    self.links.append(uncapped(cluster.topology.inter_link(za, ga, 1, zb, gb, 1)))
                 except UserError:
                     continue
         self._cache: dict[float, np.ndarray] = {}
