@@ -97,3 +97,17 @@ def test_the_columns_box_follows_the_column_count():
     for counts, n in (([128.0, 384.0], 19), ([32.0, 96.0], 16), ([80.0, 240.0], 40)):
         a, v = column_box(np.array(counts), n)
         assert counts[0] / (a + 1) + counts[1] / (v + 1) < n
+
+
+def test_a_stage_holds_at_least_one_layer():
+    """``stage_fits[j, i]`` only for ``j < i``: an empty or reversed range has negative bytes (it "fitted") and
+    negative times, which let the neighbours' two-stage seeding charge second stages that end before they start."""
+    from orchestrator.planning.bound import stage_fits
+
+    profile = LayeredProfile.from_directory(SAILOR, "OPT-350")
+    cluster = GpuCluster.from_directory(SAILOR).with_gpus({"A100-40": 4, "V100-16": 8})
+    L = profile.num_layers
+    for gpu in ("A100-40", "V100-16"):
+        fits = stage_fits(profile, cluster, gpu, 1, 2)
+        assert not fits[np.tril_indices(L + 1)].any(), gpu
+        assert fits[np.arange(L), np.arange(1, L + 1)].all(), gpu      # every single layer is a stage that fits

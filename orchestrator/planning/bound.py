@@ -68,13 +68,15 @@ def capacity(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mb
     L = profile.num_layers
     ok = stage_fits(profile, cluster, gpu, tp, mbs)
     span = np.arange(L + 1)[None, :] - np.arange(L + 1)[:, None]
-    fit = np.where(ok & (span > 0), span, 0)
+    fit = np.where(ok, span, 0)
     return int(fit.max()), bool(ok[0, L])
 
 
 def stage_fits(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> np.ndarray:
-    """``ok[j, i]``: layers ``j .. i-1`` fit on one replica of ``tp`` GPUs of ``gpu`` at ``mbs`` by the looser of
-    the registered simulators' memory rules, one micro-batch in flight."""
+    """``ok[j, i]``: layers ``j .. i-1`` (at least one: ``j < i``) fit on one replica of ``tp`` GPUs of ``gpu`` at
+    ``mbs`` by the looser of the registered simulators' memory rules, one micro-batch in flight. An empty or
+    reversed range (``j >= i``) is no stage: its negative bytes would "fit" and its negative times loosen the bounds'
+    DPs that read this table (the neighbours' two-stage seeding did)."""
     L = profile.num_layers
     sizes = profile.layer_sizes(tp)
     p = np.concatenate([[0.0], np.cumsum(sizes.params)])
@@ -87,7 +89,7 @@ def stage_fits(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, 
         except UserError:
             continue
         ok |= need(params, acts) <= limit
-    return ok
+    return ok & (np.arange(L + 1)[:, None] < np.arange(L + 1)[None, :])
 
 
 def min_transfer(profile: LayeredProfile, cluster: GpuCluster, gpu: str, tp: int, mbs: int) -> float:
