@@ -39,6 +39,17 @@ def test_the_catalog_has_the_types_of_the_issue_with_a_source_for_every_figure()
     assert cat.get("H100").matmul_flops() == 494.5e12 and cat.get("V100-16").matmul_flops() == 15.7e12
 
 
+def test_the_catalogs_memory_is_in_gib_as_the_measured_cluster_files():
+    """A GPU's "80 GB" is 80 GiB of HBM: the catalog's memory_GB agrees with Sailor's measured cluster file within 2% on
+    every type both name (A100-80, V100-16, RTX-2080 to the byte; A100-40's file has the 39.4 GiB a process gets); until
+    2026-12-06 the catalog read 10^9 bytes, 5.5-7.4% short."""
+    basic = json.loads((SAILOR / "cluster" / "basic_cluster_config.json").read_text())
+    both = [t for t in ("A100-40", "A100-80", "V100-16", "RTX-2080") if t in basic]
+    assert both
+    for t in both:
+        assert default_catalog().get(t).memory_bytes == pytest.approx(basic[t]["mem_per_gpu"], rel=0.02), t
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda d: d["types"]["H100"]["fp32_tflops"].__setitem__(1, "nowhere"), "H100.fp32_tflops: figure without a known source"),
     (lambda d: d["types"]["L4"].__setitem__("memory_GBps", [float("nan"), "nv-l4"]), "L4.memory_GBps=nan: must be a finite number > 0"),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
-from orchestrator.hardware.cost import GB, GBIT
+from orchestrator.hardware.cost import GB, GBIT, GiB
 from orchestrator.hardware.links import ConstantLink
 from orchestrator.hardware.profiles import DeviceKind
 from orchestrator.paths import read_json
@@ -93,7 +93,10 @@ def _spec(name: str, raw: Any, where: str, sources: dict[str, str]) -> DeviceKin
         raise WorkloadError(f"{where}.gpus_per_node={per_node!r}: must be a whole number")
     flops = {k.removesuffix("_tflops"): v[0] * 1e12 for k, v in got.items() if k.endswith("_tflops")}
     price = got["usd_per_gpu_hour"][0]
-    return DeviceKind(name, "gpu", flops, got["memory_GBps"][0] * GB, got["memory_GB"][0] * GB,
+    # memory_GB as every memory_GB of the project (hardware.units): gibibytes. A GPU's "80 GB" is 80 x 2^30 bytes of
+    # HBM (nvidia-smi: 81920 MiB on an A100 80GB; Sailor's measured cluster file: A100-80 85899345920 bytes), where a
+    # bandwidth's GB/s is 10^9 bytes/s.
+    return DeviceKind(name, "gpu", flops, got["memory_GBps"][0] * GB, got["memory_GB"][0] * GiB,
                       peer_link_bandwidth=got["intra_GBps"][0] * GB, gpus_per_node=int(per_node),
                       usd_per_gpu_hour=price, network_bandwidth=got["network_Gbps"][0] * GBIT,
                       title=str(raw.get("name", name)), aliases=tuple(str(a) for a in raw.get("aliases", ())),
