@@ -48,6 +48,14 @@ def test_the_catalogs_memory_is_in_gib_as_the_measured_cluster_files():
     assert both
     for t in both:
         assert default_catalog().get(t).memory_bytes == pytest.approx(basic[t]["mem_per_gpu"], rel=0.02), t
+    # and the H200 measured (139.8 GiB visible to PyTorch) against its "141 GB", in the catalog and the datasheet profile
+    from orchestrator.hardware.cost import GiB
+    from orchestrator.hardware.profiles import PROFILES
+
+    measured = PROFILES["H200 (measured)"].memory_bytes
+    assert measured == pytest.approx(139.8 * GiB)
+    for kind in (default_catalog().get("H200"), PROFILES["H200 (datasheet)"]):
+        assert kind.memory_bytes == pytest.approx(measured, rel=0.015), kind.name
 
 
 @pytest.mark.parametrize("change, message", [

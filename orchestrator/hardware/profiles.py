@@ -74,7 +74,7 @@ def _datasheet() -> dict[str, DeviceKind]:
         DeviceKind("H100 (datasheet)", "gpu", {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12}, 3350 * GB,
                         80 * GiB, host_link_bandwidth=63 * GB, peer_link_bandwidth=450 * GB, source="H100 SXM5 datasheet"),
         DeviceKind("H200 (datasheet)", "gpu", {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12}, 4800 * GB,
-                        141 * GB, host_link_bandwidth=63 * GB, peer_link_bandwidth=450 * GB, source="H200 SXM datasheet"),
+                        141 * GiB, host_link_bandwidth=63 * GB, peer_link_bandwidth=450 * GB, source="H200 SXM datasheet"),
     ]
     return {x.name: x for x in p}
 
