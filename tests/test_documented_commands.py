@@ -65,7 +65,10 @@ CASES = []
 # A command that reads a directory an earlier command of its document writes (`--out DIR`; the plan on
 # `python -m orchestrator.profile`'s output) runs those writers first where DIR is not there yet: on pytest-xdist
 # the commands of one document are spread over the workers, each with its own copy of the repository.
+# A report reads the store an earlier command wrote: `--experiment NAME` the recipe's (`+experiment=NAME`), a plain
+# report any trial's (the document's first); where this worker has not run it, it runs first, likewise.
 WRITERS: dict[tuple[str, str], list[list[str]]] = {}
+STORE_WRITERS: dict[tuple[str, str | None], list[str]] = {}
 for doc in DOCS:
     for argv in documented_commands(doc):
         small = _small(argv)
@@ -73,6 +76,11 @@ for doc in DOCS:
             continue
         if "--out" in small:
             WRITERS.setdefault((doc.name, small[small.index("--out") + 1]), []).append(small)
+        if small[0] == "orchestrator" and "-m" not in small:
+            STORE_WRITERS.setdefault((doc.name, None), small)
+        for a in small:
+            if a.startswith("+experiment="):
+                STORE_WRITERS[doc.name, a.split("=", 1)[1]] = small
         marks = [pytest.mark.slow]
         if "sync.runtime=mpi" in small:
             marks.append(pytest.mark.mpi)
@@ -108,6 +116,24 @@ def repos(tmp_path_factory):
     return repo
 
 
+RAN: set[tuple[str, str]] = set()      # (document, experiment) run in this worker's copy of the repository
+
+
+def _store_written(repo: Path, doc: str, argv: list[str]) -> None:
+    """Before a report, the command that writes what it reads, unless this worker ran it (see STORE_WRITERS)."""
+    if argv[0] != "orchestrator.report":
+        return
+    name = argv[argv.index("--experiment") + 1] if "--experiment" in argv else None
+    if (doc, name) in RAN or (name is None and (repo / "mlflow.db").exists()):
+        return
+    writer = STORE_WRITERS.get((doc, name))
+    assert writer is not None, f"{doc}: no command writes what {' '.join(argv)} reads"
+    got = run_inprocess(repo, *writer[1:], module=writer[0])
+    assert got.returncode == 0, f"{' '.join(writer)} (run first: {' '.join(argv)} reads its store)\n{got.stderr[-3000:]}"
+    if name is not None:
+        RAN.add((doc, name))
+
+
 @pytest.mark.parametrize("argv", CASES)
 def test_a_documented_command_runs_as_written(repos, request, argv):
     if any("dataset=fashion_mnist" == a for a in argv) and not FASHION.exists():
@@ -120,8 +146,10 @@ def test_a_documented_command_runs_as_written(repos, request, argv):
             for w in writers:
                 got = run_inprocess(repos(doc), *w[1:], module=w[0])
                 assert got.returncode == 0, f"{' '.join(w)} (run first: {target})\n{got.stderr[-3000:]}"
+    _store_written(repos(doc), doc, argv)
     out = run_inprocess(repos(doc), *args, module=module)
     assert out.returncode == 0, f"{' '.join(argv)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    RAN.update((doc, a.split("=", 1)[1]) for a in args if a.startswith("+experiment="))
     if "sync.runtime=mpi" in args:
         # README's MPI commands (delay; allreduce on unequal workers) are this suite's trials of each on real ranks:
         # the run says so, on the wall clock, and it trained
