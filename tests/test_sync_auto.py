@@ -48,8 +48,27 @@ def test_between_cells_picks_the_nearest():
     assert choice.cell["regime"] == "stragglers p=0.1 x5" and choice.distance == pytest.approx(0.2 * 2 ** 0.5)
     assert choice.near and choice.label == "backup b=2" and choice.config == {"name": "backup", "backup_workers": 2}
     hw = {"workers": 8, "worker_speeds": [1.0, 0.6] * 4, "network": {"bandwidth_Gbps": 12}}
-    choice = choose(regime_of(hw), BUILTIN)               # spread 1.67x: nearest the 2x cell
-    assert choice.cell["regime"] == "spread 2x (1, 1/2)" and choice.distance < NEAR and choice.label == "backup b=1"
+    choice = choose(regime_of(hw), BUILTIN)               # spread 1.67x: nearest the 2x cell, whose b=1 won by 1.10x
+    assert choice.cell["regime"] == "spread 2x (1, 1/2)" and choice.distance < NEAR
+    # ... but interpolated with the cells around (base: allreduce wins) b=1's margin is within the seeds' noise
+    assert choice.label == "allreduce" and "backup b=1's interpolated 1.068x is within the cells' seed noise" in choice.note
+
+
+def test_between_cells_a_margin_within_the_seeds_noise_keeps_the_baseline():
+    """The lower bound (interpolated log margin less its interpolated standard error) decides: on speeds 1 and 1/3
+    (between 'mixed speeds', where backup b=2 won by 1.085x, and the 2x and 8x spreads) backup b=2's 1.023x is
+    below its noise and balanced allreduce runs; a clear margin (stragglers) still leaves the baseline."""
+    import math
+
+    from orchestrator.sync.regimes import _margin_se
+
+    e = {"median_s": 1.0, "min_s": 0.9, "max_s": 1.1, "seeds": 4}
+    b = {"median_s": 1.2, "min_s": 1.2, "max_s": 1.2, "seeds": 4}
+    assert _margin_se(e, b) == pytest.approx(0.5 * math.log(1.1 / 0.9) / 2) and _margin_se(b, b) == 0.0
+    choice = choose(regime_of({"workers": 8, "worker_speeds": [1.0, 1 / 3] * 4}), BUILTIN)
+    assert choice.label == "allreduce" and "backup b=2's interpolated 1.023x" in choice.note
+    strag = choose(regime_of({"workers": 8, "stragglers": {"probability": 0.15, "slowdown": 5}}), BUILTIN)
+    assert strag.label == "backup b=2" and strag.note == ""
 
 
 def test_between_cells_the_margins_are_interpolated():

@@ -25,8 +25,11 @@ The distance between two regimes is the Euclidean norm of their difference. A re
 runs that cell's winner. Elsewhere the cells within ``RADIUS`` (1.5: a step on one axis, or on two at once,
 the diagonal sqrt 2) are its neighbours, and each strategy
 measured in all of them is scored by the inverse-square-distance weighted mean of its log margin over the map's
-baseline (Shepard's interpolation of log(baseline median / strategy median)); the highest score runs (the
-baseline at 0; ties go to the baseline). A regime with no neighbour within ``RADIUS`` is *far*: balanced allreduce,
+baseline (Shepard's interpolation of log(baseline median / strategy median)) less the same weighted mean of that
+margin's standard error in each cell (``_margin_se``: the seeds' half log ranges of the strategy and the baseline
+in quadrature, over sqrt(seeds)); the highest of these lower bounds runs (the baseline at 0; ties go to the
+baseline): a strategy leaves the baseline only where the cells around say it wins by more than their own seeds'
+noise. A regime with no neighbour within ``RADIUS`` is *far*: balanced allreduce,
 and the line says so. (``NEAR``, half a step, only words the line: "near" a single cell, else "between".)"""
 
 from __future__ import annotations
@@ -180,6 +183,20 @@ def choose(regime: Regime, available: set[str] | frozenset[str], dataset: str = 
     return Choice(name, cell, dist, True, label, cell["strategies"][label], note, base)
 
 
+def _margin_se(entry: dict, base: dict) -> float:
+    """The standard error of a cell's log margin: each strategy's seeds' half log range (a rough standard
+    deviation of one seed's log time) combined in quadrature, over the square root of the seeds (0 for the
+    baseline itself, or where the map has no range)."""
+    if entry is base:
+        return 0.0
+
+    def sd(e: dict) -> float:
+        lo, hi = e.get("min_s"), e.get("max_s")
+        return 0.5 * math.log(hi / lo) if lo and hi else 0.0
+
+    return math.hypot(sd(entry), sd(base)) / math.sqrt(max(1, entry.get("seeds") or 1))
+
+
 def _between(regime: Regime, available: set[str] | frozenset[str], name: str, cell: dict, dist: float, base: str,
              path: Path) -> Choice:
     """Shepard's interpolation of the log margins over the cells within ``RADIUS`` (the module's doc)."""
@@ -189,10 +206,17 @@ def _between(regime: Regime, available: set[str] | frozenset[str], name: str, ce
     labels = [k for k, v in cell["strategies"].items() if v["sync"] in available
               and all((c["strategies"].get(k) or {}).get("median_s") for c, _ in near)]
     score: dict[str, float] = {}
+    bound: dict[str, float] = {}
     for k in labels:
-        w = [(1.0 / d ** 2, math.log(c["strategies"][base]["median_s"] / c["strategies"][k]["median_s"])) for c, d in near]
-        score[k] = sum(a * b for a, b in w) / sum(a for a, _ in w)
-    label = max(score, key=lambda k: (score[k], k == base)) if score else base
+        w = [(1.0 / d ** 2, math.log(c["strategies"][base]["median_s"] / c["strategies"][k]["median_s"]),
+              _margin_se(c["strategies"][k], c["strategies"][base])) for c, d in near]
+        total = sum(a for a, _, _ in w)
+        score[k] = sum(a * m for a, m, _ in w) / total
+        bound[k] = score[k] - sum(a * e for a, _, e in w) / total
+    label = max(bound, key=lambda k: (bound[k], k == base)) if bound else base
     entry = next((c["strategies"][label] for c, _ in near if label in c["strategies"]), None)
-    return Choice(name, cell, dist, True, label, entry, "", base,
+    top = max(score, key=score.__getitem__) if score else label
+    note = "" if top == label else (f"; {top}'s interpolated {math.exp(score[top]):.3f}x is within the cells' seed noise "
+                                    f"(standard error {math.exp(score[top] - bound[top]):.3f}x)")
+    return Choice(name, cell, dist, True, label, entry, note, base,
                   tuple((c["regime"], d) for c, d in near), math.exp(score.get(label, 0.0)))
