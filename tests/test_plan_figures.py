@@ -47,24 +47,41 @@ def _failed_in_one_line(tmp_path, out, *names: str) -> None:
 
 
 # -- 1. nothing dropped silently ------------------------------------------------------------------
-def test_a_listed_gpu_type_without_a_profile_stops_the_trial(tmp_path):
+def test_listed_gpu_types_without_a_link_between_them_stop_the_trial(tmp_path):
+    """RTX-3090 has no OPT-350 profile (it is derived, below) and Sailor's network measured no link between its
+    machines and the A100-40's: a plan could use one group only, so the trial stops naming the missing entry (it
+    planned on the 8 A100-40 alone, the 16 RTX-3090 idle, before)."""
     out = run_inprocess(tmp_path, "+planner=joint", *LLM, f"hardware.data={SAILOR}",
                         "hardware.gpus={A100-40: 8, RTX-3090: 16}")
-    _failed_in_one_line(tmp_path, out, "16 RTX-3090", "no profile on RTX-3090", "profiles_tmp.json")
+    _failed_in_one_line(tmp_path, out, "A100-40 in us-central1-a and RTX-3090 in us-central1-a", "no link fit between",
+                        "multizone_bandwidths_het.json")
 
 
 def test_a_cluster_file_type_without_a_profile_stops_the_trial(tmp_path):
+    """A type neither profiled nor in the GPU catalog (H100-80, the catalog's H100 alias, is derived instead)."""
     (tmp_path / "c.yaml").write_text("node_types:\n  A100-40: {gpus_per_node: 4, memory_GB: 40}\n"
-                                     "  H100-80: {gpus_per_node: 8, memory_GB: 80}\n"
-                                     "gpus: {A100-40: 8, H100-80: 8}\n")
+                                     "  X9-80: {gpus_per_node: 8, memory_GB: 80}\n"
+                                     "gpus: {A100-40: 8, X9-80: 8}\n")
     out = run_inprocess(tmp_path, "+planner=uniform", *LLM, f"hardware.file={tmp_path / 'c.yaml'}")
-    _failed_in_one_line(tmp_path, out, "8 H100-80", "no profile on H100-80")
+    _failed_in_one_line(tmp_path, out, "8 X9-80", "no profile on X9-80", "the GPU catalog", "has no X9-80")
 
 
 def test_all_listed_types_are_checked_for_profiles_and_links(data):
+    from orchestrator.plan.derive import derive_for_cluster, underived
+    from orchestrator.planning.phase import derived_types
+
     cluster, profile = data
     with pytest.raises(ConfigError, match="no profile on RTX-3090"):          # not "none of 0 templates"
         check_covered(profile, cluster.with_gpus({"RTX-3090": 16}))
+    # a type Sailor's cluster describes (its links measured) and the catalog knows: its layers are derived, and say so
+    rtx = cluster.with_gpus({"RTX-3090": 16})
+    assert underived(profile, rtx) == ["RTX-3090"] and underived(profile, cluster.with_gpus({"A100-40": 8})) == []
+    filled = derive_for_cluster(profile, rtx)
+    check_covered(filled, rtx)
+    assert set(filled.tp_degrees("RTX-3090", 1)) == {1, 2, 4, 8} and filled.times["A100-40"] == profile.times["A100-40"]
+    assert derived_types(filled, rtx)["RTX-3090"].endswith("; its links measured")
+    with pytest.raises(ConfigError, match=r"lists A100-40 in us-central1-a and RTX-3090 .* no link fit between their"):
+        check_covered(filled, cluster.with_gpus({"A100-40": 8, "RTX-3090": 16}))
     with pytest.raises(ConfigError, match=r"no link fit between two A100-80 machines .*\[A100-80\]\[1\]"):
         check_covered(profile, cluster.with_gpus({"A100-80": 8}))
     check_covered(profile, cluster.with_gpus({"A100-80": 4}))                  # one machine: no link between machines

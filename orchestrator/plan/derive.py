@@ -288,10 +288,20 @@ def measured_types(profile: LayeredProfile, catalog: GpuCatalog | None = None) -
     return [t for t in profile.gpu_types if t not in done and catalog.find(t) is not None]
 
 
+def underived(profile: LayeredProfile, cluster: GpuCluster) -> list[str]:
+    """The types of ``cluster`` whose layer times ``profile`` lacks and the GPU catalog can derive: the catalog's
+    own (``cluster.derived``: node and links from the datasheet) and each type the cluster itself describes (a
+    cluster file, Sailor's cluster: its links measured) that has GPUs and a catalog entry of its name or alias."""
+    catalog = default_catalog()
+    listed = {t for (t, _), n in cluster.gpus.items() if n > 0 and catalog.find(t) is not None}
+    return sorted(t for t in set(cluster.derived) | listed if t not in profile.times)
+
+
 def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredProfile:
-    """``profile`` with entries for every catalog type of ``cluster`` (``cluster.derived``) that it lacks, fitted
-    on its measured types; unchanged when there is none."""
-    missing = [t for t in sorted(cluster.derived) if t not in profile.times]
+    """``profile`` with entries for every type of ``cluster`` that it lacks and the catalog has (``underived``),
+    fitted on its measured types; unchanged when there is none. A type the cluster describes keeps its own name,
+    node size and links; the catalog gives its compute and memory figures."""
+    missing = underived(profile, cluster)
     if not missing:
         return profile
     catalog = default_catalog()
@@ -300,8 +310,9 @@ def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredP
     mbs = sorted({m for t in fit_on for m in profile.micro_batches(t)})
     tables = {}
     for t in missing:
-        spec = catalog.get(t)
-        tps = [tp for tp in sorted(profile.sizes) if tp <= spec.gpus_per_node]
+        spec = dataclasses.replace(catalog.get(t), name=t)
+        per_node = cluster.gpu_type(t).gpus_per_node if t in cluster.types else spec.gpus_per_node
+        tps = [tp for tp in sorted(profile.sizes) if tp <= per_node]
         tables[t] = derive_times(model, profile, spec, link_for, mbs, tps)
     return with_derived(profile, tables, model.describe())
 

@@ -12,10 +12,11 @@ from typing import Any, NamedTuple
 
 from orchestrator import cache
 from orchestrator.errors import ConfigError, InfeasiblePlanError, WorkloadError
+from orchestrator.hardware.catalog import default_catalog
 from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.profiles import GPU_TYPE_PREFIXES, for_gpu_type
 from orchestrator.plan import LayeredProfile, Plan
-from orchestrator.plan.derive import at_precision, precisions, variant, with_recompute
+from orchestrator.plan.derive import at_precision, derive_for_cluster, precisions, underived, variant, with_recompute
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.plots import gantt, layer_map
@@ -55,7 +56,8 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
         if not any(profile.tp_degrees(t, mbs) for mbs in profile.micro_batches(t)):
             derived = profile.source.startswith("derived")
             how = (f"a derived profile needs a GPU type whose name starts with {', '.join(p for p, _ in GPU_TYPE_PREFIXES)}"
-                   if derived else f"add {t} to {profile.source or 'the profile'}/profiles_tmp.json")
+                   if derived else f"add {t} to {profile.source or 'the profile'}/profiles_tmp.json (the GPU catalog, "
+                   f"which derives the types it has, has no {t}: {', '.join(default_catalog().names())})")
             raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but model {profile.model} has no profile on {t} "
                               f"(profiled: {', '.join(profile.gpu_types) or 'none'}): {how}, or leave {t} out")
         if n > per_node:
@@ -72,6 +74,17 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
             except WorkloadError:
                 raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but the network has no link fit inside a {t} "
                                   f"machine (intra_node_bandwidths.json[{t}], or links.intra.{t} in a cluster file)") from None
+    listed = sorted((t, z) for (t, z), n in cluster.gpus.items() if n > 0)
+    for i, (t, z) in enumerate(listed):            # two groups without a link cannot share a plan: one would sit idle
+        for u, y in listed[i + 1:]:
+            try:
+                cluster.topology.inter_link(z, t, 1, y, u, 1)
+                cluster.topology.inter_link(y, u, 1, z, t, 1)
+            except WorkloadError:
+                raise ConfigError(f"hardware.gpus lists {t} in {z} and {u} in {y} but the network has no link fit between "
+                                  f"their machines (multizone_bandwidths_het.json[{z}][{t}][1][{y}][{u}][1] and back, or "
+                                  f"links.inter in a cluster file), so no plan could use both: add it, or list one of "
+                                  f"them") from None
 
 
 def cost_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
@@ -187,9 +200,7 @@ class PlanningPhase:
         if not cluster.gpus and hasattr(self.planner, "read"):      # without hardware.gpus: the plan's own GPUs
             cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
             source = "plan"
-        if cluster.derived:
-            from orchestrator.plan.derive import derive_for_cluster
-
+        if underived(profile, cluster):
             profile = derive_for_cluster(profile, cluster)
         if self.fill:
             from orchestrator.plan.fill import fill_measured
