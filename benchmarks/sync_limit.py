@@ -138,6 +138,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only-rows", action="store_true", help="measure the rows only (no reference, no S(G))")
     ap.add_argument("--give-up-s", type=float, default=None, help="stop a row's seeds at this many virtual seconds "
                     "(default: MISS_AT x the reference's time; with --only-rows it must be given)")
+    ap.add_argument("--curve-only", action="store_true", help="measure S(G) only (no reference, no rows): a third "
+                    "process can take some batches; --join merges every cells*.json of --cache")
     ap.add_argument("--join", action="store_true", help="measure nothing: the table from --cache")
     a = ap.parse_args(argv)
     if a.only_rows and a.give_up_s is None:
@@ -159,19 +161,23 @@ def main(argv=None) -> int:
     measure = not a.join
     ref_file = cache / "reference.json" if cache else None
     ref = load_cache(ref_file) or None
-    if ref is None and measure and not a.only_rows:
+    if ref is None and measure and not (a.only_rows or a.curve_only):
         r = b.reference(grid)
         ref = {"optimizer": r.optimizer, "lr": r.lr, "time_to_target_s": r.time_to_target_s}
         save_cache(ref_file, ref)
-    cells_file = cache / "cells.json" if cache else None
-    known = {_unkey(k): v for k, v in load_cache(cells_file).items()}
+    cells_file = cache / ("cells.json" if not a.curve_only else f"cells_{a.batches.replace(',', '_')}.json") if cache else None
+    known = {_unkey(k): v for f in (sorted(cache.glob("cells*.json")) if cache else []) for k, v in load_cache(f).items()}
+    if a.curve_only:
+        b.curve(batches, grid, known, save=lambda c: save_cache(cells_file, {_key(*k): v for k, v in c.items()}))
+        print(f"measured S(G) for G = {a.batches} into {cells_file} ({time.time() - t0:.0f} s wall)")
+        return 0
     if measure and not a.only_rows:
         cells = b.curve(batches, grid, known, save=lambda c: save_cache(cells_file, {_key(*k): v for k, v in c.items()}))
     else:
         cells = known
     best_rows = {}
     configs = _configs()
-    for idx, label, before in rows:
+    for idx, _label, _before in rows:
         row_file = cache / f"row_{idx}.json" if cache else None
         best = load_cache(row_file) or None
         if best is None and measure:
