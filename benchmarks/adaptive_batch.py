@@ -67,8 +67,10 @@ class Bench(VirtualBench):
                                                                              policy == "adaptive" and self.adaptive_min else "")
         key += f"|{self.adaptive_lr}" if policy == "adaptive" and self.adaptive_lr else ""
         old = self.results.get(key)
-        if old is not None and (old["time"] is not None or (old["cap"] is not None and cap_s is not None
-                                                             and old["cap"] >= cap_s)):
+        # reused: a run that reached the target; one that missed on its whole budget (no cap: a rerun misses too);
+        # one stopped at a cap at least this run's
+        if old is not None and (old["time"] is not None or old["cap"] is None
+                                or (cap_s is not None and old["cap"] >= cap_s)):
             return old
         speeds = CLUSTERS[cluster]
         train = {"optimizer": opt, "lr": lr, "batch_policy": policy}

@@ -108,7 +108,7 @@ CHECKS = [
     Check("sync regimes: Fashion-MNIST map (from its committed run cache)", "sync_regimes_fashion_mnist.md",
           FASHION_CMD, writes="out.md", copy=("sync_regimes_fashion_runs.json",), tables=3, seconds=30),
     Check("adaptive batch: Fashion-MNIST (from its committed run cache)", "adaptive_batch.md", ADAPTIVE_CMD,
-          writes="out.md", copy=("adaptive_batch_fmnist_runs.json",), section="Tables (as the script prints them)",
+          writes="out.md", copy=("adaptive_batch_fmnist_runs.json",), section="Fashion-MNIST with nesterov",
           needs="/usr/share/datasets/fashion-mnist", seconds=60),
     Check("adaptive batch: MNIST", "adaptive_batch.md", skip="its run cache (`--results sgd.json`) is not "
           "committed: training on the virtual clock, about an hour"),
