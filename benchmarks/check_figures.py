@@ -112,6 +112,10 @@ CHECKS = [
           needs="/usr/share/datasets/fashion-mnist", seconds=60),
     Check("adaptive batch: MNIST", "adaptive_batch.md", skip="its run cache (`--results sgd.json`) is not "
           "committed: training on the virtual clock, about an hour"),
+    Check("sync limit: Fashion-MNIST on the rows' footing (from its committed cache)", "sync_tuned.md",
+          ("benchmarks/sync_limit.py", "--dataset", "fashion_mnist", "--grid", "adam:0.002,0.003,0.004", "--batches",
+           "64,128,256,512", "--rows", "6,4", "--cache", "{docs}/sync_limit_fashion_mnist", "--join"),
+          section="Fashion-MNIST on the rows' footing", needs="/usr/share/datasets/fashion-mnist", seconds=20),
     Check("sync tuned (S(G), limits, measured rows)", "sync_tuned.md", skip="training on the virtual clock "
           "(about 50 min for MNIST); its caches (`--curve-cache`, `--results-cache`) are not committed"),
     Check("sync speedup", "sync.md", skip="training runs; the compute model is measured on this machine"),

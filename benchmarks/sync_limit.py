@@ -12,13 +12,15 @@ CNN, the compute model of ``benchmarks/seeded.py``.
     PYTHONPATH=. python benchmarks/sync_limit.py                      # MNIST to 97%, adam grid, 3 seeds (~30 min here)
     PYTHONPATH=. python benchmarks/sync_limit.py --grid 'adam:0.004,0.008' --batches 64,256 --seeds 2   # a quick look
 
-Fashion-MNIST (to 90%; a run takes about a minute here, so the work splits over two processes that keep what they
-measured in one cache directory, then a third joins them without measuring):
+Fashion-MNIST (to 90%; a run takes minutes here, so the work splits over processes that keep what they measured in
+one cache directory, then a last one joins them without measuring; docs/benchmarks/sync_tuned.md, "Fashion-MNIST on
+the rows' footing", whose cache is committed in docs/benchmarks/sync_limit_fashion_mnist/):
 
-    A="--dataset fashion_mnist --grid adam:0.002,0.003,0.004 --batches 128,256,512 --cache /tmp/flim"
-    PYTHONPATH=. python benchmarks/sync_limit.py $A --rows '' &                    # the tuned worker and S(G)
-    PYTHONPATH=. python benchmarks/sync_limit.py $A --only-rows --give-up-s 99 &   # the rows (3 x a known reference)
-    wait; PYTHONPATH=. python benchmarks/sync_limit.py $A --join                    # the table
+    A="--dataset fashion_mnist --grid adam:0.002,0.003,0.004 --cache DIR"
+    PYTHONPATH=. python benchmarks/sync_limit.py $A --batches 64,128 --rows '' &                 # reference, S(64), S(128)
+    PYTHONPATH=. python benchmarks/sync_limit.py $A --batches 512,256 --curve-only &             # S(512), S(256)
+    PYTHONPATH=. python benchmarks/sync_limit.py $A --only-rows --rows 6,4 --give-up-s 99 &      # the rows (3 x the reference)
+    wait; PYTHONPATH=. python benchmarks/sync_limit.py $A --batches 64,128,256,512 --rows 6,4 --join
 
 Prints a markdown table (quoted in README, "Data-parallel speedups over a tuned worker").
 """
@@ -185,7 +187,8 @@ def main(argv=None) -> int:
             give_up = a.give_up_s if a.give_up_s is not None else MISS_AT * ref["time_to_target_s"]
             best = b.parallel(name, speeds, grid, sync, train, give_up_s=give_up)
             save_cache(row_file, {"missed": True} if best is None else list(best))
-        best_rows[idx] = None if not best or isinstance(best, dict) else best
+        if best is not None:                     # {"missed": True}: measured, no cell reached the target
+            best_rows[idx] = None if isinstance(best, dict) else best
     if ref is None or (a.only_rows and not a.join):
         print(f"measured {len(best_rows)} row(s){' into ' + str(cache) if cache else ''}; "
               f"({time.time() - t0:.0f} s wall)")
@@ -200,7 +203,10 @@ def main(argv=None) -> int:
              "|---|---|---|---|---|---|---|---|"]
     for idx, label, before in rows:
         _, name, speeds, sync, train = configs[idx]
-        best = best_rows.get(idx)
+        if idx not in best_rows:
+            lines.append(f"| {label} | - | not measured in this run | - | {before:.2f}x | - | - | - |")
+            continue
+        best = best_rows[idx]
         lim = b.synchronous_limit(cells, speeds)
         if best is None or lim is None:
             lines.append(f"| {label} | - | missed | - | {before:.2f}x | - | - | - |")
