@@ -27,7 +27,8 @@ from orchestrator.config.choices import TRAINING_PRECISIONS  # noqa: E402
 from orchestrator.errors import UserError  # noqa: E402
 from orchestrator.hardware.gpu_cluster import GpuCluster  # noqa: E402
 from orchestrator.plan import LayeredProfile  # noqa: E402
-from orchestrator.plan.derive import at_precision, derive_for_cluster  # noqa: E402
+from orchestrator.plan.derive import at_precision  # noqa: E402
+from orchestrator.plan.fill import derive_for_cluster  # noqa: E402
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective  # noqa: E402
 from orchestrator.planning.simulators import simulator  # noqa: E402
 from plugins.planners.joint import JointPlanner  # noqa: E402

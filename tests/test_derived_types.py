@@ -136,7 +136,7 @@ def test_the_derivation_reproduces_a_measured_type_left_out_of_its_fit(measured,
 def test_derived_entries_leave_the_measured_ones_unchanged(measured):
     profile, _ = measured
     cluster = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8, "A100-40": 4})
-    extended = derive.derive_for_cluster(profile, cluster)
+    extended = fill.derive_for_cluster(profile, cluster)
     assert extended.times["A100-40"] is profile.times["A100-40"] and "H100" not in profile.times
     assert extended.extra["derived_types"] == {"H100": "roofline fitted on A100-40, A100-80, GH-96, V100-16"}
     assert sorted(extended.tp_degrees("H100", 4)) == [1, 2, 4, 8]
@@ -164,7 +164,7 @@ def test_a_trial_mixing_measured_and_derived_types_says_which_are_derived(tmp_pa
 def test_bf16_carries_each_entry_by_the_rooflines_ratio_and_keeps_the_update(measured):
     profile, _ = measured
     cluster = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8, "A100-40": 8})
-    fp32 = derive.derive_for_cluster(profile, cluster)
+    fp32 = fill.derive_for_cluster(profile, cluster)
     assert derive.at_precision(fp32, cluster, "fp32") is fp32
     bf16 = derive.at_precision(fp32, cluster, "bf16")
     assert (bf16.precision, bf16.act_float_bytes, bf16.float_bytes, fp32.act_float_bytes) == ("bf16", 2, 4, 4)
@@ -190,7 +190,7 @@ def test_a_precision_a_type_lacks_is_one_line_and_auto_tries_what_every_type_has
     profile, _ = measured
     mixed = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8, "V100-16": 8})
     with pytest.raises(ConfigError, match="V100-16 has no bf16 rate in the catalog") as err:
-        derive.at_precision(derive.derive_for_cluster(profile, mixed), mixed, "bf16")
+        derive.at_precision(fill.derive_for_cluster(profile, mixed), mixed, "bf16")
     assert "\n" not in str(err.value)
     assert derive.precisions(profile, mixed, "auto") == ["fp32", "fp16"]
     h100 = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 8})

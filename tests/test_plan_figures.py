@@ -67,7 +67,7 @@ def test_a_cluster_file_type_without_a_profile_stops_the_trial(tmp_path):
 
 
 def test_all_listed_types_are_checked_for_profiles_and_links(data):
-    from orchestrator.plan.derive import derive_for_cluster, underived
+    from orchestrator.plan.fill import derive_for_cluster, underived
     from orchestrator.planning.phase import derived_types
 
     cluster, profile = data

@@ -288,36 +288,7 @@ def measured_types(profile: LayeredProfile, catalog: GpuCatalog | None = None) -
     return [t for t in profile.gpu_types if t not in done and catalog.find(t) is not None]
 
 
-def underived(profile: LayeredProfile, cluster: GpuCluster) -> list[str]:
-    """The types of ``cluster`` whose layer times ``profile`` lacks and the GPU catalog can derive: the catalog's
-    own (``cluster.derived``: node and links from the datasheet) and each type the cluster itself describes (a
-    cluster file, Sailor's cluster: its links measured) that has GPUs and a catalog entry of its name or alias."""
-    catalog = default_catalog()
-    listed = {t for (t, _), n in cluster.gpus.items() if n > 0 and catalog.find(t) is not None}
-    return sorted(t for t in set(cluster.derived) | listed if t not in profile.times)
-
-
-def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredProfile:
-    """``profile`` with entries for every type of ``cluster`` that it lacks and the catalog has (``underived``),
-    fitted on its measured types; unchanged when there is none. A type the cluster describes keeps its own name,
-    node size and links; the catalog gives its compute and memory figures."""
-    missing = underived(profile, cluster)
-    if not missing:
-        return profile
-    catalog = default_catalog()
-    fit_on, model = _fitted(profile, cluster, f"{', '.join(missing)} cannot be derived")
-    link_for = cluster.topology.intra_link
-    mbs = sorted({m for t in fit_on for m in profile.micro_batches(t)})
-    tables = {}
-    for t in missing:
-        spec = dataclasses.replace(catalog.get(t), name=t)
-        per_node = cluster.gpu_type(t).gpus_per_node if t in cluster.types else spec.gpus_per_node
-        tps = [tp for tp in sorted(profile.sizes) if tp <= per_node]
-        tables[t] = derive_times(model, profile, spec, link_for, mbs, tps)
-    return with_derived(profile, tables, model.describe())
-
-
-def _fitted(profile: LayeredProfile, cluster: GpuCluster, what: str) -> tuple[list[str], DerivationModel]:
+def fitted_model(profile: LayeredProfile, cluster: GpuCluster, what: str) -> tuple[list[str], DerivationModel]:
     """The profile's measured catalog types and the model fitted on them (over the cluster's intra-node links); none
     is a one-line error saying ``what`` cannot be done."""
     fit_on = measured_types(profile)
@@ -348,7 +319,7 @@ def at_precision(profile: LayeredProfile, cluster: GpuCluster, precision: str) -
                               f"profile cannot be carried to {precision} (catalog: docs/plans.md)")
         spec.matmul_flops(precision)                        # a type without that rate: one line, here
         specs[t] = spec
-    _, model = _fitted(profile, cluster, f"its times cannot be carried to {precision}")
+    _, model = fitted_model(profile, cluster, f"its times cannot be carried to {precision}")
     link_for = cluster.topology.intra_link
     tables: dict[str, TimeTable] = {}
     for t in types:

@@ -1,5 +1,6 @@
-"""Filling a partial profile (``planner.fill``): a measured GPU type's missing (micro-batch, TP) entries derived by
-the roofline of ``plan.derive`` and calibrated on the type's own measured entries. Formulas: docs/plans.md, "Filling a
+"""Filling a profile for a cluster: the types it lacks derived whole from the GPU catalog (``derive_for_cluster``), and
+(``planner.fill``) a measured GPU type's missing (micro-batch, TP) entries derived by the roofline of ``plan.derive``
+and calibrated on the type's own measured entries. Formulas: docs/plans.md, "Filling a
 partial profile"; the error on held-out entries: docs/benchmarks/derived_profiles.md.
 """
 
@@ -19,6 +20,7 @@ from orchestrator.plan.derive import (
     TimeTable,
     derive_times,
     fit,
+    fitted_model,
     kind,
     measured_types,
     planned_types,
@@ -103,3 +105,32 @@ def fill_measured(profile: LayeredProfile, cluster: GpuCluster, link_for: LinkFo
         return profile
     out = with_derived(profile, tables, "")
     return dataclasses.replace(out, extra={**out.extra, "derived_types": {**out.extra["derived_types"], **notes}})
+
+
+def underived(profile: LayeredProfile, cluster: GpuCluster) -> list[str]:
+    """The types of ``cluster`` whose layer times ``profile`` lacks and the GPU catalog can derive: the catalog's
+    own (``cluster.derived``: node and links from the datasheet) and each type the cluster itself describes (a
+    cluster file, Sailor's cluster: its links measured) that has GPUs and a catalog entry of its name or alias."""
+    catalog = default_catalog()
+    listed = {t for (t, _), n in cluster.gpus.items() if n > 0 and catalog.find(t) is not None}
+    return sorted(t for t in set(cluster.derived) | listed if t not in profile.times)
+
+
+def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredProfile:
+    """``profile`` with entries for every type of ``cluster`` that it lacks and the catalog has (``underived``),
+    fitted on its measured types; unchanged when there is none. A type the cluster describes keeps its own name,
+    node size and links; the catalog gives its compute and memory figures."""
+    missing = underived(profile, cluster)
+    if not missing:
+        return profile
+    catalog = default_catalog()
+    fit_on, model = fitted_model(profile, cluster, f"{', '.join(missing)} cannot be derived")
+    link_for = cluster.topology.intra_link
+    mbs = sorted({m for t in fit_on for m in profile.micro_batches(t)})
+    tables = {}
+    for t in missing:
+        spec = dataclasses.replace(catalog.get(t), name=t)
+        per_node = cluster.gpu_type(t).gpus_per_node if t in cluster.types else spec.gpus_per_node
+        tps = [tp for tp in sorted(profile.sizes) if tp <= per_node]
+        tables[t] = derive_times(model, profile, spec, link_for, mbs, tps)
+    return with_derived(profile, tables, model.describe())

@@ -16,7 +16,8 @@ from orchestrator.hardware.catalog import default_catalog
 from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.profiles import GPU_TYPE_PREFIXES, for_gpu_type
 from orchestrator.plan import LayeredProfile, Plan
-from orchestrator.plan.derive import at_precision, derive_for_cluster, precisions, underived, variant, with_recompute
+from orchestrator.plan.derive import at_precision, precisions, variant, with_recompute
+from orchestrator.plan.fill import derive_for_cluster, fill_measured
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.plots import gantt, layer_map
@@ -192,19 +193,16 @@ class PlanningPhase:
 
     def planning_cluster(self, profile: LayeredProfile) -> tuple[GpuCluster, str, LayeredProfile]:
         """The cluster planned for, where its GPUs come from: ``given`` (hardware.gpus or the cluster file),
-        else ``plan`` (a plan file's own GPUs), and the profile with entries derived for the GPU catalog's types
-        the cluster took (``plan.derive``; the measured entries unchanged). Every listed GPU can be planned for
+        else ``plan`` (a plan file's own GPUs), and the profile with entries derived for the listed types it lacks
+        that the GPU catalog has (``plan.fill.derive_for_cluster``; the measured entries unchanged). Every listed GPU can be planned for
         (``check_covered``)."""
         cluster = self.cluster()
         source = "given"
         if not cluster.gpus and hasattr(self.planner, "read"):      # without hardware.gpus: the plan's own GPUs
             cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
             source = "plan"
-        if underived(profile, cluster):
-            profile = derive_for_cluster(profile, cluster)
+        profile = derive_for_cluster(profile, cluster)              # the types it lacks, from the GPU catalog
         if self.fill:
-            from orchestrator.plan.fill import fill_measured
-
             profile = fill_measured(profile, cluster)
         check_covered(profile, cluster)
         return cluster, source, profile
