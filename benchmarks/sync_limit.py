@@ -169,14 +169,13 @@ def main(argv=None) -> int:
         save_cache(ref_file, ref)
     cells_file = cache / ("cells.json" if not a.curve_only else f"cells_{a.batches.replace(',', '_')}.json") if cache else None
     known = {_unkey(k): v for f in (sorted(cache.glob("cells*.json")) if cache else []) for k, v in load_cache(f).items()}
-    if a.curve_only:
-        b.curve(batches, grid, known, save=lambda c: save_cache(cells_file, {_key(*k): v for k, v in c.items()}))
-        print(f"measured S(G) for G = {a.batches} into {cells_file} ({time.time() - t0:.0f} s wall)")
-        return 0
     if measure and not a.only_rows:
         cells = b.curve(batches, grid, known, save=lambda c: save_cache(cells_file, {_key(*k): v for k, v in c.items()}))
     else:
         cells = known
+    if a.curve_only:
+        print(f"measured S(G) for G = {a.batches} into {cells_file} ({time.time() - t0:.0f} s wall)")
+        return 0
     best_rows = {}
     configs = _configs()
     for idx, _label, _before in rows:

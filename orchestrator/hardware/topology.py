@@ -102,13 +102,17 @@ class Topology:
                    dst_gpus: int) -> Link:
         """Between machines: ``src_gpus`` GPUs of a ``src_type`` machine in ``src_zone`` sending to ``dst_gpus`` of one
         ``dst_type`` machine in ``dst_zone``."""
-        got = self.links.get(((src_zone, src_type, str(src_gpus)), (dst_zone, dst_type, str(dst_gpus))))
+        got = self.find_inter(src_zone, src_type, src_gpus, dst_zone, dst_type, dst_gpus)
         if got is not None:
             return got
-        if self.default_inter is not None:
-            return self.default_inter
         raise WorkloadError(f"no link fit from {src_type} x{src_gpus} in {src_zone} to {dst_type} x{dst_gpus} "
                             f"in {dst_zone} (not in the network file)")
+
+    def find_inter(self, src_zone: str, src_type: str, src_gpus: int, dst_zone: str, dst_type: str,
+                   dst_gpus: int) -> Link | None:
+        """``inter_link``'s link, None where the network has none."""
+        got = self.links.get(((src_zone, src_type, str(src_gpus)), (dst_zone, dst_type, str(dst_gpus))))
+        return got if got is not None else self.default_inter
 
     def intra_link(self, gpu_type: str, gpus: int) -> Link:
         """Inside one machine of ``gpu_type``, among ``gpus`` GPUs: its fit, else the smallest measured group above."""

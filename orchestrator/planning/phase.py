@@ -5,6 +5,7 @@ by the other registered ones), everything logged to the trial's MLflow run: ``pl
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from pathlib import Path
@@ -61,14 +62,11 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
                    f"which derives the types it has, has no {t}: {', '.join(default_catalog().names())})")
             raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but model {profile.model} has no profile on {t} "
                               f"(profiled: {', '.join(profile.gpu_types) or 'none'}): {how}, or leave {t} out")
-        if n > per_node:
-            try:
-                cluster.topology.inter_link(z, t, 1, z, t, 1)
-            except WorkloadError:
-                raise ConfigError(f"hardware.gpus lists {n} {t} GPUs in {z} ({math.ceil(n / per_node)} machines) but the "
-                                  f"network has no link fit between two {t} machines in {z} (multizone_bandwidths_het"
-                                  f".json[{z}][{t}][1][{z}][{t}][1], or links.inter in a cluster file): add it, or list "
-                                  f"at most {per_node} {t}") from None
+        if n > per_node and cluster.topology.find_inter(z, t, 1, z, t, 1) is None:
+            raise ConfigError(f"hardware.gpus lists {n} {t} GPUs in {z} ({math.ceil(n / per_node)} machines) but the "
+                              f"network has no link fit between two {t} machines in {z} (multizone_bandwidths_het"
+                              f".json[{z}][{t}][1][{z}][{t}][1], or links.inter in a cluster file): add it, or list "
+                              f"at most {per_node} {t}")
         if min(n, per_node) > 1:
             try:
                 cluster.topology.intra_link(t, min(n, per_node))
@@ -76,16 +74,12 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
                 raise ConfigError(f"hardware.gpus lists {n} {t} GPUs but the network has no link fit inside a {t} "
                                   f"machine (intra_node_bandwidths.json[{t}], or links.intra.{t} in a cluster file)") from None
     listed = sorted((t, z) for (t, z), n in cluster.gpus.items() if n > 0)
-    for i, (t, z) in enumerate(listed):            # two groups without a link cannot share a plan: one would sit idle
-        for u, y in listed[i + 1:]:
-            try:
-                cluster.topology.inter_link(z, t, 1, y, u, 1)
-                cluster.topology.inter_link(y, u, 1, z, t, 1)
-            except WorkloadError:
-                raise ConfigError(f"hardware.gpus lists {t} in {z} and {u} in {y} but the network has no link fit between "
-                                  f"their machines (multizone_bandwidths_het.json[{z}][{t}][1][{y}][{u}][1] and back, or "
-                                  f"links.inter in a cluster file), so no plan could use both: add it, or list one of "
-                                  f"them") from None
+    for (t, z), (u, y) in itertools.combinations(listed, 2):   # two groups without a link: one would sit idle
+        if cluster.topology.find_inter(z, t, 1, y, u, 1) is None or cluster.topology.find_inter(y, u, 1, z, t, 1) is None:
+            raise ConfigError(f"hardware.gpus lists {t} in {z} and {u} in {y} but the network has no link fit between "
+                              f"their machines (multizone_bandwidths_het.json[{z}][{t}][1][{y}][{u}][1] and back, or "
+                              f"links.inter in a cluster file), so no plan could use both: add it, or list one of them")
+
 
 
 def cost_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
