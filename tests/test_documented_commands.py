@@ -37,6 +37,8 @@ def _small(argv: list[str]) -> list[str] | None:
     """The command with small budgets (None: not runnable here as a unit test, with the reason
     covered by another test: root network namespaces, placeholders)."""
     module, args = argv[2], argv[3:]
+    if module == "orchestrator" and tuple(args) in COVERED:
+        return None                                   # run with these budgets by the test COVERED names
     if module == "orchestrator.netlab" or any(a.startswith("hardware.netlab=") for a in args):
         return None                                   # root + namespaces: tests/test_netlab.py
     if any(PLACEHOLDER.search(a) for a in args):
@@ -55,11 +57,15 @@ def _small(argv: list[str]) -> list[str] | None:
         budgets["planner.budget_s"] = "2"
     if "hydra/sweeper=optuna" in args:
         budgets["hydra.sweeper.n_trials"] = "2"
-    if "sync.runtime=mpi" in args:           # the ranks are under test here; the context has its own (the headline's)
+    if "sync.runtime=mpi" in args or ("-m" in args and not any(a.startswith("+planner=") for a in args)):
+        # the ranks, or a sweep's trials, are under test here; the context has its own (the headline's)
         budgets.update(a.split("=", 1) for a in NO_CONTEXT)
     kept = [a for a in args if a.split("=", 1)[0] not in budgets]
     return [module, *kept, *(f"{k}={v}" for k, v in budgets.items())]
 
+
+# Commands another test runs as written, with the budgets it names (the headline has a test of its own summary).
+COVERED = {("+placer=rl", "+sync=delay"): "tests/test_trial_integration.py::test_the_mission_command_runs_on_the_defaults"}
 
 CASES = []
 # A command that reads a directory an earlier command of its document writes (`--out DIR`; the plan on
@@ -69,10 +75,26 @@ CASES = []
 # report any trial's (the document's first); where this worker has not run it, it runs first, likewise.
 WRITERS: dict[tuple[str, str], list[list[str]]] = {}
 STORE_WRITERS: dict[tuple[str, str | None], list[str]] = {}
+# A report of a recipe (`--experiment NAME`) runs in the recipe's test, right after it: as separate tests on
+# different workers the report ran the recipe again.
+FOLLOWERS: dict[tuple[str, str], list[list[str]]] = {}
+
+
+def _experiment(small: list[str]) -> str | None:
+    return next((a.split("=", 1)[1] for a in small if a.startswith("+experiment=")), None)
+
+
 for doc in DOCS:
+    recipes = {_experiment(s) for s in map(_small, documented_commands(doc)) if s and s[0] == "orchestrator"}
+    reported = {s[s.index("--experiment") + 1] for s in map(_small, documented_commands(doc))
+                if s and s[0] == "orchestrator.report" and "--experiment" in s}
     for argv in documented_commands(doc):
         small = _small(argv)
         if small is None:
+            continue
+        if small[0] == "orchestrator.report" and "--experiment" in small \
+                and small[small.index("--experiment") + 1] in recipes:
+            FOLLOWERS.setdefault((doc.name, small[small.index("--experiment") + 1]), []).append(small)
             continue
         if "--out" in small:
             WRITERS.setdefault((doc.name, small[small.index("--out") + 1]), []).append(small)
@@ -84,15 +106,22 @@ for doc in DOCS:
         marks = [pytest.mark.slow]
         if "sync.runtime=mpi" in small:
             marks.append(pytest.mark.mpi)
-        CASES.append(pytest.param(small, id=f"{doc.name}: {' '.join(argv[2:])[:90]}", marks=marks))
+        then = " (then its report)" if _experiment(small) in reported else ""
+        CASES.append(pytest.param(small, id=f"{doc.name}: {' '.join(argv[2:])[:90]}{then}", marks=marks))
 
 
 def test_the_docs_hold_the_commands_this_test_runs():
     ids = [c.id for c in CASES]
-    assert any("+placer=rl +sync=delay" in i for i in ids) and any("+planner=joint" in i for i in ids), ids
+    documented = [a[3:] for doc in DOCS for a in documented_commands(doc)]
+    assert ["+placer=rl", "+sync=delay"] in documented and any("+planner=joint" in i for i in ids), ids
     for strategy in ("delay", "allreduce"):          # the only trials of these strategies on MPI ranks in pass one
         assert any(f"+sync={strategy} sync.runtime=mpi" in i for i in ids), ids
     assert len(CASES) >= 15, ids
+    assert ("recipes.md", "placement_rl_vs_expert") in FOLLOWERS       # the recipe's report runs after it
+    for args, where in COVERED.items():                                 # the covering test runs these arguments
+        path, name = where.split("::")
+        body = (ROOT / path).read_text().split(f"def {name}(", 1)[1].split("\ndef ", 1)[0]
+        assert all(f'"{a}"' in body for a in args), (where, args)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +179,9 @@ def test_a_documented_command_runs_as_written(repos, request, argv):
     out = run_inprocess(repos(doc), *args, module=module)
     assert out.returncode == 0, f"{' '.join(argv)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     RAN.update((doc, a.split("=", 1)[1]) for a in args if a.startswith("+experiment="))
+    for report in FOLLOWERS.get((doc, _experiment(argv) or ""), []):
+        got = run_inprocess(repos(doc), *report[1:], module=report[0])
+        assert got.returncode == 0, f"{' '.join(report)} (after {' '.join(argv)})\n{got.stderr[-3000:]}"
     if "sync.runtime=mpi" in args:
         # README's MPI commands (delay; allreduce on unequal workers) are this suite's trials of each on real ranks:
         # the run says so, on the wall clock, and it trained

@@ -150,18 +150,22 @@ _READY: set[str] = set()
 
 def init_store(uri: str) -> None:
     """Create/upgrade a SQLite store under a file lock: MLflow's schema migration is not safe when
-    two processes (parallel trials, a reader) open a new database at the same moment."""
+    two processes (parallel trials, a reader) open a new database at the same moment. A new store is a copy of
+    an empty one MLflow made once (``tracking.template``)."""
     if uri in _READY or not uri.startswith("sqlite:///"):
         return
     import fcntl
 
     from mlflow.tracking import MlflowClient
 
+    from orchestrator.tracking.template import create_from_template
+
     db = Path(uri[len("sqlite:///"):])
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{db}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            create_from_template(db)
             MlflowClient(uri).search_experiments(max_results=1)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
