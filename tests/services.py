@@ -87,7 +87,11 @@ def postgres(tmp_path: Path, listen: list[str], databases: list[str]):
 
 @contextlib.contextmanager
 def mlflow_server(tmp_path: Path, backend_uri: str, host: str):
-    """``mlflow server`` on ``host``; yields its URI."""
+    """``mlflow server`` on ``host``; yields its URI (a new SQLite store made as a trial makes one)."""
+    if backend_uri.startswith("sqlite:///"):
+        from orchestrator.tracking.store import init_store
+
+        init_store(backend_uri)
     port = free_port()
     log = open(tmp_path / "mlflow-server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, store_runs
+from conftest import QUICK, run_inprocess, store_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -66,7 +66,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def ui_store(workdir):
     _chromium()  # skip (or, under CI, fail) before spending a minute on trials
     for name, extra in zip(RUN_NAMES, ([], ["+placer=manual"])):
-        out = run_cli(workdir, *extra, *QUICK, f"tracking.run_name={name}", timeout=600,
+        out = run_inprocess(workdir, *extra, *QUICK, f"tracking.run_name={name}", timeout=600,
                       env={"MLFLOW_TRACKING_URI": ""})
         assert out.returncode == 0, out.stderr[-3000:]
     runs = store_runs(workdir)
