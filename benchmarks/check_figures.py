@@ -83,6 +83,8 @@ CHECKS = [
           ("benchmarks/plan_quality.py", "--judge", "project", "--clusters", "32 A100-40 + 96 V100-16",
            "128 A100-40 + 384 V100-16"), section="Plan quality: planners x clusters", ignore=("search s",),
           seconds=90),
+    Check("plans: the bound on Sailor's metric per form of plan", "plans.md", ("benchmarks/sailor_bound_forms.py",),
+          section="The bound per form of plan", seconds=240, needs="../shared/workloads/sailor"),
     Check("plans: clusters and GPU types not in the repository", "plans.md", skip="`--gpus` runs of 3 minutes "
           "each whose tables were assembled by hand (columns from two runs and earlier bounds)"),
     Check("derived GPU profiles: leave one out", "derived_profiles.md", ("benchmarks/derived_profiles.py",),

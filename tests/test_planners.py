@@ -126,13 +126,15 @@ def test_a_budget_too_small_for_this_machine_still_gives_a_plan_that_fits(profil
 
 
 @pytest.mark.slow
-def test_joint_on_512_gpus_within_30_s_beats_the_published_plans(profile):
+def test_joint_on_512_gpus_within_its_budget_beats_the_published_plans(profile):
+    """On 128 A100s + 384 V100s, within a budget of 8 s (issue 28's search target, <= 30 s, is a row of
+    docs/benchmarks/plans.md measured at planner.budget_s=30; the best template is found after about 1 s)."""
     import time
 
     cluster = _cluster({"A100-40": 128, "V100-16": 384})
     t0 = time.perf_counter()
-    _, joint = _run(JointPlanner, profile, cluster, budget_s=30.0)
-    assert time.perf_counter() - t0 <= 32.0 and joint.fits
+    _, joint = _run(JointPlanner, profile, cluster, budget_s=8.0)
+    assert time.perf_counter() - t0 <= 10.0 and joint.fits
     for name in ("sailor", "metis", "amp", "flashflex"):
         doc = json.loads((SAILOR / "planner-plans" / f"{name}_a128_v384.json").read_text())
         assert joint.iteration_s < doc["sailor_simulator_iteration_s"]

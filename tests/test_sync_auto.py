@@ -103,10 +103,11 @@ def test_far_regime_runs_allreduce_and_says_so():
 def test_a_trial_runs_the_chosen_strategy_and_logs_why(workdir):
     import mlflow
 
-    from conftest import QUICK, run_inprocess
+    from conftest import NO_CONTEXT, QUICK, run_inprocess
 
+    # the choice and its line are under test here; the trial's context (reference, comparison, limit) has its own
     out = run_inprocess(workdir, "+sync=auto", "hardware.workers=8", "hardware.stragglers={probability: 0.12, slowdown: 5}",
-                        "train.budget_updates=60", *QUICK[:2], *QUICK[3:])
+                        "train.budget_updates=60", *QUICK[:2], *QUICK[3:], *NO_CONTEXT)
     assert out.returncode == 0, out.stderr
     assert "sync=auto: W=8" in out.stdout and "-> backup b=2" in out.stdout and "(train.lr set to it)" in out.stdout
     assert "backup W=8 (virtual" in out.stdout
