@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli, run_inprocess, store_runs
+from conftest import NO_CONTEXT, run_cli, run_inprocess, store_runs
 from tests.fakes import strategy, sync_options
 
 
@@ -157,7 +157,7 @@ def test_a_trial_ends_with_a_summary_that_says_the_target_was_missed(workdir):
     sync trial with the default worker count (it showed `-`)."""
     # a child process: the summary names the default store as a user sees it (sqlite:///mlflow.db)
     out = run_cli(workdir, "+sync=delay", "train.lr=1000", "train.eval_every=10", "train.budget_updates=40",
-                  "train.eval_samples=200", "progress=false", timeout=600)
+                  "train.eval_samples=200", "progress=false", *NO_CONTEXT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert "ran:      placer none, sync delay (virtual runtime, 4 workers), hardware local, model cnn" in text, text

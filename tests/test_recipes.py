@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from conftest import QUICK, run_inprocess, store_runs
+from conftest import NO_CONTEXT, QUICK, run_inprocess, store_runs
 
 RECIPES = sorted(p.stem for p in Path(str(resources.files("orchestrator_conf") / "experiment")).glob("*.yaml"))
 
@@ -25,7 +25,8 @@ def test_recipe_composes_as_a_sweep(recipe):
 
 @pytest.mark.slow
 def test_staleness_recipe_runs_and_ends_with_a_comparison(workdir):
-    out = run_inprocess(workdir, "-m", "+experiment=delay_sync_staleness", "sync.staleness=0,4", *QUICK)
+    # the sweep and its comparison are under test; each trial's own context (reference, limit) has its tests
+    out = run_inprocess(workdir, "-m", "+experiment=delay_sync_staleness", "sync.staleness=0,4", *QUICK, *NO_CONTEXT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sweep " in out.stdout and "time to target" in out.stdout  # the comparison table
     assert "verdict:  none/delay/local/cnn" in out.stdout or "verdict:  no trial reported" in out.stdout, out.stdout
@@ -38,7 +39,7 @@ def test_staleness_recipe_runs_and_ends_with_a_comparison(workdir):
 
 @pytest.mark.slow
 def test_tune_delay_resumes_its_study(workdir):
-    args = ["-m", "+experiment=tune_delay", "hydra.sweeper.n_trials=1", *QUICK]
+    args = ["-m", "+experiment=tune_delay", "hydra.sweeper.n_trials=1", *QUICK, *NO_CONTEXT]
     for _ in range(2):
         out = run_inprocess(workdir, *args)
         assert out.returncode == 0, out.stderr[-3000:]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import QUICK, run_cli, run_inprocess, store_runs
+from conftest import NO_CONTEXT, QUICK, run_cli, run_inprocess, store_runs
 
 DATA = Path(__file__).resolve().parent / "data" / "msr-dnn-partitioning"
 INCEPTION = DATA / "latency-inputs" / "LayerGraphs" / "inceptionv3_inference.json"
@@ -44,7 +44,8 @@ def test_memory_infeasible_graph_fails_before_search(workdir):
 
 @pytest.mark.slow  # placement, then training on a virtual heterogeneous cluster
 def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
-    out = run_inprocess(workdir, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", *QUICK, timeout=600)
+    out = run_inprocess(workdir, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", *QUICK, *NO_CONTEXT,
+                        timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     m, tags = run.data.metrics, run.data.tags
@@ -57,7 +58,7 @@ def test_placer_and_sync_on_a_heterogeneous_simulated_cluster(workdir):
 @pytest.mark.slow  # whole trials that train; the fast tier trains delay-sync in the mission command's test
 @pytest.mark.parametrize("strategy", ["allreduce", "async", "delay"])
 def test_sync_strategies_run_virtually(workdir, strategy):
-    out = run_inprocess(workdir, f"+sync={strategy}", *QUICK, timeout=600)
+    out = run_inprocess(workdir, f"+sync={strategy}", *QUICK, *NO_CONTEXT, timeout=600)   # the context: the mission's test
     assert out.returncode == 0, out.stderr[-2000:]
     run = _only_run(workdir)
     assert run.data.tags["sync"] == strategy and run.data.tags["runtime"] == "virtual"
