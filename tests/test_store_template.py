@@ -53,3 +53,17 @@ def test_init_store_makes_a_working_store_with_or_without_a_cache(tmp_path, monk
     _READY.discard(uri)
     assert [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
     assert (tmp_path / "cache").exists() == (cache == "folder")
+
+
+def test_a_damaged_template_falls_back_to_mlflow_and_is_made_again(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("ORCHESTRATOR_CACHE", str(tmp_path / "cache"))
+    assert create_from_template(tmp_path / "a.db")
+    (template,) = (tmp_path / "cache").glob("mlflow-*-empty.db")
+    template.write_bytes(template.read_bytes()[:1000])                        # truncated
+    assert not create_from_template(tmp_path / "b.db") and not template.exists() and not (tmp_path / "b.db").exists()
+    uri = f"sqlite:///{tmp_path / 'b.db'}"
+    init_store(uri)                                                            # made again, then copied
+    _READY.discard(uri)
+    assert template.exists() and [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]

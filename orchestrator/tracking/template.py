@@ -5,7 +5,8 @@ version (``mlflow-<version>-empty.db``); each later new store is that file copie
 writes per store put back as MLflow would write them here: the Default experiment's (id 0) artifact location,
 from this process's working directory (``./mlruns`` resolved, or ``$_MLFLOW_SERVER_ARTIFACT_ROOT``), and its
 creation time. MLflow then opens it as any store of its schema (it checks the schema version, as on every open).
-Without a cache, or if anything fails, MLflow creates the store itself."""
+Without a cache, or if anything fails, MLflow creates the store itself; a damaged template is removed and made
+again by the next new store."""
 
 from __future__ import annotations
 
@@ -57,15 +58,23 @@ def create_from_template(db: Path) -> bool:
     if folder is None or db.exists():
         return False
     tmp = db.with_name(f".{db.name}.new")
+    template = None
     try:
-        shutil.copyfile(_template(folder), tmp)
+        template = _template(folder)
+        shutil.copyfile(template, tmp)
         now = int(time.time() * 1000)
         with sqlite3.connect(tmp) as con:
-            con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
-                        "WHERE experiment_id = 0", (default_experiment_location(), now, now))
+            done = con.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+                               "WHERE experiment_id = 0", (default_experiment_location(), now, now)).rowcount
         con.close()
+        if done != 1:
+            raise sqlite3.DatabaseError("the template has no Default experiment")
         os.link(tmp, db)                                 # never over a store that appeared meanwhile
         return True
+    except sqlite3.DatabaseError:                        # a damaged template (truncated, foreign): made again next time
+        if template is not None:
+            template.unlink(missing_ok=True)
+        return False
     except Exception:
         return False
     finally:
