@@ -4,7 +4,7 @@ per form of plan"): over plans of one pipeline, of two or more, and so over any 
 planner-plans: each that Sailor's formula scores honestly must be at or above the bound). Simulated (Sailor's
 formula and memory rule, OPT-350M, batch 1024).
 
-    PYTHONPATH=. python benchmarks/sailor_bound_forms.py          # about 4 minutes on 2 cores
+    PYTHONPATH=. python benchmarks/sailor_bound_forms.py          # about 3.5 minutes on 2 cores
 
 Each figure is certified for the plans Sailor's formula scores honestly (docs/plans.md). The test suite checks
 the bound's soundness (below the exhaustive optimum, random plans, the planners' and the published plans); this

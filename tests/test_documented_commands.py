@@ -84,20 +84,21 @@ def _experiment(small: list[str]) -> str | None:
     return next((a.split("=", 1)[1] for a in small if a.startswith("+experiment=")), None)
 
 
+def _option(argv: list[str], flag: str) -> str | None:
+    """The value after ``flag`` in ``argv`` (None: not given)."""
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
 for doc in DOCS:
-    recipes = {_experiment(s) for s in map(_small, documented_commands(doc)) if s and s[0] == "orchestrator"}
-    reported = {s[s.index("--experiment") + 1] for s in map(_small, documented_commands(doc))
-                if s and s[0] == "orchestrator.report" and "--experiment" in s}
-    for argv in documented_commands(doc):
-        small = _small(argv)
-        if small is None:
+    smalls = [(argv, small) for argv in documented_commands(doc) if (small := _small(argv)) is not None]
+    recipes = {_experiment(s) for _, s in smalls if s[0] == "orchestrator"} - {None}
+    reported = {_option(s, "--experiment") for _, s in smalls if s[0] == "orchestrator.report"}
+    for argv, small in smalls:
+        if small[0] == "orchestrator.report" and (name := _option(small, "--experiment")) in recipes:
+            FOLLOWERS.setdefault((doc.name, name), []).append(small)
             continue
-        if small[0] == "orchestrator.report" and "--experiment" in small \
-                and small[small.index("--experiment") + 1] in recipes:
-            FOLLOWERS.setdefault((doc.name, small[small.index("--experiment") + 1]), []).append(small)
-            continue
-        if "--out" in small:
-            WRITERS.setdefault((doc.name, small[small.index("--out") + 1]), []).append(small)
+        if (out := _option(small, "--out")) is not None:
+            WRITERS.setdefault((doc.name, out), []).append(small)
         if small[0] == "orchestrator" and "-m" not in small:
             STORE_WRITERS.setdefault((doc.name, None), small)
         for a in small:
@@ -106,7 +107,7 @@ for doc in DOCS:
         marks = [pytest.mark.slow]
         if "sync.runtime=mpi" in small:
             marks.append(pytest.mark.mpi)
-        then = " (then its report)" if _experiment(small) in reported else ""
+        then = " (then its report)" if (_experiment(small) or "") in reported else ""
         CASES.append(pytest.param(small, id=f"{doc.name}: {' '.join(argv[2:])[:90]}{then}", marks=marks))
 
 
@@ -152,7 +153,7 @@ def _store_written(repo: Path, doc: str, argv: list[str]) -> None:
     """Before a report, the command that writes what it reads, unless this worker ran it (see STORE_WRITERS)."""
     if argv[0] != "orchestrator.report":
         return
-    name = argv[argv.index("--experiment") + 1] if "--experiment" in argv else None
+    name = _option(argv, "--experiment")
     if (doc, name) in RAN or (name is None and (repo / "mlflow.db").exists()):
         return
     writer = STORE_WRITERS.get((doc, name))

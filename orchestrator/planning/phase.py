@@ -81,7 +81,6 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
                               f"links.inter in a cluster file), so no plan could use both: add it, or list one of them")
 
 
-
 def cost_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int) -> float:
     """USD per iteration no plan on ``cluster`` beats: every sample's forward and backward of each layer, at the
     GPU type, micro-batch and TP degree where it costs least (GPU-seconds x price), bills at least that much

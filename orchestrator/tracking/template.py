@@ -1,5 +1,5 @@
 """A new SQLite store as a copy of an empty one: MLflow builds a new database by running its schema migrations
-(alembic, about 1.2 s of CPU per store on 2 cores), the same for every store of one MLflow version. The first new
+(alembic: 0.7-0.9 s per store in a warm process here, more in a new one), the same for every store of one MLflow version. The first new
 store made with a results cache (``orchestrator.cache``) has MLflow create an empty database there, once per MLflow
 version (``mlflow-<version>-empty.db``); each later new store is that file copied, with the two things MLflow
 writes per store put back as MLflow would write them here: the Default experiment's (id 0) artifact location,
