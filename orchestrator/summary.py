@@ -33,12 +33,14 @@ def _gib(v: float | None) -> str:
     return "-" if v is None else f"{v / 2**30:.1f}"
 
 
-def _result_line(m: dict[str, float]) -> str:
-    """What the plan does: its iteration, throughput, cost; the bubble only where there are stages."""
+def _result_line(m: dict[str, float], t: dict[str, str]) -> str:
+    """What the plan does: its iteration, throughput, cost; the bubble only where there are stages; the cluster's
+    GPUs it leaves out."""
     bubble = (f"; bubble {_fmt(100 * m['plan.bubble_fraction'])}%" if "plan.bubble_fraction" in m
               else "; one stage: no pipeline bubble")
+    unused = f" (not in the plan: {t['plan.unused']} of the cluster)" if t.get("plan.unused") else ""
     return (f"  result:   {_fmt(m.get('plan.iteration_s'), ' s')} per iteration of {int(m.get('plan.global_batch', 0))} "
-            f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {int(m.get('plan.gpus', 0))} GPUs{bubble}; "
+            f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {int(m.get('plan.gpus', 0))} GPUs{unused}{bubble}; "
             f"{_fmt(m.get('plan.usd_per_iteration'))} USD per iteration = {_fmt(m.get('plan.usd_per_hour'))} USD/h")
 
 
@@ -123,7 +125,7 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
              f"(hardware {t.get('hardware')}), objective {t.get('plan.objective', 'throughput')}",
              f"  plan:     {t.get('plan.description', '?')}"[:600]]
     if m.get("plan.fits") == 1.0:
-        lines.append(_result_line(m))
+        lines.append(_result_line(m, t))
     else:
         lines.append(f"  result:   DOES NOT FIT in memory: {t.get('plan.violations', '?')}"[:600])
         lines.append(f"            (it would take {_fmt(m.get('plan.iteration_s_if_it_fitted'), ' s')} per iteration if it fitted)")

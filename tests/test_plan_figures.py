@@ -96,6 +96,18 @@ def test_the_bound_is_certified_only_for_the_cluster_given():
     assert "certified lower" not in own and "the plan's own GPUs only" in own
 
 
+def test_gpus_the_planner_leaves_out_are_named(tmp_path):
+    # the planner may find no faster plan with some GPUs: the result line says which, per type
+    cluster = {("A100-40", "us-central1-a"): 8, ("V100-16", "us-central1-a"): 16}
+    assert _plan(1, dp=8).unused(cluster) == "16 V100-16"
+    assert _plan(1, dp=4).unused(cluster) == "4 A100-40 + 16 V100-16"
+    assert _plan(1, dp=8).unused({("A100-40", "us-central1-a"): 8}) == ""
+    out = run_inprocess(tmp_path, "+planner=uniform", *LLM, f"hardware.data={SAILOR}", "hardware.gpus={A100-40: 8, V100-16: 8}")
+    assert out.returncode == 0, out.stderr
+    assert "samples/s on 8 GPUs (not in the plan: 8 V100-16 of the cluster)" in out.stdout
+    assert store_runs(tmp_path)[0].data.tags["plan.unused"] == "8 V100-16"
+
+
 # -- 2. every figure says what it is --------------------------------------------------------------
 def test_a_plan_file_shows_its_measured_time_the_error_and_its_replicas(tmp_path):
     path = SAILOR / "measured" / "gh200-opt-350" / "plan_config_N16_D4.json"

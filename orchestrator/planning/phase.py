@@ -230,6 +230,8 @@ class PlanningPhase:
                 "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
                 "plan.fits": str(est.fits).lower()}
         tags.update(derived_tags(profile, cluster, plan))
+        if source == "given" and plan.unused(cluster.gpus):
+            tags["plan.unused"] = plan.unused(cluster.gpus)     # the planner's choice: the summary names them
         tags.update({"plan.precision": profile.precision, "plan.recompute": str(profile.recompute).lower()})
         if len(tried) + len(refused) > 1:
             tags["plan.variants_tried"] = ", ".join(variant(t.profile) for t in tried)
