@@ -66,6 +66,14 @@ def test_a_cluster_file_type_without_a_profile_stops_the_trial(tmp_path):
     _failed_in_one_line(tmp_path, out, "8 X9-80", "no profile on X9-80", "the GPU catalog", "has no X9-80")
 
 
+def test_a_cluster_without_gpus_is_a_one_line_error(data):
+    cluster, _ = data
+    for gpus in ({"A100-40": 0}, {}, {"A100-40": {"us-central1-a": 0}}):
+        with pytest.raises(ConfigError, match="lists no GPU: give at least one"):
+            cluster.with_gpus(gpus)
+    assert cluster.with_gpus({"A100-40": 8, "V100-16": 0}).count() == 8
+
+
 def test_all_listed_types_are_checked_for_profiles_and_links(data):
     from orchestrator.plan.fill import derive_for_cluster, underived
     from orchestrator.planning.phase import derived_types

@@ -93,6 +93,8 @@ class GpuCluster:
                 if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                     raise ConfigError(f"hardware.gpus.{t}={n!r} must be a whole number >= 0")
                 counts[(name, str(z))] = counts.get((name, str(z)), 0) + int(n)
+        if not any(counts.values()):
+            raise ConfigError(f"hardware.gpus={dict(gpus)!r} lists no GPU: give at least one, e.g. {{A100-40: 8}}")
         return GpuCluster(self.name, cluster.types, counts, cluster.topology, self.zone, dict(cluster.derived))
 
     def with_headroom(self, headroom: float) -> GpuCluster:
