@@ -5,6 +5,7 @@ import json
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,7 @@ def _bad_files(workdir):
 
 
 WORKLOAD = ["+placer=greedy", "model=workload", "hardware=auto"]
+BERT = Path(__file__).parent / "data" / "msr-dnn-partitioning" / "throughput-inputs" / "LayerGraphs" / "bert24_training.json"
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -44,6 +46,8 @@ WORKLOAD = ["+placer=greedy", "model=workload", "hardware=auto"]
     (["dataset.path=idx", "train.budget_updates=5"], "t10k-images-idx3-ubyte: truncated IDX header"),
     (["tracking.uri=sqlite:///corrupt.db"], "tracking store sqlite:///corrupt.db cannot be used: DatabaseError"),
     (["tracking.uri=sqlite:///a_file/mlflow.db"], "tracking store sqlite:///a_file/mlflow.db cannot be used"),
+    (["+placer=greedy", "model=workload", f"model.path={BERT}", "hardware=sim_1cpu_4gpu"],   # no cost on its GPUs
+     "model=workload is costed on accelerator, cpu devices only (no FLOPs for a roofline), not on host0/gpu:0"),
     (["+sync=delay", "sync.runtime=mpi", "hardware.workers=100000"],
      "hardware.workers=100000 needs 100001 MPI ranks (100000 workers + 1 server rank), more than"),
 ])

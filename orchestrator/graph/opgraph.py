@@ -151,9 +151,11 @@ class OpGraph:
                 out.setdefault(n.group, []).append(n.name)
         return out
 
-    @property
-    def total_flops(self) -> float:
-        return sum(n.flops for n in self.nodes)
+    def uncosted(self, devices: list[DeviceLike]) -> list[DeviceLike]:
+        """The ``devices`` some node has no cost on: it was profiled on other kinds of device (``Node.cost``) and
+        carries no FLOPs or bytes for a roofline, so ``node_cost_s`` could only call it free there."""
+        blind = [n for n in self.nodes if any(c > 0 for c in n.cost.values()) and not (n.flops or n.bytes_accessed)]
+        return [d for d in devices if any(d.profile not in n.cost and d.kind not in n.cost for n in blind)]
 
     # -- costs --------------------------------------------------------------------------------
     def node_cost_s(self, node: Node, device: DeviceLike) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.api import PlacementOutcome
 from orchestrator.config.root import PlacementConfig
-from orchestrator.errors import ConfigError, InfeasiblePlacementError
+from orchestrator.errors import ConfigError, InfeasiblePlacementError, WorkloadError
 from orchestrator.graph.placement import Placement, PlacementContext
 from orchestrator.placement.simulate.inflight import MicrobatchSpec
 
@@ -137,6 +137,12 @@ class PlacementPhase:
         worker = cluster.workers[0]
         self.simulated_cluster = cluster.simulated
         graph = self.graph(model_spec, reward)
+        missing = graph.uncosted(worker.devices)
+        if missing:
+            kinds = sorted({k for n in graph.nodes for k in n.cost})
+            raise WorkloadError(f"model={self.names['model']} is costed on {', '.join(kinds)} devices only (no FLOPs "
+                                f"for a roofline), not on {', '.join(d.name for d in missing)} of this hardware: use the "
+                                "hardware it was profiled on (hardware=auto for a workload file)")
         from orchestrator.phases.schedule import microbatch_spec  # micro-batches (placement.micro_batches)
         microbatch = microbatch_spec(graph, self.placement)
         evaluator = self.evaluator(reward, graph, worker, model_spec, microbatch)
