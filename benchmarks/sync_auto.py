@@ -5,7 +5,8 @@ For each regime below (none of them a cell of ``orchestrator/sync/regime_map.jso
 strategy as ``+sync=auto`` does (the nearest cell's winner within ``NEAR``, else balanced allreduce) with the
 cell's tuned lr; that choice, allreduce and backup workers (b = 1, 2) at their ``conf/sync`` defaults each run on
 the same seeds (``benchmarks/sync_regimes.py``'s runs: virtual clock, real gradients of the MNIST CNN, W = 8,
-time to 97%). Reported: medians over the seeds with their range, auto's time over the better baseline's.
+time to 97%). Reported: medians over the seeds with their range, auto's time over the better baseline's, and
+the same ratio seed by seed (geometric mean over the seeds, +-2 standard errors).
 Emulated, like the map it reads.
 
     PYTHONPATH=. python benchmarks/sync_auto.py            # 6 regimes x 3 seeds (~15 min here)
@@ -16,7 +17,9 @@ Prints a markdown table (quoted in docs/benchmarks/sync_regimes.md, "+sync=auto 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -66,6 +69,16 @@ def fmt(ts: list[float | None]) -> str:
     return f"{med:.3f} ({min(done):.3f}-{max(done):.3f})"
 
 
+def paired(auto: list[float | None], best: list[float | None]) -> str:
+    """The seeds' geometric mean of auto / the better baseline, seed by seed (the same seeds: common random
+    numbers), with its +-2 standard errors: the ratio of medians above moves more than this between seed sets."""
+    logs = [math.log(a / b) for a, b in zip(auto, best) if a and b]
+    if len(logs) < 2:
+        return "-"
+    mean, se = statistics.mean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"{math.exp(mean):.2f}x ({math.exp(mean - 2 * se):.2f}-{math.exp(mean + 2 * se):.2f})"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
@@ -78,7 +91,7 @@ def main(argv=None) -> int:
     labels = [x.strip() for x in a.regimes.split(";")] if a.regimes else list(HELD_OUT if a.held_out else BETWEEN)
     t0 = time.time()
     lines = ["| regime (not a map cell) | auto picks (nearest cell, distance) | auto: s to 97% | allreduce | backup b=1 | "
-             f"backup b=2 | auto / better baseline (target <= {TARGET}) |", "|---|---|---|---|---|---|---|"]
+             f"backup b=2 | auto / better baseline (target <= {TARGET}) | paired, per seed |", "|---|---|---|---|---|---|---|---|"]
     ratios = []
     for regime in labels:
         choice = auto_choice(regime)
@@ -88,13 +101,16 @@ def main(argv=None) -> int:
             auto = base[label]
         else:
             auto = times(b, regime, label, a.seeds, lr=(choice.entry or {}).get("lr"))
-        best = min((m for m in (median_time(t) for t in base.values()) if m is not None), default=None)
+        medians = {k: median_time(t) for k, t in base.items()}
+        best_label = min((k for k in medians if medians[k] is not None), key=lambda k: medians[k], default=None)
+        best = None if best_label is None else medians[best_label]
         am = median_time(auto)
         ratio = am / best if am is not None and best else None
         ratios.append(ratio)
         where = f"'{choice.cell['regime']}', {choice.distance:.2f}" + ("" if choice.near else ": none near, allreduce")
         lines.append(f"| {regime} | {label} ({where}) | {fmt(auto)} | {fmt(base['allreduce'])} | {fmt(base['backup b=1'])} | "
-                     f"{fmt(base['backup b=2'])} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+                     f"{fmt(base['backup b=2'])} | {'-' if ratio is None else f'{ratio:.2f}x'} | "
+                     f"{'-' if best_label is None else paired(auto, base[best_label])} |")
         print(lines[-1], file=sys.stderr, flush=True)   # progress; stdout holds the table alone
     met = [r for r in ratios if r is not None and r <= TARGET]
     lines += ["", f"Within {TARGET}x of the better baseline on {len(met)} of {len(ratios)} regimes; "
