@@ -2,6 +2,7 @@
 planners as plugins, a hand-written YAML cluster, bad input, and the planning trial end to end."""
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -173,6 +174,20 @@ def test_a_hand_written_yaml_cluster_and_a_third_party_planner(tmp_path, data):
     slower = GpuCluster.from_yaml(tmp_path / "c.yaml")
     slower.topology.default_inter = ConstantLink(0.25e9, 20e-6)
     assert ev.sim.estimate(plan, profile, slower, 64).iteration_s > est.iteration_s   # a slower link costs time
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("{gpus_per_node: 4, memory_GB: 40, usd_per_gpu_hour: -1}", "node_types.A100-40.usd_per_gpu_hour=-1 must be a finite number >= 0"),
+    ("{gpus_per_node: 0, memory_GB: 40}", "node_types.A100-40.gpus_per_node=0 must be a whole number >= 1"),
+    ("{gpus_per_node: 4, memory_GB: -40}", "node_types.A100-40.memory_GB=-40 must be a finite number > 0"),
+    ("{gpus_per_node: 4, memory_GB: .nan}", "node_types.A100-40.memory_GB=nan must be a finite number > 0"),
+    ("{gpus_per_node: 4, memory_GB: 40, bogus: 1}", "node_types.A100-40: unknown key 'bogus' (a node type accepts:"),
+    ("{gpus_per_node: 4}", "node_types.A100-40: a node type needs {gpus_per_node, memory_GB}"),
+])
+def test_a_cluster_file_node_type_is_checked_figure_by_figure(tmp_path, spec, words):
+    (tmp_path / "c.yaml").write_text(f"node_types:\n  A100-40: {spec}\ngpus: {{A100-40: 8}}\n")
+    with pytest.raises(WorkloadError, match=re.escape(words)):
+        GpuCluster.from_yaml(tmp_path / "c.yaml")
 
 
 def test_the_planning_trial_logs_the_plan(tmp_path):

@@ -213,16 +213,7 @@ class GpuCluster:
         if not isinstance(doc, dict) or not isinstance(doc.get("node_types"), dict):
             raise WorkloadError(f"{p}: a cluster file needs a mapping 'node_types: {{TYPE: {{gpus_per_node, memory_GB}}}}'")
         zone = str(doc.get("zone", DEFAULT_ZONE))
-        types = {}
-        for name, spec in doc["node_types"].items():
-            try:
-                usd = spec.get("usd_per_gpu_hour", price(str(name)))
-                types[str(name)] = DeviceKind(
-                    str(name), memory_bytes=parse_memory_gb(spec["memory_GB"], f"{p}: node_types.{name}.memory_GB",
-                                                            WorkloadError),
-                    gpus_per_node=int(spec["gpus_per_node"]), usd_per_gpu_hour=None if usd is None else float(usd))
-            except (KeyError, TypeError, ValueError, AttributeError):
-                raise WorkloadError(f"{p}: node type {name!r} needs gpus_per_node and memory_GB numbers") from None
+        types = {str(name): _node_type(str(name), spec, f"{p}: node_types.{name}") for name, spec in doc["node_types"].items()}
         links = doc.get("links") or {}
         intra: dict[str, dict[int, Link]] = {}
         for t, spec in (links.get("intra") or {}).items():
@@ -234,6 +225,27 @@ class GpuCluster:
                                                      f"{p}: links.intra_default"))
         cluster = cls(str(doc.get("name", p.stem)), types, {}, topology, zone)
         return cluster.with_gpus(doc["gpus"]) if doc.get("gpus") else cluster
+
+
+NODE_KEYS = ("gpus_per_node", "memory_GB", "usd_per_gpu_hour")
+
+
+def _node_type(name: str, spec: Any, where: str) -> DeviceKind:
+    """One ``node_types`` entry of a cluster file, every figure checked (``where`` names it in the error)."""
+    if not isinstance(spec, dict) or "gpus_per_node" not in spec or "memory_GB" not in spec:
+        raise WorkloadError(f"{where}: a node type needs {{gpus_per_node, memory_GB}} (usd_per_gpu_hour optional)")
+    unknown = sorted(str(k) for k in spec if k not in NODE_KEYS)
+    if unknown:
+        raise WorkloadError(f"{where}: unknown key {unknown[0]!r} (a node type accepts: {', '.join(NODE_KEYS)})")
+    gpus, usd = spec["gpus_per_node"], spec.get("usd_per_gpu_hour", price(name))
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise WorkloadError(f"{where}.gpus_per_node={gpus!r} must be a whole number >= 1")
+    memory = parse_memory_gb(spec["memory_GB"], f"{where}.memory_GB", WorkloadError)
+    if not 0 < memory < math.inf:
+        raise WorkloadError(f"{where}.memory_GB={spec['memory_GB']!r} must be a finite number > 0")
+    if usd is not None and (isinstance(usd, bool) or not isinstance(usd, (int, float)) or not 0 <= usd < math.inf):
+        raise WorkloadError(f"{where}.usd_per_gpu_hour={usd!r} must be a finite number >= 0")
+    return DeviceKind(name, memory_bytes=memory, gpus_per_node=gpus, usd_per_gpu_hour=None if usd is None else float(usd))
 
 
 def _max_bandwidth(link: Link) -> float:
