@@ -30,6 +30,8 @@ from conftest import QUICK, run_inprocess, store_runs
     (["+sync=delay", "hardware.network.bandwidth_Gbps=-1"], "hardware.network.bandwidth_Gbps=-1 must be > 0"),
     (["+sync=allreduce", "train.lr_scaling=cubic"], "train.lr_scaling='cubic' (accepted: linear, sqrt, none, adascale)"),
     (["+sync=delay", "hardware.speed_changes=[{worker:7,at_s:1,speed:0.5}]"], "hardware.speed_changes[0].worker=7"),
+    (["+sync=delay", "hardware=sim_hetero_cluster", "hardware.workers=5"],
+     "hardware.workers=5 but sim_hetero_cluster has 3 workers (one per host)"),
 ])
 def test_user_errors_are_one_line_and_leave_no_run(workdir, args, expected):
     out = run_inprocess(workdir, *args)

@@ -19,6 +19,10 @@ def _replicate(cluster: Cluster, cfg: Any, has_sync: bool) -> Cluster:
     """A one-worker preset becomes W identical-device workers of the configured relative speeds;
     a multi-worker cluster keeps its workers (their speeds follow from their devices)."""
     if len(cluster.workers) > 1:
+        asked = cfg.get("workers")
+        if asked is not None and int(asked) != len(cluster.workers):
+            raise ConfigError(f"hardware.workers={asked} but {cluster.name} has {len(cluster.workers)} workers (one per "
+                              "host): leave it unset, or describe the hosts you want in a cluster file (hardware=file hardware.path=...)")
         speeds = cfg.get("worker_speeds")
         if speeds is not None:
             if len(speeds) != len(cluster.workers):
