@@ -190,6 +190,20 @@ def test_a_cluster_file_node_type_is_checked_figure_by_figure(tmp_path, spec, wo
         GpuCluster.from_yaml(tmp_path / "c.yaml")
 
 
+def test_a_plan_file_whose_batches_contradict_is_a_one_line_error(tmp_path):
+    stages = [{"layers": [0, 11], "replicas": [{"gpu": "GH-96", "tp": 4, "node_gpus": 4, "count": 8}]},
+              {"layers": [12, 25], "replicas": [{"gpu": "GH-96", "tp": 4, "node_gpus": 4, "count": 8}]}]
+    args = ["+planner=file", "model=llm", "model.name=OPT-350", f"model.data={SAILOR}", "hardware=gpu_cluster",
+            f"hardware.data={SAILOR}"]
+    for pipelines, words in (([], "plan: no pipeline"),
+                             ([{"batch": 2000, "stages": stages}], "plan: the pipelines' batches [2000] sum to 2000 "
+                                                                   "samples (the global batch is 1024)")):
+        path = tmp_path / "plan.json"
+        path.write_text(json.dumps({"format": "orchestrator.plan/1", "mbs": 8, "global_batch": 1024, "pipelines": pipelines}))
+        out = run_inprocess(tmp_path, *args, f"planner.path={path}")
+        assert out.returncode == 2 and f"error: {words}" in out.stderr, out.stderr
+
+
 def test_the_planning_trial_logs_the_plan(tmp_path):
     plan_file = SAILOR / "measured" / "gh200-opt-350" / "plan_config_N16_D4.json"
     args = ["+planner=file", f"planner.path={plan_file}", "model=llm", "model.name=OPT-350", f"model.data={SAILOR}",

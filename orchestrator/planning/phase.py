@@ -192,7 +192,8 @@ class PlanningPhase:
         cluster = self.cluster()
         source = "given"
         if not cluster.gpus and hasattr(self.planner, "read"):      # without hardware.gpus: the plan's own GPUs
-            cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
+            (plan := self.planner.read()).check(profile.num_layers)
+            cluster = cluster.with_gpus({t: {z: n} for (t, z), n in plan.gpus_used().items()})
             source = "plan"
         profile = derive_for_cluster(profile, cluster)              # the types it lacks, from the GPU catalog
         if self.fill:
