@@ -8,7 +8,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.execution.optim import Optimizer, OptimizerSettings
 from orchestrator.sync.server import DelayCompensatedServer, ParameterServer
 
-from tests.fakes import strategy, sync_options
+from tests.fakes import fake_data, strategy, sync_options
 
 G1, G2 = np.array([1.0, -2.0], np.float32), np.array([0.5, 0.5], np.float32)
 
@@ -216,6 +216,23 @@ def test_the_comparison_key_hashes_the_record_an_earlier_version_cached_under():
            '"shards": 1, "speed_changes": [[1, 2.0, 0.5]], "speeds": [1.0, 1.0], "staleness": 0.0, "step_overhead_s": '
            'null, "straggler_p": 0.1, "straggler_slowdown": 3.0, "timeout_s": 600.0, "warmup_samples": 96, "workers": 2}')
     assert json.dumps(flat_record(opts), sort_keys=True, default=str) == old
+
+
+def test_the_comparison_is_cached_per_clock():
+    """A comparison timed on one compute model (the virtual clock one process measured) is never read by a trial
+    on another: the same options on another clock are another key (a figure over another clock's reference was
+    a speedup of two clocks)."""
+    import types
+
+    from orchestrator.execution.training import TrainSettings
+    from orchestrator.sync.compare import comparison_key
+    from orchestrator.sync.costmodel import ComputeModel
+
+    opts = sync_options(_ALLREDUCE_NODE, _ALLREDUCE_CFG)
+    ctx = types.SimpleNamespace(dataset=fake_data(), model=types.SimpleNamespace(name="cnn"), worker_step_time_s=None)
+    key = lambda cm: comparison_key(opts, ctx, TrainSettings(), _ALLREDUCE_NODE, cm)  # noqa: E731
+    assert key(ComputeModel(0.0004, 0.00028)) == key(ComputeModel(0.0004, 0.00028))
+    assert key(ComputeModel(0.0004, 0.00028)) != key(ComputeModel(0.0035, 0.00024))
 
 
 @pytest.mark.parametrize("node,cfg", [

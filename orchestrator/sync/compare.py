@@ -71,11 +71,12 @@ def flat_record(opts: SyncOptions) -> dict[str, Any]:
             "delay_compensation_mode": str(getattr(c, "delay_compensation_mode", "constant"))}
 
 
-def comparison_key(opts: Any, ctx: Any, settings: Any, sync_node: dict[str, Any]) -> str:
+def comparison_key(opts: Any, ctx: Any, settings: Any, sync_node: dict[str, Any], cm: Any) -> str:
     """Everything the comparison's run depends on: its options (cluster, network, stragglers, jitter,
-    batch policy...), settings, model, data and the workers' step times."""
+    batch policy...), settings, model, data, the workers' step times and the clock (``cm``, the trial's compute
+    model: a figure timed on another process's measured clock, or an MPI trial's, is another clock's)."""
     o = {k: v for k, v in flat_record(opts).items() if k not in ("runtime", "timeout_s", "hostfile")}
-    return key_hash(["comparison", o, cluster_key(opts, ctx), dataclasses.asdict(settings), sync_node])
+    return key_hash(["comparison", o, cluster_key(opts, ctx), dataclasses.asdict(settings), sync_node, repr(cm)])
 
 
 def comparison_setup(ctx: Any, name: str) -> tuple[DictConfig, Any, dict[str, Any]]:
@@ -93,7 +94,7 @@ def comparison_setup(ctx: Any, name: str) -> tuple[DictConfig, Any, dict[str, An
     return cfg, settings, sync_node
 
 
-def is_the_comparison(strategy: Any, opts: Any, ctx: Any, name: str) -> str | None:
+def is_the_comparison(strategy: Any, opts: Any, ctx: Any, name: str, cm: Any) -> str | None:
     """The comparison's key when this trial *is* the comparison (strategy ``name`` with its tuned
     defaults, on the virtual runtime: its own time is then the figure later trials read), else None."""
     if getattr(strategy, "name", None) != name or opts.runtime != "virtual":
@@ -105,7 +106,7 @@ def is_the_comparison(strategy: Any, opts: Any, ctx: Any, name: str) -> str | No
     mine = (ctx.cfg or {}).get("train") or {}
     if any(k in mine and mine[k] != v for k, v in strategy_defaults(name)["train"].items()):
         return None               # another batch policy (adaptive, a cap of its own): not the comparison
-    return comparison_key(opts, ctx, settings, sync_node)
+    return comparison_key(opts, ctx, settings, sync_node, cm)
 
 
 def comparison(strategy: Any, opts: Any, ctx: Any, result: Any, name: str) -> Figure | None:
@@ -113,7 +114,7 @@ def comparison(strategy: Any, opts: Any, ctx: Any, result: Any, name: str) -> Fi
     on the trial's clock (MPI without a measured one in the store)."""
     from orchestrator import plugins
 
-    own = is_the_comparison(strategy, opts, ctx, name)
+    own = is_the_comparison(strategy, opts, ctx, name, result.compute_model)
     if own is not None:
         fig = Figure(result.time_to_target_s, _label(ctx, name), "this trial")
         record(ctx.sink, "compare", own, fig)
@@ -121,7 +122,7 @@ def comparison(strategy: Any, opts: Any, ctx: Any, result: Any, name: str) -> Fi
     cfg, settings, sync_node = comparison_setup(ctx, name)
     strat = plugins.load("sync", name)(OmegaConf.create(sync_node))
     copts = dataclasses.replace(strat.options(cfg), speeds=list(opts.speeds))
-    k = comparison_key(copts, ctx, settings, sync_node)
+    k = comparison_key(copts, ctx, settings, sync_node, result.compute_model)
     found = lookup(ctx.sink, "compare", k)
     if found is not None:
         record(ctx.sink, "compare", k, found)
