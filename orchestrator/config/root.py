@@ -92,7 +92,7 @@ class TrainConfig(Schema):
     budget_updates: Any = option("auto", "upper bound on batch_size-sample updates; auto: the dataset's "
                                  "dataset.budget_updates (MNIST 3000, Fashion-MNIST 30000); null: none (train.budget_s)",
                                  choices=("auto",), number=True, min=1)
-    budget_s: float | None = option(None, "upper bound on (wall or virtual) training seconds", min=0)
+    budget_s: float | None = option(None, "upper bound on (wall or virtual) training seconds", gt=0)
     eval_samples: int | None = option(None, "evaluate on the first N test samples (null: all)", min=1)
     seed: int | None = option(None, "the training's seed (null: the top-level seed)")
 
