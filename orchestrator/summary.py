@@ -215,7 +215,8 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
         step, base, lb = m["placement.step_time_s"], m.get("placement.baseline_step_time_s"), m.get("placement.lower_bound_s")
         gain = (f"; {t.get('placer', 'the placer')} {100 * (base / step - 1):+.1f}% over {t.get('placement.baseline', 'it')}"
                 if base and step else "")
-        gap = f", {100 * (step / lb - 1):.1f}% above the bound" if lb and step else ""
+        pct = 100 * (step / lb - 1) if lb and step else 0.0
+        gap = f", {0.0 if abs(pct) < 0.05 else pct:.1f}% above the bound" if lb and step else ""   # no '-0.0%
         lines.append(f"  placement: step time {_fmt(step, ' s')} (baseline {_fmt(base, ' s')}, lower bound "
                      f"{_fmt(lb, ' s')}{gain}{gap})")
     if "speedup" in m:

@@ -41,7 +41,15 @@ def test_cluster_file(tmp_path):
     assert c.name == "lab" and len(c.workers[0].devices) == 3
     for text, words in [("hosts: [", "not valid YAML"), ("name: x\n", "non-empty 'hosts'"),
                         ("hosts:\n  - {cpu: 'Xeon Platinum 8380 (datasheet)', gpus: 2}\n", "no 'gpu' profile"),
-                        ("hosts:\n  - {cpu: 'Pentium'}\n", "unknown device profile 'Pentium'")]:
+                        ("hosts:\n  - {cpu: 'Pentium'}\n", "unknown device profile 'Pentium'"),
+                        ("hosts:\n  - {cpu: 'Xeon Platinum 8380 (datasheet)', gpu: 'A100 (datasheet)', gpus: -2}\n",
+                         "hosts[0].gpus=-2 must be a whole number >= 0"),
+                        ("hosts:\n  - {cpu: 'Xeon Platinum 8380 (datasheet)', cpus: 0}\n", "hosts[0].cpus=0 must be a whole number >= 1"),
+                        ("hosts:\n  - {cpu: 'Xeon Platinum 8380 (datasheet)', pcie_switch_per: -1}\n",
+                         "hosts[0].pcie_switch_per=-1 must be a whole number >= 0"),
+                        ("hosts:\n  - {cpu: 'Xeon Platinum 8380 (datasheet)', extra_key: 5}\n", "hosts[0]: unknown key 'extra_key'"),
+                        ("hosts:\n  - {name: h0, cpu: 'Xeon Platinum 8380 (datasheet)'}\n"
+                         "  - {name: h0, cpu: 'Xeon Platinum 8380 (datasheet)'}\n", "hosts[1]: a second host named 'h0'")]:
         f.write_text(text)
         with pytest.raises(ConfigError) as exc:
             load_cluster_file(f)

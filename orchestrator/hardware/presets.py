@@ -79,6 +79,18 @@ def sim_hetero_cluster() -> Cluster:
                    description="; ".join(f"{h}: {n} x {g}" for h, g, n in spec))
 
 
+HOST_KEYS = ("name", "cpu", "cpus", "gpu", "gpus", "nvlink", "pcie_switch_per")
+_DEFAULTS = {"gpus": 0, "cpus": 1, "pcie_switch_per": 0}
+
+
+def _count(host: dict, key: str, low: int, where: str) -> int:
+    """A host's whole-number ``key`` (its default when absent), at least ``low``: else a one-line error."""
+    v = host.get(key, _DEFAULTS[key])
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ConfigError(f"{where}.{key}={v!r} must be a whole number >= {low}")
+    return v
+
+
 def load_cluster_file(path: str | Path) -> Cluster:
     """A cluster from YAML::
 
@@ -103,12 +115,14 @@ def load_cluster_file(path: str | Path) -> Cluster:
     for i, h in enumerate(data["hosts"]):
         if not isinstance(h, dict) or "cpu" not in h:
             raise ConfigError(f"{path}: hosts[{i}] needs at least 'cpu' (a device profile)")
+        unknown = sorted(str(k) for k in h if k not in HOST_KEYS)
+        if unknown:
+            raise ConfigError(f"{path}: hosts[{i}]: unknown key {unknown[0]!r} (a host accepts: {', '.join(HOST_KEYS)})")
         name = str(h.get("name", f"host{i}"))
-        try:
-            n_gpus, cpus = int(h.get("gpus", 0)), int(h.get("cpus", 1))
-            switch = int(h.get("pcie_switch_per", 0))
-        except (TypeError, ValueError):
-            raise ConfigError(f"{path}: hosts[{i}]: 'gpus', 'cpus' and 'pcie_switch_per' must be integers") from None
+        if any(w.host == name for w in workers):
+            raise ConfigError(f"{path}: hosts[{i}]: a second host named {name!r}")
+        n_gpus, cpus, switch = (_count(h, key, low, f"{path}: hosts[{i}]") for key, low in
+                                (("gpus", 0), ("cpus", 1), ("pcie_switch_per", 0)))
         if n_gpus and "gpu" not in h:
             raise ConfigError(f"{path}: hosts[{i}] has gpus: {n_gpus} but no 'gpu' profile")
         try:
