@@ -63,6 +63,20 @@ def test_the_bound_is_below_every_plan_on_both_simulators(profile):
     assert lower_bound(profile, cluster, 1024) <= est.iteration_s <= 1.15 * lower_bound(profile, cluster, 1024)
 
 
+def test_an_objective_refuses_the_other_objectives_constraint_and_names_its_own(profile):
+    from orchestrator.errors import InfeasiblePlanError
+
+    assert PlanObjective("throughput", min_samples_per_s=5).ignored() == [
+        "planner.min_samples_per_s=5 is read by planner.objective=cost only; planner.objective=throughput ignores it"]
+    assert PlanObjective("cost", 5, 9).ignored() == [
+        "planner.max_usd_per_hour=9 is read by planner.objective=budget only; planner.objective=cost ignores it"]
+    assert PlanObjective("cost", min_samples_per_s=5).ignored() == []
+    unreachable = PlanObjective("cost", min_samples_per_s=1e9)
+    with pytest.raises(InfeasiblePlanError, match=r"no plan fits in memory and meets planner.objective=cost with "
+                                                  r"planner.min_samples_per_s=1e\+09"):
+        _run(JointPlanner, profile, _cluster({"A100-40": 8}), unreachable, budget_s=2.0)
+
+
 @pytest.mark.slow
 def test_cost_and_budget_objectives(profile):
     cluster = _cluster({"A100-40": 32, "V100-16": 96})

@@ -24,8 +24,8 @@ class PlannerConfig(Schema):
     objective: str = option("throughput", "throughput (least s/iteration) | cost (least USD/iteration with at least "
                             "planner.min_samples_per_s) | budget (most samples/s within planner.max_usd_per_hour)",
                             choices=("throughput", "cost", "budget"))
-    min_samples_per_s: float | None = option(None, "objective=cost: the throughput floor", gt=0)
-    max_usd_per_hour: float | None = option(None, "objective=budget: the spending ceiling", gt=0)
+    min_samples_per_s: float | None = option(None, "objective=cost: the throughput floor", gt=0, finite=True)
+    max_usd_per_hour: float | None = option(None, "objective=budget: the spending ceiling", gt=0, finite=True)
     budget_s: float | None = option(None, "seconds of search at most (null: the planner's own limit)", gt=0)
     memory_headroom: float = option(0.0, "share h of each GPU's memory plans keep free: the planners and "
                                     "the project simulator hold every GPU to (1 - h) of its memory (Sailor's "

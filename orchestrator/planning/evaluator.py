@@ -32,6 +32,22 @@ class PlanObjective:
         if self.kind not in OBJECTIVES:
             raise ConfigError(f"planner.objective={self.kind!r} (accepted: {', '.join(OBJECTIVES)})")
 
+    def ignored(self) -> list[str]:
+        """The constraints given that this objective does not read (a sweep over objectives may set both: a note,
+        not an error)."""
+        return [f"planner.{key}={value:g} is read by planner.objective={kind} only; planner.objective={self.kind} "
+                "ignores it" for key, value, kind in (("min_samples_per_s", self.min_samples_per_s, "cost"),
+                                                     ("max_usd_per_hour", self.max_usd_per_hour, "budget"))
+                if value is not None and self.kind != kind]
+
+    def describe(self) -> str:
+        """The objective with its constraint, as the user wrote them."""
+        if self.kind == "cost" and self.min_samples_per_s is not None:
+            return f"planner.objective=cost with planner.min_samples_per_s={self.min_samples_per_s:g}"
+        if self.kind == "budget" and self.max_usd_per_hour is not None:
+            return f"planner.objective=budget with planner.max_usd_per_hour={self.max_usd_per_hour:g}"
+        return f"planner.objective={self.kind}"
+
     def admissible(self, e: PlanEstimate) -> bool:
         if not e.fits:
             return False

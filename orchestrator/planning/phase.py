@@ -141,6 +141,8 @@ class PlanningPhase:
         self.sim: PlanSimulator = simulator(str(node.get("simulator", "project")))    # resolved once, here
         self.objective = PlanObjective(str(node.get("objective", "throughput")), node.get("min_samples_per_s"),
                                        node.get("max_usd_per_hour"))
+        for note in self.objective.ignored():
+            print(f"note: {note}", flush=True)
         self.compare = bool(node.get("compare_simulators", True))
         self.headroom = float(node.get("memory_headroom", 0.0) or 0.0)
         self.precision = str(node.get("precision", "fp32") or "fp32")

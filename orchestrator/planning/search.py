@@ -106,8 +106,8 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     if classes and objective.kind != "cost" and judge.best is not None:
         judge.classes(walk.ranked, profile, cluster, B)
     if judge.best is None or not math.isfinite(judge.best[0]):
-        raise InfeasiblePlanError(f"planner=joint: none of {walk.n_templates} templates gave a plan that fits in "
-                                       f"memory and meets planner.objective={objective.kind}")
+        raise InfeasiblePlanError(f"planner=joint: no plan fits in memory and meets {objective.describe()} "
+                                  f"({walk.n_templates} templates of stages tried)")
     judge.local(profile, cluster)
     stats = {"plan.templates": float(walk.n_templates), "plan.templates_split": float(walk.n_split),
              "plan.templates_pruned": float(walk.n_pruned),

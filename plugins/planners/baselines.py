@@ -38,7 +38,7 @@ def _best(cands, objective: PlanObjective, evaluator: PlanEvaluator, budget_s: f
             best, score = plan, objective.score(est)
     if best is None:
         raise InfeasiblePlanError(f"planner={name}: none of {n} candidate plans fits in memory and meets "
-                                       f"planner.objective={objective.kind}")
+                                       f"{objective.describe()}")
     return best
 
 

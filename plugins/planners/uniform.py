@@ -64,6 +64,6 @@ class UniformPlanner:
                 best, best_score = cand, score
         if best is None:
             raise InfeasiblePlanError(f"planner=uniform: no plan of {self.considered} candidates fits in memory "
-                                           f"and meets planner.objective={objective.kind} ({evaluator.skipped} skipped "
+                                           f"and meets {objective.describe()} ({evaluator.skipped} skipped "
                                            "for missing profile entries)")
         return best
