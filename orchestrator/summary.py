@@ -63,8 +63,8 @@ def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
                    f"USD/h against the ceiling {_fmt(ceiling)} USD/h{met}")
         if "plan.bound_samples_per_s" in m:
             out.append(f"  bound:    no plan on these GPUs within the ceiling exceeds {_fmt(m['plan.bound_samples_per_s'])} "
-                       "samples/s (the time bound's, or the ceiling over the least USD per sample); this plan is "
-                       f"{_fmt(100 * m.get('plan.optimality_gap', 0.0))}% below it")
+                       "samples/s (the time bound's, or the ceiling over the least USD per sample); it is "
+                       f"{_fmt(100 * m.get('plan.optimality_gap', 0.0))}% above this plan")     # the gap: bound / plan - 1
     elif "plan.bound_iteration_s" in m:
         given = t.get("plan.cluster_source", "given") == "given"
         what = ("certified lower bound for the cluster given; docs/plans.md" if given else
@@ -209,7 +209,9 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     pipeline = t.get("placement.objective") == "pipeline" and "placement.time_per_sample_s" in m
     if pipeline:  # the objective, its baseline and its bound, in one unit: seconds per sample
         lines.append(f"  placement: time per sample {_fmt(m['placement.time_per_sample_s'], ' s')} "
-                     f"(baseline {_fmt(m.get('placement.baseline_time_per_sample_s'), ' s')}, lower bound "
+                     f"(baseline {_fmt(m.get('placement.baseline_time_per_sample_s'), ' s')}"
+                     + (f": {t['placement.baseline']}" if "placement.baseline_time_per_sample_s" not in m
+                        and t.get("placement.baseline") else "") + ", lower bound "
                      f"{_fmt(m.get('placement.lower_bound_s'), ' s')}); one step {_fmt(m.get('placement.step_time_s'), ' s')}")
     elif "placement.step_time_s" in m:
         step, base, lb = m["placement.step_time_s"], m.get("placement.baseline_step_time_s"), m.get("placement.lower_bound_s")
@@ -217,7 +219,8 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
                 if base and step else "")
         pct = 100 * (step / lb - 1) if lb and step else 0.0
         gap = f", {0.0 if abs(pct) < 0.05 else pct:.1f}% above the bound" if lb and step else ""   # no '-0.0%
-        lines.append(f"  placement: step time {_fmt(step, ' s')} (baseline {_fmt(base, ' s')}, lower bound "
+        none = f": {t['placement.baseline']}" if not base and t.get("placement.baseline") else ""   # why there is none
+        lines.append(f"  placement: step time {_fmt(step, ' s')} (baseline {_fmt(base, ' s')}{none}, lower bound "
                      f"{_fmt(lb, ' s')}{gain}{gap})")
     if "speedup" in m:
         if "train.speedup" in m:

@@ -120,3 +120,4 @@ def test_an_expert_split_that_breaks_memory_is_no_baseline(workdir):
     assert "placement.speedup" not in run.data.metrics and "speedup" not in run.data.metrics
     assert "infeasible" in run.data.tags["placement.baseline"]
     assert run.data.metrics["placement.step_time_s"] < float("inf")
+    assert "(baseline -: expert split (model.split): infeasible (acc:0 by " in out.stdout     # the summary says why

@@ -299,5 +299,6 @@ def missed_target_reason(result: TrainResult, num_classes: int | None = None) ->
               or (len(h) > 1 and math.isfinite(h[0].loss) and h[-1].loss > 10 * h[0].loss)):
         return (f"diverged at update {h[-1].step} (training loss {h[0].loss:.3g} -> {h[-1].loss:.3g}; "
                 "training stopped there; try a smaller train.lr)")
-    return (f"budget spent after {result.updates} updates at accuracy {result.final_test_accuracy:.3f} "
+    seen = f" ({result.samples} samples)" if result.samples else ""        # an update of W workers holds W batches
+    return (f"budget spent after {result.updates} updates{seen} at accuracy {result.final_test_accuracy:.3f} "
             "(raise train.budget_updates / train.budget_s, or lower train.target_accuracy)")

@@ -51,9 +51,7 @@ def check_covered(profile: LayeredProfile, cluster: GpuCluster) -> None:
     need exist (between two of its machines in its zone when it has more than one there; inside a machine).
     Otherwise one line naming the missing entry: a planner would leave those GPUs out without a word, and a
     bound over the rest would not hold for the cluster given."""
-    for (t, z), n in sorted(cluster.gpus.items()):
-        if n <= 0:
-            continue
+    for (t, z), n in sorted((key, n) for key, n in cluster.gpus.items() if n > 0):
         per_node = cluster.gpu_type(t).gpus_per_node
         if not any(profile.tp_degrees(t, mbs) for mbs in profile.micro_batches(t)):
             derived = profile.source.startswith("derived")
@@ -141,7 +139,7 @@ class PlanningPhase:
         self.sim: PlanSimulator = simulator(str(node.get("simulator", "project")))    # resolved once, here
         self.objective = PlanObjective(str(node.get("objective", "throughput")), node.get("min_samples_per_s"),
                                        node.get("max_usd_per_hour"))
-        for note in self.objective.ignored():
+        for note in self.objective.ignored():                    # a constraint the objective does not read
             print(f"note: {note}", flush=True)
         self.compare = bool(node.get("compare_simulators", True))
         self.headroom = float(node.get("memory_headroom", 0.0) or 0.0)
@@ -171,10 +169,13 @@ class PlanningPhase:
         return get().with_headroom(self.headroom)
 
     def run_label(self) -> str:
-        """The cluster part of the run's name (runs on different clusters get different names)."""
+        """The cluster part of the run's name (one name per cluster): the given GPUs, else a plan file's own."""
         try:
-            return self.cluster().describe()
-        except Exception:          # a bad cluster is reported by the run itself
+            cluster = self.cluster()
+            if not cluster.gpus and hasattr(self.planner, "read"):
+                cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
+            return cluster.describe()
+        except Exception:          # a bad cluster or plan is reported by the run itself
             return "?"
 
     def global_batch(self, model_spec: Any, profile: LayeredProfile) -> int:
