@@ -32,9 +32,10 @@ def worker_layout(hw_cfg: Any, has_sync: bool) -> list[float]:
     pattern = hw_cfg.get("speed_pattern")
     if speeds is None and pattern is None and w is None and has_sync:
         pattern = list(DEFAULT_SPEED_PATTERN_WITH_SYNC)
-    if speeds is None and pattern:
-        if isinstance(pattern, (str, bytes)) or not hasattr(pattern, "__getitem__") or hasattr(pattern, "keys"):
-            raise ConfigError(f"hardware.speed_pattern={pattern!r} must be a list of numbers")
+    if speeds is None and pattern is not None:
+        if (isinstance(pattern, (str, bytes)) or not hasattr(pattern, "__getitem__") or hasattr(pattern, "keys")
+                or not len(pattern)):
+            raise ConfigError(f"hardware.speed_pattern={pattern!r} must be a non-empty list of numbers")
         if w is None:
             w = DEFAULT_WORKERS_WITH_SYNC if has_sync else 1
         _check_count(w)
