@@ -8,8 +8,9 @@ measured best for it, the same rule that set the trial's strategy's defaults), o
 data, target, evaluation cadence and seeds. Rennala SGD (Tyurin and Richtarik, NeurIPS'23) shows a
 speed-proportional synchronous batch is time-optimal for fixed speeds, so it is the comparison a
 stale or asynchronous scheme has to beat. Measured on the trial's clock: on the virtual runtime it is
-computed (and cached); under MPI only a measured ``+sync=allreduce`` trial in the store with the same
-key counts, never a virtual estimate.
+computed and cached per clock (the key holds the trial's compute model, as the reference's and the limit's do:
+a later trial reads it only on the same clock); an MPI trial (its own measured clock) reads none, never a
+virtual estimate.
 
 The statistical limit it is also set beside: ``sync.limit``. Both figures are cached (``sync.figures``).
 """
