@@ -151,6 +151,10 @@ class OpGraph:
                 out.setdefault(n.group, []).append(n.name)
         return out
 
+    @property
+    def total_flops(self) -> float:
+        return sum(n.flops for n in self.nodes)
+
     def uncosted(self, devices: list[DeviceLike]) -> list[DeviceLike]:
         """The ``devices`` some node has no cost on: it was profiled on other kinds of device (``Node.cost``) and
         carries no FLOPs or bytes for a roofline, so ``node_cost_s`` could only call it free there."""
