@@ -190,6 +190,23 @@ def test_a_cluster_file_node_type_is_checked_figure_by_figure(tmp_path, spec, wo
         GpuCluster.from_yaml(tmp_path / "c.yaml")
 
 
+@pytest.mark.parametrize("where, value, words", [
+    ("network/intra_node_bandwidths.json", {"A100-40": {"2": [[0, 0, 0], 0]}}, "needs finite coefficients and a largest bandwidth > 0"),
+    ("network/intra_node_bandwidths.json", {"A100-40": {"2": [[0, 0, -10], -1e10]}}, "a largest bandwidth > 0"),
+    ("cluster/basic_cluster_config.json", {"zone": "us-central1-a", "A100-40": {"gpus_per_node": 4, "mem_per_gpu": -5}},
+     "GPU type 'A100-40' needs gpus_per_node (a whole number >= 1) and mem_per_gpu (bytes > 0): got 4 and -5"),
+    ("cluster/basic_cluster_config.json", {"A100-40": {"gpus_per_node": 0, "mem_per_gpu": 4e10}}, "got 0 and"),
+])
+def test_a_cluster_directory_with_a_bad_figure_is_a_one_line_error(tmp_path, where, value, words):
+    import shutil
+
+    for sub in ("cluster", "network"):
+        shutil.copytree(SAILOR / sub, tmp_path / sub)
+    (tmp_path / where).write_text(json.dumps(value))
+    with pytest.raises(WorkloadError, match=re.escape(words)):
+        GpuCluster.from_directory(tmp_path)
+
+
 def test_a_plan_file_whose_batches_contradict_is_a_one_line_error(tmp_path):
     stages = [{"layers": [0, 11], "replicas": [{"gpu": "GH-96", "tp": 4, "node_gpus": 4, "count": 8}]},
               {"layers": [12, 25], "replicas": [{"gpu": "GH-96", "tp": 4, "node_gpus": 4, "count": 8}]}]

@@ -182,12 +182,13 @@ class GpuCluster:
         for name, spec in basic.items():
             if not isinstance(spec, dict):
                 continue
-            try:
-                types[name] = DeviceKind(name, memory_bytes=float(spec["mem_per_gpu"]),
-                                         gpus_per_node=int(spec["gpus_per_node"]), usd_per_gpu_hour=price(name))
-            except (KeyError, TypeError, ValueError):
+            mem, per_node = spec.get("mem_per_gpu"), spec.get("gpus_per_node")
+            if (isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1 or isinstance(mem, bool)
+                    or not isinstance(mem, (int, float)) or not 0 < mem < math.inf):
                 raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: GPU type {name!r} needs "
-                                    "gpus_per_node and mem_per_gpu numbers") from None
+                                    f"gpus_per_node (a whole number >= 1) and mem_per_gpu (bytes > 0): got {per_node!r} "
+                                    f"and {mem!r}")
+            types[name] = DeviceKind(name, memory_bytes=float(mem), gpus_per_node=per_node, usd_per_gpu_hour=price(name))
         inter_raw = read_json(root / "network" / "multizone_bandwidths_het.json")
         intra_raw = read_json(root / "network" / "intra_node_bandwidths.json")
         cost_file = root / "network" / "communication_cost.json"
@@ -256,9 +257,12 @@ def _max_bandwidth(link: Link) -> float:
 def _fit(value: Any, where: str) -> FittedLink:
     try:
         coeffs, max_bw = value
-        return FittedLink(tuple(float(c) for c in coeffs), float(max_bw))
+        link = FittedLink(tuple(float(c) for c in coeffs), float(max_bw))
     except (TypeError, ValueError):
         raise WorkloadError(f"link fit {where}: expected [[a, b, c], max_bytes_per_s], got {value!r}"[:200]) from None
+    if not (all(map(math.isfinite, link.coeffs)) and 0 < link.max_bandwidth < math.inf):
+        raise WorkloadError(f"link fit {where}: {value!r} needs finite coefficients and a largest bandwidth > 0"[:200])
+    return link
 
 
 def _fits(node: Any, path: Path) -> dict[tuple[Any, Any], Link]:
