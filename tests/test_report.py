@@ -113,11 +113,19 @@ def test_html_embeds_plots_and_md_writes_them_beside(store):
 @pytest.mark.parametrize("args, words", [
     (["--experiment", "nope"], "no experiment 'nope'"),
     (["--parent", "0123abc"], "no run '0123abc'"),
+    (["--format", "csv", "--output", "."], "--output . is a directory: name a file"),
 ])
 def test_errors_are_one_line(store, args, words):
     cwd, _ = store
     out = report(cwd, *args)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and words in out.stderr, out.stderr
+
+
+def test_output_into_a_new_folder_makes_it(store):
+    cwd, _ = store
+    for fmt in ("table", "csv"):
+        out = report(cwd, "--format", fmt, "--output", f"new/{fmt}/r.{fmt}")
+        assert out.returncode == 0 and (cwd / "new" / fmt / f"r.{fmt}").read_text(), out.stderr
 
 
 def test_no_store_is_an_error_and_creates_none(tmp_path):

@@ -325,12 +325,21 @@ def parse(argv=None):
 def main(argv=None) -> int:
     args = parse(argv)
     try:
+        if args.output:          # a missing folder is made (as the md report's plots folder is); a bad path is one line
+            out = Path(args.output)
+            if out.is_dir():
+                raise ConfigError(f"--output {args.output} is a directory: name a file")
+            out.parent.mkdir(parents=True, exist_ok=True)
         text = render(args.format, load(args), args)
+        if args.output:
+            out.write_text(text)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"error: --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     if args.output:
-        Path(args.output).write_text(text)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
