@@ -98,12 +98,12 @@ def test_the_profile_is_an_mlflow_run_with_its_files(tiny):
     assert {"profile/profiles_tmp.json", "profile/llm_info.json", "profile/cluster"} <= files
 
 
-def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):
+def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):   # the CNN on its default TP (1)
     import shutil
 
     cwd, _ = tiny
     shutil.copytree(cwd / "prof", tmp_path / "prof")
-    out = profile(tmp_path, "layers", "--model", "cnn", "--mbs", "4", "--tp", "1", "--warmup", "0", "--repeats", "1",
+    out = profile(tmp_path, "layers", "--model", "cnn", "--mbs", "4", "--warmup", "0", "--repeats", "1",
                   "--progress", "false", "--out", "prof")
     assert out.returncode == 0, out.stderr[-2000:]
     from orchestrator.plan import LayeredProfile

@@ -22,6 +22,8 @@ def check(args: Any) -> GptSize | None:
         value = getattr(args, key)
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{key.replace('_', '-')}={value}: must be a number > 0")
+    if args.tp is None:
+        args.tp = [1] if args.model == "cnn" else [1, 2]
     if max(args.tp) > args.devices_per_node:
         raise ConfigError(f"--tp {max(args.tp)} exceeds --devices-per-node={args.devices_per_node} "
                           "(a TP group is measured inside one machine)")
