@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from orchestrator import __version__
 from orchestrator.api import TrialContext
+from orchestrator.errors import ConfigError
 from orchestrator.phases import setup
 from orchestrator.phases.placement import PlacementPhase
 from orchestrator.phases.tracking import TrialRecord, stop_if_interrupted
@@ -87,6 +88,9 @@ class Trial:
         model_spec = self.model_spec = self.model_fn(self.cfg.model)                 # the model
         if self.planner is not None:
             return self._plan(model_spec)                                           # or a plan for a GPU cluster
+        if self.labels.get("sync") and not model_spec.trainable_on_mnist:           # nothing to combine gradients of
+            raise ConfigError(f"+sync={self.labels['sync']} trains the model on data, and model={self.labels['model']} "
+                              "is placed only (it has no training data here): drop +sync, or use model=cnn")
         cluster = self.hardware.cluster(self.context(model_spec))                   # the hardware
         self.placing.simulated_cluster = cluster.simulated
         tags = self._tags(cluster, self._evaluator_kind(cluster))

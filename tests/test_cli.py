@@ -29,6 +29,7 @@ from conftest import QUICK, run_inprocess, store_runs
     (["hardware.logical_cpus=0"], "hardware.logical_cpus=0 must be an integer >= 1"),
     (["train.budget_updates=null", "train.budget_s=0"], "train.budget_s=0 must be a number > 0"),
     (["+sync=delay", "hardware.speed_pattern=[]"], "hardware.speed_pattern=[] must be a non-empty list of numbers"),
+    (["+sync=delay", "model=nmt"], "+sync=delay trains the model on data, and model=nmt is placed only"),
     (["+sync=delay", "hardware.network.bandwidth_Gbps=-1"], "hardware.network.bandwidth_Gbps=-1 must be > 0"),
     (["+sync=allreduce", "train.lr_scaling=cubic"], "train.lr_scaling='cubic' (accepted: linear, sqrt, none, adascale)"),
     (["+sync=delay", "hardware.speed_changes=[{worker:7,at_s:1,speed:0.5}]"], "hardware.speed_changes[0].worker=7"),
