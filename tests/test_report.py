@@ -181,3 +181,33 @@ def test_real_sweep_logs_plots_on_parent_and_reports(workdir):
     assert "accuracy_vs_time.png" in names and "orchestrator.plots_error" not in parent.data.tags
     data = json.loads(report(workdir, "--format", "json", "--parent", parent.info.run_id).stdout)
     assert len(data) == 2 and all(d["status"] == "FINISHED" and d["final_test_accuracy"] for d in data)
+
+
+def test_placements_over_different_baselines_are_judged_on_their_own_time():
+    """The manual placer's speedup is over the best single device, the others' over the expert split: a verdict on
+    speedup would crown the slowest; on the placement's own time it does not."""
+    from types import SimpleNamespace as NS
+
+    from orchestrator.tracking.report import verdict
+
+    def run(name, speedup, step, base):
+        return NS(name=name, status="FINISHED", metrics={"speedup": speedup, "placement.time_per_sample_s": step},
+                  tags={"placement.baseline": base, "evaluator": "simulated"})
+
+    runs = [run("optimal", 1.242, 0.03979, "expert split"), run("greedy", 1.183, 0.04175, "expert split"),
+            run("manual", 4.409, 0.0494, "best single accelerator acc:0")]
+    line = verdict(runs, "speedup")
+    assert line.startswith("verdict:  optimal wins on placement.time_per_sample_s = 0.03979") and "1.05x the runner-up greedy" in line
+    assert "their speedups are over different baselines" in line
+    assert verdict(runs[:2], "speedup").startswith("verdict:  optimal wins on speedup = 1.242")     # one baseline: as before
+
+
+def test_a_sweep_over_models_gets_a_verdict_per_model():
+    from types import SimpleNamespace as NS
+
+    from orchestrator.tracking.report import verdict
+
+    runs = [NS(name=f"{p}/{m}", status="FINISHED", metrics={"speedup": s}, tags={"model": m, "evaluator": "simulated"})
+            for p, m, s in (("greedy", "nmt", 1.4), ("rl", "nmt", 1.5), ("greedy", "inception_v3", 1.2), ("rl", "inception_v3", 1.3))]
+    lines = verdict(runs, "speedup").splitlines()
+    assert [ln.split(" wins")[0] for ln in lines] == ["verdict (model=inception_v3):  rl/inception_v3", "verdict (model=nmt):  rl/nmt"]

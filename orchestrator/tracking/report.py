@@ -143,8 +143,27 @@ def comparison(records, metric: str, direction: str = "maximize") -> str:
     return text + "\n" + "\n".join(lines)
 
 
+def common_ground(records, metric: str, direction: str) -> tuple[str, str, str]:
+    """(metric, direction, why) the trials are compared on: placements' speedups over different baselines (the
+    manual placer's over the best single device, the others' over the expert split) do not compare, so they are
+    judged on the placement's own time, which does."""
+    done = [r for r in records if r.status == "FINISHED" and r.metrics.get(metric) is not None]
+    bases = {r.tags.get("placement.baseline", "") for r in done if "train.speedup" not in r.metrics}
+    if metric == "speedup" and len(bases) > 1:
+        for m in ("placement.time_per_sample_s", "placement.step_time_s"):
+            if all(m in r.metrics for r in done):
+                return m, "minimize", f" (their speedups are over different baselines: {'; '.join(sorted(bases))})"
+    return metric, direction, ""
+
+
 def verdict(records, metric: str, direction: str = "maximize") -> str:
-    """One line: which trial won on ``metric`` and by how much over the runner-up."""
+    """One line: which trial won on ``metric`` (or on ``common_ground``) and by how much over the runner-up; a
+    line per model where the sweep spans several (trials of two models do not compare)."""
+    models = sorted({str(r.tags.get("model", "")) for r in records})
+    if len(models) > 1:
+        return "\n".join(verdict([r for r in records if str(r.tags.get("model", "")) == m], metric, direction)
+                         .replace("verdict:  ", f"verdict (model={m}):  ", 1) for m in models)
+    metric, direction, why = common_ground(records, metric, direction)
     scored = [(r.metrics[metric], r) for r in records if r.status == "FINISHED" and r.metrics.get(metric) is not None]
     if not scored:
         return f"verdict:  no trial reported {metric} (each failed or missed its target)"
@@ -156,7 +175,7 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
         v2, second = rest[0]
         ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
         line += f", {ratio:.3g}x the runner-up {second.name} ({v2:.4g})"
-    return line + f"; {len(scored)} of {len(records)} trials reported it"
+    return line + f"; {len(scored)} of {len(records)} trials reported it{why}"
 
 
 def _cell(v) -> str:
