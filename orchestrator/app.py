@@ -80,7 +80,17 @@ def precheck(argv: list[str]) -> list[str]:
     elif any(a in ("-m", "--multirun") for a in argv):
         _sweep_check(own)
         argv = _optuna_resume(argv, [o for o, ov in zip(overrides, parsed) if not ov.is_sweep_override()])
+        argv = _swept_group_keys(argv, parsed)
     return argv
+
+
+def _swept_group_keys(argv: list[str], parsed: list) -> list[str]:
+    """In a sweep over an optional group (``+placer=greedy,rl``), its keys given once (``placer.reward=simulated``)
+    become ``++placer.reward=...``: Hydra composes the sweep's own config without the group, where a plain key
+    of it does not exist (each trial's config has the group and takes the key as given)."""
+    swept = {ov.key_or_group for ov in parsed if ov.is_sweep_override() and ov.key_or_group in GROUPS
+             and ov.input_line.startswith("+") and not ov.input_line.startswith("++")}
+    return [f"++{a}" if a.split(".", 1)[0] in swept and "=" in a and not a.startswith(("+", "~")) else a for a in argv]
 
 
 _STUDY: dict[str, str] = {}  # the Optuna study of this sweep, if stored: its RUNNING trials fail on an interrupt

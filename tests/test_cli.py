@@ -60,3 +60,16 @@ def test_failure_inside_a_trial_marks_its_run_failed(workdir):
     runs = store_runs(workdir)
     assert len(runs) == 1 and runs[0].info.status == "FAILED"
     assert "gpu:9" in runs[0].data.tags["orchestrator.error"]
+
+
+def test_a_sweep_over_an_optional_group_takes_its_keys_as_given():
+    """``-m +placer=greedy,random placer.reward=simulated``: Hydra composes the sweep's own config without the
+    group, so its plain keys are passed on as ``++placer.reward`` (each trial's config has the group)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from orchestrator.app import _swept_group_keys
+
+    argv = ["-m", "+placer=greedy,random", "placer.reward=simulated", "train.lr=0.1", "+sync=delay", "sync.staleness=2"]
+    parsed = OverridesParser.create().parse_overrides([a for a in argv if "=" in a])
+    assert _swept_group_keys(argv, parsed) == ["-m", "+placer=greedy,random", "++placer.reward=simulated", "train.lr=0.1",
+                                               "+sync=delay", "sync.staleness=2"]
