@@ -259,10 +259,13 @@ def _record_failure(cfg, exc: BaseException) -> None:
     if getattr(exc, "run_recorded", False):
         return
     choices = {g: (cfg.get(g) or {}).get("name", "none") if cfg.get(g) is not None else "none"
-               for g in ("placer", "sync", "hardware", "model")}
+               for g in ("placer", "sync", "hardware", "model", "planner")}
+    planner = choices.pop("planner")
+    name = "/".join(choices.values()) if planner == "none" else f"plan:{planner}/{choices['hardware']}/{choices['model']}"
+    if planner != "none":                  # a plan trial: its sweep's plan table and verdict hold it
+        choices.update(planner=planner, runtime="plan")
     try:
-        tracking.record_failed_trial(cfg, ("/".join(choices.values()) + sweep_suffix())[:250], choices,
-                                     f"{type(exc).__name__}: {exc}")
+        tracking.record_failed_trial(cfg, (name + sweep_suffix())[:250], choices, f"{type(exc).__name__}: {exc}")
     except Exception as store_exc:  # the store itself may be what failed
         print(f"error: could not record the failed trial: {store_exc}", file=sys.stderr)
 

@@ -234,6 +234,16 @@ def test_a_planner_sweep_ends_with_the_plan_table_a_plan_verdict_and_a_plot(tmp_
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "plots")] == ["plots/plan_comparison.png"]
 
 
+def test_a_plan_trial_that_fails_in_a_sweep_stays_a_plan_trial(tmp_path):
+    out = run_inprocess(tmp_path, "-m", "+planner=joint", *LLM, f"hardware.data={SAILOR}", "planner.budget_s=2",
+                        "hardware.gpus={A100-40: 4},{Z100: 4}")
+    verdicts = [ln for ln in out.stdout.splitlines() if ln.startswith("verdict")]
+    assert len(verdicts) == 1 and "wins on throughput" in verdicts[0] and "1 of 2 plan trials" in verdicts[0], out.stdout
+    failed = [r for r in store_runs(tmp_path) if r.info.status == "FAILED"]
+    assert len(failed) == 1 and failed[0].info.run_name.startswith("plan:joint/gpu_cluster/OPT-350")
+    assert failed[0].data.tags["runtime"] == "plan" and "Z100" in failed[0].data.tags["orchestrator.error"]
+
+
 def test_the_plan_pictures_name_their_colours_and_gpu_types(data, tmp_path, monkeypatch):
     import matplotlib.figure
 
