@@ -121,3 +121,14 @@ def test_an_expert_split_that_breaks_memory_is_no_baseline(workdir):
     assert "infeasible" in run.data.tags["placement.baseline"]
     assert run.data.metrics["placement.step_time_s"] < float("inf")
     assert "(baseline -: expert split (model.split): infeasible (acc:0 by " in out.stdout     # the summary says why
+
+
+@pytest.mark.slow
+def test_a_measured_placement_s_speedup_is_the_ratio_of_the_times_it_prints(workdir):
+    """On real devices both sides are estimated alike (updates to target x each placement's measured step time):
+    the times line shows that estimate beside the measured wall time, and the speedup is their ratio."""
+    out = run_inprocess(workdir, "+placer=manual", "train.target_accuracy=0.5", "train.budget_updates=40")
+    assert out.returncode == 0, out.stderr[-3000:]
+    m = _only_run(workdir).data.metrics
+    assert m["speedup"] == pytest.approx(m["train.reference_time_to_target_s"] / m["train.estimated_time_to_target_s"])
+    assert "to target estimated alike (measured " in out.stdout

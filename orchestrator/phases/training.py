@@ -47,7 +47,7 @@ class TrainingPhase:
         else:
             result, reference = self.one_worker(ctx, placed)
         speedup = None
-        mine = result.extra_metrics.pop("train.estimated_time_to_target_s", None) or result.time_to_target_s
+        mine = result.extra_metrics.get("train.estimated_time_to_target_s") or result.time_to_target_s
         if reference is not None and mine:
             speedup = reference / mine
         return log_final(result, sink, speedup=speedup, reference_time_to_target_s=reference,
@@ -124,8 +124,8 @@ class TrainingPhase:
             # both sides the same way: updates to target x each placement's measured step time
             reference = result.updates_to_target * placed.measured_baseline.step_time_s
             result.extra_metrics["train.estimated_time_to_target_s"] = result.updates_to_target * placed.measured_step_s
-            ctx.sink.set_tags({"train.reference": "estimated, both sides alike: updates to target x the baseline "
-                                                  "placement's measured step time, over x this placement's"})
+            ctx.sink.set_tags({"train.reference": "estimated, both sides alike: updates to target x each placement's "
+                                                  "measured step time (the baseline's, against this placement's)"})
         return result, reference
 
     def simulated_step_times(self, ctx: TrainContext, placed: Any) -> tuple[float, float, str]:
