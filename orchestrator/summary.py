@@ -33,6 +33,11 @@ def _gib(v: float | None) -> str:
     return "-" if v is None else f"{v / 2**30:.1f}"
 
 
+def _no_baseline(m: dict[str, float], t: dict[str, str], key: str) -> str:
+    """Why a placement has no baseline figure ``key`` (the tag says: an expert split that overflows memory)."""
+    return f": {t['placement.baseline']}" if not m.get(key) and t.get("placement.baseline") else ""
+
+
 def _result_line(m: dict[str, float], t: dict[str, str]) -> str:
     """What the plan does: its iteration, throughput, cost; the bubble only where there are stages; the cluster's
     GPUs it leaves out."""
@@ -210,8 +215,7 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     if pipeline:  # the objective, its baseline and its bound, in one unit: seconds per sample
         lines.append(f"  placement: time per sample {_fmt(m['placement.time_per_sample_s'], ' s')} "
                      f"(baseline {_fmt(m.get('placement.baseline_time_per_sample_s'), ' s')}"
-                     + (f": {t['placement.baseline']}" if "placement.baseline_time_per_sample_s" not in m
-                        and t.get("placement.baseline") else "") + ", lower bound "
+                     f"{_no_baseline(m, t, 'placement.baseline_time_per_sample_s')}, lower bound "
                      f"{_fmt(m.get('placement.lower_bound_s'), ' s')}); one step {_fmt(m.get('placement.step_time_s'), ' s')}")
     elif "placement.step_time_s" in m:
         step, base, lb = m["placement.step_time_s"], m.get("placement.baseline_step_time_s"), m.get("placement.lower_bound_s")
@@ -219,8 +223,8 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
                 if base and step else "")
         pct = 100 * (step / lb - 1) if lb and step else 0.0
         gap = f", {0.0 if abs(pct) < 0.05 else pct:.1f}% above the bound" if lb and step else ""   # no '-0.0%
-        none = f": {t['placement.baseline']}" if not base and t.get("placement.baseline") else ""   # why there is none
-        lines.append(f"  placement: step time {_fmt(step, ' s')} (baseline {_fmt(base, ' s')}{none}, lower bound "
+        lines.append(f"  placement: step time {_fmt(step, ' s')} (baseline {_fmt(base, ' s')}"
+                     f"{_no_baseline(m, t, 'placement.baseline_step_time_s')}, lower bound "
                      f"{_fmt(lb, ' s')}{gain}{gap})")
     if "speedup" in m:
         if "train.speedup" in m:

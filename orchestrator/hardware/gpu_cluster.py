@@ -29,7 +29,7 @@ from orchestrator.hardware.catalog import (
 from orchestrator.hardware.links import ConstantLink, FittedLink, Link
 from orchestrator.hardware.profiles import DeviceKind
 from orchestrator.hardware.topology import Topology
-from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_memory_gb, parse_whole
 from orchestrator.paths import read_json
 
 DEFAULT_ZONE = "us-central1-a"
@@ -96,6 +96,10 @@ class GpuCluster:
         if not any(counts.values()):
             raise ConfigError(f"hardware.gpus={dict(gpus)!r} lists no GPU: give at least one, e.g. {{A100-40: 8}}")
         return GpuCluster(self.name, cluster.types, counts, cluster.topology, self.zone, dict(cluster.derived))
+
+    def with_plan_gpus(self, plan: Any) -> GpuCluster:
+        """This cluster with exactly the GPUs ``plan`` uses (a plan file planned without ``hardware.gpus``)."""
+        return self.with_gpus({t: {z: n} for (t, z), n in plan.gpus_used().items()})
 
     def with_headroom(self, headroom: float) -> GpuCluster:
         """This cluster with ``headroom`` (a share, 0 <= h < 1) of every GPU's memory kept free: plans may use
@@ -238,9 +242,8 @@ def _node_type(name: str, spec: Any, where: str) -> DeviceKind:
     unknown = sorted(str(k) for k in spec if k not in NODE_KEYS)
     if unknown:
         raise WorkloadError(f"{where}: unknown key {unknown[0]!r} (a node type accepts: {', '.join(NODE_KEYS)})")
-    gpus, usd = spec["gpus_per_node"], spec.get("usd_per_gpu_hour", price(name))
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise WorkloadError(f"{where}.gpus_per_node={gpus!r} must be a whole number >= 1")
+    gpus = parse_whole(spec["gpus_per_node"], f"{where}.gpus_per_node", 1, WorkloadError)
+    usd = spec.get("usd_per_gpu_hour", price(name))
     memory = parse_memory_gb(spec["memory_GB"], f"{where}.memory_GB", WorkloadError)
     if not 0 < memory < math.inf:
         raise WorkloadError(f"{where}.memory_GB={spec['memory_GB']!r} must be a finite number > 0")

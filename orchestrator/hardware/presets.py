@@ -14,7 +14,7 @@ from orchestrator.hardware.cluster import Cluster, Device, Worker, host_memory
 from orchestrator.hardware.links import ConstantLink
 from orchestrator.hardware.profiles import DeviceKind, profile
 from orchestrator.hardware.topology import Topology
-from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
+from orchestrator.hardware.units import parse_bandwidth, parse_latency_us, parse_whole
 
 PCIE_LATENCY_S = 10e-6
 NVLINK_LATENCY_S = 2e-6
@@ -85,10 +85,7 @@ _DEFAULTS = {"gpus": 0, "cpus": 1, "pcie_switch_per": 0}
 
 def _count(host: dict, key: str, low: int, where: str) -> int:
     """A host's whole-number ``key`` (its default when absent), at least ``low``: else a one-line error."""
-    v = host.get(key, _DEFAULTS[key])
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ConfigError(f"{where}.{key}={v!r} must be a whole number >= {low}")
-    return v
+    return parse_whole(host.get(key, _DEFAULTS[key]), f"{where}.{key}", low)
 
 
 def load_cluster_file(path: str | Path) -> Cluster:

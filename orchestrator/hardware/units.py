@@ -53,6 +53,13 @@ def parse_latency_us(value: Any, key: str, error: type[UserError] = ConfigError)
     return v * 1e-6
 
 
+def parse_whole(value: Any, key: str, low: int, error: type[UserError] = ConfigError) -> int:
+    """A whole number of things (GPUs, CPUs) at least ``low``; else one line naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise error(f"{key}={value!r} must be a whole number >= {low}")
+    return value
+
+
 def parse_memory_gb(value: Any, key: str, error: type[UserError] = ConfigError) -> float:
     """``memory_GB`` (gibibytes) as bytes."""
     return _number(value, key, error) * GiB

@@ -117,9 +117,9 @@ class Plan:
 
     def unused(self, available: dict[tuple[str, str], int]) -> str:
         """The GPUs of ``available`` ((type, zone) -> count) this plan leaves out, per type ('64 V100-16'; '' if none)."""
-        left: dict[str, int] = {}
+        used, left = self.gpus_used(), {}
         for (gpu, zone), n in available.items():
-            left[gpu] = left.get(gpu, 0) + max(0, n - self.gpus_used().get((gpu, zone), 0))
+            left[gpu] = left.get(gpu, 0) + max(0, n - used.get((gpu, zone), 0))
         return " + ".join(f"{n} {gpu}" for gpu, n in sorted(left.items()) if n > 0)
 
     def describe(self) -> str:

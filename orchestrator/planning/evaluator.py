@@ -79,9 +79,9 @@ class PlanEvaluator:
     def check(self, plan: Plan) -> None:
         """The plan is well formed for this model and within this cluster's GPUs (one-line errors)."""
         plan.check(self.profile.num_layers)
-        shares = [p.batch for p in plan.pipelines]
-        if all(b is not None for b in shares) and sum(shares) != self.global_batch:   # type: ignore[arg-type]
-            raise ConfigError(f"plan: the pipelines' batches {shares} sum to {sum(shares)} samples "  # type: ignore[arg-type]
+        shares = [p.batch for p in plan.pipelines if p.batch is not None]
+        if len(shares) == len(plan.pipelines) and sum(shares) != self.global_batch:    # every share given
+            raise ConfigError(f"plan: the pipelines' batches {shares} sum to {sum(shares)} samples "
                               f"(the global batch is {self.global_batch})")
         for p in plan.pipelines:
             for s in p.stages:

@@ -173,7 +173,7 @@ class PlanningPhase:
         try:
             cluster = self.cluster()
             if not cluster.gpus and hasattr(self.planner, "read"):
-                cluster = cluster.with_gpus({t: {z: n} for (t, z), n in self.planner.read().gpus_used().items()})
+                cluster = cluster.with_plan_gpus(self.planner.read())
             return cluster.describe()
         except Exception:          # a bad cluster or plan is reported by the run itself
             return "?"
@@ -196,7 +196,7 @@ class PlanningPhase:
         source = "given"
         if not cluster.gpus and hasattr(self.planner, "read"):      # without hardware.gpus: the plan's own GPUs
             (plan := self.planner.read()).check(profile.num_layers)
-            cluster = cluster.with_gpus({t: {z: n} for (t, z), n in plan.gpus_used().items()})
+            cluster = cluster.with_plan_gpus(plan)
             source = "plan"
         profile = derive_for_cluster(profile, cluster)              # the types it lacks, from the GPU catalog
         if self.fill:
@@ -234,8 +234,8 @@ class PlanningPhase:
                 "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
                 "plan.fits": str(est.fits).lower()}
         tags.update(derived_tags(profile, cluster, plan))
-        if source == "given" and plan.unused(cluster.gpus):
-            tags["plan.unused"] = plan.unused(cluster.gpus)     # the planner's choice: the summary names them
+        if source == "given" and (unused := plan.unused(cluster.gpus)):
+            tags["plan.unused"] = unused                        # the planner's choice: the summary names them
         tags.update({"plan.precision": profile.precision, "plan.recompute": str(profile.recompute).lower()})
         if len(tried) + len(refused) > 1:
             tags["plan.variants_tried"] = ", ".join(variant(t.profile) for t in tried)

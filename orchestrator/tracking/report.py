@@ -147,9 +147,11 @@ def common_ground(records, metric: str, direction: str) -> tuple[str, str, str]:
     """(metric, direction, why) the trials are compared on: placements' speedups over different baselines (the
     manual placer's over the best single device, the others' over the expert split) do not compare, so they are
     judged on the placement's own time, which does."""
+    if metric != "speedup":
+        return metric, direction, ""
     done = [r for r in records if r.status == "FINISHED" and r.metrics.get(metric) is not None]
     bases = {r.tags.get("placement.baseline", "") for r in done if "train.speedup" not in r.metrics}
-    if metric == "speedup" and len(bases) > 1:
+    if len(bases) > 1:
         for m in ("placement.time_per_sample_s", "placement.step_time_s"):
             if all(m in r.metrics for r in done):
                 return m, "minimize", f" (their speedups are over different baselines: {'; '.join(sorted(bases))})"
