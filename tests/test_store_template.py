@@ -67,3 +67,22 @@ def test_a_damaged_template_falls_back_to_mlflow_and_is_made_again(tmp_path, mon
     init_store(uri)                                                            # made again, then copied
     _READY.discard(uri)
     assert template.exists() and [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
+
+
+def test_a_new_experiment_keeps_its_artifacts_beside_its_store_not_in_the_working_directory(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.tracking.store import experiment_id, open_store
+
+    store, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    store.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    open_store(uri)
+    client = MlflowClient(uri)
+    exp = client.get_experiment(experiment_id(client, {"tracking": {"experiment": "my runs/1"}}))
+    assert exp.artifact_location == (store / "mlruns" / "my%20runs%2F1").as_uri()
+    run = client.create_run(exp.experiment_id)
+    (tmp_path / "a.txt").write_text("x")
+    client.log_artifact(run.info.run_id, str(tmp_path / "a.txt"))
+    assert list(store.glob("mlruns/*/*/artifacts/a.txt")) and not (elsewhere / "mlruns").exists()

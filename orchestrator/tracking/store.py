@@ -203,6 +203,20 @@ def ui_link(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
     return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_ID}"
 
 
+def artifact_location(uri: str, name: str) -> str | None:
+    """Where a new experiment of a sqlite store keeps its artifacts: ``mlruns/<name>`` beside the
+    database file. MLflow's own default is ``./mlruns`` of whichever directory the first trial ran
+    in, which scatters a store's artifacts away from it; other stores keep their server's default."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    from urllib.parse import quote
+
+    return (Path(path).resolve().parent / "mlruns" / quote(name, safe="")).as_uri()
+
+
 def experiment_id(client, cfg: Any) -> str:
     name = (cfg.get("tracking") or {}).get("experiment") or "orchestrator"
     exp = client.get_experiment_by_name(name)
@@ -210,7 +224,8 @@ def experiment_id(client, cfg: Any) -> str:
         from mlflow.exceptions import MlflowException
 
         try:
-            return client.create_experiment(name, tags=experiment_tags())
+            return client.create_experiment(name, tags=experiment_tags(),
+                                            artifact_location=artifact_location(client.tracking_uri, name))
         except MlflowException:  # another process (a parallel trial, another host's sweep) made it first
             exp = client.get_experiment_by_name(name)
             if exp is None:
