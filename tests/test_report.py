@@ -211,3 +211,21 @@ def test_a_sweep_over_models_gets_a_verdict_per_model():
             for p, m, s in (("greedy", "nmt", 1.4), ("rl", "nmt", 1.5), ("greedy", "inception_v3", 1.2), ("rl", "inception_v3", 1.3))]
     lines = verdict(runs, "speedup").splitlines()
     assert [ln.split(" wins")[0] for ln in lines] == ["verdict (model=inception_v3):  rl/inception_v3", "verdict (model=nmt):  rl/nmt"]
+
+
+def test_machine_readable_formats_keep_numbers_and_booleans_the_tables_show_them():
+    """json and csv carry the plan's gap to its bound as a fraction and 'fits' as a boolean; the tables for people
+    show 21.5% and yes/NO."""
+    from orchestrator.tracking.report import PLAN_COLUMNS, markdown_table, rows, table
+    from orchestrator.tracking.runs import RunRecord
+
+    runs = [RunRecord(run_id=f"r{i}", name=f"plan{i}", status="FINISHED", experiment="e",
+                      tags={"runtime": "plan", "plan.fits": fits}, params={},
+                      metrics={"plan.optimality_gap": gap, "plan.iteration_s": 1.5})
+            for i, (fits, gap) in enumerate((("true", 0.215), ("false", 0.0)))]
+    data = rows(runs)
+    assert [(d["plan_gap_to_bound"], d["plan_fits"]) for d in data] == [(0.215, True), (0.0, False)]
+    assert json.loads(json.dumps(data))[0]["plan_gap_to_bound"] == 0.215
+    text = table(data, PLAN_COLUMNS)
+    assert "21.5%" in text and "0.0%" in text and " yes " in text and " NO " in text
+    assert "| 21.5% | yes |" in markdown_table(data, PLAN_COLUMNS)

@@ -60,8 +60,8 @@ PLAN_COLUMNS = [
     ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
     ("plan_samples_per_s", "samples/s", lambda r: r.metric("plan.samples_per_s")),
     ("plan_usd_per_hour", "USD/h", lambda r: r.metric("plan.usd_per_hour")),
-    ("plan_gap_to_bound", "gap to bound", lambda r: _percent(r.metric("plan.optimality_gap"))),
-    ("plan_fits", "fits", lambda r: {"true": "yes", "false": "NO"}.get(r.tag("plan.fits", ""))),
+    ("plan_gap_to_bound", "gap to bound", lambda r: r.metric("plan.optimality_gap")),
+    ("plan_fits", "fits", lambda r: {"true": True, "false": False}.get(r.tag("plan.fits", ""))),
     ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
 ]
 ALL_COLUMNS = COLUMNS + [c for c in PLAN_COLUMNS if c[0] not in {k for k, _, _ in COLUMNS}]
@@ -70,8 +70,8 @@ EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
 FORMATS = ("table", "md", "html", "csv", "json")
 
 
-def _percent(v: float | None) -> str | None:
-    return None if v is None else f"{100 * v:.1f}%"
+# How the tables for people show a column whose value is kept raw for csv and json.
+SHOWN = {"plan_gap_to_bound": lambda v: f"{100 * v:.1f}%", "plan_fits": lambda v: "yes" if v else "NO"}
 
 
 def is_plan(r) -> bool:
@@ -180,9 +180,11 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
     return line + f"; {len(scored)} of {len(records)} trials reported it{why}"
 
 
-def _cell(v) -> str:
+def _cell(v, key: str = "") -> str:
     if v is None:
         return "-"
+    if key in SHOWN:
+        return SHOWN[key](v)
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
@@ -191,7 +193,7 @@ def _cell(v) -> str:
 def table(data: list[dict], columns=COLUMNS) -> str:
     """A plain aligned text table."""
     header = [h for _, h, _ in columns]
-    body = [[_cell(d[k]) for k, _, _ in columns] for d in data]
+    body = [[_cell(d[k], k) for k, _, _ in columns] for d in data]
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)]) + "\n"
@@ -199,13 +201,13 @@ def table(data: list[dict], columns=COLUMNS) -> str:
 
 def markdown_table(data: list[dict], columns=COLUMNS) -> str:
     out = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
-    out += ["| " + " | ".join(_cell(d[k]).replace("|", "\\|") for k, _, _ in columns) + " |" for d in data]
+    out += ["| " + " | ".join(_cell(d[k], k).replace("|", "\\|") for k, _, _ in columns) + " |" for d in data]
     return "\n".join(out) + "\n"
 
 
 def html_table(data: list[dict], columns=COLUMNS) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(d[k]))}</td>" for k, _, _ in columns) + "</tr>\n"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(d[k], k))}</td>" for k, _, _ in columns) + "</tr>\n"
                    for d in data)
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n"
 
