@@ -2,9 +2,13 @@
 
 
 class UserError(Exception):
-    """A problem with the user's input (config, files, plugin names); printed without traceback."""
+    """A problem with the user's input (config, files, plugin names); printed without traceback, on one line: a
+    line break a message quotes from the input (a key of a file, a value) reads as ``\\n``."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
 
 
 class ConfigError(UserError):

@@ -32,13 +32,14 @@ def msr_workloads() -> Path:
     return shared_dir() / "workloads" / "msr-dnn-partitioning"
 
 
-def read_json(path: str | Path, missing: str | None = None, error: type[UserError] = WorkloadError) -> Any:
+def read_json(path: str | Path, missing: str | None = None, error: type[UserError] = WorkloadError,
+              top: type | None = None) -> Any:
     """A JSON file of the user's or of a data directory, the one reader: a missing one is ``error(missing)`` (default: a
-    ``WorkloadError`` saying it does not exist); a directory, a binary, a malformed or truncated one is a one-line
-    ``WorkloadError`` naming it."""
+    ``WorkloadError`` saying it does not exist); a directory, a binary, a malformed or truncated one, or (with ``top``,
+    dict or list) one whose top level is not an object or a list, is a one-line ``WorkloadError`` naming it."""
     p = Path(path)
     try:
-        return json.loads(p.read_bytes().decode("utf-8"))
+        doc = json.loads(p.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise error(missing or f"{p} does not exist") from None
     except IsADirectoryError:
@@ -51,3 +52,8 @@ def read_json(path: str | Path, missing: str | None = None, error: type[UserErro
         raise WorkloadError(f"{p}: JSON nested too deeply") from None
     except OSError as exc:
         raise WorkloadError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    if top is not None and not isinstance(doc, top):
+        names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+                 float: "a number", type(None): "null"}
+        raise WorkloadError(f"{p}: expected {names[top]} at the top, got {names.get(type(doc), type(doc).__name__)}")
+    return doc

@@ -1,5 +1,5 @@
 """Property-based fuzzing of everything that reads user input: the workload importer, the split-file
-reader, the IDX reader and the config validation. Each gets the Hypothesis profile's number of
+reader, the IDX reader, the profile and cluster directories (Sailor's layout) and the config validation. Each gets the Hypothesis profile's number of
 generated malformed (or valid) inputs (CI's: 1,000; a contributor's: 50; see tests/conftest.py),
 called in-process; the only acceptable outcomes are a result or a one-line ``UserError`` naming the
 file or key. Any other exception is a traceback a user would see, and fails the test."""
@@ -185,3 +185,74 @@ def test_config_validation_never_raises_anything_but_a_user_error(train, sync, h
 
 
 WORKLOAD = _small_workload()
+
+
+def _sailor_layout() -> dict[str, object]:
+    """A small directory laid out like ../shared/workloads/sailor: one GPU type, a 3-layer model at TP 1 and 2."""
+    fit = [[0.8, 16.4, 33.0], 2.5e11]
+    per_tp = {str(tp): {str(i): [0.01 * (i + 1), 0.02, 0.001] for i in range(3)} for tp in (1, 2)}
+    sizes = {str(tp): {str(i): {"params_floats": 1e6, "act_output_floats": 1e4, "act_mem_floats": 2e4} for i in range(3)}
+             for tp in (1, 2)}
+    return {"profiles_tmp.json": {"M": {"A100-40": {"1": per_tp, "2": per_tp}}},
+            "llm_info.json": {"M": sizes},
+            "cluster/basic_cluster_config.json": {"zone": "z", "A100-40": {"gpus_per_node": 4, "mem_per_gpu": 4e10}},
+            "cluster/training_config_m.json": {"model": "M", "global_batch_size": 8, "hidden_size": 16, "sequence_length": 4},
+            "network/intra_node_bandwidths.json": {"A100-40": {"2": fit, "4": fit}},
+            "network/multizone_bandwidths_het.json": {"z": {"A100-40": {"1": {"z": {"A100-40": {"1": fit}}}}}},
+            "network/communication_cost.json": {"z": {"z": 0.0}}}
+
+
+def _layout_dir(name: str = "", raw: bytes = b"") -> Path:
+    """The small layout in a new directory, with the file ``name`` (if given) holding ``raw`` instead."""
+    root = Path(tempfile.mkdtemp(dir=TMP))
+    for rel, doc in _sailor_layout().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(raw if rel == name else json.dumps(doc).encode())
+    return root
+
+
+@FUZZ
+@given(st.data())
+def test_profile_and_cluster_directories_never_raise_anything_but_a_user_error(data):
+    """``model=llm model.data=DIR`` and ``hardware.data=DIR``: one file of the layout mutated (retyped, dropped or
+    replaced anywhere, up to three times), or not JSON at all."""
+    from orchestrator.hardware.gpu_cluster import GpuCluster
+    from orchestrator.plan.profile import LayeredProfile
+
+    layout = _sailor_layout()
+    name = data.draw(st.sampled_from(sorted(layout)))
+    if data.draw(st.integers(0, 5)) == 0:
+        raw = json.dumps(data.draw(json_values)).encode()
+    else:
+        doc = layout[name]
+        for _ in range(data.draw(st.integers(1, 3))):
+            doc = _mutate(doc, data.draw)
+        raw = json.dumps(doc).encode()
+    root = _layout_dir(name, raw)
+    _user_error_or_result(LayeredProfile.from_directory, root, "M")
+    _user_error_or_result(GpuCluster.from_directory, root)
+
+
+def test_the_fuzzed_layout_is_valid_unmutated():
+    from orchestrator.hardware.gpu_cluster import GpuCluster
+    from orchestrator.plan.profile import LayeredProfile
+
+    root = _layout_dir()
+    prof = LayeredProfile.from_directory(root, "M")
+    assert prof.num_layers == 3 and prof.global_batch == 8 and prof.tp_degrees("A100-40", 2) == [1, 2]
+    assert "A100-40" in GpuCluster.from_directory(root).types
+
+
+def test_a_wrong_training_config_or_a_list_for_a_profile_is_one_line_naming_the_file():
+    import pytest
+
+    from orchestrator.errors import WorkloadError
+    from orchestrator.plan.profile import LayeredProfile
+
+    for rel, doc, words in (("cluster/training_config_m.json", {"model": "M", "global_batch_size": -1},
+                             "training_config_m.json: global_batch_size=-1 must be a whole number >= 1"),
+                            ("llm_info.json", [], "llm_info.json: expected an object at the top, got a list"),
+                            ("profiles_tmp.json", {"M": []}, "profiles_tmp.json: M needs a mapping")):
+        root = _layout_dir(rel, json.dumps(doc).encode())
+        with pytest.raises(WorkloadError, match=words.replace(".", r"\.")):
+            LayeredProfile.from_directory(root, "M")

@@ -180,12 +180,15 @@ class GpuCluster:
         root = Path(path)
         if not root.is_dir():
             raise ConfigError(f"hardware.data={str(path)!r} is not a directory")
-        basic = read_json(root / "cluster" / "basic_cluster_config.json")
+        basic = read_json(root / "cluster" / "basic_cluster_config.json", top=dict)
         zone = str(basic.get("zone", DEFAULT_ZONE))
         types = {}
         for name, spec in basic.items():
-            if not isinstance(spec, dict):
+            if name == "zone":
                 continue
+            if not isinstance(spec, dict):
+                raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: GPU type {name!r} needs a mapping "
+                                    f"{{gpus_per_node, mem_per_gpu}}, got {spec!r}"[:200])
             mem, per_node = spec.get("mem_per_gpu"), spec.get("gpus_per_node")
             if (isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1 or isinstance(mem, bool)
                     or not isinstance(mem, (int, float)) or not 0 < mem < math.inf):
@@ -194,12 +197,15 @@ class GpuCluster:
                                     f"and {mem!r}")
             types[name] = DeviceKind(name, memory_bytes=float(mem), gpus_per_node=per_node, usd_per_gpu_hour=price(name))
         inter_raw = read_json(root / "network" / "multizone_bandwidths_het.json")
-        intra_raw = read_json(root / "network" / "intra_node_bandwidths.json")
+        intra = _intra(read_json(root / "network" / "intra_node_bandwidths.json", top=dict),
+                       root / "network" / "intra_node_bandwidths.json")
         cost_file = root / "network" / "communication_cost.json"
-        egress = read_json(cost_file) if cost_file.exists() else {}
+        egress = read_json(cost_file, top=dict) if cost_file.exists() else {}
+        if not all(isinstance(per, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                 and 0 <= v < math.inf for v in per.values()) for per in egress.values()):
+            raise WorkloadError(f"{cost_file}: expected {{zone: {{zone: USD per GB >= 0}}}}")
         topology = Topology(_fits(inter_raw, root / "network" / "multizone_bandwidths_het.json"),
-                            intra={t: {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
-                                   for t, per in intra_raw.items()},
+                            intra=intra,
                             egress_usd_per_gb=egress)
         return cls(root.name, types, {}, topology, zone)
 
@@ -263,9 +269,19 @@ def _fit(value: Any, where: str) -> FittedLink:
         link = FittedLink(tuple(float(c) for c in coeffs), float(max_bw))
     except (TypeError, ValueError):
         raise WorkloadError(f"link fit {where}: expected [[a, b, c], max_bytes_per_s], got {value!r}"[:200]) from None
-    if not (all(map(math.isfinite, link.coeffs)) and 0 < link.max_bandwidth < math.inf):
+    if not (link.coeffs and all(map(math.isfinite, link.coeffs)) and 0 < link.max_bandwidth < math.inf):
         raise WorkloadError(f"link fit {where}: {value!r} needs finite coefficients and a largest bandwidth > 0"[:200])
     return link
+
+
+def _intra(raw: dict, path: Path) -> dict[str, dict[int, Link]]:
+    """``{type: {gpus: fit}}``: the link between GPUs of one machine, per number of GPUs."""
+    out: dict[str, dict[int, Link]] = {}
+    for t, per in raw.items():
+        if not isinstance(per, dict) or not all(isinstance(g, str) and g.isdigit() for g in per):
+            raise WorkloadError(f"{path}: {t!r} needs a mapping {{gpus: link fit}} with whole-number keys")
+        out[t] = {int(g): _fit(v, f"intra {t} {g}") for g, v in per.items()}
+    return out
 
 
 def _fits(node: Any, path: Path) -> dict[tuple[Any, Any], Link]:

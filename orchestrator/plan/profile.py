@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.hardware.units import parse_whole
 from orchestrator.paths import read_json
 
 
@@ -127,14 +128,14 @@ class LayeredProfile:
         root = Path(path)
         if not root.is_dir():
             raise ConfigError(f"model.data={str(path)!r} is not a directory")
-        profiles = read_json(root / "profiles_tmp.json")
-        info = read_json(root / "llm_info.json")
+        profiles = read_json(root / "profiles_tmp.json", top=dict)
+        info = read_json(root / "llm_info.json", top=dict)
         if model not in profiles or model not in info:
             known = sorted(set(profiles) & set(info))
             raise ConfigError(f"unknown model.name {model!r} in {root} (profiled: {', '.join(known) or 'none'})")
         sizes: dict[int, LayerSizes] = {}
         num_layers = None
-        for tp, layers in info[model].items():
+        for tp, layers in _mapping(info[model], root / "llm_info.json", model, "{tp: {layer: sizes}}").items():
             try:
                 ids = sorted(int(k) for k in layers)
                 rows = [layers[str(i)] for i in ids]
@@ -149,20 +150,23 @@ class LayeredProfile:
             if bad_size is not None:
                 raise WorkloadError(f"{root / 'llm_info.json'}: {model} at TP {tp}: {bad_size!r} floats (every size must be a "
                                     "finite number >= 0)")
-            if ids != list(range(len(ids))):
+            if not ids or ids != list(range(len(ids))):
                 raise WorkloadError(f"{root / 'llm_info.json'}: {model} at TP {tp}: layers must be 0..L-1, got {ids[:5]}...")
             num_layers = len(ids) if num_layers is None else num_layers
             if len(ids) != num_layers:
                 raise WorkloadError(f"{root / 'llm_info.json'}: {model}: TP {tp} has {len(ids)} layers, not {num_layers}")
         times: dict[str, dict[int, dict[int, tuple[tuple[float, float, float], ...]]]] = {}
-        for gpu, per_mbs in profiles[model].items():
-            for mbs, per_tp in per_mbs.items():
-                for tp, layers in per_tp.items():
+        where = root / "profiles_tmp.json"
+        for gpu, per_mbs in _mapping(profiles[model], where, model, "{gpu: {mbs: {tp: layers}}}").items():
+            for mbs, per_tp in _mapping(per_mbs, where, f"{model} on {gpu}", "{mbs: {tp: layers}}").items():
+                for tp, layers in _mapping(per_tp, where, f"{model} on {gpu}, mbs {mbs}", "{tp: layers}").items():
                     try:
+                        key = int(mbs), int(tp)
                         rows = tuple(tuple(float(x) for x in layers[str(i)][:3]) for i in range(num_layers or 0))
                     except (KeyError, TypeError, ValueError):
                         raise WorkloadError(f"{root / 'profiles_tmp.json'}: {model} on {gpu}, mbs {mbs}, TP {tp}: "
-                                            f"needs [fwd, bwd, update] for each of its {num_layers} layers") from None
+                                            f"needs whole-number keys and [fwd, bwd, update] for each of its {num_layers} "
+                                            "layers") from None
                     if any(len(r) != 3 for r in rows):
                         raise WorkloadError(f"{root / 'profiles_tmp.json'}: {model} on {gpu}, mbs {mbs}, TP {tp}: "
                                             "each layer needs [fwd_s, bwd_s, update_s]")
@@ -170,19 +174,26 @@ class LayeredProfile:
                     if bad is not None:
                         raise WorkloadError(f"{root / 'profiles_tmp.json'}: {model} on {gpu}, mbs {mbs}, TP {tp}, layer "
                                             f"{bad[0]}: {bad[1]!r} seconds (every entry must be a finite number >= 0)")
-                    times.setdefault(gpu, {}).setdefault(int(mbs), {})[int(tp)] = rows  # type: ignore[assignment]
-        train = _training_config(root, model)
+                    times.setdefault(gpu, {}).setdefault(key[0], {})[key[1]] = rows  # type: ignore[assignment]
+        train_path, train = _training_config(root, model)
+        whole = {k: parse_whole(train[k], f"{train_path}: {k}", 1, WorkloadError)
+                 for k in ("global_batch_size", "hidden_size", "sequence_length") if k in train}
         return cls(model=model, num_layers=int(num_layers or 0), times=times, sizes=sizes,
-                   global_batch=int(train["global_batch_size"]) if "global_batch_size" in train else None,
-                   optimizer=str(train.get("optimizer", "adam")).lower(),
-                   hidden=train.get("hidden_size"), sequence=train.get("sequence_length"),
+                   global_batch=whole.get("global_batch_size"), optimizer=str(train.get("optimizer", "adam")).lower(),
+                   hidden=whole.get("hidden_size"), sequence=whole.get("sequence_length"),
                    source=str(root), extra={"training_config": train})
 
 
-def _training_config(root: Path, model: str) -> dict[str, Any]:
-    """The ``cluster/training_config_*.json`` whose ``model`` is ``model`` ({} when none)."""
+def _mapping(value: Any, path: Path, what: str, shape: str) -> dict:
+    if not isinstance(value, dict):
+        raise WorkloadError(f"{path}: {what} needs a mapping {shape}, got {type(value).__name__}")
+    return value
+
+
+def _training_config(root: Path, model: str) -> tuple[Path | None, dict[str, Any]]:
+    """The ``cluster/training_config_*.json`` whose ``model`` is ``model``, and its path ((None, {}) when none)."""
     for p in sorted((root / "cluster").glob("training_config_*.json")):
-        doc = read_json(p)
-        if isinstance(doc, dict) and doc.get("model") == model:
-            return doc
-    return {}
+        doc = read_json(p, top=dict)
+        if doc.get("model") == model:
+            return p, doc
+    return None, {}
