@@ -256,3 +256,38 @@ def test_a_wrong_training_config_or_a_list_for_a_profile_is_one_line_naming_the_
         root = _layout_dir(rel, json.dumps(doc).encode())
         with pytest.raises(WorkloadError, match=words.replace(".", r"\.")):
             LayeredProfile.from_directory(root, "M")
+
+
+CLUSTER_FILES = {  # (reader, a valid file as in the docs)
+    "plan cluster (hardware.file)": ("orchestrator.hardware.gpu_cluster:GpuCluster.from_yaml", {
+        "name": "lab", "zone": "z", "node_types": {"A100-40": {"gpus_per_node": 4, "memory_GB": 40, "usd_per_gpu_hour": 3.67},
+                                                   "V100-16": {"gpus_per_node": 4, "memory_GB": 16}},
+        "gpus": {"A100-40": 32, "V100-16": {"z": 64, "y": 32}},
+        "links": {"inter": {"bandwidth_GBps": 3, "latency_us": 20}, "intra": {"A100-40": {"fit": [0.83, 15.6, 31.2], "max_GBps": 243}},
+                  "intra_default": {"bandwidth_GBps": 100}},
+        "egress_usd_per_gb": {"z": {"y": 0.02}}}),
+    "placement cluster (hardware.path)": ("orchestrator.hardware.presets:load_cluster_file", {
+        "name": "c", "network": {"bandwidth_GBps": 12.5, "latency_us": 5},
+        "hosts": [{"name": "h0", "cpu": "Xeon Platinum 8380 (datasheet)", "cpus": 1, "gpu": "V100 (datasheet)", "gpus": 4,
+                   "nvlink": True, "pcie_switch_per": 0},
+                  {"name": "h1", "cpu": "Xeon Platinum 8380 (datasheet)", "gpu": "K80 (datasheet)", "gpus": 2}]}),
+}
+
+
+@FUZZ
+@given(st.sampled_from(sorted(CLUSTER_FILES)), st.data())
+def test_cluster_files_never_raise_anything_but_a_user_error(kind, data):
+    import importlib
+
+    import yaml
+
+    where, doc = CLUSTER_FILES[kind]
+    module, attr = where.split(":")
+    reader = importlib.import_module(module)
+    for part in attr.split("."):
+        reader = getattr(reader, part)
+    if data.draw(st.integers(0, 3)) == 0:      # the valid file reads
+        assert reader(_write(yaml.safe_dump(doc).encode(), "cluster.yaml")) is not None
+    for _ in range(data.draw(st.integers(1, 3))):
+        doc = _mutate(doc, data.draw)
+    _user_error_or_result(reader, _write(yaml.safe_dump(doc).encode(), "cluster.yaml"))

@@ -200,10 +200,7 @@ class GpuCluster:
         intra = _intra(read_json(root / "network" / "intra_node_bandwidths.json", top=dict),
                        root / "network" / "intra_node_bandwidths.json")
         cost_file = root / "network" / "communication_cost.json"
-        egress = read_json(cost_file, top=dict) if cost_file.exists() else {}
-        if not all(isinstance(per, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                 and 0 <= v < math.inf for v in per.values()) for per in egress.values()):
-            raise WorkloadError(f"{cost_file}: expected {{zone: {{zone: USD per GB >= 0}}}}")
+        egress = _egress(read_json(cost_file) if cost_file.exists() else {}, str(cost_file))
         topology = Topology(_fits(inter_raw, root / "network" / "multizone_bandwidths_het.json"),
                             intra=intra,
                             egress_usd_per_gb=egress)
@@ -225,12 +222,13 @@ class GpuCluster:
             raise WorkloadError(f"{p}: a cluster file needs a mapping 'node_types: {{TYPE: {{gpus_per_node, memory_GB}}}}'")
         zone = str(doc.get("zone", DEFAULT_ZONE))
         types = {str(name): _node_type(str(name), spec, f"{p}: node_types.{name}") for name, spec in doc["node_types"].items()}
-        links = doc.get("links") or {}
+        links = _section(doc, "links", p)
         intra: dict[str, dict[int, Link]] = {}
-        for t, spec in (links.get("intra") or {}).items():
+        for t, spec in _section(links, "intra", p).items():
             link = _link_spec(spec, f"{p}: links.intra.{t}")
             intra[str(t)] = {g: link for g in (2, 4, 8, 16)}
-        topology = Topology(intra=intra, egress_usd_per_gb=doc.get("egress_usd_per_gb") or {},
+        topology = Topology(intra=intra, egress_usd_per_gb=_egress(doc.get("egress_usd_per_gb") or {},
+                                                                   f"{p}: egress_usd_per_gb"),
                             default_inter=_link_spec(links.get("inter", {"bandwidth_GBps": 3.0}), f"{p}: links.inter"),
                             default_intra=_link_spec(links.get("intra_default", {"bandwidth_GBps": 100.0}),
                                                      f"{p}: links.intra_default"))
@@ -239,6 +237,22 @@ class GpuCluster:
 
 
 NODE_KEYS = ("gpus_per_node", "memory_GB", "usd_per_gpu_hour")
+
+
+def _section(doc: dict, key: str, path: Path) -> dict:
+    value = doc.get(key) or {}
+    if not isinstance(value, dict):
+        raise WorkloadError(f"{path}: {key} needs a mapping, got {value!r}"[:200])
+    return value
+
+
+def _egress(value: Any, where: str) -> dict[str, dict[str, float]]:
+    """Egress prices ``{zone: {zone: USD per GB >= 0}}``."""
+    if not (isinstance(value, dict) and all(
+            isinstance(per, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf
+                                          for v in per.values()) for per in value.values())):
+        raise WorkloadError(f"{where}: expected {{zone: {{zone: USD per GB >= 0}}}}")
+    return value
 
 
 def _node_type(name: str, spec: Any, where: str) -> DeviceKind:

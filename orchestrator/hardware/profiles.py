@@ -110,7 +110,7 @@ GPU_TYPE_PREFIXES = (("A100", "A100 (datasheet)"), ("V100", "V100 (datasheet)"),
 def profile(name: str) -> DeviceKind:
     try:
         return PROFILES[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ConfigError(f"unknown device profile {name!r} (known: {', '.join(PROFILES)})") from None
 
 
