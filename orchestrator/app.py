@@ -127,7 +127,7 @@ def _optuna_resume(argv: list[str], overrides: list[str]) -> list[str]:
                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
     seed = (sweeper.get("sampler") or {}).get("seed")
     if done and seed is not None:
-        print(f"resuming Optuna study {sweeper.study_name!r} ({done} trials stored): sampler seed {seed} -> {int(seed) + done}",
+        print(f"resuming Optuna study {sweeper.study_name!r} ({done} trial{'s' * (done != 1)} stored): sampler seed {seed} -> {int(seed) + done}",
               file=sys.stderr, flush=True)
         argv = [a for a in argv if not a.startswith("hydra.sweeper.sampler.seed=")]
         argv.append(f"hydra.sweeper.sampler.seed={int(seed) + done}")

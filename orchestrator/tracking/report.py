@@ -177,7 +177,7 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
         v2, second = rest[0]
         ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
         line += f", {ratio:.3g}x the runner-up {second.name} ({v2:.4g})"
-    return line + f"; {len(scored)} of {len(records)} trials reported it{why}"
+    return line + f"; {len(scored)} of {len(records)} trial{'s' * (len(records) != 1)} reported it{why}"
 
 
 def _cell(v, key: str = "") -> str:

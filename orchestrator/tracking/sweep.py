@@ -18,7 +18,7 @@ OUTCOME: dict[str, Any] = {}
 def summary(statuses: list[str], first_error: str | None) -> str:
     """One line: n finished, n failed (and killed), the first error."""
     n_fin, n_fail, n_kill = statuses.count("FINISHED"), statuses.count("FAILED"), statuses.count("KILLED")
-    line = f"sweep: {len(statuses)} trials, {n_fin} finished, {n_fail} failed"
+    line = f"sweep: {len(statuses)} trial{'s' * (len(statuses) != 1)}, {n_fin} finished, {n_fail} failed"
     if n_kill:
         line += f", {n_kill} killed"
     if first_error:
@@ -98,7 +98,7 @@ class SweepCallback(Callback):
 
             records = runs.load(client, parent_run_id=self.parent_run_id)
             objective = config.get("objective") or {}
-            print(f"\nsweep {self.parent_run_id} ({len(children)} trials):\n"
+            print(f"\nsweep {self.parent_run_id} ({len(children)} trial{'s' * (len(children) != 1)}):\n"
                   + report.comparison(records, str(objective.get("metric", "speedup")),
                                       str(objective.get("direction", "maximize"))), flush=True)
         except Exception as exc:
