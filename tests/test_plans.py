@@ -146,6 +146,17 @@ def test_a_plan_that_does_not_fit_says_which_gpu_and_by_how_much(data):
     assert PlanObjective().score(est) == float("inf")
 
 
+def test_sailors_fit_rule_reads_a_gpu_name_as_memory_only_where_it_is_the_memory(data):
+    """A100-40 fits against 40 GiB (its name), RTX-2080 against its own 11 GiB, not 2080 GiB (it was): a one-stage
+    plan of OPT-350 at micro-batch 8 needs more than that."""
+    from orchestrator.planning.sailor import _nominal
+
+    cluster, profile = data
+    assert _nominal(cluster, "A100-40") == 40 * 2**30 and _nominal(cluster, "V100-16") == 16 * 2**30
+    assert _nominal(cluster, "RTX-2080") == cluster.gpu_type("RTX-2080").memory_bytes < 12 * 2**30
+    assert SailorSimulator.fit_memory(profile, range(26), 1, 8, 1, 0) > _nominal(cluster, "RTX-2080")
+
+
 def test_a_hand_written_yaml_cluster_and_a_third_party_planner(tmp_path, data):
     _, profile = data
     (tmp_path / "c.yaml").write_text(

@@ -178,9 +178,13 @@ def _megatron_ar(profile: LayeredProfile, mbs: int, r, layer: int, net) -> float
 
 
 def _nominal(cluster: GpuCluster, gpu: str) -> float:
-    """Sailor's GPU memory for its fit rule: the type's nominal GB x 2^30 (A100-40: 40 GiB), else the cluster's."""
+    """Sailor's GPU memory for its fit rule: the nominal GB its name ends with x 2^30 (A100-40: 40 GiB, where the
+    cluster's figure is 39.4 GiB), where that number is the type's memory within 10%; else the cluster's memory (a
+    number that is a model, not a size: RTX-3090 has 24 GiB, not 3090)."""
+    memory = cluster.gpu_type(gpu).memory_bytes
     digits = gpu.rsplit("-", 1)[-1]
-    return float(digits) * 2**30 if digits.isdigit() else cluster.gpu_type(gpu).memory_bytes
+    nominal = float(digits) * 2**30 if digits.isdigit() else 0.0
+    return nominal if 0.9 <= nominal / memory <= 1.1 else memory
 
 
 def _link(net, a, b) -> Link:
