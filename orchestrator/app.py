@@ -14,7 +14,7 @@ from pathlib import Path
 from orchestrator.errors import Interrupt, UserError
 from orchestrator.tracking.store import PARENT_ENV, disable_telemetry
 
-GROUPS = ("placer", "sync", "hardware", "model", "dataset", "experiment")
+GROUPS = ("placer", "sync", "planner", "hardware", "model", "dataset", "experiment")
 
 
 def _group_options() -> dict[str, set[str]]:

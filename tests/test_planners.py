@@ -92,12 +92,13 @@ def test_cost_and_budget_objectives(profile):
 @pytest.mark.slow
 def test_a_comparison_sweep_ends_with_its_table(tmp_path):
     s = str(SAILOR)
-    out = run_inprocess(tmp_path, "-m", "+planner=joint,amp", "model=llm", f"model.data={s}", "hardware=gpu_cluster",
-                        f"hardware.data={s}", "hardware.gpus={A100-40: 8, V100-16: 16}")
-    assert out.returncode == 0, out.stderr
+    out = run_inprocess(tmp_path, "-m", "+planner=joint,amp", "planner.simulator=sailor", "model=llm", f"model.data={s}",
+                        "hardware=gpu_cluster", f"hardware.data={s}", "hardware.gpus={A100-40: 8, V100-16: 16}")
+    assert out.returncode == 0, out.stderr      # a planner key given once, without '+', reaches every planner
     assert "sweep: 2 trials, 2 finished" in out.stdout + out.stderr and "s/iteration (plan)" in out.stdout
     runs = [r for r in store_runs(tmp_path) if r.data.tags.get("runtime") == "plan"]
     assert {r.data.tags["planner"] for r in runs} == {"joint", "amp"}
+    assert {r.data.tags["plan.simulator"] for r in runs} == {"sailor"}
     assert all(r.data.metrics["plan.bound_iteration_s"] <= r.data.metrics["plan.iteration_s"] for r in runs)
 
 
