@@ -157,6 +157,16 @@ def test_sailors_fit_rule_reads_a_gpu_name_as_memory_only_where_it_is_the_memory
     assert SailorSimulator.fit_memory(profile, range(26), 1, 8, 1, 0) > _nominal(cluster, "RTX-2080")
 
 
+def test_a_timeline_of_millions_of_micro_batches_is_extrapolated_not_drawn(data):
+    """At a global batch of 10^8 the plan's Gantt would hold ~10^8 boxes (the machine's memory, before): the pipeline
+    is extrapolated as in the search, with the same iteration time, and draws no boxes; a short one still does."""
+    cluster, profile = data
+    sim, plan = simulator("project"), _plan([range(13), range(13, 26)], mbs=2)
+    big = sim.estimate(plan, profile, cluster, 10**8, timeline=True)
+    assert big.iteration_s == sim.estimate(plan, profile, cluster, 10**8).iteration_s and not big.events
+    assert sim.estimate(plan, profile, cluster, 1024, timeline=True).events
+
+
 def test_a_hand_written_yaml_cluster_and_a_third_party_planner(tmp_path, data):
     _, profile = data
     (tmp_path / "c.yaml").write_text(

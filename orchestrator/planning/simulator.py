@@ -283,12 +283,18 @@ def _group_allreduce(net, members: list[Replica], nbytes: float, bucket: float) 
     return worst
 
 
+# A pipeline's timeline (the plan's Gantt) is drawn up to this many micro-batches; a longer one (a global batch of
+# millions) is extrapolated like any other, without boxes: its timeline would hold tens of millions of them.
+TIMELINE_MAX_MICRO_BATCHES = 4096
+
+
 def _flush_times(sched, S: int, m: int, f, b, k_in, k_out, events: list[Event] | None, pi: int) -> list[float]:
     """When each stage finishes its last task (and its last send). Long pipelines (m > 4S + 16) are
     scheduled with m0 and m0 + S micro-batches and extrapolated along the steady state, whose period
-    repeats exactly (deterministic task lengths): T(m) = T(m0 + S) + (m - m0 - S) (T(m0 + S) - T(m0)) / S."""
+    repeats exactly (deterministic task lengths): T(m) = T(m0 + S) + (m - m0 - S) (T(m0 + S) - T(m0)) / S.
+    With ``events`` (a timeline), pipelines up to ``TIMELINE_MAX_MICRO_BATCHES`` are scheduled in full."""
     m0 = 4 * S + 16
-    if m <= m0 + S or events is not None:
+    if events is not None and m <= TIMELINE_MAX_MICRO_BATCHES or m <= m0 + S:
         return _schedule(sched, S, m, f, b, k_in, k_out, events, pi)
     a = _schedule(sched, S, m0, f, b, k_in, k_out, None, pi)
     c = _schedule(sched, S, m0 + S, f, b, k_in, k_out, None, pi)
