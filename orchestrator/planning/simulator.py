@@ -85,6 +85,9 @@ class ProjectSimulator(PlanSimulator):
             per_stage = [self._stage_compute(plan, profile, s, net) for s in p.stages]   # (fwd, bwd, update, gpu)
             m_s = [max(1, math.ceil(batch / (s.dp * plan.mbs))) for s in p.stages]
             m = max(m_s)
+            if m > TIMELINE_MAX_MICRO_BATCHES:
+                timeline = False
+                events.clear()
             scale = [ms / m for ms in m_s]
             act = [self._boundary_time(plan, profile, net, p.stages[i], p.stages[i + 1]) for i in range(S - 1)]
             ov = self.cal.task_overhead_s
@@ -283,8 +286,8 @@ def _group_allreduce(net, members: list[Replica], nbytes: float, bucket: float) 
     return worst
 
 
-# A pipeline's timeline (the plan's Gantt) is drawn up to this many micro-batches; a longer one (a global batch of
-# millions) is extrapolated like any other, without boxes: its timeline would hold tens of millions of them.
+# A plan's timeline (its Gantt) is drawn while no pipeline has more micro-batches than this; past it (a global batch
+# of millions) the plan is extrapolated as in the search and draws no Gantt: it would hold tens of millions of boxes.
 TIMELINE_MAX_MICRO_BATCHES = 4096
 
 
@@ -292,9 +295,9 @@ def _flush_times(sched, S: int, m: int, f, b, k_in, k_out, events: list[Event] |
     """When each stage finishes its last task (and its last send). Long pipelines (m > 4S + 16) are
     scheduled with m0 and m0 + S micro-batches and extrapolated along the steady state, whose period
     repeats exactly (deterministic task lengths): T(m) = T(m0 + S) + (m - m0 - S) (T(m0 + S) - T(m0)) / S.
-    With ``events`` (a timeline), pipelines up to ``TIMELINE_MAX_MICRO_BATCHES`` are scheduled in full."""
+    With ``events`` (a timeline, at most ``TIMELINE_MAX_MICRO_BATCHES``), the pipeline is scheduled in full."""
     m0 = 4 * S + 16
-    if events is not None and m <= TIMELINE_MAX_MICRO_BATCHES or m <= m0 + S:
+    if m <= m0 + S or events is not None:
         return _schedule(sched, S, m, f, b, k_in, k_out, events, pi)
     a = _schedule(sched, S, m0, f, b, k_in, k_out, None, pi)
     c = _schedule(sched, S, m0 + S, f, b, k_in, k_out, None, pi)
