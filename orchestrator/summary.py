@@ -46,7 +46,8 @@ def _result_line(m: dict[str, float], t: dict[str, str]) -> str:
     unused = f" (not in the plan: {t['plan.unused']} of the cluster)" if t.get("plan.unused") else ""
     return (f"  result:   {_fmt(m.get('plan.iteration_s'), ' s')} per iteration of {int(m.get('plan.global_batch', 0))} "
             f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {int(m.get('plan.gpus', 0))} GPUs{unused}{bubble}; "
-            f"{_fmt(m.get('plan.usd_per_iteration'))} USD per iteration = {_fmt(m.get('plan.usd_per_hour'))} USD/h")
+            f"{_fmt(m.get('plan.usd_per_iteration'))} USD per iteration = {_fmt(m.get('plan.usd_per_hour'))} USD/h"
+            + (f" (without {t['plan.unpriced']}: no price)" if t.get("plan.unpriced") else ""))
 
 
 def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:

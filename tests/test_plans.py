@@ -167,6 +167,20 @@ def test_a_timeline_of_millions_of_micro_batches_is_extrapolated_not_drawn(data)
     assert sim.estimate(plan, profile, cluster, 1024, timeline=True).events
 
 
+def test_a_gpu_without_a_price_is_not_planned_as_free(data):
+    """MI250X has no price in the catalog: a cost or budget objective stops with one line naming it (it planned on
+    it at 0 USD, before); a throughput plan's summary says its USD leave it out."""
+    from orchestrator.summary import _result_line
+
+    cluster = data[0].with_gpus({"MI250X": 8, "A100-40": 8})
+    assert PlanObjective().unpriced(cluster) == "MI250X" and PlanObjective().unpriced(data[0].with_gpus({"A100-40": 8})) == ""
+    for objective in (PlanObjective("cost", min_samples_per_s=10), PlanObjective("budget", max_usd_per_hour=50)):
+        with pytest.raises(ConfigError, match="needs a price per GPU hour for every GPU type; MI250X has none"):
+            objective.unpriced(cluster)
+    line = _result_line({"plan.usd_per_hour": 29.4, "plan.usd_per_iteration": 0.1}, {"plan.unpriced": "MI250X"})
+    assert line.endswith("29.4 USD/h (without MI250X: no price)")
+
+
 def test_a_hand_written_yaml_cluster_and_a_third_party_planner(tmp_path, data):
     _, profile = data
     (tmp_path / "c.yaml").write_text(

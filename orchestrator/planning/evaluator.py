@@ -40,6 +40,16 @@ class PlanObjective:
                                                      ("max_usd_per_hour", self.max_usd_per_hour, "budget"))
                 if value is not None and self.kind != kind]
 
+    def unpriced(self, cluster: GpuCluster) -> str:
+        """The cluster's GPU types without a price per hour ('' when every one has one): a throughput plan's USD
+        leave them out (the summary says so); a cost or budget objective cannot rank plans without them (one line)."""
+        names = sorted({t for (t, _), n in cluster.gpus.items() if n > 0 and cluster.gpu_type(t).usd_per_gpu_hour is None})
+        if names and self.kind in ("cost", "budget"):
+            raise ConfigError(f"{self.describe()} needs a price per GPU hour for every GPU type; {', '.join(names)} "
+                              "has none (neither the cluster nor the GPU catalog prices it): give node_types.TYPE.usd_per_gpu_hour in "
+                              "a hardware.file cluster, or leave it out of hardware.gpus")
+        return ", ".join(names)
+
     def describe(self) -> str:
         """The objective with its constraint, as the user wrote them."""
         if self.kind == "cost" and self.min_samples_per_s is not None:

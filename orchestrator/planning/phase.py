@@ -202,6 +202,7 @@ class PlanningPhase:
         if self.fill:
             profile = fill_measured(profile, cluster)
         check_covered(profile, cluster)
+        self.objective.unpriced(cluster)                            # cost and budget need every price
         return cluster, source, profile
 
     def run(self, model_spec: Any, profile: LayeredProfile, sink: Any) -> dict[str, float]:
@@ -232,7 +233,7 @@ class PlanningPhase:
         metrics.update({k: float(v) for k, v in limits.items() if v is not None})
         tags = {"plan.simulator": est.simulator, "plan.description": plan.describe()[:4900],
                 "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
-                "plan.fits": str(est.fits).lower()}
+                "plan.fits": str(est.fits).lower(), "plan.unpriced": self.objective.unpriced(cluster)}
         tags.update(derived_tags(profile, cluster, plan))
         if source == "given" and (unused := plan.unused(cluster.gpus)):
             tags["plan.unused"] = unused                        # the planner's choice: the summary names them
