@@ -305,6 +305,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, Interrupt.handle)
     signal.signal(signal.SIGINT, Interrupt.handle)
     try:
+        from orchestrator.plugins import entries
+
+        entries()                    # a broken plugin registration: one line here, not Hydra's traceback (--help too)
         sys.argv = [sys.argv[0], *precheck(sys.argv[1:])]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

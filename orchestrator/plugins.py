@@ -38,6 +38,7 @@ class PluginEntry:
     ref: str
     distribution: str
     version: str
+    builtin: bool = False
 
 
 def _check_version(module: Any, ep_name: str) -> None:
@@ -64,10 +65,17 @@ def get_plugin_manager() -> pluggy.PluginManager:
         except Exception as exc:  # a broken third-party plugin must not take the tool down silently
             raise PluginError(f"plugin {ep.name!r} ({ep.value}) failed to import: {exc}") from exc
         _check_version(module, ep.name)
-        pm.register(module, name=ep.name)
+        try:
+            pm.register(module, name=ep.name)
+        except pluggy.PluginValidationError as exc:        # a hook with a wrong signature
+            raise PluginError(f"plugin {ep.name!r} ({ep.value}): {exc}") from None
         dist = getattr(ep, "dist", None)
         _DISTS[ep.name] = (dist.metadata["Name"], dist.version) if dist is not None else ("?", "?")
-    pm.check_pending()
+    try:
+        pm.check_pending()                                  # a hook name that is not in the contract (misspelt)
+    except pluggy.PluginValidationError as exc:
+        hooks = ", ".join(n for n in dir(hookspecs) if n.startswith("orchestrator_"))
+        raise PluginError(f"{exc} (the hooks: {hooks})") from None
     return pm
 
 
@@ -86,8 +94,11 @@ def entries(kind: str | None = None) -> list[PluginEntry]:
             result = impl.function()
             plugin_name = pm.get_name(impl.plugin) or "?"
             dist, ver = _DISTS.get(plugin_name, ("?", "?"))
+            if not isinstance(result or {}, dict) or not all(isinstance(r, str) for r in (result or {}).values()):
+                raise PluginError(f"plugin {plugin_name!r}: {hook_name}() returned {result!r}, not a dict "
+                                  "{name: 'module:attribute'}"[:300])
             for name, ref in (result or {}).items():
-                out.append(PluginEntry(k, name, ref, dist, ver))
+                out.append(PluginEntry(k, name, ref, dist, ver, plugin_name.startswith("builtin_")))
     return out
 
 
@@ -103,14 +114,20 @@ def load(kind: str, name: str) -> Any:
     if not matches:
         available = ", ".join(names(kind)) or "none installed"
         raise PluginError(f"unknown {kind} {name!r} (available: {available})")
-    ref = matches[-1].ref  # a later registration (third party) overrides a built-in of the same name
-    module_name, _, attr = ref.partition(":")
+    chosen = [e for e in matches if not e.builtin] or matches     # a third party's overrides a built-in of the name
+    if not chosen[-1].builtin and len(chosen) < len(matches):
+        print(f"note: {kind} {name!r} is {chosen[-1].distribution}'s ({chosen[-1].ref}), not the built-in",
+              file=sys.stderr, flush=True)
+    module_name, _, attr = chosen[-1].ref.partition(":")
     try:
         obj = importlib.import_module(module_name)
         for part in attr.split(".") if attr else []:
             obj = getattr(obj, part)
     except ImportError as exc:
         raise PluginError(f"{kind} {name!r} is unavailable: {exc}") from exc
+    except AttributeError:
+        raise PluginError(f"{kind} {name!r} is registered as {chosen[-1].ref!r}, but {module_name} has no "
+                          f"{attr!r}") from None
     return obj
 
 
