@@ -37,7 +37,8 @@ def parse(text: str) -> tuple[str, list[list[str]]]:
                 header.append("")
             continue
         if stripped.startswith("#"):
-            (pending if seen_key else header).append(stripped.lstrip("#").strip())
+            if not stripped.lstrip("#").strip().startswith("@package"):          # a Hydra directive, not prose
+                (pending if seen_key else header).append(stripped.lstrip("#").strip())
             continue
         item = ITEM.match(line)
         if item and rows:
@@ -146,10 +147,13 @@ def header(text: str) -> str:
 
 def section(rel: Path) -> str:
     group = rel.parent.as_posix()
-    prefix = "" if group == "." else group + "."
-    title = "config.yaml (the root)" if group == "." else f"`{group}={rel.stem}`"
-    how = "" if group == "." else (f"Select with `{'+' if group in ('placer', 'sync') else ''}{group}={rel.stem}`; "
-                                   f"override a key with `{prefix}KEY=VALUE`.\n\n")
+    is_global = (CONF / rel).read_text().startswith("# @package _global_")    # its keys are the root's
+    prefix = "" if group == "." or is_global else group + "."
+    plus = "+" if group in ("placer", "sync", "planner", "experiment") else ""   # optional groups: not in the defaults
+    title = "config.yaml (the root)" if group == "." else f"`{plus}{group}={rel.stem}`"
+    how = "" if group == "." else (f"Select with `{plus}{group}={rel.stem}`; " + (
+        "its keys are the root's (and Hydra's): override them as `KEY=VALUE`.\n\n" if is_global
+        else f"override a key with `{prefix}KEY=VALUE`.\n\n"))
     typed = typed_option(rel)
     if typed is not None:
         cls, values = typed
@@ -161,7 +165,8 @@ def section(rel: Path) -> str:
             description += " Picking it also sets " + ", ".join(f"`{k}={yaml_value(v)}`" for k, v in others.items()) + "."
     else:
         description, plain = parse((CONF / rel).read_text())
-        source, rows = "Untyped (no schema): the YAML is the reference. ", [[k, v, "", w] for k, v, w in plain]
+        source, rows = "Untyped (no schema): the YAML is the reference. ", [[k, v, "", w] for k, v, w in plain
+                                                                            if not (is_global and k == "defaults")]
     lines = [f"## {title}\n", f"File: `conf/{rel.as_posix()}`. {source}{description}".rstrip() + "\n", how,
              "| key | default | accepts | description |", "|---|---|---|---|"]
     cell = lambda s: s.replace("|", "\\|")  # noqa: E731

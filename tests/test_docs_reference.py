@@ -12,7 +12,7 @@ def test_configuration_reference_is_up_to_date():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     page = (ROOT / "docs" / "configuration.md").read_text()
-    assert "| `train.lr` | `0.1` | number >= 0 | the learning rate of one batch of batch_size (for train.optimizer) |" in page and "## `placer=manual`" in page
+    assert "| `train.lr` | `0.1` | number >= 0 | the learning rate of one batch of batch_size (for train.optimizer) |" in page and "## `+placer=manual`" in page and "Select with `+planner=amp`" in page
     assert "| `placer.budget_evaluations` | `12000` | integer >= 1 |" in page          # from the schema
 
 
