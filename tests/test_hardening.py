@@ -50,6 +50,8 @@ BERT = Path(__file__).parent / "data" / "msr-dnn-partitioning" / "throughput-inp
      "model=workload is costed on accelerator, cpu devices only (no FLOPs for a roofline), not on host0/gpu:0"),
     (["+sync=delay", "sync.runtime=mpi", "hardware.workers=100000"],
      "hardware.workers=100000 needs 100001 MPI ranks (100000 workers + 1 server rank), more than"),
+    (["+sync=allreduce", "train.compare_with=nosuch"],            # before the training (after it, before)
+     "train.compare_with='nosuch': unknown sync strategy (available: "),
 ])
 def test_bad_files_and_stores_are_one_line(workdir, args, expected):
     _bad_files(workdir)

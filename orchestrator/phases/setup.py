@@ -121,6 +121,10 @@ def validated(cfg: DictConfig, classes: PluginClasses) -> Groups:
         from orchestrator.sync.reference import check_grid
 
         check_grid((cfg.get("train") or {}).get("reference_grid"))
+        other = (cfg.get("train") or {}).get("compare_with")
+        if other and str(other) not in plugins.names("sync"):            # before the training, not after it
+            raise ConfigError(f"train.compare_with={other!r}: unknown sync strategy (available: "
+                              f"{', '.join(plugins.names('sync'))}; null: no comparison)")
     objective = from_node(ObjectiveConfig, cfg.get("objective"), "objective")
     metric = objective.metric
     if classes.planner is not None and metric == "speedup":   # the default: a plan's own figure
