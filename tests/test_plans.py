@@ -181,6 +181,28 @@ def test_a_gpu_without_a_price_is_not_planned_as_free(data):
     assert line.endswith("29.4 USD/h (without MI250X: no price)")
 
 
+@pytest.mark.parametrize("figure", [-45.2, float("nan"), 0.0])
+def test_a_simulators_time_that_is_no_time_stops_the_trial_naming_it(data, figure):
+    """A plugin simulator's negative or NaN iteration: the search picked the most negative plan (-45.2 s per
+    iteration, '-813.7% above' the bound) or read NaN as 'no plan fits'; now one line naming the simulator."""
+    import dataclasses
+
+    from orchestrator.errors import PluginError
+    from orchestrator.planning.simulator import ProjectSimulator
+
+    class Wrong(ProjectSimulator):
+        name = "wrong"
+
+        def estimate(self, plan, profile, cluster, global_batch, timeline=False):
+            return dataclasses.replace(super().estimate(plan, profile, cluster, global_batch, timeline), iteration_s=figure)
+
+    cluster, profile = data
+    ev = PlanEvaluator(Wrong(), profile, cluster, 1024)
+    for call in (ev.evaluate, ev.try_evaluate):
+        with pytest.raises(PluginError, match=r"planner.simulator='wrong' \(Wrong\) gave .* s per iteration for "):
+            call(_plan([range(26)]))
+
+
 def test_a_hand_written_yaml_cluster_and_a_third_party_planner(tmp_path, data):
     _, profile = data
     (tmp_path / "c.yaml").write_text(

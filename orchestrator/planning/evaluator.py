@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from orchestrator.errors import ConfigError, UserError
+from orchestrator.errors import ConfigError, PluginError, UserError
 from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.plan.profile import ProfileMissing
@@ -106,13 +106,19 @@ class PlanEvaluator:
 
     def evaluate(self, plan: Plan, timeline: bool = False) -> PlanEstimate:
         self.evaluations += 1
-        return self.sim.estimate(plan, self.profile, self.cluster, self.global_batch, timeline=timeline)
+        est = self.sim.estimate(plan, self.profile, self.cluster, self.global_batch, timeline=timeline)
+        if not (isinstance(est.iteration_s, (int, float)) and 0 < est.iteration_s < math.inf):   # a plugin's figure
+            raise PluginError(f"planner.simulator={getattr(self.sim, 'name', '?')!r} ({type(self.sim).__name__}) gave "
+                              f"{est.iteration_s!r} s per iteration for {plan.describe()[:100]}: a time is a number > 0")
+        return est
 
     def try_evaluate(self, plan: Plan) -> PlanEstimate | None:
         """``evaluate``, or None (counted in ``skipped``) when the plan needs a profile entry or link
         fit the data lacks: a search skips such a candidate instead of reading it as 0 s."""
         try:
             return self.evaluate(plan)
+        except PluginError:                   # a simulator's bug, not a gap in the data: the trial stops
+            raise
         except (ProfileMissing, UserError) as exc:
             self.skipped += 1
             key = str(exc).split(":")[0][:80]
