@@ -111,6 +111,25 @@ def test_a_best_lr_at_the_edge_of_the_grid_is_searched_past_it(tmp_path, mnist):
     assert ref.time_to_target_s == min(finite.values())
 
 
+def test_the_tuned_reference_does_not_depend_on_the_trials_own_optimizer(tmp_path, mnist):
+    """Each optimizer's lrs are searched as if unpruned: with SGD's own trial first, Adam's cells (slower than SGD's
+    best) were all cut short, so Adam's best lr past the grid's edge was never tried, and the reference (and every
+    speedup over it) depended on which optimizer the trial happened to use."""
+    from orchestrator.sync import reference
+
+    grid = {"sgd": [0.05, 0.1], "nesterov": [], "adam": [0.0005, 0.001]}
+    refs = []
+    for optimizer, lr in (("sgd", 0.1), ("adam", 0.001)):
+        reference._CACHE.clear()
+        cfg = {**SMALL, "train": {**SMALL["train"], "optimizer": optimizer, "lr": lr, "reference_extend": 2,
+                                  "reference_grid": grid}}
+        refs.append(_train(tmp_path / optimizer, cfg, mnist)[0].reference)
+    assert (refs[0].optimizer, refs[0].lr, refs[0].time_to_target_s) == (refs[1].optimizer, refs[1].lr, refs[1].time_to_target_s)
+    for ref in refs:       # every optimizer's edge was read: each ran a cell to its target
+        assert any(v is not None for k, v in ref.grid.items() if k.startswith("adam"))
+        assert any(v is not None for k, v in ref.grid.items() if k.startswith("sgd"))
+
+
 def test_seeds_give_the_median_and_the_spread(tmp_path, mnist):
     cfg = {**SMALL, "train": {**SMALL["train"], "seeds": 3, "reference": "same"}}
     result, _ = _train(tmp_path, cfg, mnist)

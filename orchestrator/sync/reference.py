@@ -34,7 +34,7 @@ from typing import Any
 from orchestrator.execution.training import NullSink, TrainSettings
 from orchestrator.sync.core import SyncOptions
 
-PRUNE = 1.0     # a seed run stops at this multiple of the best median so far (past it, it cannot win)
+PRUNE = 1.0     # a seed run stops at this multiple of its optimizer's best median so far (past it, it cannot win)
 
 
 @dataclass
@@ -110,8 +110,8 @@ def cells(settings: TrainSettings, method: str, grid: dict[str, list[float]]) ->
     if method == "same":
         return [own]
     rest = [(o, float(lr)) for o, lrs in grid.items() for lr in lrs if (o, float(lr)) != own]
-    # the most promising first (the own optimizer, nearest lr first), so that the pruning cuts
-    # the others short; the order cannot change the result, only its cost
+    # the most promising first (the own optimizer, nearest lr first), so that the pruning cuts an optimizer's
+    # other cells short; the order cannot change the result, only its cost
     rest.sort(key=lambda c: (c[0] != own[0], abs(math.log(c[1] / own[1])) if own[1] > 0 else 0.0))
     return [own] + rest
 
@@ -173,37 +173,45 @@ class _Tuning:
         if found is not None:
             self.table.update(found.grid)
 
-    def run_cell(self, optimizer: str, lr: float) -> float | None:
-        """One cell's median time to target; its seed runs stop past the best median so far (``PRUNE``)."""
+    def run_cell(self, optimizer: str, lr: float, grid: bool = True) -> float | None:
+        """One cell's median time to target; its seed runs stop past the best median so far of the grid's cells of
+        the same optimizer (``PRUNE``): each optimizer's list is searched as if unpruned, so the edge rule
+        (``extend_past_edge``) sees where its best lr is, whichever optimizer ran first (a pruned optimizer showed no
+        edge, and a trial's own optimizer decided the reference). ``grid``: a cell of the grid or past its edge (the
+        trial's own cell, when it is not one, is timed but not part of the search)."""
         from orchestrator.sync.strategy import SingleWorker
         from orchestrator.sync.virtual import VirtualRun
 
-        s, best = self.ctx.settings, self.best
+        s = self.ctx.settings
+        done = [t for t in self.per_opt.get(optimizer, {}).values() if t is not None]
         times = []
         for seed in self.seeds:
             rt, theta0 = self.runtimes[seed]
             rt.set_flat(theta0)
-            limit = None if best is None else best[0] * PRUNE
+            limit = min(done) * PRUNE if done else None
             budget = limit if s.budget_s is None or limit is None else min(limit, s.budget_s)
             rs = dataclasses.replace(s, optimizer=optimizer, lr=lr, seed=seed, stop="target", seeds=1, budget_s=budget)
             times.append(VirtualRun(SingleWorker(), self.ropts, rs, rt, self.ctx.dataset, self.base,
                                     NullSink()).run()[0].time_to_target_s)
         med = median_time(times)
         self.table[f"{optimizer} lr={lr:g}"] = med
-        self.per_opt.setdefault(optimizer, {})[lr] = med
+        if grid:
+            self.per_opt.setdefault(optimizer, {})[lr] = med
+        best = self.best
         if med is not None and (best is None or med < best[0]):
             self.best = (med, optimizer, lr, tuple(times))
         return med
 
-    def run_all(self, todo: list[tuple[str, float]]) -> None:
+    def run_all(self, todo: list[tuple[str, float]], own_in_grid: bool = True) -> None:
+        """The cells in order; the first is the trial's own (``own_in_grid``: also a cell of the grid)."""
         from orchestrator.progress import Bar
 
         bar = Bar(bool(getattr(self.ctx, "show_progress", False)), len(todo), "reference: one speed-1.0 worker, tuning",
                   "cell")
         try:
-            for optimizer, lr in todo:
+            for i, (optimizer, lr) in enumerate(todo):
                 bar.update(0, cell=f"{optimizer} lr={lr:g}")
-                self.run_cell(optimizer, lr)
+                self.run_cell(optimizer, lr, grid=i > 0 or own_in_grid)
                 best = self.best
                 bar.update(1, best="-" if best is None else f"{best[1]} lr={best[2]:g} {best[0]:.3g} s")
         finally:
@@ -213,10 +221,12 @@ class _Tuning:
         """Past the edge of each optimizer's lr list (``extend_past_edge``)."""
         for optimizer in grid:
             def step(lr: float, optimizer: str = optimizer) -> float | None:
+                if f"{optimizer} lr={lr:g}" in self.table:       # the trial's own cell, timed already
+                    return self.table[f"{optimizer} lr={lr:g}"]
                 print(f"reference: {optimizer}'s best lr is at the edge of the grid; trying lr={lr:g}", flush=True)
                 return self.run_cell(optimizer, lr)
 
-            extend_past_edge(self.per_opt[optimizer], step, steps)
+            extend_past_edge(self.per_opt.setdefault(optimizer, {}), step, steps)
 
     def merged(self, found: Reference, method: str) -> Reference:
         """The cached reference, its grid now with this trial's own cell (unpruned)."""
@@ -255,7 +265,7 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
         print(f"reference: one speed-1.0 worker, tuning {len(todo)} (optimizer, lr) cells x {len(seeds)} seed(s) "
               "(cached in the tracking store for the next trial)", flush=True)
     tuning = _Tuning(opts, ctx, base, seeds, found)
-    tuning.run_all(todo)
+    tuning.run_all(todo, own_in_grid=todo[0] in {(o, float(lr)) for o, lrs in grid.items() for lr in lrs})
     if found is not None:
         ref = tuning.merged(found, method)
     else:
