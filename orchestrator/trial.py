@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from orchestrator import __version__
 from orchestrator.api import TrialContext
 from orchestrator.errors import ConfigError
+from orchestrator.hardware.cluster import checked
 from orchestrator.phases import setup
 from orchestrator.phases.placement import PlacementPhase
 from orchestrator.phases.tracking import TrialRecord, stop_if_interrupted
@@ -91,7 +92,7 @@ class Trial:
         if self.labels.get("sync") and not model_spec.trainable_on_mnist:           # nothing to combine gradients of
             raise ConfigError(f"+sync={self.labels['sync']} trains the model on data, and model={self.labels['model']} "
                               "is placed only (it has no training data here): drop +sync, or use model=cnn")
-        cluster = self.hardware.cluster(self.context(model_spec))                   # the hardware
+        cluster = checked(self.hardware.cluster(self.context(model_spec)), self.labels["hardware"])   # the hardware
         self.placing.simulated_cluster = cluster.simulated
         tags = self._tags(cluster, self._evaluator_kind(cluster))
         self.training.check_resources(model_spec, cluster)

@@ -72,3 +72,27 @@ def test_one_parser_for_the_units_users_write():
     w = multi_host_worker(sim_hetero_cluster())          # a device link is a ConstantLink in the topology
     link = w.links[w.route(w.device("host0/gpu:0"), w.device("host2/gpu:1"))[1]]
     assert isinstance(link, ConstantLink) and link.time(1e9) == link.latency_s + 1e9 / link.bandwidth
+
+
+def test_an_adapters_cluster_with_no_sense_in_it_is_one_line_naming_the_adapter():
+    """A plugin adapter's figures: a negative FLOP rate, memory or link bandwidth (a ZeroDivisionError in the
+    list kernel, a 'does not fit by 0.0 MiB', or negative times, before), a device named twice, no workers, not a
+    Cluster at all: one line each."""
+    from orchestrator.errors import PluginError
+    from orchestrator.hardware.cluster import Cluster, Device, Worker, checked
+    from orchestrator.hardware.links import ConstantLink
+
+    for key, value in (("peak_flops", -1e12), ("memory_bytes", -5), ("mem_bandwidth", float("nan"))):
+        with pytest.raises(ConfigError, match=f"device 'gpu:0': {key}=.* must be a number > 0"):
+            Device("gpu:0", "gpu", **{key: value})
+    for bw, lat in ((0.0, 0.0), (-1e9, 0.0), (1e9, -1.0)):
+        with pytest.raises(ConfigError, match="a link needs a bandwidth > 0 bytes/s and a latency >= 0 s"):
+            ConstantLink(bw, lat)
+    two = Worker("w", [Device("gpu:0", "gpu"), Device("gpu:0", "gpu")])
+    for cluster, words in (({"workers": []}, "cluster\\(\\) returned dict"), (Cluster("c", [], True), "the cluster has no workers"),
+                           (Cluster("c", [two], True), "worker 'w' names device 'gpu:0' twice"),
+                           (Cluster("c", [Worker("v", [])], True), "worker 'v' has no devices")):
+        with pytest.raises(PluginError, match=f"hardware=mine: {words}"):
+            checked(cluster, "mine")
+    one = Cluster("c", [Worker("w", [Device("gpu:0", "gpu")])], True)
+    assert checked(one, "mine") is one

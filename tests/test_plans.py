@@ -343,7 +343,7 @@ def test_simulators_are_plugins_resolved_once_by_name(tmp_path, monkeypatch):
     try:
         with pytest.raises(ConfigError, match=r"planner.simulator='broken': dict does not subclass"):
             simulator("broken")
-        from orchestrator.planning.simulators import simulators     # the bounds leave it out; other trials run
+        from orchestrator.planning.simulators import simulators  # the bounds leave it out; other trials run
         assert sorted(sim.name for sim in simulators()) == ["project", "sailor"]
     finally:
         pm.unregister(name="broken-simulators")

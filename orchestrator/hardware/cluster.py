@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.hardware.cost import roofline_s
@@ -32,6 +33,12 @@ class Device:
     @property
     def is_real(self) -> bool:
         return self.tf_device is not None
+
+    def __post_init__(self):
+        for key in ("peak_flops", "mem_bandwidth", "memory_bytes"):   # an adapter's (a plugin's) figures too
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ConfigError(f"device {self.name!r}: {key}={v!r} must be a number > 0")
 
     def roofline_s(self, flops: float, bytes_accessed: float) -> float:
         """Seconds of a node with no measured cost on this device (``cost.roofline_s``)."""
@@ -152,6 +159,26 @@ class Cluster:
     workers: list[Worker]
     simulated: bool                # True when no device of it exists for real here
     description: str = ""
+
+
+def checked(cluster: Any, adapter: str) -> Cluster:
+    """A hardware adapter's cluster (a plugin's too), its shape checked: one line naming the adapter otherwise."""
+    from orchestrator.errors import PluginError
+
+    if not isinstance(cluster, Cluster):
+        raise PluginError(f"hardware={adapter}: cluster() returned {type(cluster).__name__}, not an orchestrator.api.Cluster")
+    if not cluster.workers:
+        raise PluginError(f"hardware={adapter}: the cluster has no workers")
+    for w in cluster.workers:
+        names = [d.name for d in w.devices]
+        if not names:
+            raise PluginError(f"hardware={adapter}: worker {w.name!r} has no devices")
+        if len(set(names)) < len(names):
+            raise PluginError(f"hardware={adapter}: worker {w.name!r} names device "
+                              f"{next(n for n in names if names.count(n) > 1)!r} twice")
+        if not (isinstance(w.speed, (int, float)) and 0 < w.speed < math.inf):
+            raise PluginError(f"hardware={adapter}: worker {w.name!r} has speed {w.speed!r} (a number > 0)")
+    return cluster
 
 
 def host_memory(host: str) -> str:

@@ -38,6 +38,13 @@ class ConstantLink:
     bandwidth: float                    # bytes/s
     latency_s: float = 0.0
 
+    def __post_init__(self):
+        if not (self.bandwidth > 0 and 0 <= self.latency_s < math.inf):    # NaN fails both
+            from orchestrator.errors import ConfigError
+
+            raise ConfigError(f"a link needs a bandwidth > 0 bytes/s and a latency >= 0 s, got {self.bandwidth!r} and "
+                              f"{self.latency_s!r}")
+
     def time(self, nbytes, senders: int = 1):
         """Seconds of a message of ``nbytes`` (a number or a numpy array; 0 for none) while ``senders``
         messages share the link's bandwidth."""
