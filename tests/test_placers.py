@@ -180,3 +180,22 @@ def test_manual_strategies():
     rnn = ManualPlacer({"strategy": "rnn"}).place(rnn_g, worker((1.0,) * 3)).assignment
     assert rnn["encoder/lstm_0"] == rnn["decoder/lstm_0"] == "gpu:0" and rnn["encoder/lstm_1"] == "gpu:1"
     assert rnn["attention"] == rnn["softmax"] == "gpu:2" and rnn["embedding"] == "gpu:0"
+
+
+def test_a_placers_answer_that_is_not_a_placement_of_the_graph_is_one_line():
+    """A plugin placer returning a dict or None (an AttributeError, before), or a placement of nodes the graph
+    does not have (accepted, before)."""
+    import pytest
+
+    from orchestrator.errors import ConfigError, PluginError
+    from orchestrator.graph.opgraph import Node, OpGraph
+    from orchestrator.graph.placement import Placement
+
+    graph = OpGraph("g", [Node("a"), Node("b")], [])
+    for result in ({"a": "gpu:0"}, None):
+        with pytest.raises(PluginError, match=f"placer=mine: place\\(\\) returned {type(result).__name__}, not an"):
+            Placement.of(result, graph, "mine")
+    with pytest.raises(ConfigError, match="placement places node 'zz', which the graph does not have"):
+        Placement.of(Placement(["gpu:0"], {"a": "gpu:0", "b": "gpu:0", "zz": "gpu:0"}), graph, "mine")
+    ok = Placement(["gpu:0"], {"a": "gpu:0", "b": "gpu:0"})
+    assert Placement.of(ok, graph, "mine") is ok

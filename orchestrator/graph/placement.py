@@ -29,7 +29,20 @@ class Placement:
         for n in graph.nodes:
             if n.name not in self.assignment:
                 raise ConfigError(f"placement leaves node {n.name!r} unplaced")
+        if len(self.assignment) > len(graph.nodes):
+            names = {n.name for n in graph.nodes}
+            extra = next(name for name in self.assignment if name not in names)
+            raise ConfigError(f"placement places node {extra!r}, which the graph does not have")
         return self
+
+    @staticmethod
+    def of(result: Any, graph: OpGraph, placer: str) -> Placement:
+        """A placer's answer (a plugin's too), checked: not a ``Placement`` is one line naming the placer."""
+        if not isinstance(result, Placement):
+            from orchestrator.errors import PluginError
+
+            raise PluginError(f"placer={placer}: place() returned {type(result).__name__}, not an orchestrator.api.Placement")
+        return result.check(graph)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": 1, "devices": list(self.devices), "assignment": dict(self.assignment), **({"meta": self.meta} if self.meta else {})}

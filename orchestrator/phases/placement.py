@@ -190,7 +190,7 @@ class PlacementPhase:
         context = PlacementContext(seed=self.train.seed, sink=sink, output_dir=self.output_dir,
                                    show_progress=self.show_progress, cfg=self.cfg)
         t0 = time.perf_counter()
-        placement = self.placer.place(graph, worker, evaluator, context).check(graph)
+        placement = Placement.of(self.placer.place(graph, worker, evaluator, context), graph, self.names["placer"])
         search_time = time.perf_counter() - t0
         searched = evaluator.evaluations
         end_search = getattr(evaluator, "end_search", None)    # measured / mixed rewards: stop the budget
@@ -267,7 +267,7 @@ class PlacementPhase:
 
         sim = SimulatedEvaluator(graph, worker, "step", evaluator.memory_headroom, getattr(evaluator, "microbatch", None))
         context = PlacementContext(seed=self.train.seed, output_dir=self.output_dir, cfg=self.cfg)
-        other = self.placer.place(graph, worker, sim, context).check(graph)
+        other = Placement.of(self.placer.place(graph, worker, sim, context), graph, self.names["placer"])
         v = evaluator.evaluate(other)
         return {"placement.simulated_reward_step_time_s": v.step_time_s,
                 "placement.vs_simulated_reward": v.step_time_s / verdict.step_time_s}
