@@ -278,6 +278,30 @@ def test_a_plan_file_whose_batches_contradict_is_a_one_line_error(tmp_path):
         assert out.returncode == 2 and f"error: {words}" in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("change, words", [
+    ({"count": 2.5}, "count=2.5 must be a whole number >= 1"),                   # was planned as 2 GPUs
+    ({"count": "8"}, "count='8' must be a whole number >= 1"),
+    ({"colour": "red"}, "replica: unknown key 'colour' (it takes gpu, tp, node_gpus, zone, machines, count)"),
+    ({"node_gpus": 8}, "puts GH-96 on machines of 8 GPUs; the cluster's GH-96 machines have 4"),   # was ignored
+    ({"global_batch": 0}, "global_batch=0 must be a whole number >= 1"),        # was planned at 1024 samples
+    ({"global_batch": 2}, "pipeline 0 gets 2 samples per iteration, less than a micro-batch of 8 for each of stage 0's "
+                          "8 replicas (64)"),                                    # was timed as 2 samples
+    ({"format": "orchestrator.plan/9"}, "format 'orchestrator.plan/9' (this version reads 'orchestrator.plan/1')"),
+])
+def test_a_plan_file_with_a_wrong_figure_or_key_is_one_line(data, tmp_path, change, words):
+    cluster, profile = data
+    replica = {"gpu": "GH-96", "tp": 4, "node_gpus": 4, "count": 8}
+    doc = {"format": "orchestrator.plan/1", "mbs": 8, "global_batch": 1024,
+           "pipelines": [{"stages": [{"layers": [0, 25], "replicas": [replica]}]}]}
+    top = {k: v for k, v in change.items() if k in doc}
+    replica.update({k: v for k, v in change.items() if k not in doc})
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({**doc, **top}))
+    with pytest.raises((WorkloadError, ConfigError), match=re.escape(words)):
+        plan = Plan.read(path)
+        PlanEvaluator(simulator("project"), profile, cluster.with_gpus({"GH-96": 32}), plan.global_batch or 1024).check(plan)
+
+
 def test_the_planning_trial_logs_the_plan(tmp_path):
     plan_file = SAILOR / "measured" / "gh200-opt-350" / "plan_config_N16_D4.json"
     args = ["+planner=file", f"planner.path={plan_file}", "model=llm", "model.name=OPT-350", f"model.data={SAILOR}",

@@ -197,20 +197,27 @@ class Plan:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "plan") -> Plan:
         try:
+            _keys(doc, ("format", "mbs", "global_batch", "schedule", "pipelines"), "the plan")
+            if doc.get("format", FORMAT) != FORMAT:
+                raise ValueError(f"format {doc['format']!r} (this version reads {FORMAT!r})")
             pipelines = []
-            for p in doc["pipelines"]:
+            for i, p in enumerate(doc["pipelines"]):
                 stages = []
-                for s in p["stages"]:
-                    first, last = (int(x) for x in s["layers"])
+                _keys(p, ("stages", "batch"), f"pipeline {i}")
+                for j, s in enumerate(p["stages"]):
+                    _keys(s, ("layers", "replicas"), f"pipeline {i} stage {j}")
+                    first, last = (_whole(x, "layers", 0) for x in s["layers"])
                     reps = []
                     for g in s["replicas"]:
-                        r = Replica(str(g["gpu"]), int(g.get("tp", 1)), int(g.get("node_gpus", g.get("tp", 1))),
-                                    str(g.get("zone", "us-central1-a")), int(g.get("machines", 1)))
-                        reps.extend([r] * int(g.get("count", 1)))
+                        _keys(g, REPLICA_KEYS, f"pipeline {i} stage {j} replica")
+                        r = Replica(str(g["gpu"]), _whole(g.get("tp", 1), "tp"),
+                                    _whole(g.get("node_gpus", g.get("tp", 1)), "node_gpus"),
+                                    str(g.get("zone", "us-central1-a")), _whole(g.get("machines", 1), "machines"))
+                        reps.extend([r] * _whole(g.get("count", 1), "count"))
                     stages.append(Stage(tuple(range(first, last + 1)), tuple(reps)))
-                pipelines.append(Pipeline(tuple(stages), None if p.get("batch") is None else int(p["batch"])))
+                pipelines.append(Pipeline(tuple(stages), None if p.get("batch") is None else _whole(p["batch"], "batch")))
             gb = doc.get("global_batch")
-            return cls(pipelines, int(doc["mbs"]), None if gb is None else int(gb),
+            return cls(pipelines, _whole(doc["mbs"], "mbs"), None if gb is None else _whole(gb, "global_batch"),
                        plan_schedule(str(doc.get("schedule", OneFOneB.name))))
         except (KeyError, TypeError, ValueError) as exc:
             raise WorkloadError(f"{where}: not a plan in the {FORMAT} format ({type(exc).__name__}: {exc})"[:240]) from None
@@ -285,3 +292,21 @@ class Plan:
         ours.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
         theirs.write_text(json.dumps(self.to_sailor()) + "\n")
         return ours, theirs
+
+
+REPLICA_KEYS = ("gpu", "tp", "node_gpus", "zone", "machines", "count")
+
+
+def _whole(value: Any, key: str, low: int = 1) -> int:
+    """A whole number of a plan file (2.5 GPUs was read as 2, "8" as 8)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{key}={value!r} must be a whole number >= {low}")
+    return value
+
+
+def _keys(node: Any, known: tuple[str, ...], what: str) -> None:
+    if not isinstance(node, dict):
+        raise TypeError(f"{what} is {type(node).__name__}, not a mapping")
+    unknown = sorted(str(k) for k in node if k not in known)
+    if unknown:
+        raise ValueError(f"{what}: unknown key {unknown[0]!r} (it takes {', '.join(known)})")

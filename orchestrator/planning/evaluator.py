@@ -93,10 +93,16 @@ class PlanEvaluator:
         if len(shares) == len(plan.pipelines) and sum(shares) != self.global_batch:    # every share given
             raise ConfigError(f"plan: the pipelines' batches {shares} sum to {sum(shares)} samples "
                               f"(the global batch is {self.global_batch})")
-        for p in plan.pipelines:
-            for s in p.stages:
+        for i, (p, batch) in enumerate(zip(plan.pipelines, plan.batches(self.global_batch))):
+            for j, s in enumerate(p.stages):
+                if batch < s.dp * plan.mbs:
+                    raise ConfigError(f"plan: pipeline {i} gets {batch} samples per iteration, less than a micro-batch of "
+                                      f"{plan.mbs} for each of stage {j}'s {s.dp} replicas ({s.dp * plan.mbs}): lower mbs "
+                                      "or the replicas, or raise the batch")
                 for r in s.replicas:
-                    self.cluster.gpu_type(r.gpu)
+                    if r.node_gpus != (per := self.cluster.gpu_type(r.gpu).gpus_per_node):
+                        raise ConfigError(f"plan: pipeline {i} stage {j} puts {r.gpu} on machines of {r.node_gpus} GPUs; "
+                                          f"the cluster's {r.gpu} machines have {per}")
         have = self.cluster.gpus
         if have:
             for (gpu, zone), n in sorted(plan.gpus_used().items()):
