@@ -76,9 +76,10 @@ def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
         what = ("certified lower bound for the cluster given; docs/plans.md" if given else
                 "a lower bound over the plan's own GPUs only: hardware.gpus was not given, so it certifies nothing about "
                 "a larger cluster")
+        gap = (f"this plan is {_fmt(100 * m['plan.optimality_gap'])}% above it" if "plan.optimality_gap" in m else
+               "this plan does not fit in memory, and the bound is over plans that fit")
         out.append(f"  bound:    no plan of this model on {t.get('plan.cluster', 'these GPUs')} is faster than "
-                   f"{_fmt(m['plan.bound_iteration_s'], ' s')} per iteration ({what}); this plan is "
-                   f"{_fmt(100 * m.get('plan.optimality_gap', 0.0))}% above it")
+                   f"{_fmt(m['plan.bound_iteration_s'], ' s')} per iteration ({what}); {gap}")
     return out
 
 

@@ -104,6 +104,13 @@ def test_the_bound_is_certified_only_for_the_cluster_given():
     assert "certified lower" not in own and "the plan's own GPUs only" in own
 
 
+def test_a_plan_that_does_not_fit_has_no_gap_to_the_bound():
+    """The bound is over plans that fit: a plan file over memory printed 'this plan is -0.6973% above it'."""
+    m = {"plan.iteration_s": 1030.0, "plan.bound_iteration_s": 1038.0}
+    text = "\n".join(plan_lines({"metrics": m, "tags": {"plan.fits": "false", "plan.cluster_source": "given"}}))
+    assert "this plan does not fit in memory, and the bound is over plans that fit" in text and "% above" not in text
+
+
 def test_gpus_the_planner_leaves_out_are_named(tmp_path):
     # the planner may find no faster plan with some GPUs: the result line says which, per type
     cluster = {("A100-40", "us-central1-a"): 8, ("V100-16", "us-central1-a"): 16}

@@ -283,16 +283,17 @@ class PlanningPhase:
 
     def bounds(self, profiles: list[LayeredProfile], cluster: GpuCluster, batch: int, plan: Plan,
                est: PlanEstimate) -> dict[str, float]:
-        """The bound that matches the objective over the plans of every precision tried (the least of their
-        bounds), and the plan's gap to it (``plan.optimality_gap``):
-        throughput: least s/iteration (``plan.bound_iteration_s``, the simulator's certified bound); cost:
+        """The bound that matches the objective over the plans of every precision tried (the least of their bounds), and
+        the plan's gap to it (``plan.optimality_gap``; none where the plan does not fit: the bounds are over plans that
+        fit): throughput: least s/iteration (``plan.bound_iteration_s``, the simulator's certified bound); cost:
         least USD/iteration (``plan.bound_usd_per_iteration``); budget: most samples/s within the ceiling
         (``plan.bound_samples_per_s``: the time bound's, or the ceiling over the least USD per sample)."""
         out: dict[str, float] = {}
         bound = min(self.sim.lower_bound(p, cluster, batch, plan) for p in profiles)
         if bound < float("inf"):
             out["plan.bound_iteration_s"] = bound
-            out["plan.optimality_gap"] = est.iteration_s / bound - 1.0
+            if est.fits:
+                out["plan.optimality_gap"] = est.iteration_s / bound - 1.0
         kind = self.objective.kind
         if kind == "throughput" or not est.fits:
             return out
@@ -328,8 +329,7 @@ class PlanningPhase:
     def memory_metrics(cluster: GpuCluster, est: PlanEstimate) -> dict[str, float]:
         """Per GPU type the plan uses: its capacity and the limit plans are held to (capacity less the headroom)."""
         out = {}
-        for gpu in est.peak_memory:
-            t = cluster.gpu_type(gpu)
+        for gpu, t in ((gpu, cluster.gpu_type(gpu)) for gpu in est.peak_memory):
             out[f"plan.memory_capacity_bytes.{gpu}"] = t.capacity
             out[f"plan.memory_limit_bytes.{gpu}"] = t.memory_bytes
         return out
