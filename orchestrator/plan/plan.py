@@ -220,7 +220,7 @@ class Plan:
             return cls(pipelines, _whole(doc["mbs"], "mbs"), None if gb is None else _whole(gb, "global_batch"),
                        plan_schedule(str(doc.get("schedule", OneFOneB.name))))
         except (KeyError, TypeError, ValueError) as exc:
-            raise WorkloadError(f"{where}: not a plan in the {FORMAT} format ({type(exc).__name__}: {exc})"[:240]) from None
+            raise WorkloadError(f"{where}: not a plan in the {FORMAT} format ({type(exc).__name__}: {exc})"[:500]) from None
 
     # -- Sailor's format --------------------------------------------------------------------------
     def to_sailor(self) -> dict[str, Any]:
@@ -269,7 +269,7 @@ class Plan:
         except WorkloadError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
-            raise WorkloadError(f"{where}: not a plan in Sailor's plan_config format ({type(exc).__name__}: {exc})"[:240]) from None
+            raise WorkloadError(f"{where}: not a plan in Sailor's plan_config format ({type(exc).__name__}: {exc})"[:500]) from None
 
     # -- files ------------------------------------------------------------------------------------
     @classmethod
