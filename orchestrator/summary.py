@@ -111,8 +111,9 @@ def _judged_lines(m: dict[str, float], t: dict[str, str], sim: str) -> list[str]
                                + (f" ({_NOTES[o]})" if o in _NOTES else "") for o in others))
     if "plan.trust" in t:      # planning.trust: the plan's shape against the measured plans the simulators were checked on
         out.append(f"  trust:    {t['plan.trust'].removeprefix('trust: ')}"[:600])
-    if "plan.simulators_disagree" in t:
-        out.append(f"  WARNING:  {t['plan.simulators_disagree']}"[:600])
+    for key in ("plan.simulators_disagree", "plan.fits_disagree"):
+        if key in t:
+            out.append(f"  WARNING:  {t[key]}"[:600])
     if "plan.measured_iteration_s" in m:
         real = m["plan.measured_iteration_s"]
         line = (f"  measured: {_fmt(real, ' s')} per iteration (the plan file's `real`); simulated "

@@ -203,6 +203,25 @@ def test_a_simulators_time_that_is_no_time_stops_the_trial_naming_it(data, figur
             call(_plan([range(26)]))
 
 
+def test_simulators_that_disagree_on_memory_are_named(data):
+    """A plan over memory by the project simulator's rule: judged on another simulator that finds it fits (Sailor's
+    simulator on V100-16 planned plans 3.35 GiB over, 'fits'), the trial says both, with the violation."""
+    from orchestrator.planning.trust import compare_simulators
+    from orchestrator.summary import plan_lines
+
+    cluster, profile = data
+    plan = _plan([range(26)], gpu="V100-16", tp=4, mbs=4)
+    project = simulator("project").estimate(plan, profile, cluster, 1024)
+    assert not project.fits and SailorSimulator().estimate(plan, profile, cluster, 1024).fits
+    metrics, tags = {}, {}
+    compare_simulators(project, plan, profile, cluster, 1024, metrics, tags)
+    assert tags["plan.fits_disagree"].startswith("the project simulator finds the plan does not fit in memory, the sailor "
+                                                 "simulator that it fits: project: pipeline 0 stage 0 (V100-16) needs")
+    assert metrics["plan.iteration_s.sailor"] > 0
+    tags = {"plan.fits_disagree": "the sailor simulator finds the plan fits in memory, the project simulator that it does not: x"}
+    assert any(ln.startswith("  WARNING:  the sailor simulator finds the plan fits") for ln in plan_lines({"metrics": {}, "tags": tags}))
+
+
 def test_a_hand_written_yaml_cluster_and_a_third_party_planner(tmp_path, data):
     _, profile = data
     (tmp_path / "c.yaml").write_text(

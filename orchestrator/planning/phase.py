@@ -23,7 +23,7 @@ from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.plots import gantt, layer_map
 from orchestrator.planning.simulators import PlanSimulator, simulator, simulator_names
-from orchestrator.planning.trust import Trust, assess, disagreements, measured_errors
+from orchestrator.planning.trust import Trust, assess, compare_simulators, disagreements, measured_errors
 
 DEFAULT_GLOBAL_BATCH = 1024
 
@@ -254,7 +254,7 @@ class PlanningPhase:
                 evaluator.skipped_reasons.items(), key=lambda kv: -kv[1]))[:4900]
         metrics.update(self.measured(plan, est, batch))
         if self.compare:
-            self.compare_simulators(plan, profile, cluster, batch, metrics, tags)
+            compare_simulators(est, plan, profile, cluster, batch, metrics, tags)
         metrics[f"plan.iteration_s.{est.simulator}"] = est.iteration_s
         others = tuple(k.removeprefix("plan.iteration_s.") for k in metrics if k.startswith("plan.iteration_s."))
         judged = assess(plan, batch, est.simulator, others, precision=profile.precision)   # against the measured plans
@@ -333,17 +333,6 @@ class PlanningPhase:
             out[f"plan.memory_capacity_bytes.{gpu}"] = t.capacity
             out[f"plan.memory_limit_bytes.{gpu}"] = t.memory_bytes
         return out
-
-    def compare_simulators(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, batch: int,
-                           metrics: dict[str, float], tags: dict[str, str]) -> None:
-        """The plan's figure on every other registered simulator (``plan.iteration_s.NAME``)."""
-        for other in simulator_names():
-            if other == self.sim.name:
-                continue
-            try:
-                metrics[f"plan.iteration_s.{other}"] = simulator(other).estimate(plan, profile, cluster, batch).iteration_s
-            except ConfigError as exc:
-                tags[f"plan.iteration_s.{other}"] = f"not available: {exc}"[:400]
 
     @staticmethod
     def disagreement(sim: str, metrics: dict[str, float], tags: dict[str, str], judged: Trust | None = None) -> None:

@@ -287,6 +287,29 @@ def assess(plan: Plan, global_batch: int, sim: str, others: tuple[str, ...] = ()
     return Trust(shape, sim, nearest, outside, errors, roots)
 
 
+def compare_simulators(est: Any, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, batch: int,
+                       metrics: dict[str, float], tags: dict[str, str]) -> None:
+    """The plan's figure on every other registered simulator (``plan.iteration_s.NAME``), and where one of them
+    finds it over memory while the trial's (``est``) does not, or the other way round, ``plan.fits_disagree``:
+    each simulator has its own memory rule, and a plan 'fits' only as far as the rule that judged it."""
+    from orchestrator.planning.simulators import simulator, simulator_names
+
+    for other in simulator_names():
+        if other == est.simulator:
+            continue
+        try:
+            theirs = simulator(other).estimate(plan, profile, cluster, batch)
+        except UserError as exc:
+            tags[f"plan.iteration_s.{other}"] = f"not available: {exc}"[:400]
+            continue
+        metrics[f"plan.iteration_s.{other}"] = theirs.iteration_s
+        if theirs.fits != est.fits:
+            over = theirs if not theirs.fits else est
+            tags["plan.fits_disagree"] = (f"the {est.simulator} simulator finds the plan {'fits' if est.fits else 'does not fit'} "
+                                          f"in memory, the {other} simulator that it {'fits' if theirs.fits else 'does not'}: "
+                                          f"{over.simulator}: {'; '.join(over.violations)}")[:1000]
+
+
 def disagreements(sim: str, figures: dict[str, float], errors: dict[str, float], where: str) -> list[str]:
     """One sentence per other simulator whose figure and ``sim``'s cannot both be within their measured error
     (``errors``: |error| per simulator; ``where``: on which measured plans it was measured)."""
