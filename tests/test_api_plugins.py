@@ -102,3 +102,36 @@ def test_the_simulated_evaluator_judges_none_as_the_first_device():
     first = api.Placement([d.name for d in worker.devices], {n.name: worker.devices[0].name for n in graph.nodes})
     assert isinstance(ev, api.Evaluator)
     assert ev.evaluate(None).step_time_s == ev.evaluate(first).step_time_s > 0
+
+
+def test_a_listener_that_raises_does_not_change_how_the_trial_ended(tmp_path):
+    """``orchestrator_trial_end`` raising turned a FINISHED trial into FAILED (with a traceback); now a warning line
+    naming the plugin, and the other listeners still hear of the end."""
+    from conftest import run_inprocess, store_runs
+
+    from orchestrator import api, plugins
+
+    heard = []
+
+    class Broken:
+        @api.hookimpl
+        def orchestrator_trial_end(self, status):
+            raise RuntimeError("listener bug")
+
+    class Listening:
+        @api.hookimpl
+        def orchestrator_trial_end(self, run_id, status, metrics):
+            heard.append((run_id, status))
+
+    pm = plugins.get_plugin_manager()
+    pm.register(Broken(), name="broken-listener")
+    pm.register(Listening(), name="listener")
+    try:
+        out = run_inprocess(tmp_path, "+placer=greedy", "model=inception_v3", "hardware=sim_1cpu_4gpu")
+    finally:
+        pm.unregister(name="broken-listener")
+        pm.unregister(name="listener")
+    assert out.returncode == 0, out.stderr
+    assert "WARNING: plugin 'broken-listener': orchestrator_trial_end raised RuntimeError: listener bug" in out.stderr
+    run = store_runs(tmp_path)[0]
+    assert run.info.status == "FINISHED" and heard == [(run.info.run_id, "FINISHED")]

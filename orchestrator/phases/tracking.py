@@ -62,9 +62,21 @@ class TrialRecord:
                 note_sweep_value(cfg, metrics.get(self.objective_metric, sink.latest.get(self.objective_metric)))
             except BaseException as exc:  # listeners hear of failed and killed trials too
                 status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-                pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=cfg, status=status, metrics=dict(sink.latest))
+                _tell_end(pm, sink, status, dict(sink.latest), cfg)
                 raise
-            pm.hook.orchestrator_trial_end(run_id=sink.run_id, cfg=cfg, status="FINISHED", metrics=metrics)
+            _tell_end(pm, sink, "FINISHED", metrics, cfg)
         self.outcome = {"run_id": sink.run_id, "uri": tracking.tracking_uri(cfg), "metrics": dict(sink.latest),
                         "tags": {**tags, **sink.tags}, "experiment_id": getattr(sink, "experiment_id", None),
                         "experiment": (cfg.get("tracking") or {}).get("experiment") or "orchestrator"}
+
+
+def _tell_end(pm: Any, sink: Any, status: str, metrics: dict[str, float], cfg: Any) -> None:
+    """The listeners told how the trial ended; one that raises is a warning line naming it (the trial's own status
+    stands: a FINISHED trial became FAILED on a listener's bug, before)."""
+    given = {"run_id": sink.run_id, "cfg": cfg, "status": status, "metrics": metrics}
+    for impl in pm.hook.orchestrator_trial_end.get_hookimpls():     # each on its own (a hook call stops at a raise)
+        try:
+            impl.function(*(given[name] for name in impl.argnames))
+        except Exception as exc:
+            print(f"WARNING: plugin {impl.plugin_name!r}: orchestrator_trial_end raised {type(exc).__name__}: {exc}"[:400],
+                  file=sys.stderr, flush=True)
