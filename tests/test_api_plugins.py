@@ -107,9 +107,9 @@ def test_the_simulated_evaluator_judges_none_as_the_first_device():
 def test_a_listener_that_raises_does_not_change_how_the_trial_ended(tmp_path):
     """``orchestrator_trial_end`` raising turned a FINISHED trial into FAILED (with a traceback); now a warning line
     naming the plugin, and the other listeners still hear of the end."""
-    from conftest import run_inprocess, store_runs
-
     from orchestrator import api, plugins
+
+    from conftest import run_inprocess, store_runs
 
     heard = []
 
