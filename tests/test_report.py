@@ -229,3 +229,23 @@ def test_machine_readable_formats_keep_numbers_and_booleans_the_tables_show_them
     text = table(data, PLAN_COLUMNS)
     assert "21.5%" in text and "0.0%" in text and " yes " in text and " NO " in text
     assert "| 21.5% | yes |" in markdown_table(data, PLAN_COLUMNS)
+
+
+def test_equal_figures_tie_and_plans_of_different_simulators_are_not_ranked():
+    from types import SimpleNamespace as NS
+
+    from orchestrator.tracking.report import plan_verdict, verdict
+
+    runs = [NS(name=n, status="FINISHED", metrics={"placement.step_time_s": 0.001635409745465112}, tags={"evaluator": "simulated"})
+            for n in ("greedy", "rl")]
+    assert verdict(runs, "placement.step_time_s", "minimize").startswith(
+        "verdict:  greedy and rl tie on placement.step_time_s = 0.001635 (simulated)")     # was 'wins ..., 1x the runner-up'
+
+    def plan(planner, sim, value):
+        return NS(name=planner, status="FINISHED", metrics={"plan.samples_per_s": value},
+                  tags={"runtime": "plan", "planner": planner, "plan.simulator": sim, "plan.fits": "true",
+                        "plan.cluster": "8 A100-40"})
+    line = plan_verdict([plan("joint", "sailor", 104.0), plan("amp", "project", 100.0)])
+    assert line.startswith("verdict:  none: the plans were judged by different simulators (project, sailor)")
+    assert plan_verdict([plan("joint", "sailor", 104.0), plan("amp", "sailor", 100.0)]).startswith(
+        "verdict:  joint on 8 A100-40 wins on throughput: 104 samples/s (simulated, sailor simulator), 1.04x the runner-up")

@@ -15,6 +15,7 @@ import csv
 import html
 import io
 import json
+import math
 import os
 import sys
 import tempfile
@@ -115,20 +116,31 @@ def plan_verdict(records) -> str:
     metric, direction, unit = PLAN_OBJECTIVES.get(kinds[0], PLAN_OBJECTIVES["throughput"])
     ok = [r for r in plans if _admissible(r) and r.metrics.get(metric) is not None]
     if not ok:
-        return (f"verdict:  no plan trial gave a plan that fits and meets its {kinds[0]} constraint "
-                f"({len(plans)} plan trials)")
-    ok.sort(key=lambda r: r.metrics[metric], reverse=direction == "maximize")
-    best, v = ok[0], ok[0].metrics[metric]
-    name = lambda r: f"{r.tags.get('planner', '?')} on {r.tags.get('plan.cluster', '?')}"  # noqa: E731
-    line = f"verdict:  {name(best)} wins on {kinds[0]}: {v:.4g} {unit} (simulated, {best.tags.get('plan.simulator', '?')} simulator)"
-    if len(ok) > 1:
-        v2 = ok[1].metrics[metric]
-        ratio = (v / v2 if direction == "maximize" else v2 / v) if v and v2 else float("nan")
-        line += f", {ratio:.3g}x the runner-up {name(ok[1])} ({v2:.4g})"
+        meets = "" if kinds[0] == "throughput" else f" and meets its {kinds[0]} constraint"
+        return f"verdict:  no plan trial gave a plan that fits{meets} ({len(plans)} plan trials)"
     sims = sorted({r.tags.get("plan.simulator", "?") for r in ok})
     if len(sims) > 1:
-        line += f"; WARNING: judged by different simulators ({', '.join(sims)}): the figures do not compare"
+        return (f"verdict:  none: the plans were judged by different simulators ({', '.join(sims)}), whose figures do "
+                "not compare; sweep with one planner.simulator")
+    ok.sort(key=lambda r: r.metrics[metric], reverse=direction == "maximize")
+    name = lambda r: f"{r.tags.get('planner', '?')} on {r.tags.get('plan.cluster', '?')}"  # noqa: E731
+    line = _lead([(r.metrics[metric], name(r)) for r in ok], f"{kinds[0]}:", direction, f" {unit}",
+                 f"simulated, {ok[0].tags.get('plan.simulator', '?')} simulator")
     return line + f"; {len(ok)} of {len(plans)} plan trials gave an admissible plan"
+
+
+def _lead(scored: list[tuple[float, str]], what: str, direction: str, unit: str, kind: str) -> str:
+    """The verdict's head: the best (sorted first) and its margin over the runner-up, or a tie where they are equal."""
+    (v, best), rest = scored[0], scored[1:]
+    tied = [n for x, n in rest if math.isclose(x, v, rel_tol=1e-9)]
+    if tied:
+        return f"verdict:  {best} and {', '.join(tied)} tie on {what} {v:.4g}{unit} ({kind})"
+    line = f"verdict:  {best} wins on {what} {v:.4g}{unit} ({kind})"
+    if rest:
+        v2, second = rest[0]
+        ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
+        line += f", {ratio:.3g}x the runner-up {second} ({v2:.4g})"
+    return line
 
 
 def comparison(records, metric: str, direction: str = "maximize") -> str:
@@ -170,13 +182,7 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
     if not scored:
         return f"verdict:  no trial reported {metric} (each failed or missed its target)"
     scored.sort(key=lambda x: x[0], reverse=direction == "maximize")
-    (v, best), rest = scored[0], scored[1:]
-    kind = figures_kind(best.tags)
-    line = f"verdict:  {best.name} wins on {metric} = {v:.4g} ({kind})"
-    if rest:
-        v2, second = rest[0]
-        ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
-        line += f", {ratio:.3g}x the runner-up {second.name} ({v2:.4g})"
+    line = _lead([(v, r.name) for v, r in scored], f"{metric} =", direction, "", figures_kind(scored[0][1].tags))
     return line + f"; {len(scored)} of {len(records)} trial{'s' * (len(records) != 1)} reported it{why}"
 
 
