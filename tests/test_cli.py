@@ -73,3 +73,19 @@ def test_a_sweep_over_an_optional_group_takes_its_keys_as_given():
     parsed = OverridesParser.create().parse_overrides([a for a in argv if "=" in a])
     assert _swept_group_keys(argv, parsed) == ["-m", "+placer=greedy,random", "++placer.reward=simulated", "train.lr=0.1",
                                                "+sync=delay", "sync.staleness=2"]
+
+
+def test_a_sweeps_run_names_carry_what_varies_not_where_it_is_recorded(monkeypatch):
+    """Each trial's name had '[tracking.uri=sqlite\\:////tmp/...]' in it, in every table and verdict line."""
+    from types import SimpleNamespace as NS
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from orchestrator.phases.setup import sweep_suffix
+
+    task = ["+placer=greedy", "train.lr=0.1", "tracking.uri=sqlite:////tmp/x.db", "progress=false", "+planner=joint",
+            "++placer.reward=simulated"]
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: NS(mode=RunMode.MULTIRUN, overrides=NS(task=task),
+                                                                      job={"num": 3})))
+    assert sweep_suffix() == " #3 [train.lr=0.1 ++placer.reward=simulated]"

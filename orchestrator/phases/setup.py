@@ -40,8 +40,9 @@ def sweep_suffix() -> str:
         task, num = list(hc.overrides.task), hc.job.get("num")
     except Exception:
         return ""
-    groups = ("placer=", "sync=", "hardware=", "model=", "+placer=", "+sync=", "+experiment=", "dataset=")
-    varied = [o for o in task if not o.startswith(groups)]
+    groups = ("placer=", "sync=", "planner=", "hardware=", "model=", "experiment=", "dataset=")
+    bookkeeping = ("tracking.", "progress=", "hydra.")       # where the run is recorded, not what it runs
+    varied = [o for o in task if not o.lstrip("+").startswith(groups + bookkeeping)]
     return (f" #{num}" if num is not None else "") + (f" [{' '.join(varied)}]" if varied else "")
 
 
