@@ -125,3 +125,22 @@ def test_local_sgd_trains_to_target_on_mpi_ranks(workdir, example_installed):
     assert m["sync.local_steps"] == 2 and m["sync.replica_max_diff"] == 0.0
     rounds = m["sync.pushes_applied"] / 2                           # W = 2 ranks
     assert m["sync.worker0.iterations"] == m["sync.worker1.iterations"] == 2 * rounds
+
+
+@pytest.mark.parametrize("method, value, words", [
+    ("message_bytes", float("nan"), "message_bytes() = nan, not a number of bytes >= 0"),      # was speedup = nan
+    ("message_bytes", -5.0, "message_bytes() = -5.0, not a number of bytes >= 0"),             # was clamped to 0
+    ("quorum", -1, "quorum(2) = -1, not a whole number in [1, 2]"),                           # was a traceback
+    ("local", np.zeros(3), "local() returned shape (3,), not the parameters'"),               # was numpy's broadcast error
+])
+def test_a_strategys_answer_that_makes_no_sense_is_one_line_naming_it(method, value, words):
+    from orchestrator.errors import PluginError
+
+    base = type(strategy("allreduce"))
+
+    class Odd(base):
+        pass
+
+    setattr(Odd, method, lambda self, *args: value)
+    with pytest.raises(PluginError, match=re.escape(f"sync strategy Odd: {words}")):
+        run(Odd({"name": "allreduce"}), 2)

@@ -26,6 +26,7 @@ import numpy as np
 
 from orchestrator.sync.mpi_job import Job, RankAdaptive, Stretch, own_metrics, rank_result, rank_stats, warm_up
 from orchestrator.sync.mpi_server import run_server, run_worker
+from orchestrator.sync.strategy import checked_quorum
 
 __all__ = ["Job", "Stretch", "main"]
 
@@ -61,7 +62,7 @@ class _CollectiveRank:
         self.t_start = self.stretch.t_start = time.perf_counter()
         if self.rank == 0:
             self.evaluate()
-        self.quorum = int(self.strat.quorum(self.w))
+        self.quorum = checked_quorum(self.strat, self.w)
         self.stretch.defer = self.quorum < self.w
         self.dropped = 0
         self.next_eval, self.noise, self.bcast_s = self.every, None, 0.0

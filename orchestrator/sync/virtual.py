@@ -29,7 +29,7 @@ from orchestrator.sync.core import SyncOptions, jitter_factor, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, collective_s, server_links
 from orchestrator.sync.limits import check_virtual_memory
 from orchestrator.sync.server import REJECTED
-from orchestrator.sync.strategy import Round, SyncStrategy
+from orchestrator.sync.strategy import Round, SyncStrategy, checked_bytes, checked_quorum, checked_vector
 
 
 @dataclass
@@ -167,9 +167,7 @@ class VirtualRun:
         tr, every, st, strat = self.tracker, self.tracker.s.eval_every, self.stats, self.strategy
         n_params = self.theta0.size
         h = int(strat.local_steps())
-        quorum = int(strat.quorum(w))
-        if not 1 <= quorum <= w:
-            raise ValueError(f"{type(strat).__name__}.quorum({w}) = {quorum}: must be in [1, {w}]")
+        quorum = checked_quorum(strat, w)
         optimizer = self.s.new_optimizer()          # train.optimizer: its state lives for the run
         ada, next_eval = self.adaptive, every
         if ada is not None:
@@ -189,18 +187,19 @@ class VirtualRun:
             if quorum == w:
                 weights = strat.weights(rnd)
                 for i in range(w):
-                    update += np.float32(weights[i]) * strat.local(i, theta, self._timed_grad(i, batches[i], t, durs),
-                                                                   rnd)
+                    update += np.float32(weights[i]) * checked_vector(strat, strat.local(i, theta, self._timed_grad(
+                        i, batches[i], t, durs), rnd), theta)
                 included, close = range(w), max(durs)
             else:   # the round closes when the quorum-th worker is done: the late ones' vectors are dropped
-                vecs = [strat.local(i, theta, self._timed_grad(i, batches[i], t, durs), rnd) for i in range(w)]
+                vecs = [checked_vector(strat, strat.local(i, theta, self._timed_grad(i, batches[i], t, durs), rnd), theta)
+                        for i in range(w)]
                 first = sorted(range(w), key=lambda i: (durs[i], i))[:quorum]
                 rnd = dataclasses.replace(rnd, contributors=tuple(sorted(first)))
                 weights = strat.weights(rnd)
                 for i in rnd.contributors:
                     update += np.float32(weights[i]) * vecs[i]
                 included, close = rnd.contributors, durs[first[-1]]
-            comm = collective_s(strat.collective, strat.message_bytes(rnd, n_params), self.net)
+            comm = collective_s(strat.collective, checked_bytes(strat, strat.message_bytes(rnd, n_params)), self.net)
             step_s = max(close, comm) if self.o.sync.overlap else close + comm
             inc = set(included)
             for i in range(w):
@@ -398,3 +397,4 @@ def make_context(cfg: dict, output_dir, *, dataset=None, sink=None):
     settings = TrainSettings.from_cfg(cfg.get("train", {}), seed=cfg.get("seed"))
     return TrainContext(settings=settings, dataset=dataset or load_mnist(seed=cfg.get("seed", 0)),
                         model=cnn.spec({}), cluster=None, sink=sink or NullSink(), output_dir=Path(output_dir), cfg=cfg)
+
