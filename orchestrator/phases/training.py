@@ -124,8 +124,8 @@ class TrainingPhase:
             # both sides the same way: updates to target x each placement's measured step time
             reference = result.updates_to_target * placed.measured_baseline.step_time_s
             result.extra_metrics["train.estimated_time_to_target_s"] = result.updates_to_target * placed.measured_step_s
-            ctx.sink.set_tags({"train.reference": "estimated, both sides alike: updates to target x each placement's "
-                                                  "measured step time (the baseline's, against this placement's)"})
+            ctx.sink.set_tags({"train.reference": "the baseline placement's training, estimated as this one's: updates "
+                                                  "to target x each placement's measured step time"})
         return result, reference
 
     def simulated_step_times(self, ctx: TrainContext, placed: Any) -> tuple[float, float, str]:
