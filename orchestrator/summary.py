@@ -27,6 +27,7 @@ def _figures(tags: dict[str, str], runtime: str) -> str:
 
 
 _NOTES = {"sailor": "Sailor's published cost model: the anchor's metric"}   # what a simulator's figure is
+BUILTIN_SIMULATORS = ("project", "sailor")      # the ones docs/benchmarks/plans.md measures
 
 
 def _gib(v: float | None) -> str:
@@ -157,8 +158,12 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
               if t.get("plan.profile") == "derived" else "profiled layers")
     if "plan.derived_types" in t:
         layers = "profiled layers and, for the types below, layers derived from datasheets (not measured)"
-    lines.append(f"  figures:  simulated ({sim} simulator: cost model from {layers} and fitted links; "
-                 "docs/benchmarks/plans.md has its error against measured GPU runs)")
+    if sim in BUILTIN_SIMULATORS:
+        lines.append(f"  figures:  simulated ({sim} simulator: cost model from {layers} and fitted links; "
+                     "docs/benchmarks/plans.md has its error against measured GPU runs)")
+    else:                                     # a plugin's: what it models, and how well, is its author's to say
+        lines.append(f"  figures:  simulated (the {sim} simulator, a plugin's, on {layers}; its error against measured "
+                     "runs is not known here)")
     precision, recompute = t.get("plan.precision", "fp32"), t.get("plan.recompute") == "true"
     if precision != "fp32" or recompute or "plan.variants_tried" in t:
         tried = [f"{v} {_fmt(m.get(f'plan.variant_iteration_s.{v}'), ' s')}"
