@@ -57,8 +57,10 @@ def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
     if kind == "cost":
         floor = m.get("plan.min_samples_per_s")
         met = "" if floor is None else (" (met)" if m.get("plan.samples_per_s", 0.0) >= floor else " (NOT met)")
+        against = (f"against the floor {_fmt(floor)} samples/s{met}" if floor is not None else
+                   "with no floor (planner.min_samples_per_s not set: the cheapest plan at any speed)")
         out.append(f"  objective: cost: {_fmt(m.get('plan.usd_per_iteration'))} USD per iteration at "
-                   f"{_fmt(m.get('plan.samples_per_s'))} samples/s against the floor {_fmt(floor)} samples/s{met}")
+                   f"{_fmt(m.get('plan.samples_per_s'))} samples/s {against}")
         if "plan.bound_usd_per_iteration" in m:
             out.append(f"  bound:    no plan on these GPUs costs less than {_fmt(m['plan.bound_usd_per_iteration'])} USD "
                        "per iteration (lower bound: every sample's compute at its cheapest GPU per layer); this plan "
@@ -66,8 +68,10 @@ def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
     elif kind == "budget":
         ceiling = m.get("plan.max_usd_per_hour")
         met = "" if ceiling is None else (" (met)" if m.get("plan.usd_per_hour", 0.0) <= ceiling * (1 + 1e-9) else " (NOT met)")
+        against = (f"against the ceiling {_fmt(ceiling)} USD/h{met}" if ceiling is not None else
+                   "with no ceiling (planner.max_usd_per_hour not set: the fastest plan at any price)")
         out.append(f"  objective: budget: {_fmt(m.get('plan.samples_per_s'))} samples/s at {_fmt(m.get('plan.usd_per_hour'))} "
-                   f"USD/h against the ceiling {_fmt(ceiling)} USD/h{met}")
+                   f"USD/h {against}")
         if "plan.bound_samples_per_s" in m:
             out.append(f"  bound:    no plan on these GPUs within the ceiling exceeds {_fmt(m['plan.bound_samples_per_s'])} "
                        "samples/s (the time bound's, or the ceiling over the least USD per sample); it is "

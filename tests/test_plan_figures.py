@@ -111,6 +111,14 @@ def test_a_plan_that_does_not_fit_has_no_gap_to_the_bound():
     assert "this plan does not fit in memory, and the bound is over plans that fit" in text and "% above" not in text
 
 
+def test_an_objective_without_its_constraint_says_so():
+    """'against the floor - samples/s' / 'against the ceiling - USD/h' where no constraint was given."""
+    for kind, words in (("cost", "with no floor (planner.min_samples_per_s not set"),
+                        ("budget", "with no ceiling (planner.max_usd_per_hour not set")):
+        text = "\n".join(plan_lines({"metrics": {"plan.samples_per_s": 10.0}, "tags": {"plan.objective": kind}}))
+        assert words in text and " - " not in text.split("objective:")[1].splitlines()[0]
+
+
 def test_gpus_the_planner_leaves_out_are_named(tmp_path):
     # the planner may find no faster plan with some GPUs: the result line says which, per type
     cluster = {("A100-40", "us-central1-a"): 8, ("V100-16", "us-central1-a"): 16}
