@@ -162,8 +162,9 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
               if t.get("plan.profile") == "derived" else "profiled layers")
     if "plan.derived_types" in t:
         layers = "profiled layers and, for the types below, layers derived from datasheets (not measured)"
+    links = "fitted links" + (", and datasheet links for the types below" if "plan.derived_nodes" in t else "")
     if sim in BUILTIN_SIMULATORS:
-        lines.append(f"  figures:  simulated ({sim} simulator: cost model from {layers} and fitted links; "
+        lines.append(f"  figures:  simulated ({sim} simulator: cost model from {layers} and {links}; "
                      "docs/benchmarks/plans.md has its error against measured GPU runs)")
     else:                                     # a plugin's: what it models, and how well, is its author's to say
         lines.append(f"  figures:  simulated (the {sim} simulator, a plugin's, on {layers}; its error against measured "
@@ -179,6 +180,9 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
                      + (f"; no plan fits: {t['plan.variants_refused']}" if t.get("plan.variants_refused") else "")
                      + ("; layer times carried from the fp32 profile, derived (docs/plans.md, 'Precision')"
                         if precision != "fp32" else ""))
+    if "plan.derived_nodes" in t:
+        lines.append(f"  derived:  machines and links not in the cluster data, from the GPU catalog (layer times measured): "
+                     f"{t['plan.derived_nodes']}"[:600])
     if "plan.derived_types" in t:
         how = ("derived from datasheet" if precision == "fp32"
                else f"not measured at {precision} (datasheet and fitted roofline)")

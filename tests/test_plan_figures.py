@@ -74,9 +74,27 @@ def test_a_cluster_without_gpus_is_a_one_line_error(data):
     assert cluster.with_gpus({"A100-40": 8, "V100-16": 0}).count() == 8
 
 
+def test_a_type_whose_machine_comes_from_the_catalog_says_so(data):
+    """Layer times measured, but the cluster data has no A100-40 machine: its node, price and links come from the
+    GPU catalog, which the trial said nowhere (tagged measured, 'fitted links')."""
+    import dataclasses
+
+    from orchestrator.plan.fill import derived_tags
+
+    cluster, profile = data
+    bare = dataclasses.replace(cluster, types={k: v for k, v in cluster.types.items() if k != "A100-40"})
+    given = bare.with_gpus({"A100-40": 8})
+    plan = _plan(1, dp=8)
+    tags = derived_tags(profile, given, plan)
+    assert tags["plan.derived_nodes"].startswith("A100-40 (derived from datasheet: A100 SXM4 40GB (links: ")
+    assert "plan.derived_types" not in tags and derived_tags(profile, cluster.with_gpus({"A100-40": 8}), plan) == {}
+    text = "\n".join(plan_lines({"metrics": {}, "tags": {**tags, "plan.simulator": "project"}}))
+    assert "fitted links, and datasheet links for the types below" in text
+    assert "derived:  machines and links not in the cluster data, from the GPU catalog (layer times measured): A100-40" in text
+
+
 def test_all_listed_types_are_checked_for_profiles_and_links(data):
-    from orchestrator.plan.fill import derive_for_cluster, underived
-    from orchestrator.planning.phase import derived_types
+    from orchestrator.plan.fill import derive_for_cluster, derived_types, underived
 
     cluster, profile = data
     with pytest.raises(ConfigError, match="no profile on RTX-3090"):          # not "none of 0 templates"

@@ -14,6 +14,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.hardware.catalog import default_catalog
 from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.profiles import DeviceKind
+from orchestrator.plan import Plan
 from orchestrator.plan.derive import (
     DerivationModel,
     LinkFor,
@@ -134,3 +135,31 @@ def derive_for_cluster(profile: LayeredProfile, cluster: GpuCluster) -> LayeredP
         tps = [tp for tp in sorted(profile.sizes) if tp <= per_node]
         tables[t] = derive_times(model, profile, spec, link_for, mbs, tps)
     return with_derived(profile, tables, model.describe())
+
+
+def derived_types(profile: LayeredProfile, cluster: GpuCluster, used: set[str] | None = None) -> dict[str, str]:
+    """Type -> how its figures were derived, for the types of ``cluster`` (those in ``used`` when given) whose
+    layer times the profile derived from the GPU catalog's datasheet ({} when every figure is measured)."""
+    notes = (profile.extra or {}).get("derived_types", {})
+    return {t: f"{notes[t]}; {cluster.derived.get(t, 'its links measured')}" for t in sorted(notes)
+            if t in cluster.types and (used is None or t in used)}
+
+
+def derived_tags(profile: LayeredProfile, cluster: GpuCluster, plan: Plan) -> dict[str, str]:
+    """``plan.derived_types`` (every derived type the cluster lists: 'H100 (roofline fitted on ...)') and
+    ``plan.derived_used`` (those the plan uses), absent when no figure is derived; ``plan.derived_nodes``: the types
+    whose layer times are measured but whose machines and links the cluster data does not describe (taken from the
+    GPU catalog's datasheet)."""
+    given = {t for (t, _), n in cluster.gpus.items() if n > 0}
+    listed = derived_types(profile, cluster, given)
+    used = {r.gpu for p in plan.pipelines for s in p.stages for r in s.replicas}
+    out = {}
+    nodes = sorted(t for t in given if t in cluster.derived and t not in listed)    # layers measured, machine not
+    if nodes:
+        out["plan.derived_nodes"] = "; ".join(f"{t} ({cluster.derived[t]})" for t in nodes)[:4900]
+    if not listed:
+        return out
+    fitted = {t: notes.split(";")[0] for t, notes in listed.items()}
+    return {**out, "plan.derived_types": "; ".join(f"{t} ({fitted[t]})" for t in listed)[:4900],
+            "plan.derived_used": ", ".join(t for t in listed if t in used) or "none",
+            "plan.profile": "measured+derived"}

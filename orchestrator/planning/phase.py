@@ -18,7 +18,7 @@ from orchestrator.hardware.gpu_cluster import GpuCluster
 from orchestrator.hardware.profiles import GPU_TYPE_PREFIXES, for_gpu_type
 from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.plan.derive import at_precision, precisions, variant, with_recompute
-from orchestrator.plan.fill import derive_for_cluster, fill_measured
+from orchestrator.plan.fill import derive_for_cluster, derived_tags, fill_measured
 from orchestrator.planning.estimate import PlanEstimate
 from orchestrator.planning.evaluator import PlanEvaluator, PlanObjective
 from orchestrator.planning.plots import gantt, layer_map
@@ -99,27 +99,6 @@ def cost_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch:
                         best = min(best, price * tp * (f + b) / mbs)
         total += best
     return total * global_batch / 3600.0 if math.isfinite(total) else 0.0
-
-
-def derived_types(profile: LayeredProfile, cluster: GpuCluster, used: set[str] | None = None) -> dict[str, str]:
-    """Type -> how its figures were derived, for the types of ``cluster`` (those in ``used`` when given) whose
-    layer times the profile derived from the GPU catalog's datasheet ({} when every figure is measured)."""
-    notes = (profile.extra or {}).get("derived_types", {})
-    return {t: f"{notes[t]}; {cluster.derived.get(t, 'its links measured')}" for t in sorted(notes)
-            if t in cluster.types and (used is None or t in used)}
-
-
-def derived_tags(profile: LayeredProfile, cluster: GpuCluster, plan: Plan) -> dict[str, str]:
-    """``plan.derived_types`` (every derived type the cluster lists: 'H100 (roofline fitted on ...)') and
-    ``plan.derived_used`` (those the plan uses), absent when no figure is derived."""
-    listed = derived_types(profile, cluster, {t for (t, _), n in cluster.gpus.items() if n > 0})
-    if not listed:
-        return {}
-    used = {r.gpu for p in plan.pipelines for s in p.stages for r in s.replicas}
-    fitted = {t: notes.split(";")[0] for t, notes in listed.items()}
-    return {"plan.derived_types": "; ".join(f"{t} ({fitted[t]})" for t in listed)[:4900],
-            "plan.derived_used": ", ".join(t for t in listed if t in used) or "none",
-            "plan.profile": "measured+derived"}
 
 
 class Planned(NamedTuple):
