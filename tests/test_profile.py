@@ -124,6 +124,7 @@ def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):   # the CNN 
     (("--out", "/proc/version/x"), "--out='/proc/version/x' is not a writable directory"),
     (("--device", "/GPU:7"), "--device='/GPU:7': TensorFlow has no such device"),
     (("--memory-gb", "nan"), "--memory-gb=nan: must be a number > 0"),
+    (("--device-type", "H100"), "--device-type='H100' is a GPU type of the catalog, and the layers would be timed on"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     argv = ["layers", "--out", "prof", *args] if "--out" not in args else ["layers", *args]
@@ -131,7 +132,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
-    assert not (tmp_path / "prof" / "profiles_tmp.json").exists()
+    assert not (tmp_path / "prof").exists()                # nothing written, and no empty --out left behind
 
 
 @pytest.mark.parametrize("args, message", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from orchestrator.errors import ConfigError, UserError
@@ -75,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    made = not Path(args.out).exists()
     try:
         for key in ("intra_gbps", "inter_gbps"):
             if not 0 < getattr(args, key) < float("inf"):
@@ -95,3 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:              # its MLflow run is marked KILLED on the way out
         print("interrupted: the profile was not written", file=sys.stderr)
         return 130
+    finally:                               # an interrupted or failed profile leaves no empty --out it made
+        out = Path(args.out)
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()

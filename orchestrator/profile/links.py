@@ -200,7 +200,8 @@ def print_links(device: str, where: str, result: dict[str, Any], out: Path, took
     for i, n in enumerate(result["sizes"]):
         t = result["p2p"][i]["median_s"]
         fit_s = t * (1 + result["fit_error"][i])
-        print(f"  {n:>10} {t:10.3g} {fit_s:10.3g} {result['fit_error'][i]:+7.1%} {held[i]:+8.1%} {n / t / 1e9:7.3f} "
+        held_s = f"{held[i]:+8.1%}" if held[i] == held[i] else f"{'-':>8}"       # none with under 4 sizes
+        print(f"  {n:>10} {t:10.3g} {fit_s:10.3g} {result['fit_error'][i]:+7.1%} {held_s} {n / t / 1e9:7.3f} "
               f"{result['allreduce_s'][i]['median_s']:11.3g} {result['allreduce_predicted_s'][i]:11.3g} "
               f"{result['allreduce_error'][i]:+7.1%}")
     (a, b, c), cap = result["fit"]

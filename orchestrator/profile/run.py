@@ -46,6 +46,12 @@ def device_of(args: Any) -> tuple[str, str]:
     if not any(name.endswith(device.upper().lstrip("/").replace("DEVICE:", "")) for name in known):
         raise ConfigError(f"--device={device!r}: TensorFlow has no such device (it has: {', '.join(known)})")
     if args.device_type:
+        from orchestrator.hardware.catalog import default_catalog
+
+        if "CPU" in device.upper() and default_catalog().find(args.device_type) is not None:
+            raise ConfigError(f"--device-type={args.device_type!r} is a GPU type of the catalog, and the layers would be "
+                              f"timed on {device}: planning would read this CPU's times as a {args.device_type}'s, at its "
+                              "price (name the CPU otherwise, e.g. --device-type CPU-myhost)")
         return device, args.device_type
     if "GPU" in device.upper():
         details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
