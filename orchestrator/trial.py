@@ -137,7 +137,7 @@ class Trial:
     def _evaluator_kind(self, cluster) -> str:
         if self.placer is None:
             return "measured" if not cluster.simulated else "simulated"
-        # placer.reward (simulated | measured | mixed; placer.evaluator is its deprecated alias)
+        # placer.reward (auto | simulated | measured | mixed)
         from orchestrator.placement.evaluate.measured import resolve_reward
 
         self.reward = resolve_reward(self.cfg.placer, cluster.simulated, self.placer_cls, self.names["hardware"])

@@ -205,3 +205,15 @@ def test_measured_reward_search_on_two_logical_cpus(workdir):
     assert m["placement.measured_placements"] > 0 and m["placement.measure_s"] > 0
     assert "placement.sim_error" in m and m["placement.step_time_s"] > 0
     assert m["placement.vs_simulated_reward"] == m["placement.simulated_reward_step_time_s"] / m["placement.step_time_s"]
+
+
+def test_the_old_evaluator_key_of_an_untyped_placer_names_its_replacement():
+    """A plugin placer's YAML with 'evaluator: auto' (the plugin docs' example had it) was read by nothing."""
+    import pytest
+
+    from orchestrator.errors import ConfigError
+    from orchestrator.placement.evaluate.measured import resolve_reward
+
+    with pytest.raises(ConfigError, match=r"placer.evaluator is placer.reward now \(auto \| simulated \| measured \| mixed\)"):
+        resolve_reward({"name": "mine", "evaluator": "measured"}, False, object, "local")
+    assert resolve_reward({"name": "mine", "reward": "auto"}, True, object, "sim_1cpu_4gpu") == "simulated"

@@ -100,6 +100,8 @@ def resolve_reward(placer_cfg: Any, cluster_simulated: bool, placer_cls: Any, ha
     placement is measured as well) and measured for placers that only evaluate their answer
     (``auto_evaluator = "measured"``, e.g. manual)."""
     cfg = placer_cfg if placer_cfg is not None else {}
+    if "evaluator" in cfg:                # an untyped (plugin's) placer config: the old key was read by nothing
+        raise ConfigError("placer.evaluator is placer.reward now (auto | simulated | measured | mixed)")
     reward = str(cfg.get("reward") or "auto")
     if reward == "auto":
         return "simulated" if cluster_simulated else getattr(placer_cls, "auto_evaluator", "simulated")
