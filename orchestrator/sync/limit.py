@@ -107,7 +107,7 @@ def statistical_limit(opts: Any, ctx: Any, ref: Any, cm: Any, cands: list[Candid
     if found is not None:
         record(ctx.sink, "limit", k, found)
         return found
-    print(f"limit: S(G) for G = {', '.join(str(g) for g in Gs[1:])} with "
+    print(f"limit: S(G) for G = {', '.join(str(g) for g in Gs[1:])} (G = {Gs[0]}: the tuned worker's own) with "
           f"{', '.join(f'{c.optimizer} lr={c.lr:g} ({c.who})' for c in cands)} x 1, 2, 1/2 "
           "(cached in the tracking store)", flush=True)
     fig = _SGrid(opts, ctx, ref, cm).search(Gs, cands)
