@@ -218,7 +218,8 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
     if outcome.get("runtime") == "plan":
         lines = [f"trial finished: {objective} = {_fmt(value)}", *plan_lines(outcome)]
         return "\n".join(lines + _where(outcome))
-    ran = (f"placer {t.get('placer', 'none')}, sync {t.get('sync', 'none')} ({outcome['runtime']} runtime, "
+    clock = ", on a virtual clock" if t.get("train.clock") == "virtual" and outcome["runtime"] != "virtual" else ""
+    ran = (f"placer {t.get('placer', 'none')}, sync {t.get('sync', 'none')} ({outcome['runtime']} runtime{clock}, "
            f"{outcome['workers']} worker{'s' if outcome['workers'] != 1 else ''}), hardware {t.get('hardware')}, "
            f"model {t.get('model')}")
     lines = [f"trial finished: {objective} = {_fmt(value)}", f"  ran:      {ran}"]

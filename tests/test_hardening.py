@@ -215,6 +215,9 @@ def test_the_summary_of_a_pipeline_placement_speaks_in_time_per_sample():
     outcome["tags"]["placement.objective"] = "step"
     text = trial_summary(outcome, "speedup", 1.183)
     assert "placement: step time 0.2179 s (baseline 0.2179 s" in text and "(placement.baseline_step_time_s)" in text, text
+    assert "(local runtime, 1 worker)" in text
+    outcome["tags"]["train.clock"] = "virtual"          # trained on simulated hardware: the ran line says on what clock
+    assert "(local runtime, on a virtual clock, 1 worker)" in trial_summary(outcome, "speedup", 1.183)
 
 
 def test_a_measured_search_slower_than_its_baseline_returns_the_baseline():
