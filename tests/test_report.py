@@ -165,6 +165,8 @@ def test_plots_say_simulated_or_measured(store, tmp_path, monkeypatch):
     logged = plots.log_sweep_plots(client, sweep)
     names = {Path(a.path).name for a in client.list_artifacts(sweep, "plots")}
     assert names == {"accuracy_vs_time.png", "speedup_vs_workers.png"} == {p.name for p in logged.values()}
+    placements = [r for r in runs.load(client) if r.workers == 1]      # one worker each: no scaling plot
+    assert placements and plots.speedup_vs_workers(placements, tmp_path / "one.png") is None
 
 
 @pytest.mark.slow

@@ -98,7 +98,7 @@ def speedup_vs_workers(records: list[RunRecord], path: Path) -> Path | None:
     """Speedup against the number of workers, one marker series per strategy, with ideal scaling."""
     pts = [(r, r.workers, r.metric("speedup")) for r in records]
     pts = [(r, w, s) for r, w, s in pts if w is not None and s is not None]
-    if not pts:
+    if not pts or all(w == 1 for _, w, _ in pts):       # one worker each (placements): no scaling to show
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 5))
