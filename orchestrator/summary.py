@@ -39,6 +39,10 @@ def _no_baseline(m: dict[str, float], t: dict[str, str], key: str) -> str:
     return f": {t['placement.baseline']}" if not m.get(key) and t.get("placement.baseline") else ""
 
 
+def _count(n: float, word: str) -> str:
+    return f"{int(n)} {word}{'s' * (int(n) != 1)}"
+
+
 def _result_line(m: dict[str, float], t: dict[str, str]) -> str:
     """What the plan does: its iteration, throughput, cost; the bubble only where there are stages; the cluster's
     GPUs it leaves out."""
@@ -46,7 +50,7 @@ def _result_line(m: dict[str, float], t: dict[str, str]) -> str:
               else "; one stage: no pipeline bubble")
     unused = f" (not in the plan: {t['plan.unused']} of the cluster)" if t.get("plan.unused") else ""
     return (f"  result:   {_fmt(m.get('plan.iteration_s'), ' s')} per iteration of {int(m.get('plan.global_batch', 0))} "
-            f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {int(m.get('plan.gpus', 0))} GPUs{unused}{bubble}; "
+            f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {_count(m.get('plan.gpus', 0), 'GPU')}{unused}{bubble}; "
             f"{_fmt(m.get('plan.usd_per_iteration'))} USD per iteration = {_fmt(m.get('plan.usd_per_hour'))} USD/h"
             + (f" (without {t['plan.unpriced']}: no price)" if t.get("plan.unpriced") else ""))
 
