@@ -132,6 +132,7 @@ def test_local_sgd_trains_to_target_on_mpi_ranks(workdir, example_installed):
     ("message_bytes", -5.0, "message_bytes() = -5.0, not a number of bytes >= 0"),             # was clamped to 0
     ("quorum", -1, "quorum(2) = -1, not a whole number in [1, 2]"),                           # was a traceback
     ("local", np.zeros(3), "local() returned shape (3,), not the parameters'"),               # was numpy's broadcast error
+    ("weights", [float("nan"), 0.5], "weights() = [nan, 0.5], not 2 finite numbers"),        # was 'diverged: smaller lr'
 ])
 def test_a_strategys_answer_that_makes_no_sense_is_one_line_naming_it(method, value, words):
     from orchestrator.errors import PluginError

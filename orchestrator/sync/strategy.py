@@ -306,3 +306,12 @@ def checked_bytes(strat: Any, nbytes: Any) -> float:
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.number)) or not 0 <= nbytes < math.inf:
         raise PluginError(f"sync strategy {type(strat).__name__}: message_bytes() = {nbytes!r}, not a number of bytes >= 0")
     return float(nbytes)
+
+
+def checked_weights(strat: Any, weights: Any, workers: int) -> Any:
+    """A strategy's ``weights(round)``: one finite number per worker (a plugin's NaN ended as 'diverged: try a smaller
+    train.lr', blaming the learning rate)."""
+    values = np.asarray(weights, dtype=np.float64) if not isinstance(weights, str) else np.asarray([])
+    if values.shape != (workers,) or not np.isfinite(values).all():
+        raise PluginError(f"sync strategy {type(strat).__name__}: weights() = {weights!r}, not {workers} finite numbers"[:300])
+    return weights

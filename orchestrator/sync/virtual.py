@@ -29,7 +29,14 @@ from orchestrator.sync.core import SyncOptions, jitter_factor, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, collective_s, server_links
 from orchestrator.sync.limits import check_virtual_memory
 from orchestrator.sync.server import REJECTED
-from orchestrator.sync.strategy import Round, SyncStrategy, checked_bytes, checked_quorum, checked_vector
+from orchestrator.sync.strategy import (
+    Round,
+    SyncStrategy,
+    checked_bytes,
+    checked_quorum,
+    checked_vector,
+    checked_weights,
+)
 
 
 @dataclass
@@ -165,8 +172,7 @@ class VirtualRun:
     def _collective(self):
         theta, t, step, w = self.theta0.copy(), 0.0, 0, self.o.workers
         tr, every, st, strat = self.tracker, self.tracker.s.eval_every, self.stats, self.strategy
-        n_params = self.theta0.size
-        h = int(strat.local_steps())
+        n_params, h = self.theta0.size, int(strat.local_steps())
         quorum = checked_quorum(strat, w)
         optimizer = self.s.new_optimizer()          # train.optimizer: its state lives for the run
         ada, next_eval = self.adaptive, every
@@ -185,7 +191,7 @@ class VirtualRun:
                         self._capture = None        # before Adam's first step: no preconditioner to measure with
             update = np.zeros_like(theta)
             if quorum == w:
-                weights = strat.weights(rnd)
+                weights = checked_weights(strat, strat.weights(rnd), w)
                 for i in range(w):
                     update += np.float32(weights[i]) * checked_vector(strat, strat.local(i, theta, self._timed_grad(
                         i, batches[i], t, durs), rnd), theta)
@@ -195,7 +201,7 @@ class VirtualRun:
                         for i in range(w)]
                 first = sorted(range(w), key=lambda i: (durs[i], i))[:quorum]
                 rnd = dataclasses.replace(rnd, contributors=tuple(sorted(first)))
-                weights = strat.weights(rnd)
+                weights = checked_weights(strat, strat.weights(rnd), w)
                 for i in rnd.contributors:
                     update += np.float32(weights[i]) * vecs[i]
                 included, close = rnd.contributors, durs[first[-1]]
