@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.sync.checks import checked_quorum
 from orchestrator.sync.mpi_job import Job, RankAdaptive, Stretch, own_metrics, rank_result, rank_stats, warm_up
 from orchestrator.sync.mpi_server import run_server, run_worker
-from orchestrator.sync.strategy import checked_quorum
 
 __all__ = ["Job", "Stretch", "main"]
 

@@ -25,18 +25,12 @@ import numpy as np
 from orchestrator.execution.training import ConvergenceTracker, NullSink, TrainResult, TrainSettings
 from orchestrator.sync.adaptive import AdaptiveBatch, NoiseScale
 from orchestrator.sync.balance import Balancer
+from orchestrator.sync.checks import checked_bytes, checked_quorum, checked_vector, checked_weights
 from orchestrator.sync.core import SyncOptions, jitter_factor, tracked_settings
 from orchestrator.sync.costmodel import ComputeModel, collective_s, server_links
 from orchestrator.sync.limits import check_virtual_memory
 from orchestrator.sync.server import REJECTED
-from orchestrator.sync.strategy import (
-    Round,
-    SyncStrategy,
-    checked_bytes,
-    checked_quorum,
-    checked_vector,
-    checked_weights,
-)
+from orchestrator.sync.strategy import Round, SyncStrategy
 
 
 @dataclass
