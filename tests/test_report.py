@@ -227,6 +227,9 @@ def test_machine_readable_formats_keep_numbers_and_booleans_the_tables_show_them
             for i, (fits, gap) in enumerate((("true", 0.215), ("false", 0.0)))]
     data = rows(runs)
     assert [(d["plan_gap_to_bound"], d["plan_fits"]) for d in data] == [(0.215, True), (0.0, False)]
+    failed = RunRecord(run_id="f", name="early", status="FAILED", experiment="e", tags={"runtime": "plan"}, params={},
+                       metrics={})
+    assert [rows([failed])[0][k] for k in ("plan_profile", "plan_training")] == [None, None]   # not 'measured', 'fp32'
     assert json.loads(json.dumps(data))[0]["plan_gap_to_bound"] == 0.215
     text = table(data, PLAN_COLUMNS)
     assert "21.5%" in text and "0.0%" in text and " yes " in text and " NO " in text

@@ -55,9 +55,9 @@ PLAN_COLUMNS = [
     ("plan_cluster", "cluster", lambda r: r.tag("plan.cluster", "")),
     ("plan_simulator", "simulator", lambda r: r.tag("plan.simulator", "")),
     ("plan_objective", "objective", lambda r: r.tag("plan.objective", "")),
-    ("plan_training", "training", lambda r: r.tag("plan.precision", "fp32")
+    ("plan_training", "training", lambda r: None if _unplanned(r) else r.tag("plan.precision", "fp32")
      + (" + recompute" if r.tag("plan.recompute", "") == "true" else "")),
-    ("plan_profile", "layer times", lambda r: r.tag("plan.profile", "measured")),
+    ("plan_profile", "layer times", lambda r: None if _unplanned(r) else r.tag("plan.profile", "measured")),
     ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
     ("plan_samples_per_s", "samples/s", lambda r: r.metric("plan.samples_per_s")),
     ("plan_usd_per_hour", "USD/h", lambda r: r.metric("plan.usd_per_hour")),
@@ -69,6 +69,11 @@ ALL_COLUMNS = COLUMNS + [c for c in PLAN_COLUMNS if c[0] not in {k for k, _, _ i
 EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
          ("parent_run_id", lambda r: r.tags.get("mlflow.parentRunId")), ("start_time_ms", lambda r: r.start_time)]
 FORMATS = ("table", "md", "html", "csv", "json")
+
+
+def _unplanned(r) -> bool:
+    """A plan trial that ended before it had a plan (failed or killed early): its plan columns say nothing."""
+    return "plan.description" not in r.tags
 
 
 # How the tables for people show a column whose value is kept raw for csv and json.
