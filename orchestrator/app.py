@@ -75,8 +75,9 @@ def precheck(argv: list[str]) -> list[str]:
     if has_optuna and not has_direction:
         argv = [*argv, f"hydra.sweeper.direction={direction}"]
     own = [(o, ov) for o, ov in zip(overrides, parsed) if not o.lstrip("+~").startswith("hydra")]
-    if not any(a.startswith("-") for a in argv):
-        _compose_check([o for o, _ in own])
+    flags = [a.split("=", 1)[0] for a in argv if a.startswith("-")]
+    if not flags or (set(flags) <= {"--cfg", "-c", "--resolve"} and not any(a in ("-m", "--multirun") for a in argv)):
+        _compose_check([o for o, _ in own])      # a trial, or the config it would print (--cfg job): checked alike
     elif any(a in ("-m", "--multirun") for a in argv):
         _sweep_check(own)
         argv = _optuna_resume(argv, [o for o, ov in zip(overrides, parsed) if not ov.is_sweep_override()])

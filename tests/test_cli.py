@@ -1,5 +1,6 @@
 """The entry point as a user runs it: one-line errors, no TensorFlow for --help, runs in the store."""
 
+import re
 import subprocess
 import sys
 
@@ -89,3 +90,15 @@ def test_a_sweeps_run_names_carry_what_varies_not_where_it_is_recorded(monkeypat
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: NS(mode=RunMode.MULTIRUN, overrides=NS(task=task),
                                                                       job={"num": 3})))
     assert sweep_suffix() == " #3 [train.lr=0.1 ++placer.reward=simulated]"
+
+
+def test_the_config_a_trial_would_print_is_checked_like_the_trial():
+    """``--cfg job train.lr=-1`` printed the config with exit 0, and a misspelt key gave Hydra's multi-line error."""
+    from orchestrator.app import precheck
+    from orchestrator.errors import UserError
+
+    for argv, words in ((["--cfg", "job", "train.lr=-1"], "train.lr=-1 must be a number >= 0"),
+                        (["--cfg=job", "train.lrr=1"], "Could not override 'train.lrr': no such key")):
+        with pytest.raises(UserError, match=re.escape(words)):
+            precheck(argv)
+    assert precheck(["--cfg", "job", "train.lr=0.05"]) == ["--cfg", "job", "train.lr=0.05"]
