@@ -79,7 +79,9 @@ def accepts(f: dataclasses.Field) -> str:
     if meta.get("choices") is not None:
         parts.append(_words(meta["choices"], meta.get("number", False), _is_int(f)))
     bounds = _bounds(meta)
-    kind = "integer" if _is_int(f) else "number" if "float" in str(f.type) else "true, false" if "bool" in str(f.type) else ""
+    t = str(f.type)
+    kind = ("integer" if _is_int(f) else "number" if "float" in t and "list" not in t else "true, false" if "bool" in t
+            else "a list" if "list" in t or "tuple" in t else "text" if "str" in t and meta.get("choices") is None else "")
     if bounds and meta.get("choices") is not None:
         parts[-1] += f" {bounds}"
     elif bounds or kind:
