@@ -103,12 +103,17 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
     judge = _Judging(evaluator, objective, t0, budget_s)
     judge.ranked(walk.ranked, judged)
     judge.filled(walk.ranked, costs, cluster, B, fill)
-    if classes and objective.kind != "cost" and judge.best is not None:
+    before = judge.best
+    if classes and judge.best is not None:
         judge.classes(walk.ranked, profile, cluster, B)
     if judge.best is None or not math.isfinite(judge.best[0]):
         raise InfeasiblePlanError(f"planner=joint: no plan fits in memory and meets {objective.describe()} "
                                   f"({walk.n_templates} templates of stages tried)")
     judge.local(profile, cluster)
+    if objective.kind == "cost" and before is not None and judge.classes_in:   # the local moves from both starts:
+        after, judge.best = judge.best, before          # a class plan's local optimum may be dearer than the other's
+        judge.local(profile, cluster)
+        judge.best = min(judge.best, after, key=lambda b: b[0])
     stats = {"plan.templates": float(walk.n_templates), "plan.templates_split": float(walk.n_split),
              "plan.templates_pruned": float(walk.n_pruned),
              "plan.best_template_found_s": walk.found_s, "plan.narrow_pass_s": walk.narrow_s,
