@@ -116,6 +116,10 @@ def test_bandwidth_is_shaped(tmp_path):
             "print(n / (time.perf_counter() - t), flush=True)\n")], stdout=subprocess.PIPE, text=True)
         try:
             assert server.stdout.readline().strip() == "ok"
+            from orchestrator.hardware.netlab import occupied
+
+            # the host watch's one-pass look agrees with ip netns pids
+            assert occupied([h.name for h in lab.hosts]) == {lab.hosts[1].name}
             send = (f"import socket\ns=socket.create_connection(('{lab.hosts[1].address}',5599)); b=b'x'*(1<<20)\n"
                     "for _ in range(8): s.sendall(b)\ns.close()")
             subprocess.run(lab.exec_prefix(lab.hosts[0]) + [sys.executable, "-c", send], timeout=60, check=True)
@@ -142,6 +146,14 @@ def test_mpi_ranks_run_one_per_host(tmp_path, strategy, where):
         workers = [hosts[r] for r in sorted(hosts)][-3:]        # rank 0 is the server for delay
         assert sorted(workers) == sorted(h.name for h in lab.hosts), hosts
         assert not _no_process_on(lab)
+
+
+def test_the_host_watch_names_the_host_that_emptied_strictly_first():
+    from orchestrator.sync.mpi import _HostWatch
+
+    assert _HostWatch.first_gone({"h2": 3, "h0": 5, "h1": 5}) == "h2"
+    assert _HostWatch.first_gone({"h2": 4, "h0": 4}) is None        # emptied in one look: no telling which
+    assert _HostWatch.first_gone({}) is None
 
 
 @pytest.mark.slow

@@ -245,6 +245,27 @@ def pids(host: str) -> list[int]:
     return [int(p) for p in out.stdout.split() if p.isdigit()]
 
 
+def occupied(hosts: list[str]) -> set[str]:
+    """Which of these hosts run a process now, in one pass over /proc (``pids`` runs ``ip netns pids``
+    once per host: too slow to tell which host emptied first when a whole job ends within 0.1 s)."""
+    inode = {}
+    for h in hosts:
+        try:
+            inode[os.stat(f"/run/netns/{h}").st_ino] = h
+        except OSError:
+            pass
+    found: set[str] = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                host = inode.get(os.stat(f"/proc/{entry.name}/ns/net").st_ino)
+            except OSError:
+                continue
+            if host is not None:
+                found.add(host)
+    return found
+
+
 def kill_host(host: str, sig: int = signal.SIGKILL) -> int:
     """Kill every process of an emulated host (a host that dies); returns how many there were."""
     victims = pids(host)

@@ -169,8 +169,9 @@ def _main_thread() -> bool:
 
 
 class _HostWatch:
-    """On an emulated cluster (a netlab hostfile), notices the first host whose processes all vanish
-    while the job runs: a host that died, even when Open MPI's log says nothing about it."""
+    """On an emulated cluster (a netlab hostfile), names the host that died while the job ran: the first
+    host whose processes all vanished, strictly before any other (when mpiexec then tears the job down,
+    the other hosts empty later), even when Open MPI's log says nothing about it."""
 
     def __init__(self, hostfile: str | None, proc: subprocess.Popen):
         from orchestrator.hardware.netlab import lab_of_hostfile
@@ -182,31 +183,46 @@ class _HostWatch:
         import threading
 
         def loop() -> None:
-            from orchestrator.hardware.netlab import pids
+            from orchestrator.hardware.netlab import occupied
 
+            names = [h.name for h in lab.hosts]
             seen: set[str] = set()
-            while proc.poll() is None and self.dead is None:
-                for h in lab.hosts:
-                    alive = bool(pids(h.name))
-                    if alive:
-                        seen.add(h.name)
-                    elif h.name in seen and proc.poll() is None:
-                        self.dead = h.name
-                        break
-                time.sleep(0.1)
-            if self.dead is None:  # mpiexec ended between two looks: one host already empty is the dead one
-                gone = [h.name for h in lab.hosts if h.name in seen and not pids(h.name)]
-                if len(gone) == 1:
-                    self.dead = gone[0]
+            emptied: dict[str, int] = {}     # host -> the look at which it was first found empty
+            look, ended_at = 0, None
+            while True:
+                if ended_at is None and proc.poll() is not None:
+                    ended_at = time.monotonic()
+                look += 1
+                alive = occupied(names)
+                seen |= alive
+                for h in seen - alive:
+                    emptied.setdefault(h, look)
+                self.dead = self.first_gone(emptied)
+                # mpiexec may exit as soon as the dead host's daemon goes, before that host's last process
+                # does: keep looking a while after the end (the launcher kills stray ranks only after finish())
+                named = self.dead is not None and len(emptied) < len(seen)
+                settled = ended_at is not None and (emptied.keys() == seen or time.monotonic() - ended_at > 1.0)
+                if named or settled:
+                    return
+                time.sleep(0.05)
 
         self.thread = threading.Thread(target=loop, name="netlab-host-watch", daemon=True)
         self.thread.start()
+
+    @staticmethod
+    def first_gone(emptied: dict[str, int]) -> str | None:
+        """The one host that emptied at a strictly earlier look than every other; None on a tie."""
+        if not emptied:
+            return None
+        first = min(emptied.values())
+        gone = [h for h, k in emptied.items() if k == first]
+        return gone[0] if len(gone) == 1 else None
 
     def finish(self) -> str | None:
         """The dead host, once the watch has taken its last look (mpiexec has ended)."""
         thread = getattr(self, "thread", None)
         if thread is not None:
-            thread.join(timeout=2.0)
+            thread.join(timeout=3.0)
         return self.dead
 
 
@@ -284,7 +300,7 @@ def rank_failure(run_dir: Path, rc: int) -> str:
     m = re.search(r"Process name:\s*\[[^\]]*,(\d+)\]\s*Exit code:\s*(-?\d+)", text)
     if m:
         return f"MPI rank {m[1]} on {_rank_host(run_dir, m[1])} exited with code {m[2]}"
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= {"-"}]
+    lines = [t for ln in text.splitlines() if (t := ln.replace("\x00", "").strip()) and not set(t) <= {"-"}]
     return f"mpiexec exited with code {rc}" + (f": {lines[-1][:200]}" if lines else "")
 
 
