@@ -158,6 +158,9 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
         timing += (f"; {int(m['plan.skipped_candidates'])} candidates skipped: "
                    f"{t.get('plan.skipped_reasons', 'missing profile entries or links')}"[:300])
     lines.append(timing)
+    if m.get("plan.search_cut") == 1.0:
+        lines.append(f"            cut by planner.budget_s={m.get('plan.search_budget_s', 0):g} before the search was complete: "
+                     "a rerun may give another plan (a larger budget_s searches on)")
     if est is not None:
         worst = max(est.stages, key=lambda s: s.compute_s + s.send_s)
         lines.append(f"  where:    slowest stage p{worst.pipeline} s{worst.stage} ({worst.gpu}): compute {_fmt(worst.compute_s, ' s')}, "

@@ -157,6 +157,25 @@ def test_a_budget_too_small_for_this_machine_still_gives_a_plan_that_fits(profil
     assert tiny.fits and more.fits and math.isfinite(tiny.iteration_s)
 
 
+def test_a_search_cut_by_its_budget_says_so_and_a_complete_one_does_not(profile):
+    """The joint planner's steps stop at fractions of planner.budget_s: where that ends one before it is complete,
+    the plan may differ on a rerun (or another machine), and the stats (and the summary) say so."""
+    small = _cluster({"A100-40": 8, "V100-16": 8})
+    ev = PlanEvaluator(simulator("project"), profile, small, 1024)
+    complete = JointPlanner({"budget_s": 60.0})
+    complete.plan(profile, small, THROUGHPUT, ev)
+    assert complete.stats["plan.search_cut"] == 0.0 and complete.stats["plan.search_budget_s"] == 60.0
+    large = _cluster({"A100-40": 32, "V100-16": 96})
+    cut = JointPlanner({"budget_s": 0.001})
+    cut.plan(profile, large, THROUGHPUT, PlanEvaluator(simulator("project"), profile, large, 1024))
+    assert cut.stats["plan.search_cut"] == 1.0
+    from orchestrator.summary import plan_lines
+
+    said = "\n".join(plan_lines({"metrics": cut.stats, "tags": {}}))
+    assert "cut by planner.budget_s=0.001 before the search was complete" in said
+    assert "cut by" not in "\n".join(plan_lines({"metrics": complete.stats, "tags": {}}))
+
+
 @pytest.mark.slow
 def test_joint_on_512_gpus_within_its_budget_beats_the_published_plans(profile):
     """On 128 A100s + 384 V100s, within a budget of 8 s (issue 28's search target, <= 30 s, is a row of

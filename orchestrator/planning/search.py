@@ -119,7 +119,9 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
              "plan.best_template_found_s": walk.found_s, "plan.narrow_pass_s": walk.narrow_s,
              "plan.templates_judged": float(judge.judged), "plan.local_moves": float(judge.moves),
              "plan.filled": float(judge.filled_in), "plan.pipeline_classes": float(judge.classes_in),
-             "plan.class_plans_judged": float(judge.class_tried), "plan.class_plans_refused": float(judge.class_refused)}
+             "plan.class_plans_judged": float(judge.class_tried), "plan.class_plans_refused": float(judge.class_refused),
+             # 1 where planner.budget_s ended a step of the search before it was complete (a rerun may differ)
+             "plan.search_cut": float(walk.cut or judge.cut), "plan.search_budget_s": float(budget_s)}
     return judge.best[1], judge.best[2], stats
 
 
@@ -142,6 +144,7 @@ class _BestFirst:
         self.seen: set[tuple[int, int, tuple[Kind, ...]]] = set()
         self.heap: list[tuple[float, int, Any]] = []
         self.tick = 0
+        self.cut = False                            # the soft limit ended the walk with templates left
 
     def limit(self) -> float:
         """No template whose priority (a lower bound on its rank) reaches this can enter the best ``judged``."""
@@ -151,7 +154,10 @@ class _BestFirst:
         for wide in (False, True):
             self.heap = []
             self._push_groups(wide)
-            while self.heap and (time.perf_counter() < soft or not math.isfinite(self.best_rank)):  # past it: until a plan ranks
+            while self.heap:
+                if time.perf_counter() >= soft and math.isfinite(self.best_rank):    # past it: until a plan ranks
+                    self.cut = True
+                    break
                 pr, _, (what, mbs, dp, item) = heapq.heappop(self.heap)
                 if pr >= self.limit():
                     self.n_pruned += 1 + len(self.heap)
@@ -229,6 +235,13 @@ class _Judging:
         self.t0, self.budget_s, self.deadline = t0, budget_s, t0 + budget_s
         self.best: tuple[float, Plan, PlanEstimate] | None = None
         self.judged = self.filled_in = self.classes_in = self.class_tried = self.class_refused = self.moves = 0
+        self.cut = False                            # the budget ended a step with plans left to judge
+
+    def past(self, limit: float) -> bool:
+        """Whether ``limit`` has passed (a step ends there, and the search is marked cut)."""
+        over = time.perf_counter() > limit
+        self.cut |= over
+        return over
 
     def _better(self, plan: Plan) -> bool:
         """Judge ``plan``; keep it (True) when it scores better than the best by more than rounding."""
@@ -246,7 +259,7 @@ class _Judging:
         """The ``judged`` best templates (past the budget only until one plan fits: a slow machine gets a
         plan, not a false "none fits")."""
         for _, cand in ranked[:judged]:
-            if time.perf_counter() > self.deadline and self.best is not None:
+            if self.best is not None and self.past(self.deadline):
                 break
             plan = cand.plan()
             est = self.evaluator.try_evaluate(plan)
@@ -264,13 +277,13 @@ class _Judging:
         promising judged."""
         filled: list[tuple[float, int, Plan]] = []
         for _, cand in ranked:
-            if time.perf_counter() > self.t0 + 0.75 * self.budget_s or fill <= 0 or self.objective.kind == "cost":
+            if fill <= 0 or self.objective.kind == "cost" or self.past(self.t0 + 0.75 * self.budget_s):
                 break
             for plan, m_new in fill_plans(cand, costs, cluster, batch):
                 m_old = math.ceil(batch / (cand.mbs * cand.dp))
                 filled.append((cand.estimate_s - (m_old - m_new) * cand.bottleneck_s, len(filled), plan))
         for _, _, plan in sorted(filled)[:fill]:
-            if time.perf_counter() > self.deadline:
+            if self.past(self.deadline):
                 break
             if self._better(plan):
                 self.filled_in += 1
@@ -279,7 +292,7 @@ class _Judging:
                 batch: int) -> None:
         """Several pipeline classes: two of the best templates side by side, the batch split by their speed."""
         for plan in class_plans(ranked, cluster, batch):
-            if time.perf_counter() > self.t0 + 0.85 * self.budget_s:
+            if self.past(self.t0 + 0.85 * self.budget_s):
                 break
             if not self.sim.scores_honestly(plan, profile, cluster):
                 self.class_refused += 1
@@ -291,10 +304,10 @@ class _Judging:
     def local(self, profile: LayeredProfile, cluster: GpuCluster) -> None:
         """First-improvement moves (``moves.neighbours``) on the best plan, until none improves or the budget ends."""
         improved = True
-        while improved and time.perf_counter() < self.deadline:
+        while improved and not self.past(self.deadline):
             improved = False
             for plan in neighbours(self.best[1], profile.num_layers, cluster):  # type: ignore[index]
-                if time.perf_counter() > self.deadline:
+                if self.past(self.deadline):
                     break
                 if not self.sim.scores_honestly(plan, profile, cluster):
                     continue                                # the simulator would under-charge it
