@@ -242,14 +242,38 @@ def _task(cfg) -> float:
             return math.nan
         raise
     except Exception as exc:
+        plugin = _plugin_failure(exc, Path(hc.runtime.output_dir))
         if multirun:
-            import traceback
+            if plugin is None:
+                import traceback
 
-            traceback.print_exc()
-            print(f"error: trial failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                traceback.print_exc()
+            print(f"error: trial failed: {plugin or f'{type(exc).__name__}: {exc}'}", file=sys.stderr, flush=True)
             _record_failure(cfg, exc)
             return math.nan
-        raise
+        if plugin is None:
+            raise
+        print(f"error: {plugin}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _plugin_failure(exc: BaseException, out_dir: Path) -> str | None:
+    """A third-party plugin's exception in one line, its traceback saved in the trial's output folder; None
+    when no plugin's code raised it (the tool's own bug: its traceback is printed as it is)."""
+    import traceback
+
+    from orchestrator.plugins import culprit
+
+    where = culprit(exc)
+    if where is None:
+        return None
+    saved = out_dir / "traceback.txt"
+    try:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text("".join(traceback.format_exception(exc)))
+    except OSError:
+        return " ".join(where.split())[:600]
+    return " ".join(f"{where}; the traceback is in {saved}".split())[:900]
 
 
 def _record_failure(cfg, exc: BaseException) -> None:

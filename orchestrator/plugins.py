@@ -131,6 +131,33 @@ def load(kind: str, name: str) -> Any:
     return obj
 
 
+def culprit(exc: BaseException) -> str | None:
+    """Where a third party's plugin code raised ``exc`` (the innermost frame of its traceback in a plugin's
+    package): 'ValueError: ... at FILE:LINE in FUNC, code of the plugin DIST (it provides placer 'x')'; None
+    where no third party's code is on the traceback (a bug of the tool's own, whose traceback is the report)."""
+    def top(e: PluginEntry) -> str:
+        return e.ref.partition(":")[0].split(".")[0]
+
+    try:
+        third = [e for e in entries() if not e.builtin and top(e) not in ("orchestrator", "orchestrator_plugins", "plugins")]
+    except Exception:
+        return None
+    packages = {top(e): e for e in third}
+    hit = None
+    tb = exc.__traceback__
+    while tb is not None:
+        name = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0]
+        if name in packages:
+            hit = (packages[name], tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    if hit is None:
+        return None
+    entry, path, line, func = hit
+    provides = ", ".join(f"{e.kind} {e.name!r}" for e in third if top(e) == top(entry))
+    who = entry.distribution if entry.distribution != "?" else entry.ref.partition(":")[0]
+    return f"{type(exc).__name__}: {exc} at {path}:{line} in {func}, code of the plugin {who} (it provides {provides})"
+
+
 def config_searchpath() -> list[str]:
     pm = get_plugin_manager()
     paths: list[str] = []

@@ -60,6 +60,17 @@ class FastestDevice:
         return best[1]
 
 
+class Raising:
+    """A placer with a bug: what a user sees when a plugin's own code raises."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def place(self, graph: OpGraph, worker: Worker, evaluator: Evaluator | None = None,
+              context: PlacementContext | None = None) -> Placement:
+        return {}["no such device"]
+
+
 @hookimpl
 def orchestrator_hardware_adapters():
     return {"two_devices": "tests.api_plugin:TwoDevices"}
@@ -67,4 +78,4 @@ def orchestrator_hardware_adapters():
 
 @hookimpl
 def orchestrator_placers():
-    return {"fastest_device_api": "tests.api_plugin:FastestDevice"}
+    return {"fastest_device_api": "tests.api_plugin:FastestDevice", "raising_api": "tests.api_plugin:Raising"}

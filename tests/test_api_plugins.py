@@ -135,3 +135,17 @@ def test_a_listener_that_raises_does_not_change_how_the_trial_ended(tmp_path):
     assert "WARNING: plugin 'broken-listener': orchestrator_trial_end raised RuntimeError: listener bug" in out.stderr
     run = store_runs(tmp_path)[0]
     assert run.info.status == "FINISHED" and heard == [(run.info.run_id, "FINISHED")]
+
+
+def test_a_plugin_that_raises_is_named_in_one_line_with_its_traceback_kept(tmp_path, api_plugin):
+    from conftest import run_inprocess, store_runs
+
+    out = run_inprocess(tmp_path, "+placer=greedy", "placer.name=raising_api", *QUICK)
+    assert out.returncode == 1, out.stdout + out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "KeyError: 'no such device' at " in errors[0] and "api_plugin.py" in errors[0], errors[0]
+    assert "in place, code of the plugin tests.api_plugin (it provides " in errors[0] and "placer 'raising_api'" in errors[0]
+    saved = Path(errors[0].rsplit("the traceback is in ", 1)[1])
+    assert "KeyError" in saved.read_text() and "Traceback" in saved.read_text()
+    assert [r.info.status for r in store_runs(tmp_path)] == ["FAILED"]
