@@ -236,8 +236,16 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
             res += f"; time to target {_fmt(m['train.time_to_target_s'], ' s')}"
         lines.append(f"  result:   {res}")
     pipeline = t.get("placement.objective") == "pipeline" and "placement.time_per_sample_s" in m
+    if "placement.objective" in t:   # which objective, and why (the same file is judged otherwise in another folder)
+        why = t.get("placement.objective_source", "set")
+        lines.append(f"  objective: {t['placement.objective']} ({'placement.objective' if why == 'set' else why}; "
+                     f"{'the busiest device or link per ' + t.get('placement.graph_unit', 'sample') if pipeline else 'one training step'})")
+    if "placement.unused_workers" in t:
+        lines.append(f"  WARNING:  placed on {t.get('placement.worker', 'the first worker')} only; no sync strategy uses "
+                     f"the other workers: {t['placement.unused_workers']} (placement.hosts=all places across every "
+                     "host's devices; +sync=... trains on them as data-parallel workers)"[:600])
     if pipeline:  # the objective, its baseline and its bound, in one unit: seconds per sample
-        lines.append(f"  placement: time per sample {_fmt(m['placement.time_per_sample_s'], ' s')} "
+        lines.append(f"  placement: time per {t.get('placement.graph_unit', 'sample')} {_fmt(m['placement.time_per_sample_s'], ' s')} "
                      f"(baseline {_fmt(m.get('placement.baseline_time_per_sample_s'), ' s')}"
                      f"{_no_baseline(m, t, 'placement.baseline_time_per_sample_s')}, lower bound "
                      f"{_fmt(m.get('placement.lower_bound_s'), ' s')}); one step {_fmt(m.get('placement.step_time_s'), ' s')}")

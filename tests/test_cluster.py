@@ -96,3 +96,26 @@ def test_an_adapters_cluster_with_no_sense_in_it_is_one_line_naming_the_adapter(
             checked(cluster, "mine")
     one = Cluster("c", [Worker("w", [Device("gpu:0", "gpu")])], True)
     assert checked(one, "mine") is one
+
+
+def test_a_placement_on_one_of_several_hosts_says_the_others_are_unused_and_hosts_all_uses_them(tmp_path):
+    import json
+
+    from conftest import run_inprocess, store_runs
+
+    out = run_inprocess(tmp_path, "+placer=greedy", "model=nmt", "hardware=sim_hetero_cluster")
+    assert out.returncode == 0, out.stderr
+    assert "WARNING:  placed on worker-host0 only; no sync strategy uses the other workers: worker-host1" in out.stdout
+    assert "objective: step (auto; one training step)" in out.stdout
+    out = run_inprocess(tmp_path, "+placer=greedy", "model=nmt", "hardware=sim_hetero_cluster", "placement.hosts=all",
+                        "placement.objective=pipeline")
+    assert out.returncode == 0, out.stderr
+    assert "WARNING" not in out.stdout and "time per batch of 64 samples" in out.stdout, out.stdout
+    run = store_runs(tmp_path)[0]
+    assert run.data.tags["placement.worker"] == "all" and "placement.unused_workers" not in run.data.tags
+    placed = json.loads(max(tmp_path.rglob("placement.json"), key=lambda p: p.stat().st_mtime).read_text())
+    assert len({d.split("/")[0] for d in placed["devices"]}) == 3            # every host's devices were offered
+    # the expert is also judged on each host alone: the baseline is the best of those and the placement across all
+    assert run.data.tags["placement.baseline"].startswith("expert placement on worker-host"), run.data.tags["placement.baseline"]
+    out = run_inprocess(tmp_path, "+placer=greedy", "+sync=delay", "hardware=sim_hetero_cluster", "placement.hosts=all")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "placement.hosts=all" in out.stderr, out.stderr

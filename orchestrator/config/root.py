@@ -108,6 +108,9 @@ class PlacementConfig(Schema):
     memory_headroom: Any = option("auto", "share of each device's memory search placers keep free: auto = 0.1 for "
                                   "pipeline (activations in flight), 0 for step", choices=("auto",), number=True,
                                   min=0, lt=1)
+    hosts: str = option("first", "a cluster of several workers (hosts): first (place on the first; a sync strategy's "
+                        "other workers are placed alike when training) | all (one model over every host's devices and "
+                        "the network between them; simulated clusters, no sync)", choices=("first", "all"))
     micro_batches: int = option(1, "a micro-batched pipeline (models extracted from TensorFlow): each mini-batch is m "
                                 "micro-batches of train.batch_size; > 1 schedules it and counts the activations in "
                                 "flight", min=1)

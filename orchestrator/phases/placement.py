@@ -63,6 +63,16 @@ def memory_headroom(p: PlacementConfig, objective: str) -> float:
     return float(h)          # the schema checked it: a fraction in [0, 1)
 
 
+def objective_source(p: PlacementConfig, graph) -> str:
+    """Why the placement has its objective (the summary names it: the same graph file is judged by another
+    objective in another folder)."""
+    if p.objective != "auto":
+        return "set"
+    if graph.meta.get("objective") == "pipeline":
+        return "auto: the file sits in a throughput-inputs folder"
+    return "auto"
+
+
 def resolve_objective(p: PlacementConfig, graph) -> str:
     """``placement.objective``: auto -> pipeline for the throughput inputs of the public workloads
     (their file says so: ``graph.meta["objective"]``), step elsewhere."""
@@ -134,7 +144,7 @@ class PlacementPhase:
     def place(self, model_spec, cluster, reward: str, sink) -> PlacementOutcome:
         """Place on the cluster's first worker, searching with ``reward`` (``placer.reward`` resolved:
         simulated | measured | mixed); judge, compare with the baseline, log."""
-        worker = cluster.workers[0]
+        worker = self.worker_of(cluster)
         self.simulated_cluster = cluster.simulated
         graph = self.graph(model_spec, reward)
         missing = graph.uncosted(worker.devices)
@@ -151,7 +161,8 @@ class PlacementPhase:
         if not verdict.feasible:
             over = ", ".join(f"{d} by {b / 2**20:.1f} MiB" for d, b in verdict.oom)
             raise InfeasiblePlacementError(f"placer {self.names['placer']}'s placement does not fit in memory: {over}")
-        base_label, base_placement, base = self.baseline(graph, worker, evaluator, model_spec)
+        base_label, base_placement, base = (self.baseline(graph, worker, evaluator, model_spec) if worker in cluster.workers
+                                            else self.baseline_across(graph, worker, evaluator, model_spec, cluster))
         objective = getattr(evaluator, "objective", "step")
         fallback: dict[str, float] = {}
         # only a search's answer is replaced; a placer that does not search (manual: the placement the user asked
@@ -170,7 +181,11 @@ class PlacementPhase:
         if "contiguous_optimum_s" in placement.meta:
             m["placement.contiguous_optimum_s"] = float(placement.meta["contiguous_optimum_s"])
         base_label, base = self.against_baseline(base_label, base, verdict, objective, m)
-        tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward}
+        tags = {"placement.baseline": base_label, "placement.objective": objective, "placement.reward": reward,
+                "placement.objective_source": objective_source(self.placement, graph),
+                "placement.graph_unit": "sample" if graph.meta.get("format") == "msr-dnn-partitioning" else
+                f"batch of {int(graph.meta.get('batch') or self.train.batch_size)} samples",
+                "placement.worker": worker.name, **self.unused_workers(cluster, worker)}
         if evaluator.kind == "simulated":
             tags["placement.lower_bound"] = self.bound(graph, worker, evaluator, placement, verdict, m)
             self.gantt(verdict, sink)
@@ -183,6 +198,30 @@ class PlacementPhase:
         sink.log_metrics(m)
         sink.set_tags(tags)
         return placed
+
+    def worker_of(self, cluster):
+        """The worker placed: the first, or (``placement.hosts=all``) every host's devices as one worker."""
+        if self.placement.hosts != "all" or len(cluster.workers) == 1:
+            return cluster.workers[0]
+        if self.names.get("sync"):
+            raise ConfigError(f"placement.hosts=all places one model across every host, while sync={self.names['sync']} "
+                              "makes each host a data-parallel worker: drop one of them")
+        if not cluster.simulated:
+            raise ConfigError("placement.hosts=all places across hosts on a simulated cluster (the network between "
+                              "the hosts is its cost model); on real hosts, hardware=tf_cluster gives one worker "
+                              "holding the other processes' devices")
+        from orchestrator.hardware.presets import multi_host_worker
+
+        return multi_host_worker(cluster)
+
+    def unused_workers(self, cluster, worker) -> dict[str, str]:
+        """Workers no phase uses (several workers, no sync strategy, one placed): a tag the summary warns with."""
+        others = [w for w in cluster.workers if w is not worker and w.name != worker.name]
+        if self.names.get("sync") or not others or worker not in cluster.workers:
+            return {}
+        listed = ", ".join(f"{w.name} ({len(w.devices)} device{'s' if len(w.devices) != 1 else ''})" for w in others[:6])
+        more = f" and {len(others) - 6} more" if len(others) > 6 else ""
+        return {"placement.unused_workers": f"{listed}{more}"}
 
     def search(self, graph, worker, evaluator, sink) -> tuple[Placement, dict[str, float]]:
         """The placer's answer (saved as ``placement.json``) and the search's metrics: its time, the
@@ -314,6 +353,19 @@ class PlacementPhase:
             dev, v = evaluator.single_device_baseline()
             return f"single device {dev}", on_one_device(graph, worker, dev), v
         return best_accelerator(evaluator, graph, worker)
+
+    def baseline_across(self, graph, worker, evaluator, model_spec, cluster):
+        """``placement.hosts=all``: the best of the reference placement over every host's devices and on each host
+        alone, judged alike (an expert placing on one machine is not charged a network it would not use)."""
+        options = [self.baseline(graph, worker, evaluator, model_spec)]    # its single devices span every host
+        for w in cluster.workers if self.names["placer"] != "manual" and model_spec.expert_split is None else []:
+            expert = self.manual_baseline(graph, w)
+            if expert is not None:
+                placement, strategy = expert
+                options.append((f"expert placement on {w.name} alone (manual placer, strategy {strategy})",
+                                placement.check(graph), evaluator.evaluate(placement)))
+        fits = [o for o in options if o[2] is not None and o[2].feasible] or options
+        return min(fits, key=lambda o: math.inf if o[2] is None else o[2].value)
 
     def gantt(self, verdict, sink) -> None:
         result = getattr(verdict, "result", None)
