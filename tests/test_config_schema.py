@@ -41,6 +41,8 @@ def test_an_override_of_a_schema_key_composes_typed():
     (["hardware=sim_1cpu_4gpu", "hardware.preset=tpu"], "hardware.preset='tpu' (accepted: sim_1cpu_4gpu, sim_hetero_cluster)"),
     (["placement.memory_headroom=1"], "placement.memory_headroom=1 must be a number >= 0 and < 1 (or auto)"),
     (["progress=sometimes"], "progress='sometimes' (accepted: auto, true, false)"),
+    (["seed=-1"], "seed=-1 must be an integer >= 0 and <= 4294967295"),          # numpy's range, not its traceback
+    (["train.seed=99999999999999999999"], "train.seed=99999999999999999999 must be an integer >= 0 and <= 4294967295"),
 ])
 def test_a_bad_value_is_one_line_naming_the_key(overrides, message):
     with pytest.raises(ConfigError) as exc:

@@ -52,9 +52,11 @@ def _words(choices: tuple, number: bool, integer: bool = False) -> str:
 
 
 def _bounds(meta: dict) -> str:
-    parts = [f">= {meta['min']:g}" if "min" in meta else "", f"> {meta['gt']:g}" if "gt" in meta else "",
-             f"<= {meta['max']:g}" if "max" in meta else "", f"< {meta['lt']:g}" if "lt" in meta else ""]
-    return " and ".join(p for p in parts if p)
+    def num(v: float) -> str:             # 4294967295, not 4.29497e+09
+        return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else f"{v:g}"
+
+    parts = [f"{op} {num(meta[k])}" for k, op in (("min", ">="), ("gt", ">"), ("max", "<="), ("lt", "<")) if k in meta]
+    return " and ".join(parts)
 
 
 def _is_int(f: dataclasses.Field) -> bool:

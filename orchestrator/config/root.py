@@ -94,7 +94,7 @@ class TrainConfig(Schema):
                                  choices=("auto",), number=True, min=1)
     budget_s: float | None = option(None, "upper bound on (wall or virtual) training seconds", gt=0)
     eval_samples: int | None = option(None, "evaluate on the first N test samples (null: all)", min=1)
-    seed: int | None = option(None, "the training's seed (null: the top-level seed)")
+    seed: int | None = option(None, "the training's seed (null: the top-level seed)", min=0, max=2**32 - 1)
 
 
 @dataclass
@@ -140,7 +140,8 @@ class TrackingConfig:
 class OrchestratorConfig:
     """The root. ``placer`` and ``sync`` stay null (a baseline trial) unless added with ``+``."""
 
-    seed: int = option(0, "reaches every placer, the training (train.seed, if set, wins for training) and the data split")
+    seed: int = option(0, "reaches every placer, the training (train.seed, if set, wins for training) and the data split",
+                       min=0, max=2**32 - 1)
     placement: PlacementConfig = option(factory=PlacementConfig, help="how the placement phase judges and bounds placements")
     train: TrainConfig = option(factory=TrainConfig, help="the training run")
     objective: ObjectiveConfig = option(factory=ObjectiveConfig, help="what a sweep optimises")
