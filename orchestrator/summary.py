@@ -278,8 +278,10 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
                     if est else f"{_fmt(m['train.time_to_target_s'], ' s')} to target")
             lines.append(f"  times:    {mine}, the reference {_fmt(m['train.reference_time_to_target_s'], ' s')}")
         if "train.speedup_same_settings" in m and t.get("train.reference_method") == "tuned":
+            beats = m["train.speedup_same_settings"] < m.get("train.speedup", 0.0)   # a faster W=1 time than the grid's
             lines.append(f"  untuned:  {_fmt(m['train.speedup_same_settings'])}x over one speed-1.0 worker with this "
-                         "trial's own optimizer and lr (train.speedup_same_settings)")
+                         "trial's own optimizer and lr (train.speedup_same_settings)"
+                         + ("; at W=1 that lr beats the grid's best: add it to train.reference_grid" if beats else ""))
     lines += context_lines(m, t)
     if t.get("train.reached_target") == "false":
         lines.append(f"  target:   MISSED (test accuracy {_fmt(outcome.get('target'))} not reached): {t.get('train.missed_target', '?')}")

@@ -83,6 +83,27 @@ def test_the_tuned_reference_is_the_best_cell_of_the_grid(tmp_path, mnist):
     assert r3.reference.source == "process cache" and r3.reference.time_to_target_s == r2.reference.time_to_target_s
 
 
+def test_a_trials_own_lr_off_the_grid_is_never_the_reference(tmp_path, mnist):
+    """The trials of an lr sweep share one reference: the own cell, off the grid, is timed for the untuned
+    comparison only, even where it is faster at W=1 than every cell of the grid (it used to win, so each trial of a
+    sweep had its own denominator)."""
+    from orchestrator.sync import reference
+
+    reference._CACHE.clear()
+    cfg = {**SMALL, "train": {**SMALL["train"], "optimizer": "sgd", "lr": 0.1, "reference_extend": 0,
+                              "reference_grid": {"sgd": [0.02], "nesterov": [], "adam": []}}}
+    result, _ = _train(tmp_path, cfg, mnist)
+    ref = result.reference
+    assert None not in ref.grid.values() and ref.grid["sgd lr=0.1"] < ref.grid["sgd lr=0.02"], ref.grid
+    assert ref.lr == 0.02 and ref.method == "tuned" and ref.time_to_target_s == ref.grid["sgd lr=0.02"]
+    assert result.extra_metrics["train.same_settings_reference_time_to_target_s"] == ref.grid["sgd lr=0.1"]
+    # no cell of the grid reaches the target: the own cell is the reference, and says it is the trial's own
+    cfg["train"]["reference_grid"] = {"sgd": [0.0005], "nesterov": [], "adam": []}
+    ref = _train(tmp_path, cfg, mnist)[0].reference
+    assert ref.grid["sgd lr=0.0005"] is None and ref.method == "same" and ref.lr == 0.1
+    assert ref.time_to_target_s == ref.grid["sgd lr=0.1"] and "own optimizer" in ref.describe()
+
+
 def test_the_next_lr_past_an_edge_of_the_grid():
     from orchestrator.sync.reference import edge_step
 

@@ -69,3 +69,13 @@ def test_the_summary_says_the_limit_was_wrong_and_by_how_much():
     assert "was wrong here" in warn[0]
     quiet = context_lines({k: v for k, v in m.items() if k != "limit.beaten_by_compare"}, t)
     assert not any("WARNING" in ln for ln in quiet)
+
+
+def test_the_limit_says_what_of_the_hardware_its_step_time_leaves_out():
+    from orchestrator.config.hardware import DataParallelHardware
+    from orchestrator.sync.limit import nominal_note
+
+    assert nominal_note(DataParallelHardware.from_node(None, 4)) == ""
+    hw = DataParallelHardware.from_node({"stragglers": {"probability": 0.2, "slowdown": 4}, "jitter": {"sigma": 0.3}}, 4)
+    assert nominal_note(hw) == ("; T_k(G) at the nominal speeds, without the stragglers and jitter: an upper bound, "
+                                "loose here")

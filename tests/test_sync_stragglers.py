@@ -124,6 +124,16 @@ def test_jitter_config():
     assert s.options({"hardware": {"workers": 2, "jitter": {"sigma": 0.2}}}).hardware.jitter_sigma == 0.2
 
 
+def test_a_misspelt_straggler_or_speed_change_key_is_refused():
+    from orchestrator.config.hardware import Stragglers, parse_speed_changes
+
+    with pytest.raises(ConfigError, match=r"^unknown key hardware.stragglers.probabilty \(hardware.stragglers accepts"):
+        Stragglers.from_node({"probabilty": 0.1, "slowdown": 4})       # ran a trial without stragglers
+    with pytest.raises(ConfigError, match=r"^unknown key hardware.speed_changes\[0\].speeed "):
+        parse_speed_changes([{"worker": 0, "at_s": 1, "speed": 0.5, "speeed": 0.2}], 2)
+    assert Stragglers.from_node({"probability": 0.1, "slowdown": 4}) == Stragglers(0.1, 4.0)
+
+
 def test_jitter_keeps_the_straggler_draws_and_sigma0_changes_nothing():
     hw = {"stragglers": {"probability": 0.2, "slowdown": 3}}
     a = run("allreduce", hw=hw)[1]

@@ -110,6 +110,9 @@ class Stragglers:
             return cls()
         if not hasattr(node, "get"):
             raise ConfigError(f"hardware.stragglers={node!r} must be a mapping {{probability: P, slowdown: K}}")
+        unknown = sorted(set(node.keys()) - {"probability", "slowdown"})
+        if unknown:        # a misspelt key ran a trial without stragglers
+            raise ConfigError(f"unknown key hardware.stragglers.{unknown[0]} (hardware.stragglers accepts: probability, slowdown)")
         p = number(_value(node, "probability", 0.0), "hardware.stragglers.probability")
         k = number(_value(node, "slowdown", 1.0), "hardware.stragglers.slowdown")
         if not 0.0 <= p <= 1.0 or k < 1.0:
@@ -134,6 +137,9 @@ def parse_speed_changes(node: Any, workers: int) -> tuple[SpeedChange, ...]:
     out = []
     for k, ch in enumerate(node):
         key = f"hardware.speed_changes[{k}]"
+        extra = sorted(set(ch.keys()) - {"worker", "at_s", "speed"}) if hasattr(ch, "keys") else []
+        if extra:
+            raise ConfigError(f"unknown key {key}.{extra[0]} (each change accepts: worker, at_s, speed)")
         try:
             w, at, v = int(ch["worker"]), float(ch["at_s"]), float(ch["speed"])
         except (KeyError, TypeError, ValueError):

@@ -102,7 +102,8 @@ def statistical_limit(opts: Any, ctx: Any, ref: Any, cm: Any, cands: list[Candid
     Gs = batches(opts.workers, s.batch_size)
     k = key_hash(["limit", cluster_key(opts, ctx), dataclasses.asdict(dataclasses.replace(s, lr=0.0, optimizer="")),
                ref.optimizer, ref.lr, ref.time_to_target_s, repr(cm), Gs]
-              + [[c.optimizer, c.lr] for c in cands] + [LIMIT_SEEDS, "synchronous-S(G)"])
+              + [[c.optimizer, c.lr] for c in cands] + [LIMIT_SEEDS, "synchronous-S(G)"]
+              + ([["jitter", opts.hardware.jitter_sigma]] if opts.hardware.jitter_sigma else []))  # its label names it
     found = lookup(ctx.sink, "limit", k)
     if found is not None:
         record(ctx.sink, "limit", k, found)
@@ -195,8 +196,10 @@ class _SGrid:
                                       f"{s.batch_size}, {self.opts.train.lr_scaling}-scaled")
         spread, n = self.widen()
         names = ", ".join(f"{c.optimizer} lr={c.lr:g}" for c in cands)
+        nominal = nominal_note(self.opts.hardware)
         return Figure(self.best_t, f"synchronous, {self.where}; S(G) measured for G = {', '.join(str(g) for g in Gs)} "
-                                   f"with {names} x 1, 2, 1/2 (scaled to G as the strategies scale it), the best cell's median of {n} seeds", spread=spread)
+                                   f"with {names} x 1, 2, 1/2 (scaled to G as the strategies scale it), the best cell's "
+                                   f"median of {n} seeds{nominal}", spread=spread)
 
     def widen(self) -> tuple[tuple[float, float], int]:
         """The best cell on ``LIMIT_SEEDS`` seeds at least (its median becomes the limit): a one-seed minimum
@@ -210,6 +213,14 @@ class _SGrid:
         if med is not None:
             self.best_t = med
         return (min(times), max(times)), len(times)
+
+
+def nominal_note(hw: Any) -> str:
+    """What the limit's step time T_k(G) leaves out of the trial's hardware (it takes the nominal speeds): the
+    limit is then an upper bound, loose on that cluster; '' where nothing is left out."""
+    noisy = [what for what, on in (("stragglers", hw.stragglers.probability > 0 and hw.stragglers.slowdown > 1),
+                                   ("jitter", hw.jitter_sigma > 0), ("speed changes", bool(hw.speed_changes))) if on]
+    return f"; T_k(G) at the nominal speeds, without the {' and '.join(noisy)}: an upper bound, loose here" if noisy else ""
 
 
 def limit_metrics(lim: Figure, tt: float, ref_t: float | None, compare_t: float | None) -> dict[str, float]:

@@ -169,6 +169,7 @@ class _Tuning:
         self.ropts = reference_options(opts)
         self.best: tuple[float, str, float, tuple] | None = None
         self.table: dict[str, float | None] = {}
+        self.seed_times: dict[str, tuple] = {}        # the cells timed here, each seed's time
         self.per_opt: dict[str, dict[float, float | None]] = {}
         if found is not None:
             self.table.update(found.grid)
@@ -195,12 +196,18 @@ class _Tuning:
                                     NullSink()).run()[0].time_to_target_s)
         med = median_time(times)
         self.table[f"{optimizer} lr={lr:g}"] = med
-        if grid:
-            self.per_opt.setdefault(optimizer, {})[lr] = med
-        best = self.best
-        if med is not None and (best is None or med < best[0]):
-            self.best = (med, optimizer, lr, tuple(times))
+        self.seed_times[f"{optimizer} lr={lr:g}"] = tuple(times)
+        if grid:         # the trial's own cell off the grid: its untuned comparison only, never the reference (the
+            self.enter(optimizer, lr)   # trials of a sweep over lr would each get their own, and would not compare)
         return med
+
+    def enter(self, optimizer: str, lr: float) -> None:
+        """A timed cell into the search: its optimizer's list and the best so far."""
+        label = f"{optimizer} lr={lr:g}"
+        med = self.table[label]
+        self.per_opt.setdefault(optimizer, {})[lr] = med
+        if med is not None and (self.best is None or med < self.best[0]):
+            self.best = (med, optimizer, lr, self.seed_times[label])
 
     def run_all(self, todo: list[tuple[str, float]], own_in_grid: bool = True) -> None:
         """The cells in order; the first is the trial's own (``own_in_grid``: also a cell of the grid)."""
@@ -221,23 +228,25 @@ class _Tuning:
         """Past the edge of each optimizer's lr list (``extend_past_edge``)."""
         for optimizer in grid:
             def step(lr: float, optimizer: str = optimizer) -> float | None:
-                if f"{optimizer} lr={lr:g}" in self.table:       # the trial's own cell, timed already
+                if f"{optimizer} lr={lr:g}" in self.seed_times:   # the trial's own cell, timed already: now on the grid
+                    self.enter(optimizer, lr)
                     return self.table[f"{optimizer} lr={lr:g}"]
                 print(f"reference: {optimizer}'s best lr is at the edge of the grid; trying lr={lr:g}", flush=True)
                 return self.run_cell(optimizer, lr)
 
             extend_past_edge(self.per_opt.setdefault(optimizer, {}), step, steps)
 
-    def merged(self, found: Reference, method: str) -> Reference:
-        """The cached reference, its grid now with this trial's own cell (unpruned)."""
-        best, s = self.best, self.ctx.settings
-        own_wins = best is not None and (found.time_to_target_s is None or best[0] < found.time_to_target_s)
-        if not own_wins or best is None:
-            return dataclasses.replace(found, grid=self.table)
-        return Reference(best[0], best[1], best[2], s.batch_size, self.seeds, best[3], method, self.table, found.source)
+    def merged(self, found: Reference) -> Reference:
+        """The cached reference, its grid's times now with this trial's own cell (which does not change it)."""
+        return dataclasses.replace(found, grid=self.table)
 
     def result(self, own: tuple[str, float], method: str) -> Reference:
         best, s = self.best, self.ctx.settings
+        own_time = self.table.get(f"{own[0]} lr={own[1]:g}")
+        if best is None and own_time is not None and method == "tuned":   # no cell of the grid reached the target
+            print("reference: no cell of train.reference_grid reached the target; the trial's own optimizer and lr "
+                  "is the reference (widen the grid)", flush=True)
+            return Reference(own_time, own[0], own[1], s.batch_size, self.seeds, (), "same", self.table)
         if best is None:
             return Reference(None, own[0], own[1], s.batch_size, self.seeds, (), method, self.table)
         return Reference(best[0], best[1], best[2], s.batch_size, self.seeds, best[3], method, self.table)
@@ -267,7 +276,7 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
     tuning = _Tuning(opts, ctx, base, seeds, found)
     tuning.run_all(todo, own_in_grid=todo[0] in {(o, float(lr)) for o, lrs in grid.items() for lr in lrs})
     if found is not None:
-        ref = tuning.merged(found, method)
+        ref = tuning.merged(found)
     else:
         if method == "tuned":
             tuning.extend(grid, extend)
