@@ -202,6 +202,12 @@ def test_placements_over_different_baselines_are_judged_on_their_own_time():
     assert line.startswith("verdict:  optimal wins on placement.time_per_sample_s = 0.03979") and "1.05x the runner-up greedy" in line
     assert "their speedups are over different baselines" in line
     assert verdict(runs[:2], "speedup").startswith("verdict:  optimal wins on speedup = 1.242")     # one baseline: as before
+    # no trial has a baseline (none holds the model): judged on their own time, not "no trial reported speedup"
+    bare = [NS(name=n, status="FINISHED", metrics={"placement.time_per_sample_s": t}, tags={"evaluator": "simulated"})
+            for n, t in (("greedy", 0.07863), ("random", 0.1495))]
+    line = verdict(bare, "speedup")
+    assert line.startswith("verdict:  greedy wins on placement.time_per_sample_s = 0.07863"), line
+    assert "no trial has a baseline to report a speedup over" in line
 
 
 def test_a_sweep_over_models_gets_a_verdict_per_model():

@@ -166,8 +166,13 @@ def common_ground(records, metric: str, direction: str) -> tuple[str, str, str]:
     judged on the placement's own time, which does."""
     if metric != "speedup":
         return metric, direction, ""
-    done = [r for r in records if r.status == "FINISHED" and r.metrics.get(metric) is not None]
+    finished = [r for r in records if r.status == "FINISHED"]
+    done = [r for r in finished if r.metrics.get(metric) is not None]
     bases = {r.tags.get("placement.baseline", "") for r in done if "train.speedup" not in r.metrics}
+    if not done and finished:          # placements without a baseline (none holds the model): their own time
+        for m in ("placement.time_per_sample_s", "placement.step_time_s"):
+            if all(m in r.metrics for r in finished):
+                return m, "minimize", " (no trial has a baseline to report a speedup over)"
     if len(bases) > 1:
         for m in ("placement.time_per_sample_s", "placement.step_time_s"):
             if all(m in r.metrics for r in done):
