@@ -258,6 +258,13 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
         lines.append(f"  placement: step time {_fmt(step, ' s')} (baseline {_fmt(base, ' s')}"
                      f"{_no_baseline(m, t, 'placement.baseline_step_time_s')}, lower bound "
                      f"{_fmt(lb, ' s')}{gain}{gap})")
+    if "placement.measured_step_time_s" in m:       # a simulated search's answer, also run on the real devices
+        mb, ms = m.get("placement.measured_baseline_step_time_s"), m.get("placement.measured_speedup")
+        err = m.get("placement.sim_error")
+        lines.append(f"  measured: step time {_fmt(m['placement.measured_step_time_s'], ' s')} on the real devices"
+                     + (f" (baseline {_fmt(mb, ' s')}: {_fmt(ms)}x)" if mb and ms else "")
+                     + (f"; the simulator's median error on them {100 * err:.1f}%" if err is not None else "")
+                     + "; the lower bound above is on simulated times")
     if "speedup" in m:
         if "train.speedup" in m:
             ref = t.get("train.reference", "the reference run")

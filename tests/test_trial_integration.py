@@ -99,7 +99,7 @@ def test_the_mission_command_runs_on_the_defaults(workdir):
     assert m["limit.fastest_seed_s"] <= m["limit.time_to_target_s"] <= m["limit.slowest_seed_s"]
     assert "median of 3 seeds" in tags["limit.label"] and "adam lr=0.004" in tags["limit.label"]  # delay's own lr tried
     assert "nominal speeds" not in tags["limit.label"]          # no stragglers or jitter here: nothing left out
-    for line in ("  versus:   allreduce", "  limits:   capacity 2.75", "  verdict:  "):
+    for line in ("  versus:   allreduce", "  limits:   capacity 2.75", "  verdict:  ", "  measured: step time "):
         assert line in out.stdout, out.stdout
 
 
