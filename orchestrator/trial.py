@@ -102,7 +102,11 @@ class Trial:
             if self.placer is not None:                                             # the placement phase
                 placed = self.placing.place(model_spec, cluster, self.reward, sink)
                 metrics.update(placed.metrics)
-                stop_if_interrupted(sink, "placement")
+                pm = placed.metrics
+                base = pm.get("placement.baseline_step_time_s")
+                stop_if_interrupted(sink, "placement", f"the best placement so far takes {pm['placement.step_time_s']:.4g} s "
+                                    "per step" + (f" (its baseline {base:.4g} s)" if base else "")
+                                    + f", saved as placement.json in {self.output_dir}")
             if model_spec.trainable_on_mnist:                                       # the training phase
                 metrics.update(self.training.run(model_spec, cluster, sink, placed))
                 stop_if_interrupted(sink, "training")

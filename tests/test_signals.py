@@ -73,6 +73,8 @@ def test_signal_during_a_placement_search_ends_killed_and_partial(workdir, sig):
     (run,) = store_runs(workdir)
     assert run.info.status == "KILLED"
     assert run.data.tags["orchestrator.partial"] == "true" and run.data.tags["orchestrator.interrupted_in"] == "placement"
+    kept = [ln for ln in err.splitlines() if ln.startswith("interrupted during the placement: the best placement so far")]
+    assert len(kept) == 1 and "placement.json in " in kept[0], err[-2000:]          # the docs' promise, on screen
 
 
 OPTUNA = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.storage=sqlite:///optuna.db", "hydra.sweeper.study_name=s",

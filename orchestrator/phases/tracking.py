@@ -16,11 +16,14 @@ from orchestrator import plugins
 from orchestrator.errors import Interrupt
 
 
-def stop_if_interrupted(sink: Any, phase: str) -> None:
+def stop_if_interrupted(sink: Any, phase: str, kept: str = "") -> None:
     """A phase that kept its best result when interrupted (a placer's search) returned normally: the
-    run still ends KILLED, and what it logged is tagged partial."""
+    run still ends KILLED, and what it logged is tagged partial; ``kept`` says what was kept (printed)."""
     if Interrupt.signal is not None:
         sink.set_tags({"orchestrator.partial": "true", "orchestrator.interrupted_in": phase})
+        if kept:
+            print(f"interrupted during the {phase}: {kept} (logged in the run, tagged orchestrator.partial)",
+                  file=sys.stderr, flush=True)
         raise KeyboardInterrupt(f"signal {Interrupt.signal} during {phase}")
 
 
