@@ -89,7 +89,13 @@ def test_a_sweeps_run_names_carry_what_varies_not_where_it_is_recorded(monkeypat
             "++placer.reward=simulated"]
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: NS(mode=RunMode.MULTIRUN, overrides=NS(task=task),
                                                                       job={"num": 3})))
+    monkeypatch.setattr("sys.argv", ["orchestrator", "-m", "train.lr=0.1,0.2"])
     assert sweep_suffix() == " #3 [train.lr=0.1 ++placer.reward=simulated]"
+    # what the command line gave every trial alike is left out; a path is named by its file
+    task += ["model.path=/a/very/long/path/resnet50_training.json", "model.split=/x/split.json"]
+    monkeypatch.setattr("sys.argv", ["orchestrator", "-m", "train.lr=0.1,0.2", "model.split=/x/split.json",
+                                     "model.path=glob(/a/*/*.json)"])
+    assert sweep_suffix() == " #3 [train.lr=0.1 ++placer.reward=simulated model.path=resnet50_training.json]"
 
 
 def test_the_config_a_trial_would_print_is_checked_like_the_trial():

@@ -260,3 +260,23 @@ def test_equal_figures_tie_and_plans_of_different_simulators_are_not_ranked():
     assert line.startswith("verdict:  none: the plans were judged by different simulators (project, sailor)")
     assert plan_verdict([plan("joint", "sailor", 104.0), plan("amp", "sailor", 100.0)]).startswith(
         "verdict:  joint on 8 A100-40 wins on throughput: 104 samples/s (simulated, sailor simulator), 1.04x the runner-up")
+
+
+def test_the_report_keeps_what_the_summary_said():
+    """auto's choice, an MPI speedup's estimated reference, a placement's gap to its bound; a run that logged
+    nothing has no figures kind (it said 'measured')."""
+    from orchestrator.tracking.report import rows
+    from orchestrator.tracking.runs import RunRecord
+
+    def rec(name, status="FINISHED", tags=None, metrics=None):
+        return RunRecord(run_id=name, name=name, status=status, experiment="e", tags=tags or {}, params={},
+                         metrics=metrics or {})
+
+    auto = rec("a", tags={"sync": "auto", "sync.auto.choice": "backup b=2", "runtime": "mpi", "train.clock": "wall",
+                          "train.reference_method": "tuned"}, metrics={"speedup": 1.2, "train.speedup": 1.2})
+    placed = rec("p", tags={"evaluator": "simulated"}, metrics={"placement.step_time_s": 0.55, "placement.lower_bound_s": 0.44})
+    failed = rec("f", status="FAILED", tags={"sync": "delay", "train.clock": "wall"})
+    a, p, f = rows([auto, placed, failed])
+    assert a["sync"] == "auto: backup b=2" and a["speedup_over"] == "tuned 1 worker (estimated)"
+    assert p["placement_gap_to_bound"] == pytest.approx(0.25) and a["placement_gap_to_bound"] is None
+    assert f["figures"] is None and a["figures"] == "measured"

@@ -42,8 +42,18 @@ def sweep_suffix() -> str:
         return ""
     groups = ("placer=", "sync=", "planner=", "hardware=", "model=", "experiment=", "dataset=")
     bookkeeping = ("tracking.", "progress=", "hydra.")       # where the run is recorded, not what it runs
-    varied = [o for o in task if not o.lstrip("+").startswith(groups + bookkeeping)]
-    return (f" #{num}" if num is not None else "") + (f" [{' '.join(varied)}]" if varied else "")
+    # what the command line gave every trial alike is not what tells them apart (model.path=<a long path> made names
+    # 330 characters wide): only the swept keys' values, a path by its file name
+    import sys
+
+    alike = {a for a in sys.argv[1:] if "=" in a and not any(t in a for t in (",", "(", "glob"))}
+    varied = [_short(o) for o in task if not o.lstrip("+").startswith(groups + bookkeeping) and o not in alike]
+    return (f" #{num}" if num is not None else "") + (f" [{' '.join(varied)}]"[:160] if varied else "")
+
+
+def _short(override: str) -> str:
+    key, _, value = override.partition("=")
+    return f"{key}={value.rsplit('/', 1)[-1]}" if "/" in value else override
 
 
 def _name(cfg: DictConfig, group: str) -> str | None:

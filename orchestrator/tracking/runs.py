@@ -110,10 +110,11 @@ def speedup_over(tags: dict[str, str], metrics: dict[str, float]) -> str | None:
         return None
     if "train.speedup" in metrics:
         ref = tags.get("train.reference", "")
+        est = " (estimated)" if tags.get("runtime") == "mpi" else ""     # the reference on the virtual clock
         if tags.get("train.reference_method") == "tuned":
-            return "tuned 1 worker"
+            return "tuned 1 worker" + est
         if tags.get("train.reference_method") == "same":
-            return "1 worker, same settings"
+            return "1 worker, same settings" + est
         if ref.startswith("this trial"):
             return "itself (baseline)"
         return "baseline placement's steps" if "baseline placement" in ref else (ref[:40] or "?")
