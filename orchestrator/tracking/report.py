@@ -44,7 +44,7 @@ COLUMNS = [
     ("speedup_over", "speedup over", lambda r: speedup_over(r.tags, r.metrics)),
     ("time_to_target_s", "time to target (s)", lambda r: r.metric("train.time_to_target_s")),
     ("final_test_accuracy", "final accuracy", lambda r: r.metric("train.final_test_accuracy")),
-    ("figures", "figures", lambda r: figures_kind(r.tags) if r.metrics else None),   # a run that logged none: '-'
+    ("figures", "figures", lambda r: figures_kind(r.tags) if _has_figures(r) else None),   # none logged: '-'
     ("evaluator", "evaluator", lambda r: r.tag("evaluator", "")),
     ("runtime", "runtime", lambda r: r.tag("runtime", "")),
 ]
@@ -70,6 +70,11 @@ ALL_COLUMNS = COLUMNS + [c for c in PLAN_COLUMNS if c[0] not in {k for k, _, _ i
 EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
          ("parent_run_id", lambda r: r.tags.get("mlflow.parentRunId")), ("start_time_ms", lambda r: r.start_time)]
 FORMATS = ("table", "md", "html", "csv", "json")
+
+
+def _has_figures(r) -> bool:
+    """Whether the run logged a result (a failed or killed one may have logged only its worker count)."""
+    return any(k.startswith(("placement.", "train.", "plan.", "speedup")) for k in r.metrics)
 
 
 def _placement_gap(r) -> float | None:
