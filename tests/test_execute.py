@@ -86,6 +86,17 @@ def test_apply_placement_puts_each_layers_variables_where_the_file_says(tmp_path
 
     x = np.zeros((2, 28, 28, 1), np.float32)
     np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    # a device this process lacks, or devices of several hosts, are one line, not the CPU without a word
+    from orchestrator.errors import ConfigError
+
+    for bad, words in (({names[0]: "host9/gpu:7"}, "which this process does not have"),
+                       ({names[0]: "banana"}, "which this process does not have"),
+                       ({names[0]: "h0/cpu:0", names[1]: "h1/cpu:0"}, "spans hosts h0, h1")):
+        with pytest.raises(ConfigError, match=words):
+            apply_placement(model, Placement(sorted(set(bad.values())), bad))
+    remapped = apply_placement(model, Placement(["h0/cpu:0", "h1/cpu:0"], {names[0]: "h0/cpu:0", names[1]: "h1/cpu:0"}),
+                               {"h0/cpu:0": "/device:CPU:0", "h1/cpu:0": "/device:CPU:1"})
+    assert remapped.layers[0].weights[0].value.device.endswith("CPU:0")
 
 
 def test_the_backward_pass_of_a_placed_model_runs_on_each_layers_device():

@@ -91,6 +91,27 @@ def tf_device_name(device: str, device_map: Mapping[str, str] | None = None) -> 
     return f"/device:{kind.upper()}:{index or 0}"
 
 
+def _check_devices(named: dict[str, str], devices: dict[str, str], device_map: Mapping[str, str] | None) -> None:
+    """Every device the placement names exists in this process (TensorFlow would otherwise put the layer on the
+    CPU without a word), and devices of several hosts are mapped (``h0/gpu:0`` and ``h1/gpu:0`` are one GPU here)."""
+    import tensorflow as tf
+
+    from orchestrator.errors import ConfigError
+
+    hosts = sorted({d.split("/")[0] for d in named.values() if "/" in d and not d.startswith("/")
+                    and d not in (device_map or {})})
+    if len(hosts) > 1:
+        raise ConfigError(f"the placement spans hosts {', '.join(hosts)}, whose devices would all map onto this "
+                          "process's: give device_map={placement device: TensorFlow device}")
+    have = {"/device:" + d.name.split("/device:")[-1] for d in tf.config.list_logical_devices()}
+    for layer, dev in devices.items():
+        if dev.startswith("/job:"):        # a remote device (a tf_cluster server): TensorFlow checks it there
+            continue
+        if "/device:" + dev.split("/device:")[-1] not in have:
+            raise ConfigError(f"layer {layer!r} is placed on {named[layer]!r} ({dev}), which this process does not have "
+                              f"(it has {', '.join(sorted(have))}): give device_map={{{named[layer]!r}: ...}}")
+
+
 def apply_placement(model, placement: Placement | str, device_map: Mapping[str, str] | None = None):
     """The one call to use a trial's ``placement.json`` in your own code: a copy of ``model`` (same
     weights) whose layers' variables live on the devices the placement gave those layers. Layers
@@ -101,6 +122,7 @@ def apply_placement(model, placement: Placement | str, device_map: Mapping[str, 
     p = placement if isinstance(placement, Placement) else Placement.load(placement)
     devices = {layer.name: tf_device_name(p.assignment[layer.name], device_map)
                for layer in model.layers if layer.name in p.assignment}
+    _check_devices({name: p.assignment[name] for name in devices}, devices, device_map)
     from orchestrator.execution.functional import clone_placed
 
     return clone_placed(model, devices.get)
