@@ -208,6 +208,9 @@ def test_placements_over_different_baselines_are_judged_on_their_own_time():
     line = verdict(bare, "speedup")
     assert line.startswith("verdict:  greedy wins on placement.time_per_sample_s = 0.07863"), line
     assert "no trial has a baseline to report a speedup over" in line
+    close = [NS(name=n, status="FINISHED", metrics={"placement.step_time_s": t}, tags={"evaluator": "simulated"})
+             for n, t in (("rl", 0.01774), ("greedy", 0.01779))]
+    assert "1.0028x the runner-up greedy" in verdict(close, "speedup")        # not "1x"
 
 
 def test_a_sweep_over_models_gets_a_verdict_per_model():

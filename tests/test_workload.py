@@ -85,6 +85,9 @@ def _doc(nodes=((1, 1.0), (2, 2.0)), edges=((1, 2),)):
     ({**_doc(), "nodes": [{"id": 1}]}, "node #0 misses field 'supportedOnFpga'"),
     (_doc(edges=((1, 7),)), "unknown node '7'"),
     (_doc(edges=((1, 2), (2, 1))), "cycle"),
+    ({**_doc(), "maxSizePerFPGA": 0}, "maxSizePerFPGA=0: 2 accelerators of no memory"),
+    ({**_doc(), "maxCPUs": 0, "nodes": [{**_doc()["nodes"][0], "supportedOnFpga": 0}, _doc()["nodes"][1]]},
+     "maxCPUs=0, but 1 node(s) run on a CPU only"),
 ])
 def test_errors_are_one_line_naming_file_and_problem(tmp_path, doc, words):
     f = _write(tmp_path, doc)

@@ -159,7 +159,10 @@ def _lead(scored: list[tuple[float, str]], what: str, direction: str, unit: str,
     if rest:
         v2, second = rest[0]
         ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
-        line += f", {ratio:.3g}x the runner-up {second} ({v2:.4g})"
+        txt = f"{ratio:.3g}"
+        if txt == "1" and ratio != 1.0:          # 0.01779 against 0.01774 is not "1x"
+            txt = f"{ratio:.4f}"
+        line += f", {txt}x the runner-up {second} ({v2:.4g})"
     return line
 
 

@@ -143,6 +143,9 @@ def _parse_workload(path: Path, data: Any, time_unit: str, host_memory_bytes: fl
     if n_acc + n_cpu == 0:
         raise WorkloadError(f"{path}: maxFPGAs and maxCPUs are both 0: no device to place on")
     acc_memory = _cost(data, "maxSizePerFPGA", "the top level", path)
+    if n_acc and not acc_memory > 0:
+        raise WorkloadError(f"{path}: maxSizePerFPGA={acc_memory:g}: {n_acc} accelerators of no memory (give bytes > 0, "
+                            "or maxFPGAs: 0)")
     nodes: list[Node] = []
     backward: dict[str, bool] = {}
     for i, rec in enumerate(data["nodes"]):
@@ -160,6 +163,9 @@ def _parse_workload(path: Path, data: Any, time_unit: str, host_memory_bytes: fl
         _need(rec, EDGE_FIELDS, f"edge #{i}", path)
         edges.append(Edge(str(rec["sourceId"]), str(rec["destId"]), _cost(rec, "size", f"edge #{i}", path, 0.0),
                           _cost(rec, "cost", f"edge #{i}", path)))
+    if n_cpu == 0 and (cpu_only := [n.name for n in nodes if n.cpu_only]):
+        raise WorkloadError(f"{path}: maxCPUs=0, but {len(cpu_only)} node(s) run on a CPU only (supportedOnFpga false; "
+                            f"node {cpu_only[0]!r} first)")
     training = any(backward.values())
     # The format publishes throughput inputs (pipelined training, judged by time per sample) and
     # latency inputs (one pass): a file under a ``throughput-inputs`` folder is the former.
