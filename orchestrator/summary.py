@@ -290,6 +290,9 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
                          "trial's own optimizer and lr (train.speedup_same_settings)"
                          + ("; at W=1 that lr beats the grid's best: add it to train.reference_grid" if beats else ""))
     lines += context_lines(m, t)
+    if outcome["runtime"] == "mpi" and "train.speedup" in m and "compare.time_to_target_s" not in m:
+        lines.append("  versus:   none on sync.runtime=mpi: the comparison with balanced allreduce and the statistical "
+                     "limit run on the virtual clock (rerun with sync.runtime=virtual for them)")
     if t.get("train.reached_target") == "false":
         lines.append(f"  target:   MISSED (test accuracy {_fmt(outcome.get('target'))} not reached): {t.get('train.missed_target', '?')}")
     lines.append(f"  figures:  {_figures(t, outcome['runtime'])}")

@@ -218,6 +218,11 @@ def test_the_summary_of_a_pipeline_placement_speaks_in_time_per_sample():
     assert "(local runtime, 1 worker)" in text
     outcome["tags"]["train.clock"] = "virtual"          # trained on simulated hardware: the ran line says on what clock
     assert "(local runtime, on a virtual clock, 1 worker)" in trial_summary(outcome, "speedup", 1.183)
+    # a data-parallel trial on MPI says why it has no comparison and no limit
+    mpi = {**outcome, "runtime": "mpi", "workers": 2, "metrics": {"speedup": 1.1, "train.speedup": 1.1},
+           "tags": {"sync": "delay", "train.reference_method": "tuned", "train.reference": "adam lr=0.008"}}
+    assert "  versus:   none on sync.runtime=mpi: the comparison with balanced allreduce and the statistical limit run" \
+        in trial_summary(mpi, "speedup", 1.1)
 
 
 def test_a_measured_search_slower_than_its_baseline_returns_the_baseline():

@@ -251,3 +251,13 @@ def test_an_mpi_rank_rebuilds_the_options_it_was_sent(node, cfg):
     opts = strat.options(cfg)
     again = SyncOptions.from_plain(json.loads(json.dumps(opts.plain())), strategy(dict(node)).config)
     assert again == opts and again.sync is not opts.sync
+
+
+def test_a_dynamic_staleness_range_that_is_empty_is_refused():
+    """sync.staleness=4 sync.max_staleness=1 sync.dynamic_staleness=true started a trial whose bound never moved."""
+    from orchestrator.errors import ConfigError
+
+    bad = strategy({"name": "delay", "staleness": 4, "dynamic_staleness": True, "max_staleness": 1})
+    with pytest.raises(ConfigError, match=r"sync.staleness=4 is above sync.max_staleness=1$"):
+        bad.check_config({"hardware": {"workers": 4}})
+    strategy({"name": "delay", "staleness": 4, "max_staleness": 1}).check_config({"hardware": {"workers": 4}})  # static: fine

@@ -47,6 +47,14 @@ class DelaySync(ServerStrategy):
     def staleness_bound(self) -> float:
         return parse_staleness(self.config.staleness)
 
+    def check_config(self, cfg):
+        opts = super().check_config(cfg)
+        c = self.config
+        if c.dynamic_staleness and self.staleness_bound() > float(c.max_staleness):   # the range would be [s, s]
+            raise ConfigError(f"sync.dynamic_staleness=true adapts the bound within [sync.staleness, sync.max_staleness], "
+                              f"and sync.staleness={c.staleness} is above sync.max_staleness={c.max_staleness:g}")
+        return opts
+
     def make_gate(self, opts):
         """The bound follows the observed speed spread with ``sync.dynamic_staleness`` (up to ``sync.max_staleness``)."""
         c = opts.sync
