@@ -213,8 +213,10 @@ def objective_value(outcome: dict[str, Any], metrics: dict[str, float], objectiv
     the trial did not log it."""
     value = metrics.get(objective, outcome["metrics"].get(objective))
     if value is None:
-        why = (" (it missed its target: no time to target, so no speedup)"
-               if outcome["tags"].get("train.reached_target") == "false" else "")
+        tags = outcome["tags"]
+        why = (" (it missed its target: no time to target, so no speedup)" if tags.get("train.reached_target") == "false"
+               else f" (no baseline placement to be a speedup over: {tags['placement.baseline']})"
+               if str(tags.get("placement.baseline", "")).startswith("none") else "")
         print(f"objective.metric {objective!r} was not logged by this trial{why}", flush=True)
         return math.nan
     return float(value)
