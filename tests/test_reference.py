@@ -102,6 +102,10 @@ def test_a_trials_own_lr_off_the_grid_is_never_the_reference(tmp_path, mnist):
     ref = _train(tmp_path, cfg, mnist)[0].reference
     assert ref.grid["sgd lr=0.0005"] is None and ref.method == "same" and ref.lr == 0.1
     assert ref.time_to_target_s == ref.grid["sgd lr=0.1"] and "own optimizer" in ref.describe()
+    # train.reference=same: the own cell is the reference, on the grid or off it
+    cfg["train"]["reference"] = "same"
+    ref = _train(tmp_path, cfg, mnist)[0].reference
+    assert ref.method == "same" and ref.lr == 0.1 and ref.time_to_target_s is not None
 
 
 def test_the_next_lr_past_an_edge_of_the_grid():

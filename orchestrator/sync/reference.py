@@ -274,7 +274,8 @@ def reference(opts, ctx, base, grid: dict[str, list[float]] | None, method: str 
         print(f"reference: one speed-1.0 worker, tuning {len(todo)} (optimizer, lr) cells x {len(seeds)} seed(s) "
               "(cached in the tracking store for the next trial)", flush=True)
     tuning = _Tuning(opts, ctx, base, seeds, found)
-    tuning.run_all(todo, own_in_grid=todo[0] in {(o, float(lr)) for o, lrs in grid.items() for lr in lrs})
+    # the own cell is the reference under train.reference=same; under tuned, only where it is a cell of the grid
+    tuning.run_all(todo, own_in_grid=method == "same" or todo[0] in {(o, float(lr)) for o, lrs in grid.items() for lr in lrs})
     if found is not None:
         ref = tuning.merged(found)
     else:

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError
-from orchestrator.tracking.runs import figures_kind, speedup_over
+from orchestrator.tracking.runs import figures_kind, has_figures, placement_gap, speedup_over
 
 # (key, header, value function); the order of the table's columns.
 COLUMNS = [
@@ -37,14 +37,14 @@ COLUMNS = [
     ("workers", "workers", lambda r: None if r.tag("runtime") == "plan" else r.workers),
     ("step_time_s", "step time (s)", lambda r: r.metric("placement.step_time_s")),
     ("time_per_sample_s", "time per sample (s)", lambda r: r.metric("placement.time_per_sample_s")),
-    ("placement_gap_to_bound", "gap to bound", lambda r: _placement_gap(r)),
+    ("placement_gap_to_bound", "gap to bound", lambda r: placement_gap(r)),
     ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
     ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
     ("speedup", "speedup", lambda r: r.metric("speedup")),
     ("speedup_over", "speedup over", lambda r: speedup_over(r.tags, r.metrics)),
     ("time_to_target_s", "time to target (s)", lambda r: r.metric("train.time_to_target_s")),
     ("final_test_accuracy", "final accuracy", lambda r: r.metric("train.final_test_accuracy")),
-    ("figures", "figures", lambda r: figures_kind(r.tags) if _has_figures(r) else None),   # none logged: '-'
+    ("figures", "figures", lambda r: figures_kind(r.tags) if has_figures(r) else None),   # none logged: '-'
     ("evaluator", "evaluator", lambda r: r.tag("evaluator", "")),
     ("runtime", "runtime", lambda r: r.tag("runtime", "")),
 ]
@@ -70,19 +70,6 @@ ALL_COLUMNS = COLUMNS + [c for c in PLAN_COLUMNS if c[0] not in {k for k, _, _ i
 EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
          ("parent_run_id", lambda r: r.tags.get("mlflow.parentRunId")), ("start_time_ms", lambda r: r.start_time)]
 FORMATS = ("table", "md", "html", "csv", "json")
-
-
-def _has_figures(r) -> bool:
-    """Whether the run logged a result (a failed or killed one may have logged only its worker count)."""
-    return any(k.startswith(("placement.", "train.", "plan.", "speedup")) for k in r.metrics)
-
-
-def _placement_gap(r) -> float | None:
-    """A placement's objective over its certified lower bound, minus 1 (simulated placements: the bound is on
-    the simulated times)."""
-    lb = r.metric("placement.lower_bound_s")
-    v = r.metric("placement.time_per_sample_s") or r.metric("placement.step_time_s")
-    return None if not lb or v is None else v / lb - 1.0
 
 
 def _unplanned(r) -> bool:

@@ -119,3 +119,16 @@ def speedup_over(tags: dict[str, str], metrics: dict[str, float]) -> str | None:
             return "itself (baseline)"
         return "baseline placement's steps" if "baseline placement" in ref else (ref[:40] or "?")
     return f"placement: {tags.get('placement.baseline', 'baseline')}"[:60]
+
+
+def has_figures(r) -> bool:
+    """Whether the run logged a result (a failed or killed one may have logged only its worker count)."""
+    return any(k.startswith(("placement.", "train.", "plan.", "speedup")) for k in r.metrics)
+
+
+def placement_gap(r) -> float | None:
+    """A placement's objective over its certified lower bound, minus 1 (simulated placements: the bound is on
+    the simulated times)."""
+    lb = r.metric("placement.lower_bound_s")
+    v = r.metric("placement.time_per_sample_s") or r.metric("placement.step_time_s")
+    return None if not lb or v is None else v / lb - 1.0
