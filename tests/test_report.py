@@ -276,10 +276,11 @@ def test_the_report_keeps_what_the_summary_said():
                          metrics=metrics or {})
 
     auto = rec("a", tags={"sync": "auto", "sync.auto.choice": "backup b=2", "runtime": "mpi", "train.clock": "wall",
-                          "train.reference_method": "tuned"}, metrics={"speedup": 1.2, "train.speedup": 1.2})
+                          "train.reference_method": "tuned"}, metrics={"speedup": 1.2, "train.speedup": 1.2,
+                                                                       "train.reference_time_to_target_s": 1.404})
     placed = rec("p", tags={"evaluator": "simulated"}, metrics={"placement.step_time_s": 0.55, "placement.lower_bound_s": 0.44})
     failed = rec("f", status="FAILED", tags={"sync": "delay", "train.clock": "wall"}, metrics={"workers": 4.0})
     a, p, f = rows([auto, placed, failed])
-    assert a["sync"] == "auto: backup b=2" and a["speedup_over"] == "tuned 1 worker (estimated)"
+    assert a["sync"] == "auto: backup b=2" and a["speedup_over"] == "tuned 1 worker (estimated), 1.404 s"
     assert p["placement_gap_to_bound"] == pytest.approx(0.25) and a["placement_gap_to_bound"] is None
     assert f["figures"] is None and a["figures"] == "measured"

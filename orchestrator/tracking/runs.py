@@ -111,6 +111,8 @@ def speedup_over(tags: dict[str, str], metrics: dict[str, float]) -> str | None:
     if "train.speedup" in metrics:
         ref = tags.get("train.reference", "")
         est = " (estimated)" if tags.get("runtime") == "mpi" else ""     # the reference on the virtual clock
+        t = metrics.get("train.reference_time_to_target_s")
+        est += f", {t:.4g} s" if t else ""          # which reference: trials of two clusters or datasets differ
         if tags.get("train.reference_method") == "tuned":
             return "tuned 1 worker" + est
         if tags.get("train.reference_method") == "same":
