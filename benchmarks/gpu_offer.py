@@ -46,10 +46,11 @@ def offer_of(items: list[str]) -> dict[str, int]:
     return out
 
 
-def one(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, budget_s: float) -> dict:
+def one(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, budget_s: float,
+        work_limit: int | None = None) -> dict:
     batch = int(profile.global_batch or 1024)
     ev = PlanEvaluator(simulator("project"), profile, cluster, batch)
-    planner = JointPlanner({"budget_s": budget_s})
+    planner = JointPlanner({"budget_s": budget_s, "work_limit": work_limit})
     t0 = time.perf_counter()
     plan = planner.plan(profile, cluster, objective, ev)
     est = ev.evaluate(plan)
@@ -57,7 +58,7 @@ def one(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, 
     for (t, _), n in plan.gpus_used().items():
         used[t] = used.get(t, 0) + n
     return {"plan": plan, "est": est, "used": used, "search_s": time.perf_counter() - t0,
-            "ok": objective.admissible(est)}
+            "ok": objective.admissible(est), "stats": planner.stats}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floors", nargs="*", type=float, default=[100.0, 200.0, 400.0], help="samples/s")
     ap.add_argument("--budgets", nargs="*", type=float, default=[50.0, 100.0, 200.0], help="USD/h")
     ap.add_argument("--budget-s", type=float, default=15.0, help="search seconds per run")
+    ap.add_argument("--work-limit", type=int, default=None,
+                    help="planner.work_limit: the walk's steps, so the rows do not move with the load (--budget-s is then a cap)")
     ap.add_argument("--precision", default="fp32", choices=TRAINING_PRECISIONS,
                     help="the training precision planned (planner.precision; docs/plans.md, 'Precision')")
     args = ap.parse_args(argv)
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     runs += [(f"fastest at <= {b:g} USD/h", PlanObjective("budget", max_usd_per_hour=b)) for b in args.budgets]
     for label, objective in runs:
         try:
-            r = one(profile, cluster, objective, args.budget_s)
+            r = one(profile, cluster, objective, args.budget_s, args.work_limit)
         except UserError as exc:
             print(f"| {label} | none: no plan on this offer meets it ({str(exc)[:90]}) | | | | | no | |")
             continue

@@ -176,6 +176,20 @@ def test_a_search_cut_by_its_budget_says_so_and_a_complete_one_does_not(profile)
     assert "cut by" not in "\n".join(plan_lines({"metrics": complete.stats, "tags": {}}))
 
 
+def test_a_work_limit_gives_the_same_plan_whatever_the_time(profile):
+    """planner.work_limit: the walk stops after N steps, not at a share of the budget, so the plan does not move
+    with the machine's load (a run of 0.5 s budget share against one of 60 s give the same plan)."""
+    cluster = _cluster({"A100-40": 32, "V100-16": 96})
+    plans = []
+    for budget in (20.0, 60.0):
+        ev = PlanEvaluator(simulator("project"), profile, cluster, 1024)
+        j = JointPlanner({"budget_s": budget, "work_limit": 150})
+        plans.append((j.plan(profile, cluster, THROUGHPUT, ev).describe(), j.stats))
+    (a, sa), (b, sb) = plans
+    assert a == b and sa["plan.walk_steps"] == sb["plan.walk_steps"] == 150 and sa["plan.work_limit"] == 150
+    assert sa["plan.search_cut"] == sb["plan.search_cut"] == 0.0
+
+
 @pytest.mark.slow
 def test_joint_on_512_gpus_within_its_budget_beats_the_published_plans(profile):
     """On 128 A100s + 384 V100s, within a budget of 8 s (issue 28's search target, <= 30 s, is a row of

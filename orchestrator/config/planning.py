@@ -68,6 +68,11 @@ class JointPlannerConfig(PlannerConfig):
     budget_s: float | None = option(30.0, "seconds of search at most", gt=0)
     max_stages: int = option(32, "pipeline depth at most", min=1)
     judged: int = option(48, "templates judged by the simulator (the best by the DP's estimate)", min=1)
+    work_limit: int | None = option(None, "null: each step of the search stops at its share of budget_s (the plan may "
+                                    "differ with the machine's load) | N: the walk expands N entries and the steps have "
+                                    "no time shares, so the plan is the same on any machine; budget_s is then only a "
+                                    "hard cap, and the summary says if it cut the search (plan.walk_steps: what a run "
+                                    "expanded)", min=1)
 
 
 @dataclass

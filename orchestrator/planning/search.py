@@ -92,15 +92,18 @@ def split(costs: Costs, kinds: tuple[Kind, ...], mbs: int, m: int, dp: int = 1,
 
 def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjective, evaluator: PlanEvaluator,
            budget_s: float = 30.0, max_stages: int = 32, judged: int = 48,
-           slack: float = 0.05, fill: int = 16, classes: bool = True) -> tuple[Plan, PlanEstimate, dict[str, float]]:
-    """The best plan found, its estimate, and counters (templates, split, judged, local moves)."""
+           slack: float = 0.05, fill: int = 16, classes: bool = True,
+           work_limit: int | None = None) -> tuple[Plan, PlanEstimate, dict[str, float]]:
+    """The best plan found, its estimate, and counters (templates, split, judged, local moves). ``work_limit``: the
+    walk ends after this many steps (heap entries expanded) and no step has a time share of the budget, so that the
+    plan is the same on any machine and load; ``budget_s`` is then only a hard cap (``plan.search_cut`` where it hit)."""
     t0 = time.perf_counter()
     costs = Costs(profile, cluster, evaluator.sim)
     B = evaluator.global_batch
     walk = _BestFirst(profile, cluster, objective, costs, B, max_stages, judged, slack, t0)
-    walk.run(t0 + 0.6 * budget_s)
+    walk.run(t0 + (budget_s if work_limit else 0.6 * budget_s), work_limit)
     walk.ranked.sort(key=lambda x: x[0])
-    judge = _Judging(evaluator, objective, t0, budget_s)
+    judge = _Judging(evaluator, objective, t0, budget_s, shares=work_limit is None)
     judge.ranked(walk.ranked, judged)
     judge.filled(walk.ranked, costs, cluster, B, fill)
     before = judge.best
@@ -121,7 +124,10 @@ def search(profile: LayeredProfile, cluster: GpuCluster, objective: PlanObjectiv
              "plan.filled": float(judge.filled_in), "plan.pipeline_classes": float(judge.classes_in),
              "plan.class_plans_judged": float(judge.class_tried), "plan.class_plans_refused": float(judge.class_refused),
              # 1 where planner.budget_s ended a step of the search before it was complete (a rerun may differ)
-             "plan.search_cut": float(walk.cut or judge.cut), "plan.search_budget_s": float(budget_s)}
+             "plan.search_cut": float(walk.cut or judge.cut), "plan.search_budget_s": float(budget_s),
+             "plan.walk_steps": float(walk.steps)}
+    if work_limit:
+        stats["plan.work_limit"] = float(work_limit)
     return judge.best[1], judge.best[2], stats
 
 
@@ -145,19 +151,23 @@ class _BestFirst:
         self.heap: list[tuple[float, int, Any]] = []
         self.tick = 0
         self.cut = False                            # the soft limit ended the walk with templates left
+        self.steps = 0                              # heap entries expanded (the work a work limit counts)
 
     def limit(self) -> float:
         """No template whose priority (a lower bound on its rank) reaches this can enter the best ``judged``."""
         return min(-self.kth[0] if len(self.kth) >= self.judged else math.inf, self.best_rank * (1 + self.slack))
 
-    def run(self, soft: float) -> None:
+    def run(self, soft: float, work_limit: int | None = None) -> None:
         for wide in (False, True):
             self.heap = []
             self._push_groups(wide)
             while self.heap:
+                if work_limit is not None and self.steps >= work_limit and math.isfinite(self.best_rank):
+                    break                                               # the same point on any machine
                 if time.perf_counter() >= soft and math.isfinite(self.best_rank):    # past it: until a plan ranks
                     self.cut = True
                     break
+                self.steps += 1
                 pr, _, (what, mbs, dp, item) = heapq.heappop(self.heap)
                 if pr >= self.limit():
                     self.n_pruned += 1 + len(self.heap)
@@ -230,9 +240,12 @@ class _Judging:
     local search; ``best`` is (score, plan, estimate) of the best so far. Only plans the simulator scores
     honestly (``PlanSimulator.scores_honestly``) are built beyond the templates."""
 
-    def __init__(self, evaluator: PlanEvaluator, objective: PlanObjective, t0: float, budget_s: float):
+    def __init__(self, evaluator: PlanEvaluator, objective: PlanObjective, t0: float, budget_s: float,
+                 shares: bool = True):
         self.evaluator, self.sim, self.objective = evaluator, evaluator.sim, objective
         self.t0, self.budget_s, self.deadline = t0, budget_s, t0 + budget_s
+        # the steps' time shares of the budget (75% mixed replicas, 85% classes); without (a work limit) only the cap
+        self.fill_end, self.classes_end = (t0 + 0.75 * budget_s, t0 + 0.85 * budget_s) if shares else (self.deadline,) * 2
         self.best: tuple[float, Plan, PlanEstimate] | None = None
         self.judged = self.filled_in = self.classes_in = self.class_tried = self.class_refused = self.moves = 0
         self.cut = False                            # the budget ended a step with plans left to judge
@@ -277,7 +290,7 @@ class _Judging:
         promising judged."""
         filled: list[tuple[float, int, Plan]] = []
         for _, cand in ranked:
-            if fill <= 0 or self.objective.kind == "cost" or self.past(self.t0 + 0.75 * self.budget_s):
+            if fill <= 0 or self.objective.kind == "cost" or self.past(self.fill_end):
                 break
             for plan, m_new in fill_plans(cand, costs, cluster, batch):
                 m_old = math.ceil(batch / (cand.mbs * cand.dp))
@@ -292,7 +305,7 @@ class _Judging:
                 batch: int) -> None:
         """Several pipeline classes: two of the best templates side by side, the batch split by their speed."""
         for plan in class_plans(ranked, cluster, batch):
-            if self.past(self.t0 + 0.85 * self.budget_s):
+            if self.past(self.classes_end):
                 break
             if not self.sim.scores_honestly(plan, profile, cluster):
                 self.class_refused += 1

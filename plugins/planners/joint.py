@@ -24,5 +24,6 @@ class JointPlanner:
 
             raise ConfigError("planner=joint needs the GPUs to plan for: hardware.gpus={TYPE: N, ...}")
         plan, _, self.stats = search(model, cluster, objective, evaluator, budget_s=self.cfg.budget_s or 30.0,
-                                     max_stages=self.cfg.max_stages, judged=self.cfg.judged)
+                                     max_stages=self.cfg.max_stages, judged=self.cfg.judged,
+                                     work_limit=self.cfg.work_limit)
         return plan
