@@ -21,7 +21,7 @@ from orchestrator.hardware.links import ConstantLink
 ROOT = Path(__file__).resolve().parents[1]
 # a division by a bandwidth (``/ bw``, ``/ link_bw[l]``, ``/ self.bandwidth``, ``/ bytes_per_s``) or a
 # product with an inverse bandwidth (``* inv_bw``), in code (strings and comments are not code)
-TRANSFER = re.compile(r"(/\s*[\w\.]*(bw|bandwidth|bytes_per_s)\w*\b|\*\s*[\w\.]*inv_bw)", re.I)
+TRANSFER = re.compile(r"(/\s*[\w\.]*(bw|bandwidth|bytes_per_s)\w*\b|\*\s*[\w\.]*(inv_bw|ibw)\b)", re.I)
 
 
 def transfer_lines(src: str) -> list[int]:
@@ -40,8 +40,9 @@ def test_the_scan_finds_a_transfer_formula_and_ignores_strings_and_comments():
            's = "x / bandwidth"  # / bandwidth in a comment\n'
            'v = flops / device.mem_bandwidth\n'
            'w = n / bytes_per_s\n'
-           'ok = cost.hop_s(lat, nbytes, bw)\n')
-    assert transfer_lines(src) == [1, 2, 4, 5]
+           'ok = cost.hop_s(lat, nbytes, bw)\n'
+           'c = lat + s.succ_bytes * ibw\n')       # an inverse bandwidth by a short name (graph_policy had one)
+    assert transfer_lines(src) == [1, 2, 4, 5, 7]
 
 
 def test_no_transfer_time_is_computed_outside_the_hardware_cost_core():
@@ -126,3 +127,17 @@ def test_the_array_forms_agree_with_the_scalar_ones():
     assert path.tolist() == [cost.path_or_fixed_s(c[0], 3.0, c[1], c[2], 1.0 / c[3]) for c in CASES]
     assert cost.hop_s(lat, b, bw).tolist() == [cost.hop_s(c[1], c[2], c[3]) for c in CASES]
     assert all(math.isfinite(x) for x in hop)
+
+
+def test_a_table_of_ring_sizes_is_the_scalar_bucketed_ring_at_each_size():
+    """planning/sync_bound's table of all-reduce times over message sizes x ring sizes is links.bucketed_allreduce_time
+    with an array of members (it wrote the bucketed ring out again)."""
+    from orchestrator.hardware.links import bucketed_allreduce_time
+
+    link = ConstantLink(1.2e10, 2e-5)
+    sizes, ks = np.array([[1e5], [3e7], [7.7e8]]), np.arange(1, 9, dtype=float)[None, :]
+    table = bucketed_allreduce_time(link, sizes, ks, 2.5e7)
+    for i, n in enumerate(sizes[:, 0]):
+        for j, k in enumerate(ks[0]):
+            assert table[i, j] == pytest.approx(bucketed_allreduce_time(link, float(n), int(k), 2.5e7), rel=1e-12)
+    assert (table[:, 0] == 0).all()                               # one member: no ring

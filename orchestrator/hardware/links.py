@@ -92,8 +92,11 @@ class FittedLink:
 Link = ConstantLink | FittedLink
 
 
-def ring_allreduce_time(link: Link, nbytes, members: int):
-    """Ring all-reduce of ``nbytes`` (a number or a numpy array) over ``members``: ``2 (k-1) t(n/k)``."""
+def ring_allreduce_time(link: Link, nbytes, members):
+    """Ring all-reduce of ``nbytes`` (a number or a numpy array) over ``members``: ``2 (k-1) t(n/k)``; ``members``
+    a number, or a numpy array of ring sizes broadcast against ``nbytes`` (a table of sizes x members)."""
+    if isinstance(members, np.ndarray):
+        return np.where(members > 1, 2.0 * (members - 1) * np.asarray(link.time(nbytes / members)), 0.0)
     if members <= 1:
         return 0.0 * nbytes
     if isinstance(nbytes, np.ndarray):
@@ -119,8 +122,9 @@ def buckets(nbytes: float, bucket: float) -> list[float]:
     return [bucket] * full + ([rest] if rest > 0 else [])
 
 
-def bucketed_allreduce_time(link: Link, nbytes, members: int, bucket: float = math.inf):
-    """Ring all-reduce of each bucket in turn (``nbytes`` a number or a numpy array)."""
+def bucketed_allreduce_time(link: Link, nbytes, members, bucket: float = math.inf):
+    """Ring all-reduce of each bucket in turn (``nbytes`` a number or a numpy array; ``members`` a number or, with
+    an array ``nbytes``, an array of ring sizes broadcast against it)."""
     if isinstance(nbytes, np.ndarray):
         if not math.isfinite(bucket) or bucket <= 0:
             return ring_allreduce_time(link, nbytes, members)

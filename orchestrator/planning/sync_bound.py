@@ -33,6 +33,7 @@ import numpy as np
 
 from orchestrator.errors import UserError
 from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.hardware.links import bucketed_allreduce_time
 from orchestrator.partition.split import chain_minmax
 from orchestrator.plan import LayeredProfile
 from orchestrator.planning.column_bound import Columns, ExactColumns, column_box
@@ -73,12 +74,9 @@ class Rings:
         if nbytes not in self._cache:
             ks, G = self._ks, self.G
             sizes = np.geomspace(nbytes, max(nbytes, self.total), 48)[:, None]
-            full = np.floor(sizes / BUCKET_BYTES)                     # Sailor's buckets, in turn (bucketed ring)
-            rest = sizes - full * BUCKET_BYTES
             per_k = np.full(G + 2, math.inf)
-            for link in self.links:
-                t = 2.0 * (ks - 1) * (full * np.asarray(link.time(np.full_like(ks, BUCKET_BYTES) / ks))
-                                      + np.asarray(link.time(rest / ks)))
+            for link in self.links:                              # Sailor's buckets, in turn (bucketed ring)
+                t = bucketed_allreduce_time(link, sizes, ks, BUCKET_BYTES)
                 per_k[2:G + 1] = np.minimum(per_k[2:G + 1], t.min(axis=0))
             self._cache[nbytes] = np.minimum.accumulate(per_k[::-1])[::-1]          # the least over sizes >= k
         t = float(self._cache[nbytes][min(max(least, 2), self.G)])

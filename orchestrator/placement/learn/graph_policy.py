@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from orchestrator.errors import ConfigError
 from orchestrator.graph.arrays import BoolArray, F32Array, FloatArray
+from orchestrator.hardware.cost import path_or_fixed_array
 from orchestrator.placement.learn.policy_decode import (
     K_DYN,
     Rollouts,
@@ -82,7 +83,7 @@ def graph_inputs(prob: PlacementProblem) -> GraphInputs:
     # mean transfer time of each simulator edge over device pairs (contention free)
     off = max(1, D * (D - 1))
     lat, ibw, hops = prob.lat.sum() / off, prob.inv_bw.sum() / off, prob.hops.sum() / off
-    comm = np.where(s.succ_fixed >= 0, hops * s.succ_fixed, lat + s.succ_bytes * ibw)
+    comm = path_or_fixed_array(s.succ_fixed, hops, lat, s.succ_bytes, ibw)        # the cost core's route time
     src_n = np.repeat(np.arange(prob.n), np.diff(s.succ_ptr))
     sa, da = prob.atom_of[src_n], prob.atom_of[s.succ_idx]
     cross = sa != da
