@@ -10,3 +10,6 @@ PUSH_LR = ("scaled", "lr", "lr/staleness")                     # sync.push_lr (o
 DC_MODES = ("constant", "adaptive")                            # sync.delay_compensation_mode
 JITTER_DISTRIBUTIONS = ("lognormal",)                          # hardware.jitter.distribution
 TRAINING_PRECISIONS = ("fp32", "bf16", "fp16", "fp8")          # planner.precision (or auto; plan.derive.at_precision)
+# hardware.network's defaults, which the data-parallel topology (hardware.topology) also builds from
+DEFAULT_BANDWIDTH_GBPS = 10                                    # hardware.network.bandwidth_Gbps
+DEFAULT_LATENCY_US = 50                                        # hardware.network.latency_us

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config import Schema, plain
-from orchestrator.config.choices import JITTER_DISTRIBUTIONS
+from orchestrator.config.choices import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US, JITTER_DISTRIBUTIONS
 from orchestrator.config.fields import option
 from orchestrator.errors import ConfigError, number
 
@@ -20,9 +20,9 @@ PRESETS = ("sim_1cpu_4gpu", "sim_hetero_cluster")
 
 @dataclass
 class NetworkConfig:
-    bandwidth_Gbps: Any = option(10, "Gbit/s (gigabits per second): every worker's link and the parameter "
-                                 "server's (each shard's)")
-    latency_us: Any = option(50, "microseconds per message on a data-parallel link")
+    bandwidth_Gbps: Any = option(DEFAULT_BANDWIDTH_GBPS, "Gbit/s (gigabits per second): every worker's link and the "
+                                 "parameter server's (each shard's)")
+    latency_us: Any = option(DEFAULT_LATENCY_US, "microseconds per message on a data-parallel link")
     server: Any = option(None, "the server's link per shard, e.g. {bandwidth_Gbps: 1} (null: as above)")
     workers: Any = option(None, "per-worker links {index: {bandwidth_Gbps, latency_us}} (null: as above)")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from orchestrator.config.choices import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_US
 from orchestrator.errors import ConfigError, WorkloadError
 from orchestrator.hardware.cost import GBIT
 from orchestrator.hardware.links import ConstantLink, Link
@@ -28,8 +29,6 @@ from orchestrator.hardware.units import parse_bandwidth, parse_latency_us
 
 NETWORK = ("network",)
 SERVER = ("server",)
-DEFAULT_BANDWIDTH_GBPS = 10.0
-DEFAULT_LATENCY_US = 50.0
 
 
 def worker(i: int) -> tuple[str, int]:
