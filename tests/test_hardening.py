@@ -75,6 +75,13 @@ def test_report_on_a_corrupt_store_is_one_line(workdir, uri, expected):
     _one_line_error(run_inprocess(workdir, "--tracking-uri", uri, module="orchestrator.report"), expected)
 
 
+def test_a_file_store_is_one_line_saying_what_to_use(workdir):
+    """MLflow no longer writes file stores: its 'maintenance mode' message named no way on for this tool."""
+    out = run_inprocess(workdir, f"tracking.uri=file://{workdir}/fs", "train.budget_updates=2", "train.eval_every=1")
+    _one_line_error(out, f"tracking store file://{workdir}/fs: this MLflow writes no file stores")
+    assert "use sqlite:///PATH" in out.stderr
+
+
 def test_virtual_runtime_refuses_what_would_not_fit():
     import numpy as np
 

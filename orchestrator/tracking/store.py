@@ -43,6 +43,10 @@ def store_error(uri: str, exc: BaseException):
         return exc
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     detail = lines[0][:300] if lines else type(exc).__name__
+    if "maintenance mode" in detail and "filesystem" in detail:   # MLflow no longer writes a file store at all
+        return ConfigError(f"tracking store {uri}: this MLflow writes no file stores (its filesystem backend is in "
+                           "maintenance mode); use sqlite:///PATH (a file; `mlflow migrate-filestore` converts an old "
+                           "file store) or an MLflow server")
     return ConfigError(f"tracking store {uri} cannot be used: {type(exc).__name__}: {detail} "
                        "(set tracking.uri or MLFLOW_TRACKING_URI to a writable sqlite:///PATH)")
 
