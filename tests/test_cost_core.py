@@ -72,9 +72,12 @@ def test_known_values():
     assert cost.path_or_fixed_s(-1.0, 2, 1.0, 8.0, 0.25) == 3.0
     assert cost.path_or_fixed_s(0.5, 2, 1.0, 8.0, 0.25) == 1.0       # hops x fixed
     assert cost.inputs_s(3, 0.5, 8.0, 0.25, 0.25, 2) == 1.5 + 2.0 + 0.5
-    assert cost.ring_allgather_s(4, 1e9, 1e9, 1e-3) == 3 * 1.001
-    assert cost.ring_allgather_s(1, 1e9, 1e9, 1e-3) == 0.0
-    assert cost.ring_allgather_s(4, 0.0, 1e9, 1e-3) == 0.0
+    from orchestrator.hardware.topology import Topology
+    from orchestrator.sync.costmodel import allgather_s
+
+    net = Topology.uniform(4, 1e9, 1e-3)           # the all-gather is the ring's second half: (k - 1) (n / B + L)
+    assert allgather_s(1e9, net) == 3 * 1.001
+    assert allgather_s(1e9, Topology.uniform(1, 1e9, 1e-3)) == 0.0 and allgather_s(0.0, net) == 0.0
     assert cost.roofline_s(2e12, 1e9, 1e12, 1e11) == 2.0             # compute-bound
     assert cost.roofline_s(1e9, 1e12, 1e12, 1e11) == 10.0            # memory-bound
     assert Device("gpu:0", "gpu", peak_flops=1e12, mem_bandwidth=1e11).roofline_s(1e9, 1e12) == 10.0

@@ -23,8 +23,6 @@ EDITS = [
     ("else latency + nbytes / bandwidth", "else latency + MESSAGE_OVERHEAD_S + nbytes / bandwidth"),
     ("np.where(f >= 0, f, lat + b / bw)", "np.where(f >= 0, f, lat + MESSAGE_OVERHEAD_S + b / bw)"),
     ("lat[a, b] += link_lat[l]", "lat[a, b] += link_lat[l] + MESSAGE_OVERHEAD_S"),
-    ("return (members - 1) * (nbytes / bandwidth + latency)",
-     "return (members - 1) * (nbytes / bandwidth + latency + MESSAGE_OVERHEAD_S)"),
     ("return self.free_at + self.latency_s", "return self.free_at + self.latency_s + MESSAGE_OVERHEAD_S"),
 ]
 

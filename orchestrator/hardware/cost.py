@@ -12,10 +12,11 @@ Units: bytes, bytes/s, seconds (``GB`` and ``GBIT`` convert the units users writ
   bandwidth): ``latency + nbytes * inv_bw``, or ``hops * f`` for a fixed edge time;
 - the inputs of a node summed over its tensors: ``n * latency + nbytes * inv_bw + f * hops``;
 - a FIFO link's service time ``nbytes / bandwidth`` (``FifoLink``: the parameter server's shards);
-- a ring all-gather of one message from each of ``k`` members: ``(k - 1) (nbytes / B + L)``;
 - the roofline time of a node: ``max(flops / peak, bytes_accessed / memory bandwidth)``.
 
-The ring, bucketed and hierarchical all-reduce over a link model live beside this in ``links.py``.
+The ring, bucketed and hierarchical all-reduce over a link model, and the ring all-gather (its second half:
+``(k - 1) t(nbytes)`` for one message of ``nbytes`` from each of ``k`` members), live beside this in ``links.py``,
+made of hops.
 
 Each formula used inside a compiled loop has a numba twin (suffix ``_nb``: the same Python function
 compiled with ``njit``; plain Python where numba is not installed) that the placement, list-scheduling
@@ -117,14 +118,6 @@ def path_tables(nd: int, route_ptr: IntArray, route_link: IntArray, link_lat: Fl
 
 
 # -- collectives and shared links ----------------------------------------------------------------
-def ring_allgather_s(members: int, nbytes: float, bandwidth: float, latency: float) -> float:
-    """Ring all-gather of one message of ``nbytes`` from each of ``members``: ``(k-1)`` steps, each moving
-    one message on every link: ``(k - 1) (nbytes / bandwidth + latency)``; 0 alone or with nothing to send."""
-    if members <= 1 or nbytes <= 0:
-        return 0.0
-    return (members - 1) * (nbytes / bandwidth + latency)
-
-
 @dataclass
 class FifoLink:
     """One direction of a shared link: messages are served one at a time in arrival order."""

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from orchestrator.errors import ConfigError
-from orchestrator.hardware.cost import FifoLink, ring_allgather_s
-from orchestrator.hardware.links import ConstantLink, ring_allreduce_time
+from orchestrator.hardware.cost import FifoLink
+from orchestrator.hardware.links import ConstantLink, ring_allreduce_time, ring_half_time
 from orchestrator.hardware.topology import Topology
 
 # FifoLink lives in the cost core; the links are the hardware topology's view (``Topology.workers``,
@@ -55,7 +55,8 @@ def allgather_s(nbytes: float, net: Topology, workers: list[int] | None = None) 
     sparse collective costs (top-k values and indices cannot be summed on the way, Renggli et al. 2019
     "SparCML"; Lin et al. 2018 "Deep Gradient Compression")."""
     w, bw, lat = _slowest(net, workers)
-    return ring_allgather_s(w, nbytes, bw, lat)
+    # the second half of a ring all-reduce of the W messages together: (W-1) t(W n / W)
+    return float(ring_half_time(ConstantLink(bw, lat), w * nbytes, w)) if nbytes > 0 else 0.0
 
 
 COLLECTIVES = ("ring_allreduce", "ring_allgather")
