@@ -235,6 +235,40 @@ def test_the_comparison_is_cached_per_clock():
     assert key(ComputeModel(0.0004, 0.00028)) != key(ComputeModel(0.0035, 0.00024))
 
 
+def test_the_comparison_runs_on_the_trials_clock(monkeypatch, tmp_path):
+    """A delay trial with sync.step_overhead_s / per_sample_s set was compared with allreduce on a clock the
+    comparison fitted itself (its sync node held only allreduce's defaults), and the figure was cached under
+    the trial's clock (probe G: "delay beat allreduce 1.09x" in a sweep where allreduce's own trial won 1.64x)."""
+    import types
+
+    from omegaconf import OmegaConf
+
+    import orchestrator.sync.run as run_mod
+    from orchestrator.execution.training import NullSink, TrainContext, TrainSettings
+    from orchestrator.sync import compare
+    from orchestrator.sync.costmodel import ComputeModel
+
+    cfg = OmegaConf.create({**_ALLREDUCE_CFG, "sync": {"name": "delay", "staleness": 2, "step_overhead_s": 0.001,
+                                                       "per_sample_s": 0.0002}})
+    ctx = TrainContext(settings=TrainSettings(), dataset=fake_data(), model=types.SimpleNamespace(name="cnn"),
+                       cluster=None, sink=NullSink(), output_dir=tmp_path, cfg=cfg)
+    node = compare.comparison_setup(ctx, "allreduce")[2]
+    assert (node["step_overhead_s"], node["per_sample_s"]) == (0.001, 0.0002)
+    seen = {}
+
+    def fake_train(strat, cctx):
+        seen["sync"] = strat.options(cctx.cfg).sync
+        return types.SimpleNamespace(time_to_target_s=1.0)
+
+    monkeypatch.setattr(run_mod, "train", fake_train)
+    monkeypatch.setattr(compare, "lookup", lambda *a: None)
+    monkeypatch.setattr(compare, "record", lambda *a: None)
+    delay = strategy({"name": "delay", "staleness": 2})
+    trial = types.SimpleNamespace(compute_model=ComputeModel(0.003, 0.0004), time_to_target_s=2.0)
+    compare.comparison(delay, delay.options(_ALLREDUCE_CFG), ctx, trial, "allreduce")
+    assert (seen["sync"].step_overhead_s, seen["sync"].per_sample_s) == (0.003, 0.0004)   # the trial's own model
+
+
 @pytest.mark.parametrize("node,cfg", [
     (_ALLREDUCE_NODE, _ALLREDUCE_CFG),
     ({"name": "delay", "staleness": 3, "dynamic_staleness": True, "max_staleness": 5, "push_lr": 0.5}, {"hardware": {"workers": 4}}),

@@ -80,10 +80,17 @@ def comparison_key(opts: Any, ctx: Any, settings: Any, sync_node: dict[str, Any]
     return key_hash(["comparison", o, cluster_key(opts, ctx), dataclasses.asdict(settings), sync_node, repr(cm)])
 
 
+CLOCK_KEYS = ("base_time_s", "step_overhead_s", "per_sample_s")   # the trial's compute model: not a strategy's choice
+
+
 def comparison_setup(ctx: Any, name: str) -> tuple[DictConfig, Any, dict[str, Any]]:
-    """(the config, settings and sync node of strategy ``name`` with its tuned defaults on the trial's cluster)."""
+    """(the config, settings and sync node of strategy ``name`` with its tuned defaults on the trial's cluster and
+    clock: the trial's ``sync.base_time_s`` / ``step_overhead_s`` / ``per_sample_s`` are kept)."""
     d = strategy_defaults(name)
-    sync_node = {"name": name, **{k: v for k, v in d["sync"].items() if k != "name"}, "runtime": "virtual"}
+    mine = ((ctx.cfg or {}).get("sync") or {}) if ctx.cfg is not None else {}
+    clock = {k: mine.get(k) for k in CLOCK_KEYS if mine.get(k) is not None}
+    sync_node = {"name": name, **{k: v for k, v in d["sync"].items() if k not in ("name", *CLOCK_KEYS)}, **clock,
+                 "runtime": "virtual"}
     cfg = OmegaConf.create(OmegaConf.to_container(ctx.cfg, resolve=True) if ctx.cfg is not None else {})
     OmegaConf.set_struct(cfg, False)
     cfg.sync = sync_node
@@ -130,8 +137,13 @@ def comparison(strategy: Any, opts: Any, ctx: Any, result: Any, name: str) -> Fi
         return found
     if opts.runtime != "virtual":
         return None
+    from orchestrator.sync.costmodel import ComputeModel
     from orchestrator.sync.run import train as train_sync
 
+    cm = result.compute_model
+    if isinstance(cm, ComputeModel):        # the very clock the trial ran on, however it got it (configured, fitted, placed)
+        strat = plugins.load("sync", name)(OmegaConf.create(
+            {**sync_node, "base_time_s": None, "step_overhead_s": cm.t0, "per_sample_s": cm.t1}))
     print(f"compare: {_label(ctx, name)}, on the same {opts.workers} workers", flush=True)
     with tempfile.TemporaryDirectory(prefix="orchestrator-compare-") as tmp:
         cctx = dataclasses.replace(ctx, settings=settings, sink=NullSink(), cfg=cfg, output_dir=Path(tmp),
