@@ -4,6 +4,7 @@ the target was missed and why, simulated or measured, and where to look at the r
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 
@@ -18,12 +19,23 @@ def _figures(tags: dict[str, str], runtime: str) -> str:
     if tags.get("evaluator") == "simulated" or tags.get("cluster.simulated") == "true":
         kinds.append("placement and step times simulated (cost model)")
     if tags.get("train.clock") == "virtual":
-        kinds.append("training emulated on a virtual clock (real gradients)")
+        kinds.append("training emulated on a virtual clock (real gradients)" + _fitted_clock(tags.get("sync.compute_model", "")))
     elif tags.get("train.clock") == "wall":
         kinds.append(f"training measured (wall clock, {runtime} runtime)")
     if tags.get("evaluator") == "measured" and tags.get("train.clock") is None:
         kinds.append("step times measured")
     return "; ".join(kinds) or tags.get("evaluator", "?")
+
+
+def _fitted_clock(tag: str) -> str:
+    """The virtual clock's step times fitted on this machine in this process (``sync.compute_model``): a rerun
+    under another load fits others, the events come in another order and the figures move, seed or not."""
+    found = re.match(r"t0=(\S+)s t1=(\S+)s/sample \(measured", tag)
+    if not found:
+        return ""
+    return (f", its step times fitted on this machine during this run (t0={found[1]} s, t1={found[2]} s per sample): a "
+            "rerun under another load fits others and its figures move, whatever the seed; "
+            f"sync.step_overhead_s={found[1]} sync.per_sample_s={found[2]} fixes the clock at these values")
 
 
 _NOTES = {"sailor": "Sailor's published cost model: the anchor's metric"}   # what a simulator's figure is
@@ -289,8 +301,13 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
         if "train.speedup_same_settings" in m and t.get("train.reference_method") == "tuned":
             beats = m["train.speedup_same_settings"] < m.get("train.speedup", 0.0)   # a faster W=1 time than the grid's
             lines.append(f"  untuned:  {_fmt(m['train.speedup_same_settings'])}x over one speed-1.0 worker with this "
-                         "trial's own optimizer and lr (train.speedup_same_settings)"
-                         + ("; at W=1 that lr beats the grid's best: add it to train.reference_grid" if beats else ""))
+                         "trial's own optimizer and lr (train.speedup_same_settings)")
+            if beats:
+                same = m.get("train.same_settings_reference_time_to_target_s")
+                lines.append(f"  WARNING: one worker at this trial's own optimizer and lr reached the target in {_fmt(same, ' s')}, "
+                             f"faster than the tuned reference's {_fmt(m.get('train.reference_time_to_target_s'), ' s')}: over the "
+                             f"fastest single worker measured the speedup is {_fmt(m['train.speedup_same_settings'])}x, not "
+                             f"{_fmt(m.get('train.speedup'))}x; add this lr to train.reference_grid to make it the reference")
     lines += context_lines(m, t)
     if outcome["runtime"] == "mpi" and "train.speedup" in m and "compare.time_to_target_s" not in m:
         lines.append("  versus:   none on sync.runtime=mpi: the comparison with balanced allreduce and the statistical "

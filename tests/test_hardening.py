@@ -232,6 +232,27 @@ def test_the_summary_of_a_pipeline_placement_speaks_in_time_per_sample():
         in trial_summary(mpi, "speedup", 1.1)
 
 
+def test_the_summary_warns_of_a_faster_single_worker_and_of_a_clock_fitted_now():
+    """Probe G: a tuned reference slower than one worker at the trial's own lr made 0.89x read 1.158x, said only as
+    a hint; and the same seed gave other figures on a rerun, the virtual clock's step times fitted anew each run."""
+    from orchestrator.summary import trial_summary
+
+    tags = {"sync": "allreduce", "train.reference_method": "tuned", "train.reference": "adam lr=0.004",
+            "train.clock": "virtual", "sync.compute_model": "t0=0.001400s t1=0.00002000s/sample (measured, fitted)"}
+    m = {"speedup": 1.158, "train.speedup": 1.158, "train.time_to_target_s": 1.301,
+         "train.reference_time_to_target_s": 1.507, "train.speedup_same_settings": 0.8906,
+         "train.same_settings_reference_time_to_target_s": 1.1586}
+    outcome = {"uri": "sqlite:///mlflow.db", "runtime": "virtual", "workers": 2, "run_id": "r", "experiment": "e",
+               "metrics": m, "tags": tags}
+    text = trial_summary(outcome, "speedup", 1.158)
+    assert ("WARNING: one worker at this trial's own optimizer and lr reached the target in 1.159 s, faster than the "
+            "tuned reference's 1.507 s: over the fastest single worker measured the speedup is 0.8906x, not 1.158x") in text, text
+    assert "sync.step_overhead_s=0.001400 sync.per_sample_s=0.00002000 fixes the clock" in text, text
+    m["train.speedup_same_settings"], tags["sync.compute_model"] = 1.3, "t0=0.001000s t1=0.00020000s/sample (configured)"
+    text = trial_summary(outcome, "speedup", 1.158)
+    assert "WARNING" not in text and "fixes the clock" not in text, text
+
+
 def test_a_measured_search_slower_than_its_baseline_returns_the_baseline():
     """Issue 30: a measured-reward search whose answer measured slower than the baseline keeps the baseline's
     placement; a faster answer, an unfit or missing baseline keep the search's."""
