@@ -96,6 +96,20 @@ def test_a_sweeps_run_names_carry_what_varies_not_where_it_is_recorded(monkeypat
     monkeypatch.setattr("sys.argv", ["orchestrator", "-m", "train.lr=0.1,0.2", "model.split=/x/split.json",
                                      "model.path=glob(/a/*/*.json)"])
     assert sweep_suffix() == " #3 [train.lr=0.1 ++placer.reward=simulated model.path=resnet50_training.json]"
+    # a fixed list value holds commas and is not swept (probe G: 'hardware.speed_pattern=[1,0.5]' in every name)
+    task += ["hardware.speed_pattern=[1,0.5]", "train.seed=1"]
+    monkeypatch.setattr("sys.argv", ["orchestrator", "-m", "train.lr=0.1,0.2", "model.split=/x/split.json",
+                                     "model.path=glob(/a/*/*.json)", "hardware.speed_pattern=[1,0.5]",
+                                     "train.seed=range(2)"])
+    assert sweep_suffix() == " #3 [train.lr=0.1 ++placer.reward=simulated model.path=resnet50_training.json train.seed=1]"
+
+
+def test_a_sweeps_parent_run_is_named_by_its_sweeper_and_what_it_varies():
+    from orchestrator.tracking.sweep import sweep_name
+
+    task = ["+sync=delay,allreduce", "tracking.uri=sqlite:////tmp/x.db", "progress=false", "model.path=/a/b/bert.json"]
+    assert sweep_name("BasicSweeper", task) == "sweep: +sync=delay,allreduce model.path=bert.json"
+    assert sweep_name("OptunaSweeper", ["train.lr=interval(0.02,0.3)"]) == "optuna sweep: train.lr=interval(0.02,0.3)"
 
 
 def test_the_config_a_trial_would_print_is_checked_like_the_trial():

@@ -46,9 +46,28 @@ def sweep_suffix() -> str:
     # 330 characters wide): only the swept keys' values, a path by its file name
     import sys
 
-    alike = {a for a in sys.argv[1:] if "=" in a and not any(t in a for t in (",", "(", "glob"))}
-    varied = [_short(o) for o in task if not o.lstrip("+").startswith(groups + bookkeeping) and o not in alike]
+    alike = _fixed_keys(sys.argv[1:])
+    varied = [_short(o) for o in task if not o.lstrip("+").startswith(groups + bookkeeping) and _key(o) not in alike]
     return (f" #{num}" if num is not None else "") + (f" [{' '.join(varied)}]"[:160] if varied else "")
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def _fixed_keys(args: list[str]) -> set[str]:
+    """The keys the command line sets to one value for every trial, as Hydra's parser reads them (a list value
+    such as ``speeds=[1,0.5]`` is one value; ``a=1,2``, ``range(..)``, ``choice(..)``, ``glob(..)`` sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, out = OverridesParser.create(), set()
+    for a in args:
+        try:
+            if "=" in a and not parser.parse_overrides([a])[0].is_sweep_override():
+                out.add(_key(a))
+        except Exception:       # what Hydra cannot parse it has refused already; never let it name a run
+            continue
+    return out
 
 
 def _short(override: str) -> str:

@@ -47,8 +47,7 @@ class SweepCallback(Callback):
         client = MlflowClient(self.uri)
         exp_id = experiment_id(client, config)
         sweeper = config.hydra.sweeper.get("_target_", "basic").rsplit(".", 1)[-1]
-        overrides = " ".join(config.hydra.overrides.task)
-        run = client.create_run(exp_id, run_name=f"sweep: {overrides}"[:250] or "sweep",
+        run = client.create_run(exp_id, run_name=sweep_name(sweeper, list(config.hydra.overrides.task)),
                                 tags={"orchestrator.kind": "sweep", "orchestrator.sweeper": sweeper,
                                       "orchestrator.sweep_dir": str(config.hydra.sweep.dir), **process_tags()})
         self.parent_run_id = run.info.run_id
@@ -143,6 +142,15 @@ def guard_optuna_best_trial() -> None:
 
     guarded.orchestrator_guard = True  # type: ignore[attr-defined]
     _impl.OptunaSweeperImpl.sweep = guarded
+
+
+def sweep_name(sweeper: str, task: list[str]) -> str:
+    """The parent run's name: the sweeper (when not Hydra's basic one) and what the command line gave, without
+    where it is recorded (tracking.*, progress, hydra.*) and with a path by its file name."""
+    shown = [o if "/" not in o.partition("=")[2] else f"{o.partition('=')[0]}={o.rsplit('/', 1)[-1]}"
+             for o in task if not o.lstrip("+").startswith(("tracking.", "progress=", "hydra."))]
+    kind = "" if sweeper in ("basic", "BasicSweeper") else sweeper.replace("Sweeper", "").lower() + " "
+    return f"{kind}sweep: {' '.join(shown)}"[:250]
 
 
 STUDY_ENV = "ORCHESTRATOR_OPTUNA_STUDY"   # '["storage", "study name"]' of the running Optuna sweep
