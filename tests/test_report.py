@@ -284,3 +284,16 @@ def test_the_report_keeps_what_the_summary_said():
     assert a["sync"] == "auto: backup b=2" and a["speedup_over"] == "tuned 1 worker (estimated), 1.404 s"
     assert p["placement_gap_to_bound"] == pytest.approx(0.25) and a["placement_gap_to_bound"] is None
     assert f["figures"] is None and a["figures"] == "measured"
+    # two placers on one problem: each gap is to the tighter of their certified bounds (probe G: milp 0.03979 beside
+    # config_lp 0.03969 put the gaps of one table on two bounds); another model keeps its own
+    same = {"model.path": "bert24.json", "hardware": "auto"}
+    manual = RunRecord("m", "m", "FINISHED", "e", {"evaluator": "simulated", "placement.objective": "pipeline"}, same,
+                       {"placement.time_per_sample_s": 0.0418, "placement.lower_bound_s": 0.03979})
+    rl = RunRecord("r", "r", "FINISHED", "e", {"evaluator": "simulated", "placement.objective": "pipeline"}, same,
+                   {"placement.time_per_sample_s": 0.0399, "placement.lower_bound_s": 0.03969})
+    other = RunRecord("o", "o", "FINISHED", "e", {"evaluator": "simulated", "placement.objective": "pipeline"},
+                      {**same, "model.path": "gnmt.json"}, {"placement.time_per_sample_s": 0.02, "placement.lower_bound_s": 0.01})
+    m_row, r_row, o_row = rows([manual, rl, other])
+    assert r_row["placement_gap_to_bound"] == pytest.approx(0.0399 / 0.03979 - 1)
+    assert m_row["placement_gap_to_bound"] == pytest.approx(0.0418 / 0.03979 - 1)
+    assert o_row["placement_gap_to_bound"] == pytest.approx(1.0)

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError
-from orchestrator.tracking.runs import figures_kind, has_figures, placement_gap, speedup_over
+from orchestrator.tracking.runs import figures_kind, has_figures, placement_gap, placement_problem, shared_bounds, speedup_over
 
 # (key, header, value function); the order of the table's columns.
 COLUMNS = [
@@ -87,7 +87,10 @@ def is_plan(r) -> bool:
 
 
 def rows(records) -> list[dict]:
-    return [{k: fn(r) for k, _, fn in ALL_COLUMNS} | {k: fn(r) for k, fn in EXTRA} for r in records]
+    """One row per run; a placement's gap is to the tightest bound any run certified for its problem."""
+    bounds = shared_bounds(records)
+    return [{k: fn(r) for k, _, fn in ALL_COLUMNS} | {k: fn(r) for k, fn in EXTRA}
+            | {"placement_gap_to_bound": placement_gap(r, bounds.get(placement_problem(r)))} for r in records]
 
 
 def groups(data: list[dict], records) -> list[tuple[list, list[dict]]]:

@@ -128,9 +128,29 @@ def has_figures(r) -> bool:
     return any(k.startswith(("placement.", "train.", "plan.", "speedup")) for k in r.metrics)
 
 
-def placement_gap(r) -> float | None:
+def placement_gap(r, bound: float | None = None) -> float | None:
     """A placement's objective over its certified lower bound, minus 1 (simulated placements: the bound is on
-    the simulated times)."""
-    lb = r.metric("placement.lower_bound_s")
+    the simulated times); ``bound``: a tighter one certified for the same problem by another run."""
+    lb = max(r.metric("placement.lower_bound_s") or 0.0, bound or 0.0)
     v = r.metric("placement.time_per_sample_s") or r.metric("placement.step_time_s")
     return None if not lb or v is None else v / lb - 1.0
+
+
+def placement_problem(r) -> tuple | None:
+    """What a placement's bound is a bound of: the model, hardware, placement and dataset keys, the objective,
+    the worker and the evaluator (runs of different placers on one problem share it); None without a bound."""
+    if r.metric("placement.lower_bound_s") is None:
+        return None
+    keys = tuple(sorted((k, v) for k, v in r.params.items() if k.split(".")[0] in ("model", "hardware", "placement", "dataset")))
+    return keys, r.tag("placement.objective"), r.tag("placement.worker"), r.tag("evaluator")
+
+
+def shared_bounds(records) -> dict[tuple, float]:
+    """The tightest certified bound of each placement problem over the runs (each placer's run certifies its own,
+    by the MILP or the configuration LP within a time limit: the gaps of one table are then on one bound)."""
+    out: dict[tuple, float] = {}
+    for r in records:
+        k = placement_problem(r)
+        if k is not None:
+            out[k] = max(out.get(k, 0.0), r.metric("placement.lower_bound_s") or 0.0)
+    return out
