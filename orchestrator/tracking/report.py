@@ -23,7 +23,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError
-from orchestrator.tracking.runs import figures_kind, has_figures, placement_gap, placement_problem, shared_bounds, speedup_over
+from orchestrator.tracking.runs import (
+    figures_kind,
+    has_figures,
+    placement_gap,
+    placement_problem,
+    shared_bounds,
+    speedup_over,
+)
 
 # (key, header, value function); the order of the table's columns.
 COLUMNS = [
