@@ -23,14 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError
-from orchestrator.tracking.runs import (
-    figures_kind,
-    has_figures,
-    placement_gap,
-    placement_problem,
-    shared_bounds,
-    speedup_over,
-)
+from orchestrator.tracking.runs import figures_kind, has_figures, placement_gap, placement_gaps, speedup_over
 
 # (key, header, value function); the order of the table's columns.
 COLUMNS = [
@@ -95,9 +88,8 @@ def is_plan(r) -> bool:
 
 def rows(records) -> list[dict]:
     """One row per run; a placement's gap is to the tightest bound any run certified for its problem."""
-    bounds = shared_bounds(records)
-    return [{k: fn(r) for k, _, fn in ALL_COLUMNS} | {k: fn(r) for k, fn in EXTRA}
-            | {"placement_gap_to_bound": placement_gap(r, bounds.get(placement_problem(r)))} for r in records]
+    return [{k: fn(r) for k, _, fn in ALL_COLUMNS} | {k: fn(r) for k, fn in EXTRA} | {"placement_gap_to_bound": g}
+            for r, g in zip(records, placement_gaps(records), strict=True)]
 
 
 def groups(data: list[dict], records) -> list[tuple[list, list[dict]]]:

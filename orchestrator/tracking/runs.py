@@ -145,12 +145,13 @@ def placement_problem(r) -> tuple | None:
     return keys, r.tag("placement.objective"), r.tag("placement.worker"), r.tag("evaluator")
 
 
-def shared_bounds(records) -> dict[tuple, float]:
-    """The tightest certified bound of each placement problem over the runs (each placer's run certifies its own,
-    by the MILP or the configuration LP within a time limit: the gaps of one table are then on one bound)."""
-    out: dict[tuple, float] = {}
+def placement_gaps(records) -> list[float | None]:
+    """Each run's ``placement_gap`` to the tightest certified bound of its placement problem over the runs (each
+    placer's run certifies its own, by the MILP or the configuration LP within a time limit: the gaps of one table
+    are then on one bound)."""
+    best: dict[tuple, float] = {}
     for r in records:
         k = placement_problem(r)
         if k is not None:
-            out[k] = max(out.get(k, 0.0), r.metric("placement.lower_bound_s") or 0.0)
-    return out
+            best[k] = max(best.get(k, 0.0), r.metric("placement.lower_bound_s") or 0.0)
+    return [placement_gap(r, best.get(placement_problem(r))) for r in records]
