@@ -98,6 +98,16 @@ def test_csv_json_and_scopes(store):
     assert [d["run_name"] for d in only] == ["rl-run"] and only[0]["step_time_s"] == 0.25
 
 
+def test_one_sweeps_report_ends_with_the_sweeps_verdict(store):
+    """Probe G: ``report --parent`` printed no verdict for trials other than plans, though the sweep's last lines
+    say it prints the comparison as the report does; runs of unrelated commands are still not ranked."""
+    cwd, sweep = store
+    out = report(cwd, "--parent", sweep).stdout
+    assert "verdict:  delay-run wins on speedup = 3.7" in out and "1.16x the runner-up ssgd-run (3.2)" in out, out
+    assert "verdict" in report(cwd, "--parent", sweep, "--format", "md").stdout
+    assert "verdict" not in report(cwd).stdout
+
+
 def test_html_embeds_plots_and_md_writes_them_beside(store):
     cwd, _ = store
     assert report(cwd, "--format", "html", "--output", "r.html").returncode == 0

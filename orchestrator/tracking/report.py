@@ -148,23 +148,21 @@ def _lead(scored: list[tuple[float, str]], what: str, direction: str, unit: str,
     if rest:
         v2, second = rest[0]
         ratio = (v / v2 if direction == "maximize" else v2 / v) if v2 and v else float("nan")
-        txt = f"{ratio:.3g}"
-        if txt == "1" and ratio != 1.0:          # 0.01779 against 0.01774 is not "1x"
-            txt = f"{ratio:.4f}"
+        txt = f"{ratio:.4f}" if f"{ratio:.3g}" == "1" and ratio != 1.0 else f"{ratio:.3g}"   # 0.01779 vs 0.01774: not "1x"
         line += f", {txt}x the runner-up {second} ({v2:.4g})"
     return line
 
 
 def comparison(records, metric: str, direction: str = "maximize") -> str:
     """The tables and the verdict a sweep ends with: plan trials on their plan objective."""
-    data = rows(records)
-    text = "\n".join(table(ds, cols) for cols, ds in groups(data, records))
-    lines = []
-    if any(not is_plan(r) for r in records) or not records:
-        lines.append(verdict([r for r in records if not is_plan(r)], metric, direction))
-    if any(is_plan(r) for r in records):
-        lines.append(plan_verdict(records))
-    return text + "\n" + "\n".join(lines)
+    text = "\n".join(table(ds, cols) for cols, ds in groups(rows(records), records))
+    return text + "\n" + "\n".join(verdict_lines(records, metric, direction))
+
+
+def verdict_lines(records, metric: str, direction: str = "maximize") -> list[str]:
+    lines = [verdict([r for r in records if not is_plan(r)], metric, direction)] if (
+        any(not is_plan(r) for r in records) or not records) else []
+    return lines + ([plan_verdict(records)] if any(is_plan(r) for r in records) else [])
 
 
 def common_ground(records, metric: str, direction: str) -> tuple[str, str, str]:
@@ -255,6 +253,12 @@ def _scope(args) -> str:
 
 
 def _plan_verdict_line(records) -> list[str]:
+    """The verdicts the sweep printed, where the runs are one sweep's trials (``--parent``, or an experiment of one
+    sweep), on its objective; else the plan verdict alone (runs of unrelated commands are not ranked)."""
+    parents = {r.tags.get("mlflow.parentRunId") for r in records}
+    if records and len(parents) == 1 and None not in parents:
+        p = records[0].params
+        return verdict_lines(records, p.get("objective.metric", "speedup"), p.get("objective.direction", "maximize"))
     return [plan_verdict(records)] if any(is_plan(r) for r in records) else []
 
 
