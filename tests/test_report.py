@@ -307,3 +307,7 @@ def test_the_report_keeps_what_the_summary_said():
     assert r_row["placement_gap_to_bound"] == pytest.approx(0.0399 / 0.03979 - 1)
     assert m_row["placement_gap_to_bound"] == pytest.approx(0.0418 / 0.03979 - 1)
     assert o_row["placement_gap_to_bound"] == pytest.approx(1.0)
+    # a median over seeds says so, with the spread (probe G: train.seeds=2 showed 0.8225 alone)
+    seeds = RunRecord("s", "s", "FINISHED", "e", {"sync": "delay"}, {"train.seeds": "3"},
+                      {"speedup": 1.2, "train.speedup": 1.2, "train.speedup_min": 1.1, "train.speedup_max": 1.4})
+    assert rows([seeds])[0]["speedup_spread"] == "median of 3, 1.1 to 1.4" and a["speedup_spread"] is None

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError
-from orchestrator.tracking.runs import figures_kind, has_figures, placement_gap, placement_gaps, speedup_over
+from orchestrator.tracking import runs
 
 # (key, header, value function); the order of the table's columns.
 COLUMNS = [
@@ -37,14 +37,15 @@ COLUMNS = [
     ("workers", "workers", lambda r: None if r.tag("runtime") == "plan" else r.workers),
     ("step_time_s", "step time (s)", lambda r: r.metric("placement.step_time_s")),
     ("time_per_sample_s", "time per sample (s)", lambda r: r.metric("placement.time_per_sample_s")),
-    ("placement_gap_to_bound", "gap to bound", lambda r: placement_gap(r)),
+    ("placement_gap_to_bound", "gap to bound", lambda r: runs.placement_gap(r)),
     ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
     ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
     ("speedup", "speedup", lambda r: r.metric("speedup")),
-    ("speedup_over", "speedup over", lambda r: speedup_over(r.tags, r.metrics)),
+    ("speedup_spread", "over seeds", runs.seed_spread),
+    ("speedup_over", "speedup over", lambda r: runs.speedup_over(r.tags, r.metrics)),
     ("time_to_target_s", "time to target (s)", lambda r: r.metric("train.time_to_target_s")),
     ("final_test_accuracy", "final accuracy", lambda r: r.metric("train.final_test_accuracy")),
-    ("figures", "figures", lambda r: figures_kind(r.tags) if has_figures(r) else None),   # none logged: '-'
+    ("figures", "figures", lambda r: runs.figures_kind(r.tags) if runs.has_figures(r) else None),   # none logged: '-'
     ("evaluator", "evaluator", lambda r: r.tag("evaluator", "")),
     ("runtime", "runtime", lambda r: r.tag("runtime", "")),
 ]
@@ -89,7 +90,7 @@ def is_plan(r) -> bool:
 def rows(records) -> list[dict]:
     """One row per run; a placement's gap is to the tightest bound any run certified for its problem."""
     return [{k: fn(r) for k, _, fn in ALL_COLUMNS} | {k: fn(r) for k, fn in EXTRA} | {"placement_gap_to_bound": g}
-            for r, g in zip(records, placement_gaps(records), strict=True)]
+            for r, g in zip(records, runs.placement_gaps(records), strict=True)]
 
 
 def groups(data: list[dict], records) -> list[tuple[list, list[dict]]]:
@@ -197,18 +198,14 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
     if not scored:
         return f"verdict:  no trial reported {metric} (each failed or missed its target)"
     scored.sort(key=lambda x: x[0], reverse=direction == "maximize")
-    line = _lead([(v, r.name) for v, r in scored], f"{metric} =", direction, "", figures_kind(scored[0][1].tags))
+    line = _lead([(v, r.name) for v, r in scored], f"{metric} =", direction, "", runs.figures_kind(scored[0][1].tags))
     return line + f"; {len(scored)} of {len(records)} trial{'s' * (len(records) != 1)} reported it{why}"
 
 
 def _cell(v, key: str = "") -> str:
     if v is None:
         return "-"
-    if key in SHOWN:
-        return SHOWN[key](v)
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+    return SHOWN[key](v) if key in SHOWN else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def table(data: list[dict], columns=COLUMNS) -> str:
@@ -335,8 +332,6 @@ def _client(uri: str | None):
 
 def load(args):
     from mlflow.exceptions import MlflowException
-
-    from orchestrator.tracking import runs
 
     client = _client(args.tracking_uri)
     try:

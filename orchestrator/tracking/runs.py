@@ -136,6 +136,14 @@ def placement_gap(r, bound: float | None = None) -> float | None:
     return None if not lb or v is None else v / lb - 1.0
 
 
+def seed_spread(r) -> str | None:
+    """A sync trial's speedup over its seeds: the speedup column holds their median (``train.seeds`` > 1)."""
+    lo, hi, n = r.metric("train.speedup_min"), r.metric("train.speedup_max"), r.params.get("train.seeds", "1")
+    if not n.isdigit() or int(n) < 2 or r.metric("speedup") is None:
+        return None
+    return f"median of {n}, {'a seed missed' if lo is None else f'{lo:.4g}'} to {'-' if hi is None else f'{hi:.4g}'}"
+
+
 def placement_problem(r) -> tuple | None:
     """What a placement's bound is a bound of: the model, hardware, placement and dataset keys, the objective,
     the worker and the evaluator (runs of different placers on one problem share it); None without a bound."""
