@@ -200,7 +200,8 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
                      + ("; layer times carried from the fp32 profile, derived (docs/plans.md, 'Precision')"
                         if precision != "fp32" else ""))
     if "plan.derived_nodes" in t:
-        lines.append(f"  derived:  machines and links not in the cluster data, from the GPU catalog (layer times measured): "
+        layers = "layer times measured" if t.get("plan.profile", "measured") == "measured" else "layer times derived too"
+        lines.append(f"  derived:  machines and links not in the cluster data, from the GPU catalog ({layers}): "
                      f"{t['plan.derived_nodes']}"[:600])
     if "plan.derived_types" in t:
         how = ("derived from datasheet" if precision == "fp32"

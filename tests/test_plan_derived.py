@@ -51,7 +51,9 @@ def test_one_layer_per_forward_node_with_its_twins():
         fwd, bwd, upd = t[i]
         assert fwd == pytest.approx(g.node_cost_s(g.node(f"l{i}"), GPU) + (1e6 / GPU.peak_flops if i == 5 else 0))
         assert bwd == pytest.approx(2 * g.node_cost_s(g.node(f"l{i}"), GPU))
-        assert upd == pytest.approx(1e6 / GPU.peak_flops)
+        # every layer carries the whole update, as Sailor's files and the layer profiler write it: the simulators
+        # charge a stage its first layer's entry (probe F: inception_v3's plan charged 1.5e-08 s, one layer's update)
+        assert upd == pytest.approx(6 * 1e6 / GPU.peak_flops)
 
 
 def test_fwd_time_grows_linearly_with_micro_batch():

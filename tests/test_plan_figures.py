@@ -91,6 +91,9 @@ def test_a_type_whose_machine_comes_from_the_catalog_says_so(data):
     text = "\n".join(plan_lines({"metrics": {}, "tags": {**tags, "plan.simulator": "project"}}))
     assert "fitted links, and datasheet links for the types below" in text
     assert "derived:  machines and links not in the cluster data, from the GPU catalog (layer times measured): A100-40" in text
+    # a built-in model's layer times are derived from its graph: not "measured" (probe F)
+    text = "\n".join(plan_lines({"metrics": {}, "tags": {**tags, "plan.simulator": "project", "plan.profile": "derived"}}))
+    assert "from the GPU catalog (layer times derived too): A100-40" in text, text
 
 
 def test_all_listed_types_are_checked_for_profiles_and_links(data):

@@ -16,7 +16,9 @@ Derived:
 
 Assumed (not measured):
 - time is linear in the batch: seconds at micro-batch ``mbs`` = seconds at the graph's own batch
-  (``graph.meta["batch"]`` or ``graph_batch``) x mbs / that batch; the update does not depend on it;
+  (``graph.meta["batch"]`` or ``graph_batch``) x mbs / that batch; the update does not depend on it, and every
+  layer's entry is the whole graph's update / tp (the format's convention: Sailor's files and the layer profiler
+  write the device's whole update on each layer, and the simulators charge a stage its first layer's entry);
   small micro-batches are therefore optimistic (no fixed per-kernel cost, full GPU occupancy);
 - ideal tensor parallelism: at degree tp, every time, the parameters and both activations are / tp
   (no TP communication, no replicated parts);
@@ -88,7 +90,8 @@ def layered_profile(graph: OpGraph, name: str, gpus: Mapping[str, Device | str],
     times: dict[str, dict[int, dict[int, tuple[tuple[float, float, float], ...]]]] = {}
     for g, c in cost.items():
         f, b, u = (np.bincount(layer, weights=c * m, minlength=n_layers) for m in masks)
-        times[g] = {mbs: {tp: tuple((float(f[i] * mbs / gb / tp), float(b[i] * mbs / gb / tp), float(u[i] / tp))
+        whole = float(u.sum())      # every layer carries the device's whole update, as the profiles' format does
+        times[g] = {mbs: {tp: tuple((float(f[i] * mbs / gb / tp), float(b[i] * mbs / gb / tp), whole / tp)
                                     for i in range(n_layers)) for tp in tp_degrees} for mbs in micro_batches}
 
     params = np.bincount(layer, weights=[n.param_bytes for n in nodes], minlength=n_layers) / FLOAT_BYTES
