@@ -119,6 +119,8 @@ def test_malformed_and_truncated_files(tmp_path):
     ("times", float("nan"), r"layer 3: nan seconds \(every entry must be a finite number >= 0\)"),
     ("times", -0.001, r"layer 3: -0.001 seconds"),
     ("sizes", -5.0, r"llm_info.json: OPT-350 at TP 1: -5.0 floats"),
+    # probe F: a second profile of another shape under the same name; an extra layer was read past silently
+    ("extra layer", [0.1, 0.2, 0.0], r"mbs \d+, TP 1: 27 layers, where llm_info.json has 26 \(a profile of another shape"),
 ])
 def test_a_negative_or_nan_profile_entry_is_one_error_naming_it(tmp_path, where, value, match):
     import json
@@ -126,12 +128,15 @@ def test_a_negative_or_nan_profile_entry_is_one_error_naming_it(tmp_path, where,
 
     d = tmp_path / "data"
     shutil.copytree(SAILOR, d, ignore=shutil.ignore_patterns("measured", "planner-plans"))
-    name = "profiles_tmp.json" if where == "times" else "llm_info.json"
+    name = "llm_info.json" if where == "sizes" else "profiles_tmp.json"
     doc = json.loads((d / name).read_text())
-    if where == "times":
+    if where != "sizes":
         gpu = next(iter(doc["OPT-350"]))
         mbs = next(iter(doc["OPT-350"][gpu]))
-        doc["OPT-350"][gpu][mbs]["1"]["3"][0] = value
+        if where == "times":
+            doc["OPT-350"][gpu][mbs]["1"]["3"][0] = value
+        else:
+            doc["OPT-350"][gpu][mbs]["1"]["26"] = value
     else:
         doc["OPT-350"]["1"]["3"]["params_floats"] = value
     (d / name).write_text(json.dumps(doc))
@@ -179,6 +184,22 @@ def test_a_gpu_without_a_price_is_not_planned_as_free(data):
             objective.unpriced(cluster)
     line = _result_line({"plan.usd_per_hour": 29.4, "plan.usd_per_iteration": 0.1}, {"plan.unpriced": "MI250X"})
     assert line.endswith("29.4 USD/h (without MI250X: no price)")
+
+
+def test_a_global_batch_by_default_says_so():
+    """Probe F: with the model's training config deleted the plan ran at 1024 samples, said nowhere."""
+    from types import SimpleNamespace as NS
+
+    from orchestrator.planning.phase import PlanningPhase
+    from orchestrator.summary import _result_line
+
+    phase, spec = NS(planner=NS()), NS(extra={})
+    assert PlanningPhase.global_batch(phase, spec, NS(global_batch=None, model="gpt-x"))[1].startswith(
+        "default: no cluster/training_config_*.json for gpt-x")
+    assert PlanningPhase.global_batch(phase, spec, NS(global_batch=32, model="gpt-x")) == (32, "the model's training config")
+    tags = {"plan.global_batch_source": "default: no cluster/training_config_*.json for gpt-x and no model.global_batch"}
+    assert "(global batch: default: no cluster/training_config_*.json for gpt-x" in _result_line({"plan.global_batch": 1024}, tags)
+    assert "global batch:" not in _result_line({"plan.global_batch": 32}, {"plan.global_batch_source": "the plan file"})
 
 
 @pytest.mark.parametrize("figure", [-45.2, float("nan"), 0.0])

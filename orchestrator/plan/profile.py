@@ -160,6 +160,9 @@ class LayeredProfile:
         for gpu, per_mbs in _mapping(profiles[model], where, model, "{gpu: {mbs: {tp: layers}}}").items():
             for mbs, per_tp in _mapping(per_mbs, where, f"{model} on {gpu}", "{mbs: {tp: layers}}").items():
                 for tp, layers in _mapping(per_tp, where, f"{model} on {gpu}, mbs {mbs}", "{tp: layers}").items():
+                    if isinstance(layers, dict) and len(layers) != num_layers:
+                        raise WorkloadError(f"{where}: {model} on {gpu}, mbs {mbs}, TP {tp}: {len(layers)} layers, where "
+                                            f"llm_info.json has {num_layers} (a profile of another shape under this name?)")
                     try:
                         key = int(mbs), int(tp)
                         rows = tuple(tuple(float(x) for x in layers[str(i)][:3]) for i in range(num_layers or 0))

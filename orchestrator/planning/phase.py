@@ -157,14 +157,18 @@ class PlanningPhase:
         except Exception:          # a bad cluster or plan is reported by the run itself
             return "?"
 
-    def global_batch(self, model_spec: Any, profile: LayeredProfile) -> int:
+    def global_batch(self, model_spec: Any, profile: LayeredProfile) -> tuple[int, str]:
+        """The global batch planned for and where it comes from (a default is said: probe F)."""
         given = (model_spec.extra or {}).get("global_batch")
         if given:
-            return int(given)
+            return int(given), "model.global_batch"
         from_file = getattr(self.planner, "global_batch", None)
         if from_file is not None and from_file():
-            return int(from_file())
-        return int(profile.global_batch or DEFAULT_GLOBAL_BATCH)
+            return int(from_file()), "the plan file"
+        if profile.global_batch:
+            return int(profile.global_batch), "the model's training config"
+        return DEFAULT_GLOBAL_BATCH, (f"default: no cluster/training_config_*.json for {profile.model} and no "
+                                      "model.global_batch")
 
     def planning_cluster(self, profile: LayeredProfile) -> tuple[GpuCluster, str, LayeredProfile]:
         """The cluster planned for, where its GPUs come from: ``given`` (hardware.gpus or the cluster file),
@@ -187,7 +191,7 @@ class PlanningPhase:
     def run(self, model_spec: Any, profile: LayeredProfile, sink: Any) -> dict[str, float]:
         t_start = time.perf_counter()
         cluster, source, base = self.planning_cluster(profile)
-        batch = self.global_batch(model_spec, base)
+        batch, batch_source = self.global_batch(model_spec, base)
         tried: list[Planned] = []
         refused: list[tuple[LayeredProfile, InfeasiblePlanError]] = []
         for p in precisions(base, cluster, self.precision):
@@ -212,7 +216,8 @@ class PlanningPhase:
         metrics.update({k: float(v) for k, v in limits.items() if v is not None})
         tags = {"plan.simulator": est.simulator, "plan.description": plan.describe()[:4900],
                 "plan.cluster": cluster.describe(), "plan.cluster_source": source, "plan.objective": self.objective.kind,
-                "plan.fits": str(est.fits).lower(), "plan.unpriced": self.objective.unpriced(cluster)}
+                "plan.fits": str(est.fits).lower(), "plan.unpriced": self.objective.unpriced(cluster),
+                "plan.global_batch_source": batch_source}
         tags.update(derived_tags(profile, cluster, plan))
         if source == "given" and (unused := plan.unused(cluster.gpus)):
             tags["plan.unused"] = unused                        # the planner's choice: the summary names them
