@@ -290,6 +290,9 @@ def test_a_cluster_file_node_type_is_checked_figure_by_figure(tmp_path, spec, wo
 @pytest.mark.parametrize("where, value, words", [
     ("network/intra_node_bandwidths.json", {"A100-40": {"2": [[0, 0, 0], 0]}}, "needs finite coefficients and a largest bandwidth > 0"),
     ("network/intra_node_bandwidths.json", {"A100-40": {"2": [[0, 0, -10], -1e10]}}, "a largest bandwidth > 0"),
+    # probe F: two coefficients, or no bandwidth at 1 MB, slowed every all-reduce 7x without a word
+    ("network/intra_node_bandwidths.json", {"A100-40": {"2": [[0, 0], 1e9]}}, "[0.0, 0.0] is not a fit [a, b, c] of GB/s"),
+    ("network/intra_node_bandwidths.json", {"A100-40": {"2": [[0, 0, -5], 1e9]}}, "with a bandwidth c > 0 at 1 MB"),
     ("cluster/basic_cluster_config.json", {"zone": "us-central1-a", "A100-40": {"gpus_per_node": 4, "mem_per_gpu": -5}},
      "GPU type 'A100-40' needs gpus_per_node (a whole number >= 1) and mem_per_gpu (bytes > 0): got 4 and -5"),
     ("cluster/basic_cluster_config.json", {"A100-40": {"gpus_per_node": 0, "mem_per_gpu": 4e10}}, "got 0 and"),

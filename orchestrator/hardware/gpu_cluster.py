@@ -283,8 +283,17 @@ def _fit(value: Any, where: str) -> FittedLink:
         link = FittedLink(tuple(float(c) for c in coeffs), float(max_bw))
     except (TypeError, ValueError):
         raise WorkloadError(f"link fit {where}: expected [[a, b, c], max_bytes_per_s], got {value!r}"[:200]) from None
-    if not (link.coeffs and all(map(math.isfinite, link.coeffs)) and 0 < link.max_bandwidth < math.inf):
+    if not (all(map(math.isfinite, link.coeffs)) and 0 < link.max_bandwidth < math.inf):
         raise WorkloadError(f"link fit {where}: {value!r} needs finite coefficients and a largest bandwidth > 0"[:200])
+    return _checked(link, f"link fit {where}")
+
+
+def _checked(link: FittedLink, where: str) -> FittedLink:
+    """A fit ``[a, b, c]`` of GB/s on log2(n / 1 MB): three coefficients, a bandwidth > 0 at 1 MB (``c``; every
+    fit of Sailor's data has one). ``[[0, 0], 1e9]`` had put every message at the 1% floor of its cap."""
+    if len(link.coeffs) != 3 or not link.coeffs[2] > 0:
+        raise WorkloadError(f"{where}: {list(link.coeffs)!r} is not a fit [a, b, c] of GB/s on log2(bytes / 1 MB) with "
+                            "a bandwidth c > 0 at 1 MB"[:300])
     return link
 
 
@@ -324,8 +333,9 @@ def _link_spec(spec: Any, where: str) -> Link:
         cap = parse_bandwidth(spec["max_GBps"], "GB/s", f"{where}.max_GBps", WorkloadError, finite=False) \
             if "max_GBps" in spec else math.inf
         try:
-            return FittedLink(tuple(float(c) for c in spec["fit"]), cap, latency)
+            link = FittedLink(tuple(float(c) for c in spec["fit"]), cap, latency)
         except (TypeError, ValueError):
             raise WorkloadError(f"{where}.fit={spec['fit']!r} must be a list of numbers [a, b, c]") from None
+        return _checked(link, f"{where}.fit")
     return ConstantLink(parse_bandwidth(spec["bandwidth_GBps"], "GB/s", f"{where}.bandwidth_GBps", WorkloadError,
                                         finite=False), latency)
