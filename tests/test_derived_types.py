@@ -2,6 +2,7 @@
 type left out of its fit, and a planning trial that mixes measured and derived types and says which are derived."""
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -268,6 +269,9 @@ def test_recompute_auto_plans_a_gpu_too_small_without_it(tmp_path):
     (tmp_path / "off").mkdir()
     off = run_inprocess(tmp_path / "off", "+planner=joint", "planner.budget_s=2", *LLM, "hardware.gpus={V100-16: 1}")
     assert off.returncode == 2 and "InfeasiblePlan" not in off.stderr and "fits in memory" in off.stderr
+    # the figures behind it and the way on (probe F: the error named neither)
+    assert re.search(r"weights, gradients and adam state are \d+\.\d GiB in all, the largest GPU holds 1\d\.\d GiB; "
+                     r"planner.recompute=auto also tries activation recomputation", off.stderr), off.stderr
     out = run_inprocess(tmp_path, "+planner=joint", "planner.budget_s=2", "planner.recompute=auto", *LLM,
                         "hardware.gpus={V100-16: 1}")
     assert out.returncode == 0, out.stdout + out.stderr

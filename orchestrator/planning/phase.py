@@ -101,6 +101,18 @@ def cost_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch:
     return total * global_batch / 3600.0 if math.isfinite(total) else 0.0
 
 
+def unfit(exc: InfeasiblePlanError, profile: LayeredProfile, cluster: GpuCluster, recompute: Any) -> InfeasiblePlanError:
+    """The planner's "no plan fits" with the figures behind it (the model's states, the largest GPU) and, where it
+    was not tried, activation recomputation (probe F: the error named neither)."""
+    if "memory" not in str(exc):
+        return exc
+    states = sum(profile.layer_sizes(1).params) * (12.0 if profile.optimizer == "sgd" else 16.0)
+    largest = max(cluster.gpu_type(t).memory_bytes for (t, _), n in cluster.gpus.items() if n)
+    hint = "" if True in tuple(recompute) else "; planner.recompute=auto also tries activation recomputation"
+    return InfeasiblePlanError(f"{exc}: the model's weights, gradients and {profile.optimizer} state are "
+                               f"{states / 2**30:.1f} GiB in all, the largest GPU holds {largest / 2**30:.1f} GiB{hint}")
+
+
 class Planned(NamedTuple):
     """One variant's outcome: the planner's plan on ``profile``, its estimate, the evaluator, search seconds."""
 
@@ -202,7 +214,7 @@ class PlanningPhase:
                 except InfeasiblePlanError as exc:      # this variant has no plan; another may (recomputation's)
                     refused.append((prof, exc))
         if not tried:
-            raise refused[0][1]
+            raise unfit(refused[0][1], base, cluster, self.recompute)
         plan, est, evaluator, _, profile = min(tried, key=lambda t: self.objective.score(t.est))   # ties: the first
         search_s = sum(t.search_s for t in tried)
         metrics = self.metrics(plan, est, search_s, evaluator)
