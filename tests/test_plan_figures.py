@@ -152,6 +152,15 @@ def test_gpus_the_planner_leaves_out_are_named(tmp_path):
     assert store_runs(tmp_path)[0].data.tags["plan.unused"] == "8 V100-16"
 
 
+def test_a_plan_on_an_unpriced_type_logs_no_price(tmp_path):
+    """MI250X has no catalog price: its plan's USD were a partial sum (0 USD/h for a type alone), logged as the plan's."""
+    out = run_inprocess(tmp_path, "+planner=uniform", *LLM, f"hardware.data={SAILOR}", "hardware.gpus={MI250X: 8}")
+    assert out.returncode == 0, out.stderr
+    assert "USD: none, MI250X has no price" in out.stdout, out.stdout
+    m = store_runs(tmp_path)[0].data.metrics
+    assert "plan.usd_per_hour" not in m and "plan.usd_per_iteration" not in m and m["plan.samples_per_s"] > 0
+
+
 # -- 2. every figure says what it is --------------------------------------------------------------
 def test_a_plan_file_shows_its_measured_time_the_error_and_its_replicas(tmp_path):
     path = SAILOR / "measured" / "gh200-opt-350" / "plan_config_N16_D4.json"

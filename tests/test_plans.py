@@ -182,8 +182,11 @@ def test_a_gpu_without_a_price_is_not_planned_as_free(data):
     for objective in (PlanObjective("cost", min_samples_per_s=10), PlanObjective("budget", max_usd_per_hour=50)):
         with pytest.raises(ConfigError, match="needs a price per GPU hour for every GPU type; MI250X has none"):
             objective.unpriced(cluster)
-    line = _result_line({"plan.usd_per_hour": 29.4, "plan.usd_per_iteration": 0.1}, {"plan.unpriced": "MI250X"})
-    assert line.endswith("29.4 USD/h (without MI250X: no price)")
+    # a plan on an unpriced type has no price, not a partial sum (probe F: 29.39 USD/h logged without MI250X, 0 USD/h
+    # for a CPU profile); the phase drops plan.usd_* for it
+    line = _result_line({"plan.usd_per_iteration": 0.1}, {"plan.unpriced": "MI250X"})
+    assert line.endswith("USD: none, MI250X has no price (GPU catalog; node_types.TYPE.usd_per_gpu_hour in a hardware.file)")
+    assert _result_line({"plan.usd_per_hour": 29.4, "plan.usd_per_iteration": 0.1}, {}).endswith("0.1 USD per iteration = 29.4 USD/h")
 
 
 def test_a_global_batch_by_default_says_so():

@@ -231,6 +231,11 @@ class PlanningPhase:
                 "plan.fits": str(est.fits).lower(), "plan.unpriced": self.objective.unpriced(cluster),
                 "plan.global_batch_source": batch_source}
         tags.update(derived_tags(profile, cluster, plan))
+        used = {r.gpu for p in plan.pipelines for st in p.stages for r in st.replicas}
+        tags["plan.unpriced"] = ", ".join(t for t in tags["plan.unpriced"].split(", ") if t in used)
+        if tags["plan.unpriced"]:      # a partial sum is no price (probe F: 0 USD/h logged for an unpriced type)
+            for k in ("plan.usd_per_iteration", "plan.usd_per_hour"):
+                metrics.pop(k, None)
         if source == "given" and (unused := plan.unused(cluster.gpus)):
             tags["plan.unused"] = unused                        # the planner's choice: the summary names them
         tags.update({"plan.precision": profile.precision, "plan.recompute": str(profile.recompute).lower()})
