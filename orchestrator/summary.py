@@ -103,6 +103,9 @@ def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
                "this plan does not fit in memory, and the bound is over plans that fit")
         out.append(f"  bound:    no plan of this model on {t.get('plan.cluster', 'these GPUs')} is faster than "
                    f"{_fmt(m['plan.bound_iteration_s'], ' s')} per iteration ({what}); {gap}")
+    if kind in ("cost", "budget") and t.get("plan.prices"):
+        out.append(f"  prices:   USD per GPU-hour {t['plan.prices']}: on-demand list prices, providers as named (sources "
+                   "in hardware/gpu_catalog.json); your own: node_types.TYPE.usd_per_gpu_hour in a hardware.file")
     return out
 
 

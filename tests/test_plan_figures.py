@@ -212,6 +212,12 @@ def test_cost_and_budget_show_their_figure_constraint_and_bound(data, tmp_path, 
     else:
         assert "objective: budget:" in text and "USD/h against the ceiling 50 USD/h" in text
     assert "certified lower bound" not in text                # the throughput bound is not the objective's
+    # the prices say where they come from (probe F: providers mixed in the catalog, named nowhere)
+    from orchestrator.hardware.gpu_cluster import price_source
+
+    assert price_source(cluster.gpu_type("A100-40")) == "Sailor's cost studies"
+    text = "\n".join(plan_lines({"metrics": m, "tags": {"plan.objective": objective, "plan.prices": "A100-40 3.67339 (sailor-prices)"}}))
+    assert "prices:   USD per GPU-hour A100-40 3.67339 (sailor-prices): on-demand list prices" in text, text
 
 
 def test_the_memory_headroom_is_respected_and_zero_changes_nothing(data, tmp_path):

@@ -14,6 +14,7 @@ Two sources (docs/plans.md, "Describing a cluster"):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,15 @@ DEFAULT_ZONE = "us-central1-a"
 # USD per GPU-hour (Google Cloud, us-central1; the prices Sailor's cost studies use). A type not listed here takes the
 # GPU catalog's price (its source in hardware/gpu_catalog.json), unless the cluster file gives one.
 PRICES = {"A100-40": 3.673385, "V100-16": 2.859998, "GH-96": 11.06}
+
+
+def price_source(kind: DeviceKind) -> str:
+    """Where a type's price per GPU-hour comes from, in a few words: the GPU catalog's source, or the cluster file."""
+    if kind.usd_per_gpu_hour is None or kind.usd_per_gpu_hour != price(kind.name):
+        return "none" if kind.usd_per_gpu_hour is None else "the cluster file"
+    spec = None if kind.name in PRICES else default_catalog().find(kind.name)
+    text = "Sailor's cost studies" if spec is None else spec.sources.get("usd_per_gpu_hour", "?")
+    return re.split(r"[,:(]", text)[0].strip()
 
 
 def price(name: str) -> float | None:

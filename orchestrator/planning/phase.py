@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from orchestrator import cache
 from orchestrator.errors import ConfigError, InfeasiblePlanError, WorkloadError
 from orchestrator.hardware.catalog import default_catalog
-from orchestrator.hardware.gpu_cluster import GpuCluster
+from orchestrator.hardware.gpu_cluster import GpuCluster, price_source
 from orchestrator.hardware.profiles import GPU_TYPE_PREFIXES, for_gpu_type
 from orchestrator.plan import LayeredProfile, Plan
 from orchestrator.plan.derive import at_precision, precisions, variant, with_recompute
@@ -233,6 +233,8 @@ class PlanningPhase:
         tags.update(derived_tags(profile, cluster, plan))
         used = {r.gpu for p in plan.pipelines for st in p.stages for r in st.replicas}
         tags["plan.unpriced"] = ", ".join(t for t in tags["plan.unpriced"].split(", ") if t in used)
+        tags["plan.prices"] = ", ".join(f"{t} {k.usd_per_gpu_hour:g} ({price_source(k)})" for t in sorted(used)
+                                        if (k := cluster.gpu_type(t)).usd_per_gpu_hour is not None)
         if tags["plan.unpriced"]:      # a partial sum is no price (probe F: 0 USD/h logged for an unpriced type)
             for k in ("plan.usd_per_iteration", "plan.usd_per_hour"):
                 metrics.pop(k, None)
