@@ -360,5 +360,7 @@ def main() -> None:
                 pass
         _kill_parent_run()
         sys.exit(Interrupt.exit_code())  # 130 for Ctrl-C, 143 for SIGTERM
+    if OUTCOME.get("empty"):
+        sys.exit(2)  # a sweep without a trial (the error line is printed)
     if OUTCOME.get("failed") or OUTCOME.get("no_value"):
         sys.exit(1)  # a sweep with a failed trial (the summary line is printed)

@@ -54,3 +54,25 @@ def test_an_optuna_sweep_without_any_value_ends_with_one_line_not_a_traceback(wo
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     parent, children = _parent_and_children(workdir)
     assert parent.info.status == "FINISHED" and [c.info.status for c in children] == ["FINISHED"]
+
+
+@pytest.mark.parametrize("sweep", [["train.lr=range(0)"], ["hydra/sweeper=optuna", "hydra.sweeper.n_trials=0",
+                                                           "train.lr=interval(0.05,0.2)"]])
+def test_a_sweep_without_a_trial_is_an_error(workdir, sweep):
+    """Probe G: 'Launching 0 jobs', an empty table and exit 0, or 'each failed or missed its target' for n_trials=0."""
+    out = run_inprocess(workdir, "-m", *sweep, timeout=300)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1] == ("error: the sweep launched no trial (a swept list without a value, "
+                                                   "or hydra.sweeper.n_trials=0)"), out.stderr[-3000:]
+    assert "missed its target" not in out.stderr
+    parent, children = _parent_and_children(workdir)
+    assert parent.info.status == "FAILED" and not children
+
+
+def test_a_verdict_without_a_figure_counts_what_became_of_the_trials():
+    from orchestrator.tracking.report import verdict
+    from orchestrator.tracking.runs import RunRecord
+
+    recs = [RunRecord(n, n, s, "e", {}, {}, {}) for n, s in (("a", "KILLED"), ("b", "KILLED"), ("c", "FINISHED"))]
+    assert verdict(recs, "speedup") == ("verdict:  no trial reported speedup (2 killed, 0 failed, 1 finished without "
+                                        "it: missed the target, or no baseline)")

@@ -196,7 +196,9 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
     metric, direction, why = common_ground(records, metric, direction)
     scored = [(r.metrics[metric], r) for r in records if r.status == "FINISHED" and r.metrics.get(metric) is not None]
     if not scored:
-        return f"verdict:  no trial reported {metric} (each failed or missed its target)"
+        n = {s: sum(r.status == s for r in records) for s in ("KILLED", "FAILED", "FINISHED")}
+        return (f"verdict:  no trial reported {metric} ({n['KILLED']} killed, {n['FAILED']} failed, {n['FINISHED']} "
+                "finished without it: missed the target, or no baseline)")
     scored.sort(key=lambda x: x[0], reverse=direction == "maximize")
     line = _lead([(v, r.name) for v, r in scored], f"{metric} =", direction, "", runs.figures_kind(scored[0][1].tags))
     return line + f"; {len(scored)} of {len(records)} trial{'s' * (len(records) != 1)} reported it{why}"

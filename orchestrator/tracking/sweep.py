@@ -80,6 +80,14 @@ class SweepCallback(Callback):
         from orchestrator.errors import Interrupt
 
         interrupted = Interrupt.signal is not None
+        if not children and not interrupted:       # range(0), choice() of nothing, n_trials=0: exit 0 before
+            msg = "the sweep launched no trial (a swept list without a value, or hydra.sweeper.n_trials=0)"
+            client.set_tag(self.parent_run_id, "orchestrator.error", msg)
+            client.set_terminated(self.parent_run_id, status="FAILED")
+            os.environ.pop(PARENT_ENV, None)
+            OUTCOME.update(trials=0, empty=True)
+            print(f"error: {msg}", file=sys.stderr, flush=True)
+            return
         sweep_status = "KILLED" if interrupted else ("FINISHED" if "FINISHED" in statuses else "FAILED")
         if interrupted:
             client.set_terminated(self.parent_run_id, status="KILLED")  # first: a second signal may follow
@@ -132,6 +140,8 @@ def guard_optuna_best_trial() -> None:
         except ValueError as exc:
             if str(exc) not in _NO_BEST:
                 raise
+            if not getattr(self, "n_trials", 1):     # nothing ran: the sweep's end says so
+                return
             from omegaconf import OmegaConf
 
             metric = OmegaConf.select(self.config, "objective.metric", default="the objective")
