@@ -79,7 +79,7 @@ def precheck(argv: list[str]) -> list[str]:
     if not flags or (set(flags) <= {"--cfg", "-c", "--resolve"} and not any(a in ("-m", "--multirun") for a in argv)):
         _compose_check([o for o, _ in own])      # a trial, or the config it would print (--cfg job): checked alike
     elif any(a in ("-m", "--multirun") for a in argv):
-        _sweep_check(own)
+        _sweep_check(own, [o for o in overrides if o.lstrip("+~").startswith("hydra")])
         argv = _optuna_resume(argv, [o for o, ov in zip(overrides, parsed) if not ov.is_sweep_override()])
         argv = _swept_group_keys(argv, parsed)
     return argv
@@ -135,9 +135,10 @@ def _optuna_resume(argv: list[str], overrides: list[str]) -> list[str]:
     return argv
 
 
-def _compose_check(overrides: list[str]):
+def _compose_check(overrides: list[str], hydra: list[str] = ()):
     """Compose the config before Hydra runs and hold it to its schemas (``orchestrator.config``):
-    a wrong type, range, choice or key is one line, and exit 2, before any run or output directory."""
+    a wrong type, range, choice or key is one line, and exit 2, before any run or output directory. ``hydra``:
+    the command line's own ``hydra...`` overrides, composed into Hydra's config (an unknown sweeper or key of it)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
@@ -145,6 +146,8 @@ def _compose_check(overrides: list[str]):
 
     try:
         with initialize_config_module("orchestrator_conf", version_base="1.3"):
+            if hydra:
+                compose("config", overrides=[*overrides, *hydra], return_hydra_config=True)
             cfg = compose("config", overrides=overrides)
         validate(cfg)
         return cfg
@@ -154,7 +157,7 @@ def _compose_check(overrides: list[str]):
         known = describe(exc)
         if known is not None:
             raise UserError(known) from None
-        text = f"{exc}\n{exc.__cause__}" if exc.__cause__ is not None else str(exc)
+        text = (f"{exc}\n{exc.__cause__}" if exc.__cause__ is not None else str(exc)).split("\nConfig search path")[0]
         optional = re.search(r"Could not override '(\w+)'\. No match in the defaults list", text)
         if optional:
             group = optional.group(1)
@@ -167,7 +170,7 @@ def _compose_check(overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
-def _sweep_check(overrides: list) -> None:
+def _sweep_check(overrides: list, hydra: list[str] = ()) -> None:
     """A sweep's command line, checked before Hydra launches it: the fixed overrides, then each value
     of each swept key (``placer.budget_evaluations=100,-5``) on that config, so a bad value is one
     line and no sweep starts. A swept group (``placer=greedy,rl``) is composed once per option.
@@ -185,8 +188,15 @@ def _sweep_check(overrides: list) -> None:
     keys = [(p, ov) for p, ov in swept if (p, ov) not in groups]
     try:
         options = [[f"{p}={v}" for v in ov.sweep_string_iterator()] for p, ov in groups]
+    except Exception:
+        return
+    first = _compose_check(fixed + [o[0] for o in options if o], hydra)    # Hydra's own keys too (hydra.sweeper...)
+    try:
         values = [list(ov.sweep_iterator()) for _, ov in keys]
-    except Exception:  # a sweep Hydra enumerates itself (interval, ...): checked per trial
+    except Exception:  # a sweep Hydra enumerates itself (interval, ...): its values are checked per trial, its key here
+        for p, ov in keys:
+            if p[0] not in "+~" and OmegaConf.select(first, ov.key_or_group, default="<missing>") == "<missing>":
+                raise UserError(f"{ov.key_or_group}: no such key to sweep (a new key takes a '+')") from None
         return
     bases = [fixed + [o[0] for o in options]]      # each option of each swept group, the others' first
     for i, opts in enumerate(options):

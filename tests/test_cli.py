@@ -36,6 +36,11 @@ from conftest import QUICK, run_inprocess, store_runs
     (["+sync=delay", "hardware.speed_changes=[{worker:7,at_s:1,speed:0.5}]"], "hardware.speed_changes[0].worker=7"),
     (["+sync=delay", "hardware=sim_hetero_cluster", "hardware.workers=5"],
      "hardware.workers=5 but sim_hetero_cluster has 3 workers (one per host)"),
+    # the sweeper's own options (probe G: Hydra's multi-line errors and exit 1)
+    (["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trial=3"], "Could not override 'hydra.sweeper.n_trial': no such key"),
+    (["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=abc"], "hydra.sweeper.n_trials='abc' is not an integer"),
+    (["-m", "hydra/sweeper=nosuch"], "Could not find 'hydra/sweeper/nosuch' Available options in 'hydra/sweeper': basic optuna"),
+    (["-m", "hydra/sweeper=optuna", "train.nokey=interval(0,1)"], "train.nokey: no such key to sweep"),
 ])
 def test_user_errors_are_one_line_and_leave_no_run(workdir, args, expected):
     out = run_inprocess(workdir, *args)

@@ -34,7 +34,8 @@ def test_staleness_recipe_runs_and_ends_with_a_comparison(workdir):
     assert sorted(r.data.params["sync.staleness"] for r in children) == ["0", "4"]
     assert all("sync.staleness=" in r.info.run_name for r in children)
     report = run_inprocess(workdir, "--experiment", "delay_sync_staleness", module="orchestrator.tracking.report")
-    assert report.returncode == 0 and report.stdout.count("none/delay/local/cnn") == 2, report.stdout
+    table, _, verdict = report.stdout.partition("\nverdict")      # one sweep's runs end with its verdict
+    assert report.returncode == 0 and table.count("none/delay/local/cnn") == 2 and verdict, report.stdout
 
 
 @pytest.mark.slow
