@@ -179,6 +179,31 @@ def test_plots_say_simulated_or_measured(store, tmp_path, monkeypatch):
     assert placements and plots.speedup_vs_workers(placements, tmp_path / "one.png") is None
 
 
+def test_plots_of_models_far_apart_use_a_log_axis_and_unequal_workers_show_their_capacity(tmp_path, monkeypatch):
+    """Probe G: Inception-V3 (~0.5 s) and NMT (~0.0016 s) on one linear axis put NMT flat at 0; and workers of
+    speeds 1 and 0.5 were drawn against 'ideal = 2', with the capacity 1.5 and the limit absent."""
+    from orchestrator.tracking import plots
+    from orchestrator.tracking.runs import RunRecord
+
+    axes = {}
+
+    def save(fig, path):
+        axes[path.stem] = fig.axes[0]
+        return path
+
+    monkeypatch.setattr(plots, "_save", save)
+    placed = [RunRecord(n, n, "FINISHED", "e", {"placer": "rl", "model": m, "evaluator": "simulated"}, {},
+                        {"placement.step_time_s": t}) for n, m, t in (("a", "inception_v3", 0.5), ("b", "nmt", 0.0016))]
+    plots.step_time_per_placer(placed, tmp_path / "s.png")
+    assert axes["s"].get_yscale() == "log" and "log scale" in axes["s"].get_ylabel()
+    sync = [RunRecord(str(w), str(w), "FINISHED", "e", {"sync": "delay", "evaluator": "simulated"}, {},
+                      {"workers": float(w), "speedup": 0.9 * w, "hardware.capacity": 0.75 * w, "limit.speedup": 0.6 * w})
+            for w in (2, 4)]
+    plots.speedup_vs_workers(sync, tmp_path / "w.png")
+    labels = [line.get_label() for line in axes["w"].get_lines()]
+    assert "capacity (sum of the workers' speeds)" in labels and "statistical limit of synchronous DP" in labels
+
+
 @pytest.mark.slow
 def test_real_sweep_logs_plots_on_parent_and_reports(workdir):
     out = run_inprocess(workdir, "-m", "train.lr=0.05,0.1", *QUICK, env=MLFLOW_ENV)

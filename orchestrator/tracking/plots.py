@@ -108,7 +108,12 @@ def speedup_vs_workers(records: list[RunRecord], path: Path) -> Path | None:
         ax.plot([w for w, _ in sel], [v for _, v in sel], marker="o", linestyle="-" if len(sel) > 1 else "",
                 color=c, label=s)
     top = max(max(w for _, w, _ in pts), 2)
-    ax.plot([1, top], [1, top], color="black", linestyle="--", label="ideal (speedup = workers)")
+    ax.plot([1, top], [1, top], color="black", linestyle="--", label="ideal for equal workers (speedup = workers)")
+    for key, label, style in (("hardware.capacity", "capacity (sum of the workers' speeds)", "s"),
+                              ("limit.speedup", "statistical limit of synchronous DP", "^")):
+        seen = sorted({(w, r.metric(key)) for r, w, _ in pts if r.metric(key) is not None})
+        if seen and (key != "hardware.capacity" or any(abs(c - w) > 1e-9 for w, c in seen)):   # unequal speeds
+            ax.plot(*zip(*seen), color="grey", marker=style, linestyle=":", label=label)
     return _finish(fig, ax, path, f"Speedup vs workers ({evaluated_by(r for r, _, _ in pts)})",
                    "number of data-parallel workers", "speedup (x, vs one worker)", legend="best")
 
@@ -150,10 +155,20 @@ def step_time_per_placer(records: list[RunRecord], path: Path) -> Path | None:
             bound_labelled = True
     ax.set_xticks(range(len(keys)), [f"{p}\n{c}" if several else p for c, p in keys])
     pipe = any(r.metric("placement.time_per_sample_s") is not None for r in best.values())
+    log = _log_if_wide(ax, [_objective(r) for r in best.values()])    # models 300x apart shared a linear axis
     return _finish(fig, ax, path, f"Step time per placer, best run each ({evaluated_by(best.values())})",
                    "placer" + (" / model/hardware" if several else f" (model/hardware {keys[0][0]})"),
-                   "step time (s per training step)" + (" / time per sample (s, pipeline)" if pipe else ""),
+                   "step time (s per training step)" + (" / time per sample (s, pipeline)" if pipe else "") + log,
                    grid="y", legend="lower right" if bound_labelled else None)
+
+
+def _log_if_wide(ax, values) -> str:
+    """A log y axis where the values span more than 10x; the axis label's note."""
+    vals = [v for v in values if v is not None and v > 0]
+    if vals and max(vals) > 10 * min(vals):
+        ax.set_yscale("log")
+        return ", log scale"
+    return ""
 
 
 def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
@@ -171,8 +186,9 @@ def rl_learning_curve(records: list[RunRecord], path: Path) -> Path | None:
             ax.plot(*zip(*best), color=f"C{i}", label=f"best step time so far{name}")
         if mean:
             ax.plot(*zip(*mean), color=f"C{i}", linestyle=":", label=f"mean of sampled placements{name}")
+    log = _log_if_wide(ax, [v for _, b, m in curves for _, v in b + m])
     return _finish(fig, ax, path, f"RL placer learning curve ({evaluated_by(r for r, _, _ in curves)})",
-                   "policy update", "step time (s)", legend="best")
+                   "policy update", "step time (s)" + log, legend="best")
 
 
 def plan_label(r: RunRecord) -> str:
