@@ -336,3 +336,11 @@ def test_the_report_keeps_what_the_summary_said():
     seeds = RunRecord("s", "s", "FINISHED", "e", {"sync": "delay"}, {"train.seeds": "3"},
                       {"speedup": 1.2, "train.speedup": 1.2, "train.speedup_min": 1.1, "train.speedup_max": 1.4})
     assert rows([seeds])[0]["speedup_spread"] == "median of 3, 1.1 to 1.4" and a["speedup_spread"] is None
+
+
+def test_the_docs_list_every_column_of_the_report():
+    """docs/index.md's list of the report's columns had fallen behind the code (probe G)."""
+    from orchestrator.tracking.report import COLUMNS, PLAN_COLUMNS
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "index.md").read_text().split())
+    assert [h for _, h, _ in COLUMNS + PLAN_COLUMNS if f"`{h}`" not in text] == []
