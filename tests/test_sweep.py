@@ -76,3 +76,16 @@ def test_a_verdict_without_a_figure_counts_what_became_of_the_trials():
     recs = [RunRecord(n, n, s, "e", {}, {}, {}) for n, s in (("a", "KILLED"), ("b", "KILLED"), ("c", "FINISHED"))]
     assert verdict(recs, "speedup") == ("verdict:  no trial reported speedup (2 killed, 0 failed, 1 finished without "
                                         "it: missed the target, or no baseline)")
+
+
+def test_a_verdict_on_single_wall_clock_runs_says_the_margin_may_be_load():
+    """Probe G: lr 0.106 and 0.117 took 96 updates each, 4.83 s and 5.96 s on a loaded machine: '1.28x the runner-up'."""
+    from orchestrator.tracking.report import verdict
+    from orchestrator.tracking.runs import RunRecord
+
+    def rec(name, t, seeds="1", clock="wall"):
+        return RunRecord(name, name, "FINISHED", "e", {"train.clock": clock}, {"train.seeds": seeds}, {"t": t})
+
+    assert "a margin within the machine's load is no difference" in verdict([rec("a", 4.83), rec("b", 5.96)], "t", "minimize")
+    assert "load" not in verdict([rec("a", 4.83, "3"), rec("b", 5.96, "3")], "t", "minimize")
+    assert "load" not in verdict([rec("a", 4.83, clock="virtual"), rec("b", 5.96, clock="virtual")], "t", "minimize")

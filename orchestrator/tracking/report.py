@@ -201,7 +201,11 @@ def verdict(records, metric: str, direction: str = "maximize") -> str:
                 "finished without it: missed the target, or no baseline)")
     scored.sort(key=lambda x: x[0], reverse=direction == "maximize")
     line = _lead([(v, r.name) for v, r in scored], f"{metric} =", direction, "", runs.figures_kind(scored[0][1].tags))
-    return line + f"; {len(scored)} of {len(records)} trial{'s' * (len(records) != 1)} reported it{why}"
+    once = all(getattr(r, "params", {}).get("train.seeds", "1") in ("1", "null") and runs.figures_kind(r.tags) == "measured"
+               for _, r in scored)
+    return line + f"; {len(scored)} of {len(records)} trial{'s' * (len(records) != 1)} reported it{why}" + (
+        "; measured wall-clock times of one run each: a margin within the machine's load is no difference "
+        "(train.seeds=k repeats them)" if once and len(scored) > 1 else "")
 
 
 def _cell(v, key: str = "") -> str:
@@ -252,8 +256,7 @@ def _scope(args) -> str:
 
 
 def _plan_verdict_line(records) -> list[str]:
-    """The verdicts the sweep printed, where the runs are one sweep's trials (``--parent``, or an experiment of one
-    sweep), on its objective; else the plan verdict alone (runs of unrelated commands are not ranked)."""
+    """One sweep's trials: the verdicts it printed, on its objective; else the plan verdict (others are not ranked)."""
     parents = {r.tags.get("mlflow.parentRunId") for r in records}
     if records and len(parents) == 1 and None not in parents:
         p = records[0].params
