@@ -113,6 +113,57 @@ def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):   # the CNN 
     assert cnn.num_layers == 7 and cnn.layer_sizes(1).params[0] == 3 * 3 * 32 + 32      # conv1
 
 
+def test_another_shape_under_a_name_already_there_is_refused_before_measuring(tiny, tmp_path):
+    import shutil
+
+    shutil.copytree(tiny[0] / "prof", tmp_path / "prof")
+    before = {p: p.read_bytes() for p in (tmp_path / "prof").rglob("*") if p.is_file()}
+    argv = [a if a != "2" or i != TINY.index("--layers") + 1 else "3" for i, a in enumerate(TINY)]    # 3 blocks
+    out = profile(tmp_path, *argv, "--device-type", "CPU-b", "--out", "prof")
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("error: --name='tiny': prof already holds tiny with 4 layers, and this profile has 5")
+    assert "another --name" in line and "another --out" in line
+    assert before == {p: p.read_bytes() for p in (tmp_path / "prof").rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("rel", ["profiles_tmp.json", "network/links_profile.json"])
+def test_a_malformed_file_in_out_is_found_before_measuring(tiny, tmp_path, rel):
+    import shutil
+
+    shutil.copytree(tiny[0] / "prof", tmp_path / "prof")
+    path = tmp_path / "prof" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"tiny": {"CPU": {"1"')                                  # truncated
+    readers = [TINY] + [("links", "--sizes", "1e3,1e4,1e5")] * rel.startswith("network/")
+    for argv in readers:                                                     # none gets as far as measuring
+        out = profile(tmp_path, *argv, "--out", "prof")
+        assert out.returncode == 2 and out.stdout == "", out.stderr
+        (line,) = out.stderr.strip().splitlines()
+        assert f"prof/{rel}: malformed or truncated JSON" in line and "nothing was measured" in line
+
+
+def test_a_profile_again_merges_per_entry_in_gib_leaving_no_scratch(tiny, tmp_path, monkeypatch):
+    import shutil
+    import tempfile
+
+    shutil.copytree(tiny[0] / "prof", tmp_path / "prof")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    argv = [a for a in TINY if a not in ("--mbs", "1,2", "--tp", "1,2")]
+    out = profile(tmp_path, *argv, "--mbs", "1", "--tp", "1", "--memory-gb", "40", "--out", "prof")
+    assert out.returncode == 0, out.stderr[-2000:]
+    times = json.loads((tmp_path / "prof" / "profiles_tmp.json").read_text())["tiny"]["CPU"]
+    assert {m: sorted(t) for m, t in times.items()} == {"1": ["1", "2"], "2": ["1", "2"]}          # merged, not replaced
+    assert sorted(json.loads((tmp_path / "prof" / "llm_info.json").read_text())["tiny"]) == ["1", "2"]
+    stats = json.loads((tmp_path / "prof" / "profile_stats.json").read_text())["tiny"]["CPU"]
+    assert sorted(stats["entries"]["2"]) == ["1", "2"] and sorted(stats["update"]) == ["1", "2"]
+    assert "merged: tiny on CPU in profiles_tmp.json: replaced mbs 1 tp 1; kept mbs 1 tp 2, mbs 2 tp 1" in out.stdout
+    basic = json.loads((tmp_path / "prof" / "cluster" / "basic_cluster_config.json").read_text())
+    assert basic["CPU"]["mem_per_gpu"] == 40 * 2**30                                             # GiB, as docs/plans.md
+    assert not list((tmp_path / "tmp").iterdir())                                                # no /tmp/profile-*
+
+
 @pytest.mark.parametrize("args, message", [
     (("--model", "resnet9"), "--model='resnet9': unknown model (one of gpt, cnn)"),
     (("--hidden", "-4"), "--hidden=-4: must be >= 1"),
@@ -125,6 +176,10 @@ def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):   # the CNN 
     (("--device", "/GPU:7"), "--device='/GPU:7': TensorFlow has no such device"),
     (("--memory-gb", "nan"), "--memory-gb=nan: must be a number > 0"),
     (("--device-type", "H100"), "--device-type='H100' is a GPU type of the catalog, and the layers would be timed on"),
+    (("--name", "../../../../outside"), "--name='../../../../outside': must be a plain name"),
+    (("--name", "a/b"), "--name='a/b': must be a plain name"),
+    (("--name", ".hidden"), "--name='.hidden': must be a plain name"),
+    (("--device-type", "zone"), "--device-type='zone': not a device type name"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     argv = ["layers", "--out", "prof", *args] if "--out" not in args else ["layers", *args]
@@ -140,6 +195,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     (("--sizes", "1e3,big,1e5"), "expected message bytes"),
     (("--ranks", "1"), "--ranks=1: a link needs at least 2 ranks"),
     (("--hostfile", "nowhere"), "--hostfile='nowhere': no such file"),
+    (("--device-type", "zone"), "--device-type='zone': not a device type name"),
 ])
 def test_bad_link_input_is_one_line_and_exit_2(tmp_path, args, message):
     out = profile(tmp_path, "links", "--out", "prof", *args)

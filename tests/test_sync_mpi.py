@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from orchestrator.errors import WorkerFailedError
-from orchestrator.sync.mpi import _job_processes, train_mpi
+from orchestrator.execution.jobs import job_processes
+from orchestrator.sync.mpi import train_mpi
 from orchestrator.sync.virtual import make_context
 
 from tests.fakes import strategy, sync_options
@@ -81,21 +82,21 @@ def test_a_dying_rank_fails_the_trial_and_leaves_no_process(tmp_path, mnist):
         mpi_run(tmp_path, mnist, "delay", [1.0, 1.0], {"fail": {"worker": 1, "after": 2}}, budget=50, timeout=60)
     assert time.time() - t0 < 60
     job = next(tmp_path.glob("mpi-delay-*/job-*.json"))
-    assert _job_processes(str(job)) == []
+    assert job_processes(str(job)) == []
 
 
 def test_timeout_kills_the_job(tmp_path, mnist):
     with pytest.raises(WorkerFailedError, match="timed out"):
         mpi_run(tmp_path, mnist, "async", [1.0], {"sleep": {"worker": 0, "every": 1, "seconds": 30}}, timeout=8)
     job = next(tmp_path.glob("mpi-async-*/job-*.json"))
-    assert _job_processes(str(job)) == []
+    assert job_processes(str(job)) == []
 
 
 def test_a_rank_killed_by_a_signal_is_named_with_its_host_and_signal(tmp_path, mnist):
     with pytest.raises(WorkerFailedError, match=r"^MPI rank 2 \(pid \d+\) on \S+ was killed by signal 9 \(Killed\)$"):
         mpi_run(tmp_path, mnist, "delay", [1.0, 1.0], {"kill": {"worker": 1, "after": 2, "signal": 9}}, budget=50, timeout=60)
     job = next(tmp_path.glob("mpi-delay-*/job-*.json"))
-    assert _job_processes(str(job)) == []
+    assert job_processes(str(job)) == []
 
 
 def test_ranks_end_within_5_s_when_the_trial_process_is_killed(workdir):
@@ -117,15 +118,15 @@ def test_ranks_end_within_5_s_when_the_trial_process_is_killed(workdir):
             assert proc.poll() is None
             time.sleep(0.5)
         (job,) = workdir.glob("outputs/**/mpi-delay-*/job-*.json")
-        assert _job_processes(str(job)), "the ranks never started"
+        assert job_processes(str(job)), "the ranks never started"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         t0 = time.time()
-        while _job_processes(str(job)) and time.time() - t0 < 15:
+        while job_processes(str(job)) and time.time() - t0 < 15:
             time.sleep(0.2)
         gone_after = time.time() - t0
     finally:
-        for pid in _job_processes(str(job)) if "job" in locals() else []:
+        for pid in job_processes(str(job)) if "job" in locals() else []:
             os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -148,7 +149,9 @@ def test_emulated_step_time_sets_the_pace_at_w4(tmp_path, mnist):
                             hw={"emulated_step_s": step})
     assert result.updates >= 24 and stats.pushes_applied + stats.pushes_dropped == sum(stats.iterations)
     per_push = result.elapsed_s / result.updates
-    assert step / 4 * 0.9 <= per_push <= step / 4 * 1.6, per_push
+    # 0.75: on a loaded machine (profiler tests beside it) one run gave 0.105 s, the last pushes of ranks that started
+    # together landing within one step; without the emulated floor a push takes about 0.01 s here
+    assert step / 4 * 0.75 <= per_push <= step / 4 * 1.6, per_push
     assert min(stats.iterations) >= 5   # every rank took part
 
 

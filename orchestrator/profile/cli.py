@@ -4,11 +4,13 @@ the MLflow run); the measuring is ``layers`` / ``links``, the files ``writer``."
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import NoReturn
 
-from orchestrator.errors import ConfigError, UserError
+from orchestrator.errors import ConfigError, Interrupt, UserError, WorkerFailedError
 
 PROG = "python -m orchestrator.profile"
 
@@ -30,7 +32,8 @@ def int_list(text: str) -> list[int]:
 
 
 def common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="directory to write (laid out like shared/workloads/sailor; merged)")
+    p.add_argument("--out", required=True, help="directory to write (laid out like shared/workloads/sailor); a profile already there is "
+                   "merged with: other models and device types kept, a model's (mbs, tp) entries not measured again kept")
     p.add_argument("--device-type", default=None,
                    help="the name the profile and the cluster give the device (default: CPU, or the GPU's name)")
     p.add_argument("--devices-per-node", type=int, default=2, help="devices of this type in one machine (cluster file)")
@@ -48,7 +51,8 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     lay = sub.add_parser("layers", help="per layer, micro-batch and TP degree: forward, backward, update seconds")
     lay.add_argument("--model", default="gpt", help="gpt (a GPT-style decoder, sizes below) or cnn (the MNIST CNN)")
-    lay.add_argument("--name", default=None, help="the model's name in the files (model.name=; default: gpt-L<layers>-H<hidden>, cnn)")
+    lay.add_argument("--name", default=None, help="the model's name in the files (model.name=; letters, digits, - _ .; default: "
+                     "gpt-L<layers>-H<hidden>, cnn)")
     lay.add_argument("--layers", type=int, default=4, help="gpt: decoder blocks")
     lay.add_argument("--hidden", type=int, default=256, help="gpt: hidden size")
     lay.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
@@ -61,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     lay.add_argument("--statistic", default="median", choices=("median", "min"),
                      help="what the profile holds of each entry's repeats (min: the least contended run)")
     lay.add_argument("--device", default=None, help="TensorFlow device (default: /GPU:0 where TensorFlow sees one, else /CPU:0)")
-    lay.add_argument("--memory-gb", type=float, default=None, help="memory per device (default: this machine's / devices per node)")
+    lay.add_argument("--memory-gb", type=float, default=None, help="memory per device in GiB (2**30 bytes; default: this machine's / devices per node)")
     common(lay)
     lnk = sub.add_parser("links", help="point-to-point and all-reduce seconds against message size between MPI ranks")
     lnk.add_argument("--ranks", type=int, default=2, help="MPI ranks (one per host on emulated hosts)")
@@ -77,7 +81,16 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     made = not Path(args.out).exists()
+    # SIGTERM as Ctrl-C (orchestrator.app's handler): the run ends KILLED, the MPI job and emulated hosts go
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, Interrupt.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    Interrupt.signal = None
     try:
+        if args.device_type is not None:
+            from orchestrator.profile.writer import check_device_type
+
+            check_device_type(args.device_type)
         for key in ("intra_gbps", "inter_gbps"):
             if not 0 < getattr(args, key) < float("inf"):
                 raise ConfigError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be a number > 0")
@@ -91,13 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         from orchestrator.profile.links import profile_links
 
         return profile_links(args)
-    except UserError as exc:
+    except (UserError, WorkerFailedError) as exc:    # 2: bad input or file; 3: the MPI job failed
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:              # its MLflow run is marked KILLED on the way out
         print("interrupted: the profile was not written", file=sys.stderr)
-        return 130
+        return Interrupt.exit_code()       # 130 for Ctrl-C, 143 for SIGTERM
     finally:                               # an interrupted or failed profile leaves no empty --out it made
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
         out = Path(args.out)
         if made and out.is_dir() and not any(out.iterdir()):
             out.rmdir()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import ConfigError, WorkerFailedError
+from orchestrator.execution.jobs import kill_job
 from orchestrator.hardware.links import FittedLink, ring_allreduce_time
 from orchestrator.profile import record, writer
 from orchestrator.profile.timing import Sample
@@ -80,18 +81,54 @@ def launch(args: Any, sizes: list[int], hostfile: str | None, run_dir: Path) -> 
     cmd = [mpiexec_path(), *mapping, "-n", str(args.ranks), *host_args(hostfile, env), sys.executable, "-m",
            "orchestrator.profile.link_rank", "--sizes", ",".join(map(str, sizes)), "--warmup", str(args.warmup),
            "--repeats", str(args.repeats), "--out", str(out)]
-    with open(run_dir / "mpiexec.log", "w") as log:
+    log_path = run_dir / "mpiexec.log"
+    with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             rc = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise WorkerFailedError(f"the link profile's MPI job ran past --timeout={args.timeout:g} s") from None
+            kill_job(proc, str(out))           # its process group, and any rank that left it
+            raise WorkerFailedError(f"the link profile's MPI job ran past --timeout={args.timeout:g} s "
+                                    f"(its log: {log_path})") from None
+        except BaseException:                   # Ctrl-C, SIGTERM: the job goes with this process
+            kill_job(proc, str(out))
+            raise
     if rc != 0 or not out.exists():
-        tail = (run_dir / "mpiexec.log").read_text(errors="ignore").strip().splitlines()[-1:] or [""]
-        raise WorkerFailedError(f"mpiexec exited with code {rc}: {tail[0][:200]}")
+        kill_job(proc, str(out))
+        raise WorkerFailedError(f"{failure(run_dir, rc)} (its log: {log_path})")
     return dict(json.loads(out.read_text()))
+
+
+def failure(run_dir: Path, rc: int) -> str:
+    """The failed rank (``sync.mpi.rank_failure``), else mpiexec's first line of its own (often the cause: ssh
+    could not reach a host), printable."""
+    from orchestrator.sync.mpi import rank_failure
+
+    said = rank_failure(run_dir, rc)
+    if not said.startswith("mpiexec exited"):
+        return said
+    text = (run_dir / "mpiexec.log").read_text(errors="replace")
+    lines = [t for ln in text.splitlines() if (t := ln.strip()) and not set(t) <= {"-"}]
+    first = "".join(c if c.isprintable() else "?" for c in (lines[0] if lines else "no output"))[:200]
+    return f"mpiexec exited with code {rc}: {first}"
+
+
+def check_hostfile(path: str) -> None:
+    """A hostfile that is a text file naming at least one host, checked before mpiexec starts."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--hostfile={path!r}: no such file")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--hostfile={path!r}: not a text file (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"--hostfile={path!r}: cannot be read ({exc.strerror or exc})") from None
+    bad = next((i for i, c in enumerate(text) if not (c.isprintable() or c in "\t\n\r")), None)
+    if bad is not None:
+        raise ConfigError(f"--hostfile={path!r}: not a text file (character {bad})")
+    if not any(ln.split("#", 1)[0].strip() for ln in text.splitlines()):
+        raise ConfigError(f"--hostfile={path!r}: names no host (one host a line, e.g. 'node1 slots=1')")
 
 
 def analyse(raw: dict[str, Any], ranks: int) -> dict[str, Any]:
@@ -118,9 +155,12 @@ def netlab_hosts(rate: str, hosts: int, run_dir: Path) -> Any:
     runs is left alone), each shaped to ``rate`` both ways."""
     from orchestrator.hardware import netlab
 
-    netlab.check_allowed()
     octet = 100 + os.getpid() % 150
-    return netlab.up(hosts, rate, 1, f"10.{octet}.{(os.getpid() // 150) % 250}", run_dir / "netlab", f"prof{os.getpid() % 1000}")
+    return netlab.up(hosts, rate, 1, f"10.{octet}.{(os.getpid() // 150) % 250}", run_dir / "netlab", netlab_prefix())
+
+
+def netlab_prefix() -> str:
+    return f"prof{os.getpid() % 1000}"
 
 
 def profile_links(args: Any) -> int:
@@ -129,29 +169,28 @@ def profile_links(args: Any) -> int:
         raise ConfigError(f"--ranks={args.ranks}: a link needs at least 2 ranks")
     if args.hostfile and args.netlab:
         raise ConfigError("give one of --hostfile and --netlab")
-    if args.hostfile and not Path(args.hostfile).is_file():
-        raise ConfigError(f"--hostfile={args.hostfile!r}: no such file")
+    if args.hostfile:
+        check_hostfile(args.hostfile)
     if not args.timeout > 0:
         raise ConfigError(f"--timeout={args.timeout}: must be > 0")
     out = Path(args.out)
     writer.check_writable(out)
+    writer.preflight(out, (writer.BASIC, *writer.NETWORK))     # before measuring: a malformed file is found now
     device = args.device_type or "CPU"
     from orchestrator.sync.mpi import in_allocation, rank_env
 
     where = "inter" if (args.hostfile or args.netlab or in_allocation(rank_env())) else "intra"
     t0 = time.perf_counter()
     run_dir = Path(tempfile.mkdtemp(prefix="profile-links-"))
-    lab = None
     with record.tracked(args, "links", {"profile.device_type": device, "profile.link": where}) as sink:
         try:
-            if args.netlab:
-                lab = netlab_hosts(args.netlab, args.ranks, run_dir)
-            raw = launch(args, sizes, str(lab.hostfile) if lab else args.hostfile, run_dir)
-        finally:
-            if lab is not None:
-                from orchestrator.hardware import netlab
-
-                netlab.down(lab.dir, lab.prefix)
+            raw, lab = measure(args, sizes, run_dir)
+        except WorkerFailedError:             # its log (named in the error) is kept
+            raise
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        shutil.rmtree(run_dir, ignore_errors=True)
         result = analyse(raw, args.ranks)
         if lab is not None:
             result.update(tc_rate=args.netlab, tc_rate_Bps=lab.hosts[0].bandwidth_Bps, tc_payload_Bps=lab.hosts[0].payload_Bps)
@@ -160,6 +199,23 @@ def profile_links(args: Any) -> int:
         record.log_directory(sink, out)
     print_links(device, where, result, out, record.elapsed(t0))
     return 0
+
+
+def measure(args: Any, sizes: list[int], run_dir: Path) -> tuple[dict[str, Any], Any]:
+    """The MPI job's measurements, and the emulated hosts it ran on (``--netlab``, taken down again, also when
+    it failed or was interrupted, even while they were coming up)."""
+    from orchestrator.hardware import netlab
+
+    lab = None
+    if args.netlab:
+        netlab.check_allowed()
+    try:
+        if args.netlab:
+            lab = netlab_hosts(args.netlab, args.ranks, run_dir)
+        return launch(args, sizes, str(lab.hostfile) if lab else args.hostfile, run_dir), lab
+    finally:
+        if args.netlab:
+            netlab.down(run_dir / "netlab", lab.prefix if lab is not None else netlab_prefix())
 
 
 def save_result(out: Path, device: str, where: str, result: dict[str, Any], args: Any) -> None:
@@ -194,8 +250,8 @@ def print_links(device: str, where: str, result: dict[str, Any], out: Path, took
     hosts = sorted(set(result["hosts"]))
     print(f"profiled the {where} link of {device}: {result['ranks']} ranks on {len(hosts)} host(s) ({', '.join(hosts)}), "
           f"measured (median of the repeats), {took}")
-    print(f"  {'bytes':>10} {'p2p_s':>10} {'fit_s':>10} {'err':>7} {'held-out':>8} {'GB/s':>7} {'allreduce_s':>11} "
-          f"{'ring(fit)_s':>11} {'err':>7}")
+    print(f"  {'bytes':>10} {'p2p_s':>10} {'fit_s':>10} {'fit_err':>7} {'held-out':>8} {'GB/s':>7} {'allreduce_s':>11} "
+          f"{'ring(fit)_s':>11} {'ring_err':>8}")
     held = result["held_out_error"] or [float("nan")] * len(result["sizes"])
     for i, n in enumerate(result["sizes"]):
         t = result["p2p"][i]["median_s"]
@@ -203,7 +259,7 @@ def print_links(device: str, where: str, result: dict[str, Any], out: Path, took
         held_s = f"{held[i]:+8.1%}" if held[i] == held[i] else f"{'-':>8}"       # none with under 4 sizes
         print(f"  {n:>10} {t:10.3g} {fit_s:10.3g} {result['fit_error'][i]:+7.1%} {held_s} {n / t / 1e9:7.3f} "
               f"{result['allreduce_s'][i]['median_s']:11.3g} {result['allreduce_predicted_s'][i]:11.3g} "
-              f"{result['allreduce_error'][i]:+7.1%}")
+              f"{result['allreduce_error'][i]:+8.1%}")
     (a, b, c), cap = result["fit"]
     print(f"  fit: B(n) = {a:.4g} x^2 + {b:.4g} x + {c:.4g} GB/s, x = log2(n / 1e6), capped at {cap / 1e9:.4g} GB/s; "
           f"at {result['sizes'][-1]} bytes: {result['bandwidth_at_largest_Bps'] / 1e9:.4g} GB/s")
@@ -213,3 +269,24 @@ def print_links(device: str, where: str, result: dict[str, Any], out: Path, took
               f"{result['tc_payload_Bps'] / 1e9:.4g}); fitted / rate - 1 = {bw / result['tc_rate_Bps'] - 1:+.1%}, "
               f"fitted / payload - 1 = {bw / result['tc_payload_Bps'] - 1:+.1%} (emulated hosts)")
     print(f"  written to {out}/network ({writer.MEASURED_LINKS}: every repeat's median, quartiles, min, max)")
+    for line in fit_warnings(result):
+        print(f"WARNING: {line}", file=sys.stderr)
+
+
+POOR_FIT = 0.25              # an in-sample error above this at any size is a warning
+PLANNED_BYTES = 1e6          # the planners' messages (activations, gradients) are MBs
+
+
+def fit_warnings(result: dict[str, Any]) -> list[str]:
+    """One line for a poor fit (an in-sample |error| above 25 % at some size), one for sizes that stop short of
+    the MBs the planners send (the fit extrapolates there)."""
+    out = []
+    err = result["fit_error"]
+    worst = max(range(len(err)), key=lambda i: abs(err[i]))
+    if abs(err[worst]) > POOR_FIT:
+        out.append(f"a poor fit: its in-sample error is {err[worst]:+.0%} at {result['sizes'][worst]} bytes (over "
+                   f"{POOR_FIT:.0%}); measure with more --repeats or other --sizes")
+    if result["sizes"][-1] < PLANNED_BYTES:
+        out.append(f"the largest size measured is {result['sizes'][-1]} bytes, under 1 MB: the planners' messages are "
+                   "MBs, where this fit extrapolates (add sizes of 1e6 and more to --sizes)")
+    return out

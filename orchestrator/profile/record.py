@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def tracked(args: Any, kind: str, tags: dict[str, str]) -> Any:
-    """The MLflow run of one profile: the arguments as params, ``evaluator=measured``."""
+@contextmanager
+def tracked(args: Any, kind: str, tags: dict[str, str]) -> Iterator[Any]:
+    """The MLflow run of one profile: the arguments as params, ``evaluator=measured``. Its scratch directory
+    (the config and error files it logs as artifacts) is removed when the run is closed."""
     from omegaconf import OmegaConf
 
     from orchestrator.tracking.store import trial_run
@@ -18,9 +23,14 @@ def tracked(args: Any, kind: str, tags: dict[str, str]) -> Any:
     settings = {k: v for k, v in vars(args).items() if k not in ("tracking_uri", "experiment", "cmd")}
     cfg = OmegaConf.create({"tracking": {"uri": args.tracking_uri, "experiment": args.experiment},
                             "profile": {"kind": kind, **settings}})
-    return trial_run(cfg, run_name=f"profile-{kind}", tags={"evaluator": "measured", "runtime": "local",
-                                                           "profile.kind": kind, **tags},
-                     config_yaml=OmegaConf.to_yaml(cfg), output_dir=Path(tempfile.mkdtemp(prefix="profile-")))
+    scratch = Path(tempfile.mkdtemp(prefix="profile-"))
+    try:
+        with trial_run(cfg, run_name=f"profile-{kind}", tags={"evaluator": "measured", "runtime": "local",
+                                                             "profile.kind": kind, **tags},
+                       config_yaml=OmegaConf.to_yaml(cfg), output_dir=scratch) as sink:
+            yield sink
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def log_directory(sink: Any, out: Path) -> None:

@@ -70,11 +70,17 @@ def training_config(args: Any, name: str, size: GptSize | None, layers: int) -> 
 
 def profile_layers(args: Any) -> int:
     size = check(args)
+    name = args.name or (f"gpt-L{size.layers}-H{size.hidden}" if size else args.model)
+    writer.check_name(name)
     out = Path(args.out)
     writer.check_writable(out)
-    device, dtype = device_of(args)
-    name = args.name or (f"gpt-L{size.layers}-H{size.hidden}" if size else args.model)
     n_layers = size.layers + 2 if size else 7
+    training = training_config(args, name, size, n_layers)
+    writer.preflight(out, (*writer.MODEL_FILES, f"cluster/training_config_{name}.json", writer.BASIC, *writer.NETWORK),
+                     name)
+    writer.check_shape(out, name, n_layers, training)     # before measuring: nothing is measured to be thrown away
+    device, dtype = device_of(args)
+    note = writer.merge_note(out, name, dtype, args.mbs, args.tp)
     build = (lambda tp: gpt(size, tp)) if size else cnn
     classes = size.vocab if size else 10
     t0 = time.perf_counter()
@@ -90,8 +96,8 @@ def profile_layers(args: Any) -> int:
             bar.close()
         settings = {"device": device, "cpu_count": os.cpu_count(), "warmup": args.warmup, "repeats": args.repeats,
                     "mbs": args.mbs, "tp": args.tp, "seconds": time.perf_counter() - t0, "statistic": args.statistic}
-        paths = writer.write_profile(out, name, dtype, prof, training_config(args, name, size, n_layers), settings)
-        memory = args.memory_gb * 1e9 if args.memory_gb else record.machine_memory_bytes() / args.devices_per_node
+        paths = writer.write_profile(out, name, dtype, prof, training, settings)
+        memory = args.memory_gb * 2**30 if args.memory_gb else record.machine_memory_bytes() / args.devices_per_node
         writer.write_device(out, dtype, args.devices_per_node, memory)
         measured = writer.has_measured_links(out, dtype)
         writer.write_links(out, dtype, args.devices_per_node,
@@ -104,6 +110,8 @@ def profile_layers(args: Any) -> int:
                        "profile.files": ", ".join(str(p.relative_to(out)) for p in paths)})
         record.log_directory(sink, out)
     print_summary(name, dtype, device, rows, measured, out, args, record.elapsed(t0))
+    if note:
+        print(f"  merged: {note}")
     return 0
 
 

@@ -2,8 +2,9 @@
 
 Every entry of a profile is a ``Sample``: the median of ``repeats`` timed calls after ``warmup`` untimed ones
 (the first calls trace and compile a ``tf.function`` and fill caches), with the quartiles, the minimum and
-the maximum kept beside it. The profile files hold the median (or, with ``--statistic min``, the minimum: the
-figure of an otherwise idle machine); the spread goes in ``profile_stats.json``.
+the maximum kept beside it; an entry that is a difference of two calls timed in the same rounds (a forward less
+the dispatch) takes them of the per-round differences. The profile files hold the median (or, with
+``--statistic min``, the minimum: the least contended round); the spread goes in ``profile_stats.json``.
 """
 
 from __future__ import annotations
@@ -85,12 +86,10 @@ def less_dispatch(empty: Callable[[], object], fn: Callable[[], object], warmup:
 
 
 def difference(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> Sample:
-    """``a - b`` of timings taken in the same rounds: the median and quartiles of the per-round differences;
-    ``low`` the difference of the two minima (each call's least contended run: the figure for a machine with
-    nothing else on it), ``high`` the largest per-round difference."""
-    d = a - b
-    q1, med, q3 = np.percentile(d, [25, 50, 75])
-    return Sample(float(med), float(q1), float(q3), float(a.min() - b.min()), float(d.max()), int(d.size))
+    """``a - b`` of timings taken in the same rounds (paired): every statistic is of the per-round differences,
+    so that ``low <= q1 <= median <= q3 <= high`` (a difference of the two minima is no minimum of the
+    differences: it can exceed their median)."""
+    return Sample.of(a - b)
 
 
 def rounds(calls: list[tuple[Callable[[], object], Callable[[], object], Callable[[], object]]], warmup: int,

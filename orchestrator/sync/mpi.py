@@ -22,6 +22,7 @@ import numpy as np
 
 import orchestrator
 from orchestrator.errors import ConfigError, Interrupt, WorkerFailedError
+from orchestrator.execution.jobs import kill_job
 from orchestrator.execution.training import EvalPoint, TrainResult, crossing
 from orchestrator.sync.core import SyncOptions
 from orchestrator.sync.strategy import SyncStrategy, plain_cfg
@@ -46,38 +47,6 @@ def rank_env() -> dict[str, str]:
                TF_NUM_INTEROP_THREADS="1", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2",
                KERAS_BACKEND="tensorflow", MLFLOW_DISABLE_TELEMETRY="true")
     return env
-
-
-def _job_processes(marker: str) -> list[int]:
-    """PIDs whose command line names this job's file (ranks that outlived mpiexec)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if marker in (d / "cmdline").read_bytes().decode(errors="ignore"):
-                    pids.append(int(d.name))
-            except OSError:
-                pass
-    return pids
-
-
-def _kill_job(proc: subprocess.Popen, marker: str) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        for pid in _job_processes(marker):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            continue
-        if not _job_processes(marker):
-            return
 
 
 class _Terminated(KeyboardInterrupt):
@@ -107,10 +76,10 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
     try:
         rc = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_job(proc, str(job_file))
+        kill_job(proc, str(job_file))
         raise WorkerFailedError(f"MPI job timed out after {timeout_s:.0f}s{_first_error(run_dir)}") from None
     except BaseException:
-        _kill_job(proc, str(job_file))
+        kill_job(proc, str(job_file))
         raise
     finally:
         if old is not None:
@@ -118,14 +87,14 @@ def launch(job: dict, run_dir: Path, ranks: int, timeout_s: float, hostfile: str
         log.close()
     if rc != 0 or not (run_dir / "result.json").exists():
         dead = watch.finish()  # its last look comes before the stray ranks are killed below
-        _kill_job(proc, str(job_file))
+        kill_job(proc, str(job_file))
         err = _first_error(run_dir)
         if err:
             raise WorkerFailedError(err.lstrip(": "))
         failure = rank_failure(run_dir, rc)          # a rank's signal or exit code, as Open MPI reports it
         lost = _lost_host(run_dir, ranks, hostfile, dead) if failure.startswith("mpiexec exited") else None
         raise WorkerFailedError(lost or failure)
-    _kill_job(proc, str(job_file))  # stray ranks, if any
+    kill_job(proc, str(job_file))  # stray ranks, if any
     return run_dir
 
 
