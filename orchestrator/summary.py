@@ -28,12 +28,9 @@ def _figures(tags: dict[str, str], runtime: str) -> str:
 
 
 def _fitted_clock(tag: str) -> str:
-    """The virtual clock's step times fitted on this machine in this process (``sync.compute_model``): a rerun
-    under another load fits others, the events come in another order and the figures move, seed or not."""
+    """The virtual clock's step times fitted in this run (``sync.compute_model``): a rerun fits others (the load)."""
     found = re.match(r"t0=(\S+)s t1=(\S+)s/sample \(measured", tag)
-    if not found:
-        return ""
-    return (f", its step times fitted on this machine during this run (t0={found[1]} s, t1={found[2]} s per sample): a "
+    return "" if not found else (f", its step times fitted on this machine during this run (t0={found[1]} s, t1={found[2]} s per sample): a "
             "rerun under another load fits others and its figures move, whatever the seed; "
             f"sync.step_overhead_s={found[1]} sync.per_sample_s={found[2]} fixes the clock at these values")
 
@@ -305,15 +302,7 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
                     if est else f"{_fmt(m['train.time_to_target_s'], ' s')} to target")
             lines.append(f"  times:    {mine}, the reference {_fmt(m['train.reference_time_to_target_s'], ' s')}")
         if "train.speedup_same_settings" in m and t.get("train.reference_method") == "tuned":
-            beats = m["train.speedup_same_settings"] < m.get("train.speedup", 0.0)   # a faster W=1 time than the grid's
-            lines.append(f"  untuned:  {_fmt(m['train.speedup_same_settings'])}x over one speed-1.0 worker with this "
-                         "trial's own optimizer and lr (train.speedup_same_settings)")
-            if beats:
-                same = m.get("train.same_settings_reference_time_to_target_s")
-                lines.append(f"  WARNING: one worker at this trial's own optimizer and lr reached the target in {_fmt(same, ' s')}, "
-                             f"faster than the tuned reference's {_fmt(m.get('train.reference_time_to_target_s'), ' s')}: over the "
-                             f"fastest single worker measured the speedup is {_fmt(m['train.speedup_same_settings'])}x, not "
-                             f"{_fmt(m.get('train.speedup'))}x; add this lr to train.reference_grid to make it the reference")
+            lines += _untuned_lines(m)
     lines += context_lines(m, t)
     if outcome["runtime"] == "mpi" and "train.speedup" in m and "compare.time_to_target_s" not in m:
         lines.append("  versus:   none on sync.runtime=mpi: the comparison with balanced allreduce and the statistical "
@@ -322,6 +311,19 @@ def trial_summary(outcome: dict[str, Any], objective: str, value: float) -> str:
         lines.append(f"  target:   MISSED (test accuracy {_fmt(outcome.get('target'))} not reached): {t.get('train.missed_target', '?')}")
     lines.append(f"  figures:  {_figures(t, outcome['runtime'])}")
     return "\n".join(lines + _where(outcome))
+
+
+def _untuned_lines(m: dict[str, float]) -> list[str]:
+    """The speedup over one worker at the trial's own optimizer and lr; a WARNING where it beat the tuned reference."""
+    out = [f"  untuned:  {_fmt(m['train.speedup_same_settings'])}x over one speed-1.0 worker with this trial's own "
+           "optimizer and lr (train.speedup_same_settings)"]
+    if m["train.speedup_same_settings"] < m.get("train.speedup", 0.0):
+        same = m.get("train.same_settings_reference_time_to_target_s")
+        out.append(f"  WARNING: one worker at this trial's own optimizer and lr reached the target in {_fmt(same, ' s')}, "
+                   f"faster than the tuned reference's {_fmt(m.get('train.reference_time_to_target_s'), ' s')}: over the "
+                   f"fastest single worker measured the speedup is {_fmt(m['train.speedup_same_settings'])}x, not "
+                   f"{_fmt(m.get('train.speedup'))}x; add this lr to train.reference_grid to make it the reference")
+    return out
 
 
 def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
