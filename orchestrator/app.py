@@ -201,8 +201,8 @@ def _sweep_check(overrides: list, hydra: list[str] = ()) -> None:
     bases = [fixed + [o[0] for o in options]]      # each option of each swept group, the others' first
     for i, opts in enumerate(options):
         bases += [fixed + [o[0] for o in options[:i]] + [v] + [o[0] for o in options[i + 1:]] for v in opts[1:]]
-    for base in bases:
-        cfg = _compose_check(base)
+    for i, base in enumerate(bases):
+        cfg = first if i == 0 else _compose_check(base)     # the first base is the config composed above
         trial = copy.deepcopy(cfg)
         for (_, ov), vals in zip(keys, values):
             key = ov.key_or_group

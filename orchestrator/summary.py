@@ -60,7 +60,7 @@ def _result_line(m: dict[str, float], t: dict[str, str]) -> str:
     unused = f" (not in the plan: {t['plan.unused']} of the cluster)" if t.get("plan.unused") else ""
     unused += f" (global batch: {t['plan.global_batch_source']})" if t.get("plan.global_batch_source", "").startswith("default") else ""
     return (f"  result:   {_fmt(m.get('plan.iteration_s'), ' s')} per iteration of {int(m.get('plan.global_batch', 0))} "
-            f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {_count(m.get('plan.gpus', 0), 'GPU')}{unused}{bubble}; "
+            f"samples = {_fmt(m.get('plan.samples_per_s'))} samples/s on {_count(m.get('plan.gpus', 0), 'CPU device' if t.get('plan.device_kind') == 'cpu' else 'GPU')}{unused}{bubble}; "
             + (f"USD: none, {t['plan.unpriced']} has no price (GPU catalog; node_types.TYPE.usd_per_gpu_hour in a "
                "hardware.file)" if t.get("plan.unpriced") else f"{_fmt(m.get('plan.usd_per_iteration'))} USD per "
                f"iteration = {_fmt(m.get('plan.usd_per_hour'))} USD/h"))

@@ -299,6 +299,8 @@ def test_a_cluster_file_node_type_is_checked_figure_by_figure(tmp_path, spec, wo
     ("cluster/basic_cluster_config.json", {"zone": "us-central1-a", "A100-40": {"gpus_per_node": 4, "mem_per_gpu": -5}},
      "GPU type 'A100-40' needs gpus_per_node (a whole number >= 1) and mem_per_gpu (bytes > 0): got 4 and -5"),
     ("cluster/basic_cluster_config.json", {"A100-40": {"gpus_per_node": 0, "mem_per_gpu": 4e10}}, "got 0 and"),
+    ("cluster/basic_cluster_config.json", {"A100-40": {"gpus_per_node": 4, "mem_per_gpu": 4e10, "kind": "tpu"}},
+     "type 'A100-40': kind is 'cpu' or 'gpu', got 'tpu'"),
 ])
 def test_a_cluster_directory_with_a_bad_figure_is_a_one_line_error(tmp_path, where, value, words):
     import shutil

@@ -87,6 +87,26 @@ def test_the_profiled_device_is_a_cluster_the_planner_accepts(tiny):
     check_covered(LayeredProfile.from_directory(cwd / "prof", "tiny"), cluster)
 
 
+def test_a_cpu_profile_plans_on_cpu_devices_without_gpu_framework_memory(tiny):
+    """The profiled type is a CPU: the project simulator charges it no CUDA context (3.76 GB a GPU), the summary
+    counts CPU devices, and planner.fill, with nothing to derive, says so."""
+    from orchestrator.hardware.gpu_cluster import GpuCluster
+    from orchestrator.plan import LayeredProfile
+    from orchestrator.planning.simulator import Calibration, ProjectSimulator
+
+    cwd, _ = tiny
+    assert json.loads((cwd / "prof/cluster/basic_cluster_config.json").read_text())["CPU"]["kind"] == "cpu"
+    cluster = GpuCluster.from_directory(cwd / "prof").with_gpus({"CPU": 4})
+    prof = LayeredProfile.from_directory(cwd / "prof", "tiny")
+    need, _ = ProjectSimulator().stage_memory(prof, 1, "CPU", 1, 1, 0, 1, cluster)
+    assert need(0, 0) == prof.transient_bytes(1, 1) < Calibration().framework_bytes
+    out = run_inprocess(cwd, "+planner=joint", "model=llm", "model.name=tiny", "model.data=prof", "hardware=gpu_cluster",
+                        "hardware.data=prof", "hardware.gpus={CPU: 2}", "planner.fill=true", "tracking.uri=sqlite:///fill.db")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "note: planner.fill=true derived nothing" in out.stdout
+    assert re.search(r"samples/s on [12] CPU devices?", out.stdout), out.stdout
+
+
 def test_the_profile_is_an_mlflow_run_with_its_files(tiny):
     cwd, _ = tiny
     run = next(r for r in store_runs(cwd) if r.data.tags.get("profile.kind") == "layers")

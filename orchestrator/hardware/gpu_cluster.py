@@ -205,7 +205,12 @@ class GpuCluster:
                 raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: GPU type {name!r} needs "
                                     f"gpus_per_node (a whole number >= 1) and mem_per_gpu (bytes > 0): got {per_node!r} "
                                     f"and {mem!r}")
-            types[name] = DeviceKind(name, memory_bytes=float(mem), gpus_per_node=per_node, usd_per_gpu_hour=price(name))
+            kind = spec.get("kind", "gpu")          # "cpu": a type the layer profiler timed on CPUs (no CUDA context)
+            if kind not in ("cpu", "gpu"):
+                raise WorkloadError(f"{root / 'cluster' / 'basic_cluster_config.json'}: type {name!r}: kind is 'cpu' or "
+                                    f"'gpu', got {kind!r}"[:200])
+            types[name] = DeviceKind(name, kind=kind, memory_bytes=float(mem), gpus_per_node=per_node,
+                                     usd_per_gpu_hour=price(name))
         inter_raw = read_json(root / "network" / "multizone_bandwidths_het.json")
         intra = _intra(read_json(root / "network" / "intra_node_bandwidths.json", top=dict),
                        root / "network" / "intra_node_bandwidths.json")

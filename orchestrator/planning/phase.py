@@ -195,7 +195,11 @@ class PlanningPhase:
             source = "plan"
         profile = derive_for_cluster(profile, cluster)              # the types it lacks, from the GPU catalog
         if self.fill:
-            profile = fill_measured(profile, cluster)
+            filled = fill_measured(profile, cluster)
+            if filled is profile:
+                print("note: planner.fill=true derived nothing: every listed type already has each (micro-batch, TP) "
+                      "entry that the profile's measured types have", flush=True)
+            profile = filled
         check_covered(profile, cluster)
         self.objective.unpriced(cluster)                            # cost and budget need every price
         return cluster, source, profile
@@ -233,6 +237,7 @@ class PlanningPhase:
         tags.update(derived_tags(profile, cluster, plan))
         used = {r.gpu for p in plan.pipelines for st in p.stages for r in st.replicas}
         tags["plan.unpriced"] = ", ".join(t for t in tags["plan.unpriced"].split(", ") if t in used)
+        tags["plan.device_kind"] = "+".join(sorted({cluster.gpu_type(t).kind for t in used}))    # "cpu" on CPU profiles
         tags["plan.prices"] = ", ".join(f"{t} {k.usd_per_gpu_hour:g} ({price_source(k)})" for t in sorted(used)
                                         if (k := cluster.gpu_type(t)).usd_per_gpu_hour is not None)
         if tags["plan.unpriced"]:      # a partial sum is no price (probe F: 0 USD/h logged for an unpriced type)

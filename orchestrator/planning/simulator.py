@@ -107,7 +107,7 @@ class ProjectSimulator(PlanSimulator):
                 ends.append((pi, si, end, upd))  # type: ignore[arg-type]
                 comp = m * (f[si] + b[si])
                 work += comp * s.gpus
-                mem = max(self.memory(plan, profile, pi, si, r, m) for r in s.replicas)
+                mem = max(self.memory(plan, profile, pi, si, r, m, cluster) for r in s.replicas)
                 limit = min(cluster.gpu_type(r.gpu).memory_bytes for r in s.replicas)
                 figures.append(StageFigures(pi, si, per_stage[si][3], m_s[si], comp, m * (k_in[si] + k_out[si]),
                                             ar, upd, mem, limit))
@@ -220,11 +220,15 @@ class ProjectSimulator(PlanSimulator):
         per_param = (self.cal.bytes_per_param if profile.optimizer != "sgd" else 12.0) * self.cal.param_factor
         inflight = OneFOneB().in_flight(micro_batches, stages, stage)
         scale = mbs * profile.act_float_bytes * inflight * self.cal.activation_factor
-        fixed = self.cal.framework_bytes + profile.transient_bytes(tp, mbs)
+        fixed = self.framework(cluster, gpu) + profile.transient_bytes(tp, mbs)
         return (lambda params, acts: params * per_param + acts * scale + fixed), cluster.gpu_type(gpu).memory_bytes
 
+    def framework(self, cluster: GpuCluster | None, gpu: str) -> float:
+        """The framework's fixed bytes per device: a GPU's CUDA context and buffers; none on a CPU type."""
+        return 0.0 if cluster is not None and cluster.gpu_type(gpu).kind == "cpu" else self.cal.framework_bytes
+
     def memory(self, plan: Plan, profile: LayeredProfile, pipeline: int, stage: int, replica: Replica,
-               micro_batches: int) -> float:
+               micro_batches: int, cluster: GpuCluster | None = None) -> float:
         p = plan.pipelines[pipeline]
         s = p.stages[stage]
         sizes = profile.layer_sizes(replica.tp)
@@ -233,7 +237,7 @@ class ProjectSimulator(PlanSimulator):
         act = sum(sizes.act_mem[layer] for layer in s.layers) * plan.mbs * profile.act_float_bytes
         inflight = plan.schedule.in_flight(micro_batches, len(p.stages), stage)
         return (params * per_param * self.cal.param_factor + act * inflight * self.cal.activation_factor
-                + self.cal.framework_bytes + profile.transient_bytes(replica.tp, plan.mbs))
+                + self.framework(cluster, replica.gpu) + profile.transient_bytes(replica.tp, plan.mbs))
 
 
 def _rank_p2p_time(net, x: Replica, y: Replica, nbytes: float) -> float:

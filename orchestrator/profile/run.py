@@ -98,7 +98,7 @@ def profile_layers(args: Any) -> int:
                     "mbs": args.mbs, "tp": args.tp, "seconds": time.perf_counter() - t0, "statistic": args.statistic}
         paths = writer.write_profile(out, name, dtype, prof, training, settings)
         memory = args.memory_gb * 2**30 if args.memory_gb else record.machine_memory_bytes() / args.devices_per_node
-        writer.write_device(out, dtype, args.devices_per_node, memory)
+        writer.write_device(out, dtype, args.devices_per_node, memory, kind="cpu" if "CPU" in device.upper() else "gpu")
         measured = writer.has_measured_links(out, dtype)
         writer.write_links(out, dtype, args.devices_per_node,
                            None if measured["intra"] else writer.constant_fit(args.intra_gbps),

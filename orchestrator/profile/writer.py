@@ -180,9 +180,12 @@ def write_links(out: Path, device: str, per_node: int, intra: list[Any] | None, 
         save(out / "network" / "multizone_bandwidths_het.json", doc)
 
 
-def write_device(out: Path, device: str, per_node: int, memory_bytes: float, zone: str = DEFAULT_ZONE) -> None:
+def write_device(out: Path, device: str, per_node: int, memory_bytes: float, zone: str = DEFAULT_ZONE,
+                 kind: str = "gpu") -> None:
+    """The device type's entry; ``kind`` ``cpu`` for a type timed on CPUs (planning then charges it no GPU
+    framework memory), not written for a GPU (Sailor's layout has no such key)."""
     doc = load(out / "cluster" / "basic_cluster_config.json")
-    doc[device] = {"gpus_per_node": int(per_node), "mem_per_gpu": int(memory_bytes)}
+    doc[device] = {"gpus_per_node": int(per_node), "mem_per_gpu": int(memory_bytes)} | ({"kind": kind} if kind != "gpu" else {})
     doc.setdefault("zone", zone)
     save(out / "cluster" / "basic_cluster_config.json", doc)
 
