@@ -93,6 +93,9 @@ def test_a_catalog_type_joins_a_measured_cluster_with_links_and_a_label():
     cluster = GpuCluster.from_directory(SAILOR).with_gpus({"H100": 16, "GH200": 4, "A100-40": 8})
     assert cluster.gpus == {("H100", "us-central1-a"): 16, ("GH-96", "us-central1-a"): 4, ("A100-40", "us-central1-a"): 8}
     assert set(cluster.derived) == {"H100"} and "derived from datasheet" in cluster.derived["H100"]
+    # probe F: "1.63 of its network bandwidth" read as a link above the datasheet; it is over a GPU's share of the NIC
+    _, net = cluster.link_efficiencies()
+    assert f"{net:.2f}x its per-GPU share of the machine's network" in cluster.derived["H100"]
     assert cluster.gpu_type("H100").gpus_per_node == 8 and cluster.gpu_type("H100").usd_per_gpu_hour == 11.06
     intra, _ = cluster.link_efficiencies()
     assert cluster.topology.intra_link("H100", 8) == derived_link(450e9, intra)

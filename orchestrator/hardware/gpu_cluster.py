@@ -144,8 +144,9 @@ class GpuCluster:
                                 for gb in range(1, types[b].gpus_per_node + 1):
                                     links[(za, a, str(ga)), (zb, b, str(gb))] = ConstantLink(bw)
         topo = Topology(links, intra, net.egress_usd_per_gb, net.default_inter, net.default_intra)
-        note = (f"derived from datasheet: {spec.title} (links: {intra_eff:.2f} of its intra-node and {net_eff:.2f} of its "
-                "network bandwidth)")
+        note = (f"derived from datasheet: {spec.title} (links: {intra_eff:.2f}x its intra-node bandwidth; {net_eff:.2f}x its "
+                "per-GPU share of the machine's network, the median of measured one-GPU links over that share: one GPU "
+                "alone may use more than its share)")
         return GpuCluster(self.name, types, dict(self.gpus), topo, self.zone, {**self.derived, spec.name: note})
 
     def link_efficiencies(self) -> tuple[float, float]:
