@@ -116,6 +116,8 @@ def test_the_profile_is_an_mlflow_run_with_its_files(tiny):
 
     files = {f.path for f in MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}").list_artifacts(run.info.run_id, "profile")}
     assert {"profile/profiles_tmp.json", "profile/llm_info.json", "profile/cluster"} <= files
+    written = run.data.tags["profile.files"].split(", ")   # probe F: the device and link files were missing
+    assert {"cluster/basic_cluster_config.json", "network/intra_node_bandwidths.json"} <= set(written), written
 
 
 def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):   # the CNN on its default TP (1)

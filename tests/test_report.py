@@ -340,7 +340,23 @@ def test_the_report_keeps_what_the_summary_said():
 
 def test_the_docs_list_every_column_of_the_report():
     """docs/index.md's list of the report's columns had fallen behind the code (probe G)."""
-    from orchestrator.tracking.report import COLUMNS, PLAN_COLUMNS
+    from orchestrator.tracking.report import COLUMNS, PLAN_COLUMNS, PROFILE_COLUMNS
 
     text = " ".join((Path(__file__).parents[1] / "docs" / "index.md").read_text().split())
-    assert [h for _, h, _ in COLUMNS + PLAN_COLUMNS if f"`{h}`" not in text] == []
+    assert [h for _, h, _ in COLUMNS + PLAN_COLUMNS + PROFILE_COLUMNS if f"`{h}`" not in text] == []
+
+
+def test_profiler_runs_are_a_table_of_their_own_and_not_judged():
+    """Probe F: a profile run was a row of the trial table, every column '-'."""
+    from orchestrator.tracking.report import comparison
+    from orchestrator.tracking.runs import RunRecord
+
+    layers = RunRecord("l", "profile-layers", "FINISHED", "e", {"profile.kind": "layers", "model": "tiny",
+                       "profile.device_type": "CPU", "profile.links": "intra: stated, inter: stated"}, {},
+                       {"profile.step_s.mbs2.tp1": 0.02, "profile.step_s.mbs1.tp2": 0.007, "profile.step_s.mbs1.tp1": 0.01,
+                        "profile.seconds": 9.0})
+    links = RunRecord("k", "profile-links", "FINISHED", "e", {"profile.kind": "links", "profile.device_type": "CPU",
+                      "profile.link": "inter"}, {}, {"links.fit_error_median": 0.031, "links.held_out_error_max": 0.08})
+    text = comparison([layers, links], "speedup")
+    assert "mbs 1,2 x tp 1,2" in text and "0.01 " in text and "3.1%" in text and "8.0%" in text, text
+    assert "verdict" not in text and "placer" not in text, text

@@ -107,7 +107,8 @@ def profile_layers(args: Any) -> int:
         sink.log_metrics({"profile.seconds": time.perf_counter() - t0,
                           **{f"profile.step_s.mbs{m}.tp{t}": s for m, t, _, _, _, s in rows}})
         sink.set_tags({"profile.links": ", ".join(f"{k}: {'measured' if v else 'stated'}" for k, v in measured.items()),
-                       "profile.files": ", ".join(str(p.relative_to(out)) for p in paths)})
+                       "profile.files": ", ".join([*(str(p.relative_to(out)) for p in paths), writer.BASIC,
+                                                   *(n for n, k in zip(writer.NETWORK, ("intra", "inter")) if not measured[k])])})
         record.log_directory(sink, out)
     print_summary(name, dtype, device, rows, measured, out, args, record.elapsed(t0))
     if note:

@@ -24,67 +24,18 @@ from urllib.parse import urlparse
 
 from orchestrator.errors import ConfigError
 from orchestrator.tracking import runs
+from orchestrator.tracking.columns import (
+    ALL_COLUMNS,
+    COLUMNS,
+    EXTRA,
+    PLAN_COLUMNS,
+    PROFILE_COLUMNS,
+    SHOWN,
+    is_plan,
+    is_profile,
+)
 
-# (key, header, value function); the order of the table's columns.
-COLUMNS = [
-    ("run_name", "run", lambda r: r.name),
-    ("status", "status", lambda r: r.status),
-    ("placer", "placer", lambda r: r.tag("placer")),
-    ("sync", "sync", lambda r: r.tag("sync") + (f": {r.tags['sync.auto.choice']}" if "sync.auto.choice" in r.tags else "")),
-    ("hardware", "hardware", lambda r: r.tag("hardware")),
-    ("model", "model", lambda r: r.tag("model")),
-    ("planner", "planner", lambda r: r.tag("planner", "")),
-    ("workers", "workers", lambda r: None if r.tag("runtime") == "plan" else r.workers),
-    ("step_time_s", "step time (s)", lambda r: r.metric("placement.step_time_s")),
-    ("time_per_sample_s", "time per sample (s)", lambda r: r.metric("placement.time_per_sample_s")),
-    ("placement_gap_to_bound", "gap to bound", None),      # over the runs shown: rows() fills it
-    ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
-    ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
-    ("speedup", "speedup", lambda r: r.metric("speedup")),
-    ("speedup_spread", "over seeds", runs.seed_spread),
-    ("speedup_over", "speedup over", lambda r: runs.speedup_over(r.tags, r.metrics)),
-    ("time_to_target_s", "time to target (s)", lambda r: r.metric("train.time_to_target_s")),
-    ("final_test_accuracy", "final accuracy", lambda r: r.metric("train.final_test_accuracy")),
-    ("figures", "figures", lambda r: runs.figures_kind(r.tags) if runs.has_figures(r) else None),   # none logged: '-'
-    ("evaluator", "evaluator", lambda r: r.tag("evaluator", "")),
-    ("runtime", "runtime", lambda r: r.tag("runtime", "")),
-]
-# The columns of plan trials (``runtime=plan``): what a planner comparison needs.
-PLAN_COLUMNS = [
-    ("plan_run", "run", lambda r: r.name.split(" [", 1)[0]),          # the sweep's overrides are the columns
-    ("status", "status", lambda r: r.status),
-    ("planner", "planner", lambda r: r.tag("planner", "")),
-    ("plan_cluster", "cluster", lambda r: r.tag("plan.cluster", "")),
-    ("plan_simulator", "simulator", lambda r: r.tag("plan.simulator", "")),
-    ("plan_objective", "objective", lambda r: r.tag("plan.objective", "")),
-    ("plan_training", "training", lambda r: None if _unplanned(r) else r.tag("plan.precision", "fp32")
-     + (" + recompute" if r.tag("plan.recompute", "") == "true" else "")),
-    ("plan_profile", "layer times", lambda r: None if _unplanned(r) else r.tag("plan.profile", "measured")),
-    ("plan_iteration_s", "s/iteration (plan)", lambda r: r.metric("plan.iteration_s")),
-    ("plan_samples_per_s", "samples/s", lambda r: r.metric("plan.samples_per_s")),
-    ("plan_usd_per_hour", "USD/h", lambda r: r.metric("plan.usd_per_hour")),
-    ("plan_gap_to_bound", "gap to bound", lambda r: r.metric("plan.optimality_gap")),
-    ("plan_fits", "fits", lambda r: {"true": True, "false": False}.get(r.tag("plan.fits", ""))),
-    ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
-]
-ALL_COLUMNS = COLUMNS + [c for c in PLAN_COLUMNS if c[0] not in {k for k, _, _ in COLUMNS}]
-EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
-         ("parent_run_id", lambda r: r.tags.get("mlflow.parentRunId")), ("start_time_ms", lambda r: r.start_time)]
 FORMATS = ("table", "md", "html", "csv", "json")
-
-
-def _unplanned(r) -> bool:
-    """A plan trial that ended before it had a plan (failed or killed early): its plan columns say nothing."""
-    return "plan.description" not in r.tags
-
-
-# How the tables for people show a column whose value is kept raw for csv and json.
-SHOWN = {"plan_gap_to_bound": lambda v: f"{100 * v:.1f}%", "plan_fits": lambda v: "yes" if v else "NO",
-         "placement_gap_to_bound": lambda v: f"{100 * v:.1f}%"}
-
-
-def is_plan(r) -> bool:
-    return r.tags.get("runtime") == "plan"
 
 
 def rows(records) -> list[dict]:
@@ -94,10 +45,13 @@ def rows(records) -> list[dict]:
 
 
 def groups(data: list[dict], records) -> list[tuple[list, list[dict]]]:
-    """The rows as tables: plan trials with the plan columns, the others with the trial columns."""
-    plan = [d for d, r in zip(data, records, strict=True) if is_plan(r)]
-    other = [d for d, r in zip(data, records, strict=True) if not is_plan(r)]
-    return [(cols, ds) for cols, ds in ((COLUMNS, other), (PLAN_COLUMNS, plan)) if ds] or [(COLUMNS, [])]
+    """The rows as tables: trials with the trial columns, plan trials with the plan columns, profiler runs with
+    the profile columns."""
+    pairs = list(zip(data, records, strict=True))
+    trial = [d for d, r in pairs if not is_plan(r) and not is_profile(r)]
+    plan = [d for d, r in pairs if is_plan(r)]
+    prof = [d for d, r in pairs if is_profile(r)]
+    return [(cols, ds) for cols, ds in ((COLUMNS, trial), (PLAN_COLUMNS, plan), (PROFILE_COLUMNS, prof)) if ds] or [(COLUMNS, [])]
 
 
 # what a plan trial's objective compares: (metric, direction, unit)
@@ -161,8 +115,8 @@ def comparison(records, metric: str, direction: str = "maximize") -> str:
 
 
 def verdict_lines(records, metric: str, direction: str = "maximize") -> list[str]:
-    lines = [verdict([r for r in records if not is_plan(r)], metric, direction)] if (
-        any(not is_plan(r) for r in records) or not records) else []
+    trials = [r for r in records if not is_plan(r) and not is_profile(r)]       # a profile is no trial to judge
+    lines = [verdict(trials, metric, direction)] if trials or not records else []
     return lines + ([plan_verdict(records)] if any(is_plan(r) for r in records) else [])
 
 
