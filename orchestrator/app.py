@@ -252,6 +252,8 @@ def _task(cfg) -> float:
             return math.nan
         raise
     except Exception as exc:
+        if Interrupt.signal is not None:   # a signal that cut into a library's code came out as another error
+            raise KeyboardInterrupt(f"signal {Interrupt.signal}") from exc
         plugin = _plugin_failure(exc, Path(hc.runtime.output_dir))
         if multirun:
             if plugin is None:
@@ -360,7 +362,11 @@ def main() -> None:
         guard_optuna_best_trial()
     try:
         _hydra_main()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # A signal that cut into Hydra's or OmegaConf's own code (composing the next trial) can surface as another
+        # error, which Hydra reports and turns into exit 1: with a signal received, the sweep ends as interrupted.
+        if isinstance(exc, SystemExit) and Interrupt.signal is None:
+            raise
         if _STUDY:  # first: what a resumed sweep depends on (a scheduler's SIGKILL may follow soon)
             try:
                 from orchestrator.tracking.sweep import resume_optuna

@@ -57,6 +57,8 @@ def _reset_caches() -> None:
         sys.modules["orchestrator.tracking.sweep"].OUTCOME.clear()
     if "orchestrator.app" in sys.modules:
         sys.modules["orchestrator.app"]._STUDY.clear()
+    if "orchestrator.errors" in sys.modules:       # no signal received yet, as in a new process
+        sys.modules["orchestrator.errors"].Interrupt.signal = sys.modules["orchestrator.errors"].Interrupt.pending = None
     if "mlflow" in sys.modules:
         import mlflow
         from mlflow.tracking._tracking_service.registry import TrackingStoreRegistry

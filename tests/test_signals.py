@@ -141,3 +141,24 @@ def test_a_signal_inside_a_database_call_is_raised_when_the_call_returns(monkeyp
     with pytest.raises(KeyboardInterrupt):                    # outside a store call it raises at once
         Interrupt.handle(signal.SIGINT, sys._getframe())
     assert Interrupt.signal == signal.SIGINT
+
+
+def test_an_error_a_signal_caused_ends_the_run_as_interrupted(workdir, monkeypatch):
+    """A signal that cuts into OmegaConf while Hydra composes a sweep's next trial surfaced as another error
+    ("'NoneType' object has no attribute '_invalidate_flags_cache'"), which Hydra reports and exits 1 with: the
+    interrupted sweep ended as failed. With a signal received, any such ending is the interrupt's exit code."""
+    from orchestrator import app
+    from orchestrator.errors import Interrupt
+
+    from conftest import run_inprocess
+
+    def cut(cfg):
+        Interrupt.signal = signal.SIGINT
+        raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+
+    monkeypatch.setattr(Interrupt, "signal", None)
+    monkeypatch.setattr(app, "_task", cut)
+    assert run_inprocess(workdir, "-m", "seed=1,2").returncode == 130
+    monkeypatch.setattr(app, "_task", lambda cfg: (_ for _ in ()).throw(AttributeError("a plain bug")))
+    monkeypatch.setattr(Interrupt, "signal", None)
+    assert run_inprocess(workdir, "-m", "seed=1,2").returncode == 1       # no signal: the error's own exit
