@@ -97,7 +97,7 @@ def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
                 "a lower bound over the plan's own GPUs only: hardware.gpus was not given, so it certifies nothing about "
                 "a larger cluster")
         gap = (f"this plan is {_fmt(100 * m['plan.optimality_gap'])}% above it" if "plan.optimality_gap" in m else
-               "this plan does not fit in memory, and the bound is over plans that fit")
+               "this plan does not fit in memory, and the bound is over plans that fit") + t.get("plan.bound_cut", "")
         out.append(f"  bound:    no plan of this model on {t.get('plan.cluster', 'these GPUs')} is faster than "
                    f"{_fmt(m['plan.bound_iteration_s'], ' s')} per iteration ({what}); {gap}")
     if kind in ("cost", "budget") and t.get("plan.prices"):

@@ -44,6 +44,9 @@ class PlannerConfig(Schema):
                         "(say, a one-GPU profile of one micro-batch): the roofline fitted on the other measured types, "
                         "scaled to the type's own measured entries per phase, kind of layer and TP degree; those "
                         "figures are labelled derived (docs/plans.md, 'Filling a partial profile')")
+    bound_time_limit_s: float = option(30.0, "seconds the certified bound may refine (Sailor's metric: a best-first "
+                                       "refinement, anytime): past it, the least bound so far, certified and looser, "
+                                       "and the summary says so (0: no limit)", min=0, finite=True)
     compare_simulators: bool = option(True, "also log the plan's figure on the other registered simulators "
                                       "(plan.iteration_s.sailor / plan.iteration_s.project)")
 

@@ -128,6 +128,7 @@ class PlanningPhase:
         self.cfg, self.planner, self.hardware, self.output_dir = cfg, planner, hardware, output_dir
         node = cfg.get("planner")
         self.sim: PlanSimulator = simulator(str(node.get("simulator", "project")))    # resolved once, here
+        self.sim.bound_time_limit_s = node.get("bound_time_limit_s") or None         # 0: no limit
         self.objective = PlanObjective(str(node.get("objective", "throughput")), node.get("min_samples_per_s"),
                                        node.get("max_usd_per_hour"))
         for note in self.objective.ignored():                    # a constraint the objective does not read
@@ -255,6 +256,8 @@ class PlanningPhase:
         metrics["plan.bound_time_s"] = time.perf_counter() - t0
         if cache.hits > hits:                      # computed by an earlier trial on the same cluster (orchestrator.cache)
             tags["plan.bound_cached"] = "true"
+        if self.sim.bound_cut:
+            tags["plan.bound_cut"] = f" (cut at planner.bound_time_limit_s={self.sim.bound_time_limit_s:g}: certified, looser)"
         if not est.fits:
             tags["plan.violations"] = "; ".join(est.violations)[:4900]
         if evaluator.skipped_reasons:

@@ -138,7 +138,9 @@ class SailorSimulator(PlanSimulator):
         (``sailor_bound.sailor_lower_bound``) unless ``plan`` is given and the formula under-charges it."""
         t = work_bound(profile, cluster, global_batch)
         if plan is None or self.scores_honestly(plan, profile, cluster):
-            t = max(t, sailor_lower_bound(profile, cluster, global_batch))
+            detail: dict[str, float] = {}
+            t = max(t, sailor_lower_bound(profile, cluster, global_batch, detail, time_limit_s=self.bound_time_limit_s))
+            self.bound_cut = self.bound_cut or bool(detail.get("cut"))
         return t
 
     @staticmethod

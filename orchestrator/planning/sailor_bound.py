@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 
 import numpy as np
 
@@ -48,7 +49,8 @@ def plan_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
 
 
 def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
-                       detail: dict[str, float] | None = None, pipelines: str = "any") -> float:
+                       detail: dict[str, float] | None = None, pipelines: str = "any",
+                       time_limit_s: float | None = None) -> float:
     """A lower bound on Sailor's figure (``planner.simulator=sailor``) of every plan it scores honestly
     (docs/plans.md, "The bound on Sailor's metric", ``sailor_scores_honestly``): every stage has at least as
     many replicas as its pipeline's first, the last pipeline's first stage at most the average, TP groups
@@ -67,16 +69,20 @@ def sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batc
     ``pipelines="one"`` or ``"several"``: the bound over plans of one pipeline, or of two or more, only.
     With ``P`` the parameter bytes, ``MM(S)`` the least largest part of a contiguous split of the parameter bytes into at most ``S``
     parts, ``G`` the cluster's GPUs and each ring Sailor's bucketed ring on the fastest one-GPU link.
-    Kept across trials (``orchestrator.cache``): a sweep's planners on one cluster compute it once."""
-    (best, found), _ = cached("sailor-bound", (profile, cluster, global_batch, pipelines),
-                              lambda: _sailor_lower_bound(profile, cluster, global_batch, pipelines))
+    The refinement is best first, so it is anytime: ``time_limit_s`` stops it after that long with the least
+    candidate's bound so far, certified and looser (``detail["cut"]`` 1). Kept across trials (``orchestrator.cache``,
+    keyed on the limit too): a sweep's planners on one cluster compute it once."""
+    key = (profile, cluster, global_batch, pipelines) + ((time_limit_s,) if time_limit_s is not None else ())
+    (best, found), _ = cached("sailor-bound", key,
+                              lambda: _sailor_lower_bound(profile, cluster, global_batch, pipelines, time_limit_s))
     if detail is not None:
         detail.update(found)
     return best
 
 
 def _sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
-                        pipelines: str) -> tuple[float, dict[str, float]]:
+                        pipelines: str, time_limit_s: float | None = None) -> tuple[float, dict[str, float]]:
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     u_min = min_update(profile, cluster)
     u_min = u_min if math.isfinite(u_min) else 0.0
     G = sum(n for n in cluster.gpus.values() if n > 0)
@@ -87,9 +93,9 @@ def _sailor_lower_bound(profile: LayeredProfile, cluster: GpuCluster, global_bat
     floors = _sailor_allreduce_floor(profile, cluster, G, rings)
     ar = [min(floors[r][n] for r in rules) for n in range(G + 1)]
     cands, times = _column_candidates(profile, cluster, global_batch, G, u_min, ar)
-    best, where = _Refinement(profile, cluster, global_batch, times, rings, rules, floors).run(cands, u_min)
+    best, where, cut = _Refinement(profile, cluster, global_batch, times, rings, rules, floors).run(cands, u_min, deadline)
     release_scratch()
-    detail: dict[str, float] = {}
+    detail: dict[str, float] = {"cut": 1.0} if cut else {}
     if math.isfinite(best):
         b, n, c, w, pipe, sync = where
         m = math.ceil(global_batch / (b * n))
@@ -138,18 +144,23 @@ class _Refinement:
         self.coupled: dict[int, SyncCoupled] = {}
         self.fine: dict[int, SyncCoupled] = {}                     # level 3: sends between neighbours, a finer grid
 
-    def run(self, cands: list[tuple], u_min: float) -> tuple[float, tuple]:
-        """(the least candidate once refined to level 3, (b, n, c, w, pipelines' part, all-reduce) of it)."""
+    def run(self, cands: list[tuple], u_min: float, deadline: float | None = None) -> tuple[float, tuple, bool]:
+        """(the least candidate once refined to level 3, (b, n, c, w, pipelines' part, all-reduce) of it, False);
+        past ``deadline``, the least candidate at whatever level it has reached, and True: every candidate bounds
+        its (b, n) at its level, so the least of them bounds every plan."""
         heapq.heapify(cands)
         best, where = math.inf, (0, 0, 0.0, 0.0, 0.0, 0.0)
         while cands:
+            if deadline is not None and cands[0][-1] < 3 and time.perf_counter() > deadline:
+                t, b, n, c, w, pipe, sync, _ = cands[0]
+                return t, (b, n, c, w, pipe, sync), True
             t, b, n, c, w, pipe, sync, level = heapq.heappop(cands)
             if level == 3:
                 best, where = t, (b, n, c, w, pipe, sync)
                 break
             sync, pipe = self.raised(level, b, n, pipe, sync)
             heapq.heappush(cands, (pipe + u_min + sync, b, n, c, w, pipe, sync, level + 1))
-        return best, where
+        return best, where, False
 
     def raised(self, level: int, b: int, n: int, pipe: float, sync: float) -> tuple[float, float]:
         """(all-reduce, pipelines' part) of a candidate at ``level`` refined to the next level."""

@@ -30,6 +30,8 @@ class PlanSimulator(ABC):
     """Judges plans on a cluster; ``name`` is the one it is registered under (``PlanEstimate.simulator``)."""
 
     name: str = ""
+    bound_time_limit_s: float | None = None   # ``lower_bound`` may stop refining after this long (None: no limit)
+    bound_cut: bool = False                   # set by ``lower_bound`` when it stopped there: certified, and looser
 
     @abstractmethod
     def estimate(self, plan: Plan, profile: LayeredProfile, cluster: GpuCluster, global_batch: int,
