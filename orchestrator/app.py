@@ -79,6 +79,12 @@ def precheck(argv: list[str]) -> list[str]:
     if not flags or (set(flags) <= {"--cfg", "-c", "--resolve"} and not any(a in ("-m", "--multirun") for a in argv)):
         _compose_check([o for o, _ in own])      # a trial, or the config it would print (--cfg job): checked alike
     elif any(a in ("-m", "--multirun") for a in argv):
+        from orchestrator.config.sweep_keys import SWEEP_KEYS_ENV, sweep_wide
+
+        wide = sweep_wide([o for o, ov in own if not ov.is_sweep_override()], GROUPS)    # for the options that have it
+        if wide:
+            os.environ[SWEEP_KEYS_ENV] = ",".join(o.split("=", 1)[0] for o in wide)
+            argv, own = [f"++{a}" if a in wide else a for a in argv], [(f"++{o}" if o in wide else o, ov) for o, ov in own]
         _sweep_check(own, [o for o in overrides if o.lstrip("+~").startswith("hydra")])
         argv = _optuna_resume(argv, [o for o, ov in zip(overrides, parsed) if not ov.is_sweep_override()])
         argv = _swept_group_keys(argv, parsed)
@@ -143,12 +149,14 @@ def _compose_check(overrides: list[str], hydra: list[str] = ()):
     from hydra.core.global_hydra import GlobalHydra
 
     from orchestrator.config import describe, validate
+    from orchestrator.config.sweep_keys import drop_foreign
 
     try:
         with initialize_config_module("orchestrator_conf", version_base="1.3"):
             if hydra:
                 compose("config", overrides=[*overrides, *hydra], return_hydra_config=True)
             cfg = compose("config", overrides=overrides)
+        drop_foreign(cfg, GROUPS)          # a sweep-wide key of a group, where this option lacks it
         validate(cfg)
         return cfg
     except UserError:

@@ -89,3 +89,18 @@ def test_a_verdict_on_single_wall_clock_runs_says_the_margin_may_be_load():
     assert "a margin within the machine's load is no difference" in verdict([rec("a", 4.83), rec("b", 5.96)], "t", "minimize")
     assert "load" not in verdict([rec("a", 4.83, "3"), rec("b", 5.96, "3")], "t", "minimize")
     assert "load" not in verdict([rec("a", 4.83, clock="virtual"), rec("b", 5.96, clock="virtual")], "t", "minimize")
+
+
+def test_a_key_given_once_for_a_sweep_across_placers_applies_where_it_exists(workdir):
+    """Probe G: `-m +placer=manual,rl placer.budget_evaluations=...` was refused (manual has no budget), and so was
+    any RL budget on the placement_rl_vs_expert recipe. It now applies to the options that have it; a key no option
+    has, or one outside a sweep, is still one line and exit 2."""
+    place = ("model=nmt", "hardware=sim_1cpu_4gpu", "placement.bound_time_limit_s=0")
+    out = run_inprocess(workdir, "-m", "+placer=manual,rl", "placer.budget_evaluations=40", *place)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "note: placer.budget_evaluations does not apply to placer=manual" in out.stdout
+    params = {r.data.tags["placer"]: r.data.params for r in store_runs(workdir) if "placer" in r.data.tags}
+    assert params["rl"]["placer.budget_evaluations"] == "40" and "placer.budget_evaluations" not in params["manual"]
+    for args in (("-m", "+placer=manual,rl", "placer.budget_evaluatons=40"), ("+placer=manual", "placer.budget_evaluations=40")):
+        bad = run_inprocess(workdir, *args, *place)
+        assert bad.returncode == 2 and "budget_evaluat" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

@@ -142,9 +142,12 @@ class Groups:
 def validated(cfg: DictConfig, classes: PluginClasses) -> Groups:
     """Every typed key of ``cfg`` checked (type, range, choices, no unknown key: one line, before any run),
     then each group the trial reads as its object."""
+    from orchestrator.config.sweep_keys import drop_foreign
     from orchestrator.execution.training import TrainSettings
     from orchestrator.progress import enabled as progress_enabled
 
+    for note in drop_foreign(cfg, GROUPS):             # a sweep-wide key of a group this trial's option lacks
+        print(note, flush=True)
     validate(cfg)
     settings = TrainSettings.from_cfg(cfg.get("train"), seed=cfg.get("seed"))
     if classes.sync is not None:
