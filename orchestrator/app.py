@@ -81,7 +81,8 @@ def precheck(argv: list[str]) -> list[str]:
     elif any(a in ("-m", "--multirun") for a in argv):
         from orchestrator.config.sweep_keys import SWEEP_KEYS_ENV, sweep_wide
 
-        wide = sweep_wide([o for o, ov in own if not ov.is_sweep_override()], GROUPS)    # for the options that have it
+        wide = sweep_wide([o for o, ov in own if not ov.is_sweep_override()], GROUPS,   # for the options that have it
+                          {ov.key_or_group for _, ov in own if ov.is_sweep_override() and ov.key_or_group in GROUPS})
         if wide:
             os.environ[SWEEP_KEYS_ENV] = ",".join(o.split("=", 1)[0] for o in wide)
             argv, own = [f"++{a}" if a in wide else a for a in argv], [(f"++{o}" if o in wide else o, ov) for o, ov in own]

@@ -101,6 +101,10 @@ def test_a_key_given_once_for_a_sweep_across_placers_applies_where_it_exists(wor
     assert "note: placer.budget_evaluations does not apply to placer=manual" in out.stdout
     params = {r.data.tags["placer"]: r.data.params for r in store_runs(workdir) if "placer" in r.data.tags}
     assert params["rl"]["placer.budget_evaluations"] == "40" and "placer.budget_evaluations" not in params["manual"]
-    for args in (("-m", "+placer=manual,rl", "placer.budget_evaluatons=40"), ("+placer=manual", "placer.budget_evaluations=40")):
+    recipe = run_inprocess(workdir, "-m", "+experiment=placement_rl_vs_expert", "placer.budget_evaluations=40",
+                           "hydra.sweeper.params.model=nmt", "placement.bound_time_limit_s=0")   # the recipe sweeps placers
+    assert recipe.returncode == 0 and recipe.stdout.count("does not apply to placer=") == 2, recipe.stderr[-2000:]
+    for args in (("-m", "+placer=manual,rl", "placer.budget_evaluatons=40"), ("+placer=manual", "placer.budget_evaluations=40"),
+                 ("-m", "seed=1,2", "+placer=manual", "placer.budget_evaluations=40")):    # a sweep that keeps manual
         bad = run_inprocess(workdir, *args, *place)
         assert bad.returncode == 2 and "budget_evaluat" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

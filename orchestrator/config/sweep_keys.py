@@ -1,7 +1,7 @@
 """A group's key given once for a sweep across that group's options (``-m +placer=manual,rl
 placer.budget_evaluations=2000``, or a recipe that sweeps placers): it applies to the options whose schema
 has it, and each trial of an option without it drops it with a note. A key that no registered option of the
-group has stays an error (a typo), as does any such key outside a sweep.
+group has stays an error (a typo), as does such a key outside a sweep or in one that does not vary the group.
 
 The launching process names these keys in ``$ORCHESTRATOR_SWEEP_KEYS`` (the trials it runs in this process,
 and those a launcher starts as jobs, inherit it) and hands Hydra each as ``++GROUP.KEY=VALUE``, which composes
@@ -29,19 +29,36 @@ def _fields(group: str) -> list[set[str]]:
             if key.partition("/")[0] == group]
 
 
-def sweep_wide(overrides: list[str], groups: tuple[str, ...]) -> list[str]:
-    """Of a sweep's fixed overrides, the ``GROUP.KEY=VALUE`` (no prefix) whose KEY some registered option of
-    GROUP has and another lacks."""
-    out = []
-    for o in overrides:
-        path = o.split("=", 1)[0]
-        group, _, rest = path.partition(".")
+def sweep_wide(overrides: list[str], groups: tuple[str, ...], swept: set[str]) -> list[str]:
+    """Of a sweep's fixed overrides, the ``GROUP.KEY=VALUE`` (no prefix) of a group the sweep varies (``swept``, the
+    groups swept on the command line; those a recipe sweeps, ``hydra.sweeper.params``, are looked up here) whose KEY
+    some registered option of GROUP has and another lacks. In a sweep that keeps the group's option fixed, such a
+    key on an option without it stays an error."""
+    def candidate(o: str) -> bool:
+        group, _, rest = o.split("=", 1)[0].partition(".")
         if o[0] in "+~" or "=" not in o or group not in groups or not rest:
-            continue
+            return False
         has = [rest.split(".", 1)[0] in keys for keys in _fields(group)]
-        if any(has) and not all(has):
-            out.append(o)
-    return out
+        return any(has) and not all(has)
+
+    found = [o for o in overrides if candidate(o)]
+    if found and {o.split(".", 1)[0] for o in found} - swept:
+        swept = swept | _recipe_swept([o for o in overrides if o not in found], groups)
+    return [o for o in found if o.split(".", 1)[0] in swept]
+
+
+def _recipe_swept(overrides: list[str], groups: tuple[str, ...]) -> set[str]:
+    """The groups the composed sweeper's own ``params`` sweep (a recipe's ``hydra.sweeper.params``); none when the
+    config does not compose here (the checks that follow say why)."""
+    from hydra import compose, initialize_config_module
+
+    try:
+        with initialize_config_module("orchestrator_conf", version_base="1.3"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        params = cfg.hydra.sweeper.get("params") or {}
+    except Exception:
+        return set()
+    return {str(k).lstrip("+~") for k in params if str(k).lstrip("+~") in groups}
 
 
 def drop_foreign(cfg: Any, groups: tuple[str, ...]) -> list[str]:
