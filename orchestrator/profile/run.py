@@ -36,6 +36,11 @@ def check(args: Any) -> GptSize | None:
     return size
 
 
+def on_cpu(device: str) -> bool:
+    """Whether a TensorFlow device name (``/CPU:0``, ``/job:.../device:CPU:0``) is a CPU."""
+    return "CPU" in device.upper()
+
+
 def device_of(args: Any) -> tuple[str, str]:
     """(TensorFlow device, device type name)."""
     import tensorflow as tf
@@ -48,7 +53,7 @@ def device_of(args: Any) -> tuple[str, str]:
     if args.device_type:
         from orchestrator.hardware.catalog import default_catalog
 
-        if "CPU" in device.upper() and default_catalog().find(args.device_type) is not None:
+        if on_cpu(device) and default_catalog().find(args.device_type) is not None:
             raise ConfigError(f"--device-type={args.device_type!r} is a GPU type of the catalog, and the layers would be "
                               f"timed on {device}: planning would read this CPU's times as a {args.device_type}'s, at its "
                               "price (name the CPU otherwise, e.g. --device-type CPU-myhost)")
@@ -98,7 +103,7 @@ def profile_layers(args: Any) -> int:
                     "mbs": args.mbs, "tp": args.tp, "seconds": time.perf_counter() - t0, "statistic": args.statistic}
         paths = writer.write_profile(out, name, dtype, prof, training, settings)
         memory = args.memory_gb * 2**30 if args.memory_gb else record.machine_memory_bytes() / args.devices_per_node
-        writer.write_device(out, dtype, args.devices_per_node, memory, kind="cpu" if "CPU" in device.upper() else "gpu")
+        writer.write_device(out, dtype, args.devices_per_node, memory, kind="cpu" if on_cpu(device) else "gpu")
         measured = writer.has_measured_links(out, dtype)
         writer.write_links(out, dtype, args.devices_per_node,
                            None if measured["intra"] else writer.constant_fit(args.intra_gbps),

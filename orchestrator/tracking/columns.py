@@ -47,19 +47,11 @@ PLAN_COLUMNS = [
     ("plan_fits", "fits", lambda r: {"true": True, "false": False}.get(r.tag("plan.fits", ""))),
     ("plan_gpus", "GPUs (plan)", lambda r: r.metric("plan.gpus")),
 ]
-ALL_COLUMNS = COLUMNS + [c for c in PLAN_COLUMNS if c[0] not in {k for k, _, _ in COLUMNS}]
-EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
-         ("parent_run_id", lambda r: r.tags.get("mlflow.parentRunId")), ("start_time_ms", lambda r: r.start_time)]
 
 
 def _unplanned(r) -> bool:
     """A plan trial that ended before it had a plan (failed or killed early): its plan columns say nothing."""
     return "plan.description" not in r.tags
-
-
-# How the tables for people show a column whose value is kept raw for csv and json.
-SHOWN = {"plan_gap_to_bound": lambda v: f"{100 * v:.1f}%", "plan_fits": lambda v: "yes" if v else "NO",
-         "placement_gap_to_bound": lambda v: f"{100 * v:.1f}%"}
 
 
 def is_plan(r) -> bool:
@@ -71,18 +63,28 @@ def is_profile(r) -> bool:
     return "profile.kind" in r.tags
 
 
+def _steps(r) -> list[tuple[int, int, float]]:
+    """A layer profile's (micro-batch, TP, step of one micro-batch) entries, sorted, from its
+    ``profile.step_s.mbsM.tpT`` metrics."""
+    out = []
+    for k, v in r.metrics.items():
+        if k.startswith("profile.step_s."):
+            mbs, tp = k.split(".")[2:4]
+            out.append((int(mbs[3:]), int(tp[2:]), v))
+    return sorted(out)
+
+
 def _entries(r) -> str | None:
     """A layer profile's (micro-batch, TP) entries: "mbs 1,2 x tp 1,2"."""
-    keys = [k.split(".")[2:] for k in r.metrics if k.startswith("profile.step_s.")]
-    mbs = sorted({int(m[3:]) for m, _ in keys})
-    tps = sorted({int(t[2:]) for _, t in keys})
-    return f"mbs {','.join(map(str, mbs))} x tp {','.join(map(str, tps))}" if keys else None
+    steps = _steps(r)
+    mbs, tps = sorted({m for m, _, _ in steps}), sorted({t for _, t, _ in steps})
+    return f"mbs {','.join(map(str, mbs))} x tp {','.join(map(str, tps))}" if steps else None
 
 
 def _step(r) -> float | None:
     """A layer profile's step of one micro-batch (the layers' sum) at its smallest entry."""
-    keys = sorted((int(k.split(".")[2][3:]), int(k.split(".")[3][2:]), k) for k in r.metrics if k.startswith("profile.step_s."))
-    return r.metrics[keys[0][2]] if keys else None
+    steps = _steps(r)
+    return steps[0][2] if steps else None
 
 
 # The columns of profiler runs: what was profiled, where, and how well a link fit holds.
@@ -100,5 +102,18 @@ PROFILE_COLUMNS = [
     ("profile_held_out_error", "held-out |error| max", lambda r: r.metric("links.held_out_error_max")),
     ("profile_seconds", "took (s)", lambda r: r.metric("profile.seconds")),
 ]
-ALL_COLUMNS = ALL_COLUMNS + [c for c in PROFILE_COLUMNS if c[0] not in {k for k, _, _ in ALL_COLUMNS}]
-SHOWN["profile_fit_error"] = SHOWN["profile_held_out_error"] = lambda v: f"{100 * v:.1f}%"
+_FIRST: dict[str, tuple] = {}
+for _c in COLUMNS + PLAN_COLUMNS + PROFILE_COLUMNS:
+    _FIRST.setdefault(_c[0], _c)              # a key two tables share: the first table's column
+ALL_COLUMNS = list(_FIRST.values())
+EXTRA = [("run_id", lambda r: r.run_id), ("experiment", lambda r: r.experiment),
+         ("parent_run_id", lambda r: r.tags.get("mlflow.parentRunId")), ("start_time_ms", lambda r: r.start_time)]
+
+
+def _percent(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+# How the tables for people show a column whose value is kept raw for csv and json.
+SHOWN = {"plan_gap_to_bound": _percent, "plan_fits": lambda v: "yes" if v else "NO", "placement_gap_to_bound": _percent,
+         "profile_fit_error": _percent, "profile_held_out_error": _percent}
