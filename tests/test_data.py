@@ -64,16 +64,3 @@ def test_a_missing_fashion_mnist_says_how_to_get_it(monkeypatch):
     with pytest.raises(ConfigError, match=r"^dataset=fashion_mnist: /nonexistent/fashion-mnist is absent; install it "
                                           r"with apt-get install dataset-fashion-mnist"):
         data.load_mnist("/nonexistent/fashion-mnist")
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not FASHION.is_dir(), reason="Fashion-MNIST absent (apt-get install dataset-fashion-mnist)")
-def test_a_trial_trains_on_fashion_mnist(workdir):
-    from conftest import run_cli, store_runs
-
-    out = run_cli(workdir, "dataset=fashion_mnist", "train.target_accuracy=0.7", "train.eval_every=20",
-                  "train.eval_samples=1000", "train.budget_updates=400", timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (run,) = store_runs(workdir)
-    assert run.info.status == "FINISHED" and run.data.params["dataset.name"] == "fashion_mnist"
-    assert run.data.tags["train.reached_target"] == "true"

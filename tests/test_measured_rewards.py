@@ -193,6 +193,9 @@ def test_reward_keys_and_their_checks():
 
 @pytest.mark.slow
 def test_measured_reward_search_on_two_logical_cpus(workdir):
+    """README's measured-reward command (tests/test_documented_commands.py leaves it to this test), with a budget of
+    seconds instead of a minute: each candidate placement ran for real, and the search says how far it strayed from
+    the simulated reward's choice."""
     from conftest import QUICK, run_inprocess, store_runs
 
     out = run_inprocess(workdir, "+placer=rl", "hardware=local", "hardware.logical_cpus=2", "placer.reward=measured",

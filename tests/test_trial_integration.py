@@ -68,6 +68,8 @@ def test_sync_strategies_run_virtually(workdir, strategy):
 # On MPI ranks: README's commands, with the same checks (tests/test_documented_commands.py).
 
 
+# An RL search on tf_cluster is the two paths tested apart: searched on the simulator and measured on the devices
+# (test_the_mission_command_runs_on_the_defaults), a placement measured and trained on two TF server processes (below).
 @pytest.mark.slow
 def test_placed_cnn_trains_on_two_tf_server_processes(workdir):
     out = run_cli(workdir, "+placer=manual", "hardware=tf_cluster", *QUICK, timeout=600)
@@ -101,14 +103,6 @@ def test_the_mission_command_runs_on_the_defaults(workdir):
     assert "nominal speeds" not in tags["limit.label"]          # no stragglers or jitter here: nothing left out
     for line in ("  versus:   allreduce", "  limits:   capacity 2.75", "  verdict:  ", "  measured: step time "):
         assert line in out.stdout, out.stdout
-
-
-@pytest.mark.slow
-def test_rl_on_tf_cluster_is_simulated_then_measured(workdir):
-    out = run_cli(workdir, "+placer=rl", "hardware=tf_cluster", "placer.budget_evaluations=200", *QUICK, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    m = _only_run(workdir).data.metrics
-    assert "placement.measured_step_time_s" in m and "placement.lower_bound_s" in m
 
 
 def test_an_expert_split_that_breaks_memory_is_no_baseline(workdir):
