@@ -115,7 +115,9 @@ class LocalTFCluster:
 
 def serve(spec: str, job: str, task: int, threads: int, parent: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    from orchestrator.execution.lean import import_tensorflow
+
+    tf = import_tensorflow()
 
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads) if threads else None
     tf.distribute.Server(tf.train.ClusterSpec(json.loads(spec)), job_name=job, task_index=task, config=config, start=True)
