@@ -115,7 +115,7 @@ class LocalTFCluster:
 
 def serve(spec: str, job: str, task: int, threads: int, parent: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from orchestrator.execution.lean import import_tensorflow
+    from orchestrator.hardware.lean import import_tensorflow
 
     tf = import_tensorflow()
 

@@ -252,7 +252,7 @@ def main(argv: list[str]) -> int:
     (job.out / f"rank{rank}.host").write_text(f"{host} {os.getpid()}\n")
     watch_launcher(job, rank)
     try:
-        from orchestrator.execution.lean import import_tensorflow
+        from orchestrator.hardware.lean import import_tensorflow
 
         import_tensorflow()          # before the runtime's modules, which then find it loaded (lean.py says why)
         if not job.strategy.uses_server:
