@@ -163,3 +163,39 @@ def test_an_error_a_signal_caused_ends_the_run_as_interrupted(workdir, monkeypat
     monkeypatch.setattr(app, "_task", lambda cfg: (_ for _ in ()).throw(AttributeError("a plain bug")))
     monkeypatch.setattr(Interrupt, "signal", None)
     assert run_inprocess(workdir, "-m", "seed=1,2").returncode == 1       # no signal: the error's own exit
+
+
+def test_an_error_a_signal_caused_inside_a_run_ends_it_killed(tmp_path, monkeypatch):
+    """The same inside a run (``trial_run``, the profilers' and the trials'): SIGTERM cut into TensorFlow's
+    ``nest.flatten`` during a layer profile, which raised "'dict' object has no attribute '_type_spec'", and the
+    profile ended as a failure (exit 1, its run FAILED, a traceback) in a CI run. With a signal received, the run
+    ends KILLED and the profiler exits 143; without one, the error is the run's (FAILED) and propagates."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.errors import Interrupt
+    from orchestrator.profile import cli, run
+    from orchestrator.tracking.store import trial_run
+
+    from conftest import store_runs
+
+    monkeypatch.chdir(tmp_path)
+    cfg = OmegaConf.create({"tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}})
+
+    def cut():
+        Interrupt.signal = signal.SIGTERM
+        raise AttributeError("'dict' object has no attribute '_type_spec'")
+
+    monkeypatch.setattr(Interrupt, "signal", None)
+    with pytest.raises(KeyboardInterrupt), trial_run(cfg, run_name="cut", tags={}, config_yaml="", output_dir=tmp_path / "a"):
+        cut()
+    monkeypatch.setattr(Interrupt, "signal", None)
+    with pytest.raises(AttributeError), trial_run(cfg, run_name="bug", tags={}, config_yaml="", output_dir=tmp_path / "b"):
+        raise AttributeError("a plain bug")
+    assert {r.info.run_name: r.info.status for r in store_runs(tmp_path)} == {"cut": "KILLED", "bug": "FAILED"}
+
+    monkeypatch.setattr(run, "profile_layers", lambda args: cut())
+    assert cli.main(["layers", "--out", str(tmp_path / "prof")]) == 143
+    monkeypatch.setattr(Interrupt, "signal", None)
+    monkeypatch.setattr(run, "profile_layers", lambda args: (_ for _ in ()).throw(AttributeError("a plain bug")))
+    with pytest.raises(AttributeError, match="a plain bug"):
+        cli.main(["layers", "--out", str(tmp_path / "prof")])

@@ -110,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:              # its MLflow run is marked KILLED on the way out
         print("interrupted: the profile was not written", file=sys.stderr)
         return Interrupt.exit_code()       # 130 for Ctrl-C, 143 for SIGTERM
+    except Exception:
+        if Interrupt.signal is None:
+            raise
+        # a signal that cut into TensorFlow's code came out as another error (seen: AttributeError in nest.flatten)
+        print("interrupted: the profile was not written", file=sys.stderr)
+        return Interrupt.exit_code()
     finally:                               # an interrupted or failed profile leaves no empty --out it made
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

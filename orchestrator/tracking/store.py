@@ -366,7 +366,14 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
         cfg_path = output_dir / "config.yaml"
         cfg_path.write_text(config_yaml)
         sink.log_artifact(cfg_path)
-        yield sink
+        try:
+            yield sink
+        except Exception as exc:
+            from orchestrator.errors import Interrupt
+
+            if Interrupt.signal is not None:   # a signal that cut into a library's code came out as another error
+                raise KeyboardInterrupt(f"signal {Interrupt.signal}") from exc
+            raise
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
