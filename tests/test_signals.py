@@ -179,7 +179,9 @@ def test_an_error_a_signal_caused_inside_a_run_ends_it_killed(tmp_path, monkeypa
     from conftest import store_runs
 
     monkeypatch.chdir(tmp_path)
-    cfg = OmegaConf.create({"tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)      # MLflow's set_tracking_uri sets it: put back at the end
+    cfg = OmegaConf.create({"tracking": {"uri": uri}})
 
     def cut():
         Interrupt.signal = signal.SIGTERM

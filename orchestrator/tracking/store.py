@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import ConfigError, Interrupt, UserError
+
 PARENT_ENV = "ORCHESTRATOR_PARENT_RUN_ID"
 DEFAULT_URI = "sqlite:///mlflow.db"
 
@@ -37,8 +39,6 @@ def tracking_uri(cfg: Any = None) -> str:
 def store_error(uri: str, exc: BaseException):
     """A ``ConfigError`` naming the store a trial or the report could not open or write (a corrupt
     file, a directory that is a file, a read-only disk): one line, not SQLAlchemy's traceback."""
-    from orchestrator.errors import ConfigError, UserError
-
     if isinstance(exc, UserError):
         return exc
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
@@ -368,17 +368,13 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
         sink.log_artifact(cfg_path)
         try:
             yield sink
-        except Exception as exc:
-            from orchestrator.errors import Interrupt
-
-            if Interrupt.signal is not None:   # a signal that cut into a library's code came out as another error
-                raise KeyboardInterrupt(f"signal {Interrupt.signal}") from exc
-            raise
+        except Exception as exc:   # a signal that cut into a library's code came out as another error
+            if Interrupt.signal is None:
+                raise
+            raise KeyboardInterrupt(f"signal {Interrupt.signal}") from exc
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
-        from orchestrator.errors import Interrupt
-
         name = {2: "SIGINT (Ctrl-C)", 15: "SIGTERM", 12: "SIGUSR2"}.get(Interrupt.signal or 2, f"signal {Interrupt.signal}")
         note = getattr(Interrupt, "note", "")  # the scheduler's reason, in a Slurm job (tracking.slurm)
         sink.set_tags({"orchestrator.error": f"interrupted by {name}" + (f": {note}" if note else ""),
