@@ -261,8 +261,7 @@ def _task(cfg) -> float:
             return math.nan
         raise
     except Exception as exc:
-        if Interrupt.signal is not None:   # a signal that cut into a library's code came out as another error
-            raise KeyboardInterrupt(f"signal {Interrupt.signal}") from exc
+        Interrupt.check(exc)
         plugin = _plugin_failure(exc, Path(hc.runtime.output_dir))
         if multirun:
             if plugin is None:

@@ -102,5 +102,13 @@ class Interrupt:
         return False
 
     @classmethod
+    def check(cls, exc: BaseException) -> None:
+        """Once a signal was received, raise the interrupt (from ``exc``) in place of ``exc``: a signal that cut into a
+        library's code can come out as another error (OmegaConf's while Hydra composes, TensorFlow's in
+        ``nest.flatten``). Without a signal it returns, and ``exc`` is the caller's to handle."""
+        if cls.signal is not None and not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt(f"signal {cls.signal}") from exc
+
+    @classmethod
     def exit_code(cls) -> int:
         return 128 + (cls.signal or 2)  # 130 for Ctrl-C (SIGINT), 143 for SIGTERM

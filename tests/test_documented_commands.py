@@ -71,7 +71,7 @@ def _small(argv: list[str]) -> list[str] | None:
 COVERED = {("+placer=rl", "+sync=delay"): "tests/test_trial_integration.py::test_the_mission_command_runs_on_the_defaults",
            ("+placer=rl", "hardware=local", "placer.reward=measured", "placer.budget_s=60"):
                "tests/test_measured_rewards.py::test_measured_reward_search_on_two_logical_cpus"}
-# Budget keys a covering test may give smaller values than the document's.
+# Budget keys a covering test may give a value of its own (a smaller budget than the document's).
 BUDGET_KEYS = {"placer.budget_s", "placer.budget_evaluations"}
 
 CASES = []
@@ -154,8 +154,11 @@ def repos(tmp_path_factory):
     return repo
 
 
-RAN: set[tuple[str, str]] = set()      # (document, experiment) run in this worker's copy of the repository
-WROTE: set[tuple[str, tuple[str, ...]]] = set()   # (document, command) run in it
+RAN: set[tuple[str, tuple[str, ...]]] = set()     # (document, command) run in this worker's copy of the repository
+
+
+def _ran_recipe(doc: str, name: str | None) -> bool:
+    return any(d == doc and f"+experiment={name}" in cmd for d, cmd in RAN)
 
 
 def _store_written(repo: Path, doc: str, argv: list[str]) -> None:
@@ -163,14 +166,13 @@ def _store_written(repo: Path, doc: str, argv: list[str]) -> None:
     if argv[0] != "orchestrator.report":
         return
     name = _option(argv, "--experiment")
-    if (doc, name) in RAN or (name is None and (repo / "mlflow.db").exists()):
+    if _ran_recipe(doc, name) or (name is None and (repo / "mlflow.db").exists()):
         return
     writer = STORE_WRITERS.get((doc, name))
     assert writer is not None, f"{doc}: no command writes what {' '.join(argv)} reads"
     got = run_inprocess(repo, *writer[1:], module=writer[0])
     assert got.returncode == 0, f"{' '.join(writer)} (run first: {' '.join(argv)} reads its store)\n{got.stderr[-3000:]}"
-    if name is not None:
-        RAN.add((doc, name))
+    RAN.add((doc, tuple(writer)))
 
 
 @pytest.mark.parametrize("argv", CASES)
@@ -182,15 +184,14 @@ def test_a_documented_command_runs_as_written(repos, request, argv):
     for (wdoc, target), writers in WRITERS.items():
         if wdoc == doc and argv not in writers and any(a.split("=", 1)[-1] == target for a in args):
             for w in writers:              # each writer this worker has not run (the folder may hold another's part)
-                if (doc, tuple(w)) not in WROTE:
+                if (doc, tuple(w)) not in RAN:
                     got = run_inprocess(repos(doc), *w[1:], module=w[0])
                     assert got.returncode == 0, f"{' '.join(w)} (run first: {target})\n{got.stderr[-3000:]}"
-                    WROTE.add((doc, tuple(w)))
+                    RAN.add((doc, tuple(w)))
     _store_written(repos(doc), doc, argv)
     out = run_inprocess(repos(doc), *args, module=module)
     assert out.returncode == 0, f"{' '.join(argv)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
-    WROTE.add((doc, tuple(argv)))
-    RAN.update((doc, a.split("=", 1)[1]) for a in args if a.startswith("+experiment="))
+    RAN.add((doc, tuple(argv)))
     for report in FOLLOWERS.get((doc, _experiment(argv) or ""), []):
         got = run_inprocess(repos(doc), *report[1:], module=report[0])
         assert got.returncode == 0, f"{' '.join(report)} (after {' '.join(argv)})\n{got.stderr[-3000:]}"

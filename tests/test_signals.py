@@ -16,7 +16,8 @@ from conftest import store_runs
 # placement search and during a sweep; the handler is one for both (orchestrator.errors.Interrupt), and its exit code
 # 128 + signal is checked for each.
 @pytest.mark.slow
-def test_signal_marks_run_killed(workdir, sig=signal.SIGTERM):
+def test_signal_marks_run_killed(workdir):
+    sig = signal.SIGTERM
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "train.stop=budget", "train.budget_updates=100000"],
                             cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -57,9 +58,10 @@ def _wait_for(workdir, proc, predicate, what, timeout=240):
 
 
 @pytest.mark.slow
-def test_signal_during_a_placement_search_ends_killed_and_partial(workdir, sig=signal.SIGINT):
+def test_signal_during_a_placement_search_ends_killed_and_partial(workdir):
     """The rl placer keeps its best placement when interrupted; the trial must not pass that off as
     a finished trial (it exited 0 with FINISHED before)."""
+    sig = signal.SIGINT
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "+placer=rl", "model=workload", "hardware=auto",
                              f"model.path={WORKLOAD}", "placer.budget_evaluations=100000000", "progress=false"],
                             cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -107,15 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, WorkerFailedError) as exc:    # 2: bad input or file; 3: the MPI job failed
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:              # its MLflow run is marked KILLED on the way out
+    except (KeyboardInterrupt, Exception) as exc:  # its MLflow run is marked KILLED on the way out
+        if not isinstance(exc, KeyboardInterrupt) and Interrupt.signal is None:
+            raise                          # a plain error; after a signal, any error is the signal's (Interrupt.check)
         print("interrupted: the profile was not written", file=sys.stderr)
         return Interrupt.exit_code()       # 130 for Ctrl-C, 143 for SIGTERM
-    except Exception:
-        if Interrupt.signal is None:
-            raise
-        # a signal that cut into TensorFlow's code came out as another error (seen: AttributeError in nest.flatten)
-        print("interrupted: the profile was not written", file=sys.stderr)
-        return Interrupt.exit_code()
     finally:                               # an interrupted or failed profile leaves no empty --out it made
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -368,10 +368,9 @@ def trial_run(cfg: Any, *, run_name: str, tags: dict[str, str], config_yaml: str
         sink.log_artifact(cfg_path)
         try:
             yield sink
-        except Exception as exc:   # a signal that cut into a library's code came out as another error
-            if Interrupt.signal is None:
-                raise
-            raise KeyboardInterrupt(f"signal {Interrupt.signal}") from exc
+        except Exception as exc:
+            Interrupt.check(exc)
+            raise
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
