@@ -106,7 +106,7 @@ def _objective_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
     return out
 
 
-def _memory_line(m: dict[str, float]) -> str | None:
+def _memory_line(m: dict[str, float]) -> list[str]:
     """Peak per GPU type as used / capacity, with the headroom's limit when one is kept."""
     parts = []
     for k, v in sorted(m.items()):
@@ -119,10 +119,10 @@ def _memory_line(m: dict[str, float]) -> str | None:
             part += f" (limit {_gib(lim)} GiB)"
         parts.append(part)
     if not parts:
-        return None
+        return []
     head = m.get("plan.memory_headroom")
-    return (f"  memory:   peak per GPU used / capacity: {', '.join(parts)}"
-            + (f"; headroom {_fmt(100 * head)}% kept free (planner.memory_headroom)" if head else ""))
+    return [(f"  memory:   peak per GPU used / capacity: {', '.join(parts)}"
+            + (f"; headroom {_fmt(100 * head)}% kept free (planner.memory_headroom)" if head else ""))]
 
 
 def _judged_lines(m: dict[str, float], t: dict[str, str], sim: str) -> list[str]:
@@ -134,9 +134,7 @@ def _judged_lines(m: dict[str, float], t: dict[str, str], sim: str) -> list[str]
                                + (f" ({_NOTES[o]})" if o in _NOTES else "") for o in others))
     if "plan.trust" in t:      # planning.trust: the plan's shape against the measured plans the simulators were checked on
         out.append(f"  trust:    {t['plan.trust'].removeprefix('trust: ')}"[:600])
-    for key in ("plan.simulators_disagree", "plan.fits_disagree"):
-        if key in t:
-            out.append(f"  WARNING:  {t[key]}"[:600])
+    out += [f"  WARNING:  {t[k]}"[:600] for k in ("plan.simulators_disagree", "plan.fits_disagree") if k in t]
     if "plan.measured_iteration_s" in m:
         real = m["plan.measured_iteration_s"]
         line = (f"  measured: {_fmt(real, ' s')} per iteration (the plan file's `real`); simulated "
@@ -161,9 +159,7 @@ def plan_lines(outcome: dict[str, Any]) -> list[str]:
         lines.append(f"  result:   DOES NOT FIT in memory: {t.get('plan.violations', '?')}"[:600])
         lines.append(f"            (it would take {_fmt(m.get('plan.iteration_s_if_it_fitted'), ' s')} per iteration if it fitted)")
     lines += _objective_lines(m, t)
-    memory = _memory_line(m)
-    if memory:
-        lines.append(memory)
+    lines += _memory_line(m)
     lines += _judged_lines(m, t, sim)
     timing = f"  search:   {_fmt(m.get('plan.search_time_s'), ' s')}, {int(m.get('plan.evaluations', 0))} plans judged"
     if "plan.bound_time_s" in m:
@@ -353,7 +349,10 @@ def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
                    f"changes" + (f"; noise scale {noise:.0f} at the end" if noise is not None else "")
                    + " (train.global_batch over time: batch_over_time.png)")
     r = m.get("compare.speedup_over_it")
-    other = t.get("compare.label", "?").split(",")[0]
+    label = t.get("compare.label", "?").split(", ")
+    other = label[0]
+    if other == sync:    # the same strategy under other settings: name the comparison's, and call this one the trial
+        other, sync = f"{label[0]} ({label[1]})" if len(label) > 1 else other, f"this trial ({sync})"
     if t.get("train.batch_policy") == "adaptive":
         sync, other = f"{sync} with the adaptive batch", f"{other} at its fixed batch"
     if r is not None and t.get("compare.source") != "this trial":

@@ -79,3 +79,14 @@ def test_the_limit_says_what_of_the_hardware_its_step_time_leaves_out():
     hw = DataParallelHardware.from_node({"stragglers": {"probability": 0.2, "slowdown": 4}, "jitter": {"sigma": 0.3}}, 4)
     assert nominal_note(hw) == ("; T_k(G) at the nominal speeds, without the stragglers and jitter: an upper bound, "
                                 "loose here")
+
+
+def test_a_verdict_against_the_same_strategy_names_the_comparisons_settings():
+    """allreduce with equal batches against balanced allreduce: not "allreduce ... faster than allreduce"."""
+    t = {"sync": "allreduce", "compare.label": "allreduce, sync.balance=static, fixed batch 64", "compare.source": "computed"}
+    lines = context_lines({"compare.speedup_over_it": 0.5, "compare.time_to_target_s": 1.0}, t)
+    assert lines[-1] == ("  verdict:  allreduce (sync.balance=static) wins on these workers: 2.00x faster to the target "
+                         "than this trial (allreduce)")
+    t["sync"] = "delay"
+    assert context_lines({"compare.speedup_over_it": 2.0}, t)[-1] == (
+        "  verdict:  delay beat allreduce on these workers: 2.00x as fast to the target")
