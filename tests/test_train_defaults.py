@@ -98,3 +98,10 @@ def test_each_sync_option_brings_its_measured_training_defaults_and_the_command_
     s = _trial(tmp_path, f"+sync={sync}", "train.lr=0.07", "train.optimizer=adam", "train.batch_policy=per_worker").settings
     assert (s.lr, s.optimizer) == (0.07, "adam")
     assert _trial(tmp_path, f"+sync={sync}", "train.batch_policy=per_worker").cfg.train.batch_policy == "per_worker"
+
+
+def test_settings_built_in_code_evaluate_at_the_cadence_a_config_gives():
+    """A ``TrainSettings()`` built by hand (benchmarks, plugins) evaluates as often as a trial on MNIST does."""
+    from orchestrator.config.model import MNISTDatasetConfig
+
+    assert TrainSettings().eval_every == TrainSettings.from_cfg({}).eval_every == MNISTDatasetConfig().eval_every == 16

@@ -25,7 +25,7 @@ class TrainSettings:
     lr: float = 0.1
     target_accuracy: float = 0.97
     stop: str = "target"            # "target": stop when reached (or at the budget); "budget": run the budget
-    eval_every: int = 25            # global updates between evaluations
+    eval_every: int = 16            # global updates between evaluations (MNIST's dataset.eval_every, as from_cfg)
     budget_updates: int | None = 3000
     budget_s: float | None = None
     seed: int = 0
