@@ -120,6 +120,35 @@ def test_the_profile_is_an_mlflow_run_with_its_files(tiny):
     assert {"cluster/basic_cluster_config.json", "network/intra_node_bandwidths.json"} <= set(written), written
 
 
+def test_a_functional_model_is_cut_where_every_path_passes():
+    """A residual block is one profile layer: the tensors its skip connection jumps over are not cuts."""
+    from profile_models import tiny_resnet
+
+    from orchestrator.profile.models import cut_points
+
+    model, _ = tiny_resnet()
+    ops, cuts = cut_points(model)
+    assert [ops[c].name for c in cuts] == ["stem", "b0_add", "b1_add", "pool", "logits"]
+
+
+def test_a_users_keras_model_is_profiled_and_planned(tmp_path):
+    """--model keras --factory: a functional model's segments measured, then planned as `model=llm` reads them."""
+    out = profile(tmp_path, "layers", "--model", "keras", "--factory", "profile_models:tiny_resnet", "--mbs", "2",
+                  "--warmup", "0", "--repeats", "1", "--progress", "false", "--out", "prof")
+    assert out.returncode == 0, out.stderr[-2000:]
+    from orchestrator.plan import LayeredProfile
+
+    prof = LayeredProfile.from_directory(tmp_path / "prof", "tinyres")
+    assert prof.num_layers == 5
+    assert prof.layer_sizes(1).params[1] == 2 * (3 * 3 * 8 * 8 + 8)          # the block: both its convolutions
+    stats = json.loads((tmp_path / "prof" / "profile_stats.json").read_text())["tinyres"]["CPU"]
+    assert stats["layers"][1] == "1:b0_c1..b0_add"
+    plan = run_inprocess(tmp_path, "+planner=joint", "model=llm", "model.name=tinyres", "model.data=prof",
+                         "hardware=gpu_cluster", "hardware.data=prof", "hardware.gpus={CPU: 2}", "progress=false")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "plan.samples_per_s" in plan.stdout
+
+
 def test_a_second_model_is_merged_beside_the_first(tiny, tmp_path):   # the CNN on its default TP (1)
     import shutil
 
@@ -187,12 +216,19 @@ def test_a_profile_again_merges_per_entry_in_gib_leaving_no_scratch(tiny, tmp_pa
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--model", "resnet9"), "--model='resnet9': unknown model (one of gpt, cnn)"),
+    (("--model", "resnet9"), "--model='resnet9': unknown model (gpt, or one that builds a Keras model: cnn, "),
+    (("--model", "keras"), "--model keras needs --factory package.module:function"),
+    (("--model", "keras", "--factory", "nowhere:f"), "--factory='nowhere:f' cannot be loaded"),
+    (("--model", "keras", "--factory", "profile_models:shared_layer"), "layer twice of shared is called 2 times"),
+    (("--model", "llm"), "--model=llm: reads a profile or a cost graph, it has no layers to time"),
+    (("--factory", "a:b"), "--factory and --set are for a Keras model (got --model gpt"),
+    (("--model", "resnet50", "--set", "input_size=8"), "--set input_size=8 must be"),
+    (("--model", "cnn", "--set", "nokey"), "'nokey' is not KEY=VALUE"),
     (("--hidden", "-4"), "--hidden=-4: must be >= 1"),
     (("--tp", "3", "--devices-per-node", "4"), "--tp 3: the TP degree must divide --heads=4 and --vocab=2048"),
     (("--tp", "4"), "--tp 4 exceeds --devices-per-node=2"),
     (("--mbs", "0"), "'0': every entry must be a whole number >= 1"),
-    (("--model", "cnn", "--tp", "1,2"), "the CNN has no tensor-parallel form"),
+    (("--model", "cnn", "--tp", "1,2"), "--model cnn has no tensor-parallel form here"),
     (("--repeats", "0"), "--repeats=0: must be >= 1"),
     (("--out", "/proc/version/x"), "--out='/proc/version/x' is not a writable directory"),
     (("--device", "/GPU:7"), "--device='/GPU:7': TensorFlow has no such device"),

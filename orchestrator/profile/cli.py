@@ -21,6 +21,19 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def key_value(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of a model option, the value read as YAML (``64`` an int, ``[1, 2]`` a list), as Hydra would."""
+    import yaml
+
+    key, eq, value = str(text).partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the value is not valid YAML") from None
+
+
 def int_list(text: str) -> list[int]:
     try:
         out = [int(t) for t in str(text).split(",") if t.strip()]
@@ -50,9 +63,15 @@ def parser() -> argparse.ArgumentParser:
     ap = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     lay = sub.add_parser("layers", help="per layer, micro-batch and TP degree: forward, backward, update seconds")
-    lay.add_argument("--model", default="gpt", help="gpt (a GPT-style decoder, sizes below) or cnn (the MNIST CNN)")
+    lay.add_argument("--model", default="gpt", help="gpt (a GPT-style decoder, sizes below), or a model of the model group "
+                     "that builds a Keras model: cnn, resnet50, inception_v3, a plugin's, keras (your own, --factory)")
+    lay.add_argument("--factory", default=None, help="--model keras: package.module:function returning (keras_model, "
+                     "input_spec), as model.factory")
+    lay.add_argument("--set", type=key_value, action="append", default=[], metavar="KEY=VALUE", dest="model_options",
+                     help="a model option, as model.KEY=VALUE on a trial (resnet50: input_size=64, classes=10; a factory's "
+                     "own keys); repeatable")
     lay.add_argument("--name", default=None, help="the model's name in the files (model.name=; letters, digits, - _ .; default: "
-                     "gpt-L<layers>-H<hidden>, cnn)")
+                     "gpt-L<layers>-H<hidden>, or the model's own name)")
     lay.add_argument("--layers", type=int, default=4, help="gpt: decoder blocks")
     lay.add_argument("--hidden", type=int, default=256, help="gpt: hidden size")
     lay.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
@@ -60,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
     lay.add_argument("--vocab", type=int, default=2048, help="gpt: vocabulary size")
     lay.add_argument("--mbs", type=int_list, default=[1, 2, 4], help="micro-batch sizes, e.g. 1,2,4")
     lay.add_argument("--tp", type=int_list, default=None, help="tensor-parallel degrees, e.g. 1,2 (default: 1,2; "
-                     "the CNN, which has no tensor-parallel form: 1)")
+                     "a Keras model, which has no tensor-parallel form here: 1)")
     lay.add_argument("--global-batch", type=int, default=32, help="samples per iteration (training config)")
     lay.add_argument("--statistic", default="median", choices=("median", "min"),
                      help="what the profile holds of each entry's repeats (min: the least contended run)")

@@ -82,10 +82,10 @@ class Adam:
 def sample_input(tf: Any, layer: Layer, mbs: int, seed: int) -> Any:
     shape, dtype = layer.input_spec()
     rng = np.random.default_rng(seed)
-    if dtype == "int32":
-        vocab = getattr(getattr(layer, "size", None), "vocab", 2)
-        return tf.constant(rng.integers(0, vocab, (mbs, *shape)).astype(np.int32))
-    return tf.constant(rng.standard_normal((mbs, *shape)).astype(np.float32))
+    if dtype.startswith("int"):         # token ids: below the vocabulary (a GPT's size, a Keras model's spec)
+        vocab = getattr(layer, "vocab", None) or getattr(getattr(layer, "size", None), "vocab", 2)
+        return tf.constant(rng.integers(0, vocab, (mbs, *shape)).astype(dtype))
+    return tf.constant(rng.standard_normal((mbs, *shape)).astype(dtype))
 
 
 def sample_labels(tf: Any, layers: list[Layer], mbs: int, seed: int, classes: int) -> Any:

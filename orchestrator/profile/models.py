@@ -11,8 +11,9 @@ a forward ``__call__(x) -> y`` and how many TP all-reduces of its output it does
   row-parallel, the MLP's first linear layer column-parallel and its second row-parallel (an all-reduce after
   each row-parallel layer in the forward, one before each column-parallel layer in the backward), the head's
   vocabulary columns split. LayerNorms and the biases added after an all-reduce are replicated.
-- ``cnn``: the project's MNIST CNN (``orchestrator.models.cnn``), its Keras layers one by one, the loss in the
-  last; no tensor-parallel form (TP 1 only).
+- any model of the ``model`` group that builds a Keras model (``cnn``, ``resnet50``, a plugin's, ``keras`` with a
+  ``package.module:function`` factory): a ``Sequential`` model's layers one by one, a functional model's segments
+  between its cut tensors (``keras_chain``), the loss in the last; no tensor-parallel form (TP 1 only).
 
 Shapes are static (one ``tf.function`` per layer and micro-batch size), float32 throughout.
 """
@@ -24,8 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import ConfigError
-
-MODELS = ("gpt", "cnn")
 
 
 @dataclass(frozen=True)
@@ -205,17 +204,21 @@ def gpt(size: GptSize, tp: int, seed: int = 0) -> list[Layer]:
 
 
 class KerasLayer(Layer):
-    """One layer of a Keras model; ``loss``: sparse cross-entropy of its logits."""
+    """One layer of a Keras model, or a segment of one (a sub-model between two cut tensors); ``loss``: sparse
+    cross-entropy of its logits against labels of ``label_shape``."""
 
-    def __init__(self, tf: Any, layer: Any, in_shape: tuple[int, ...], out_shape: tuple[int, ...], loss: bool):
+    def __init__(self, tf: Any, layer: Any, in_shape: tuple[int, ...], out_shape: tuple[int, ...], loss: bool,
+                 dtype: str = "float32", name: str | None = None, kind: str | None = None, vocab: int = 2,
+                 label_shape: tuple[int, ...] = ()):
         super().__init__()
         self.tf, self.layer, self.loss = tf, layer, loss
-        self.name, self.kind = layer.name, type(layer).__name__.lower()
-        self.in_shape, self.out_shape = in_shape, out_shape
+        self.name, self.kind = name or layer.name, kind or type(layer).__name__.lower()
+        self.in_shape, self.out_shape, self.dtype = in_shape, out_shape, dtype
+        self.vocab, self.label_shape = vocab, label_shape           # an integer input's range; the loss's labels
         self.variables = [v.value for v in layer.trainable_weights]
 
     def input_spec(self) -> tuple[tuple[int, ...], str]:
-        return self.in_shape, "float32"
+        return self.in_shape, self.dtype
 
     def output_shape(self) -> tuple[int, ...]:
         return () if self.loss else self.out_shape
@@ -230,25 +233,110 @@ class KerasLayer(Layer):
         return self.tf.reduce_mean(self.tf.nn.sparse_softmax_cross_entropy_with_logits(labels, y))
 
 
-def cnn(tp: int, seed: int = 0) -> list[Layer]:
+def keras_spec(name: str, factory: str | None = None, options: dict[str, Any] | None = None) -> Any:
+    """The ``ModelSpec`` of a model of the ``model`` group that builds a Keras model (``cnn``, ``resnet50``, ...,
+    a plugin's, ``keras`` with ``factory`` = ``package.module:function``, as ``model.factory``)."""
+    from orchestrator import plugins
+    from orchestrator.errors import PluginError
+
+    if name in ("llm", "workload"):
+        raise ConfigError(f"--model={name}: reads a profile or a cost graph, it has no layers to time (profile gpt or "
+                          "a Keras model)")
+    if factory is not None and name != "keras":
+        raise ConfigError(f"--factory is for --model keras (got --model {name})")
+    known = [n for n in plugins.names("model") if n not in ("llm", "workload")]
+    if name not in known:
+        raise ConfigError(f"--model={name!r}: unknown model (gpt, or one that builds a Keras model: {', '.join(known)})")
+    if name == "keras" and not factory:
+        raise ConfigError("--model keras needs --factory package.module:function (returning (keras_model, input_spec), "
+                          "as model.factory)")
+    try:
+        spec = plugins.load("model", name)({**(options or {}), **({"factory": factory} if factory else {})})
+    except PluginError as exc:
+        raise ConfigError(f"--model={name}: {exc}") from None
+    except ConfigError as exc:         # the model's own checks, in the profiler's options
+        raise ConfigError(str(exc).replace("model.factory=", "--factory=").replace("model.", "--set ")) from None
+    if spec.build is None:
+        raise ConfigError(f"--model={name}: builds no Keras model to time")
+    if len(spec.input_specs) != 1:
+        raise ConfigError(f"--model={name} has {len(spec.input_specs)} inputs: the layer profiler times a chain fed by one")
+    return spec
+
+
+def keras_chain(spec: Any, tp: int, seed: int = 0) -> list[Layer]:
+    """A Keras model as the profile's chain of layers: a ``Sequential`` model's layers one by one; a functional
+    model cut at each tensor every path from its input to its output passes through (``cut_points``), one
+    profile layer per segment between two cuts (a residual or inception block is one layer). The loss is in the
+    last."""
     if tp != 1:
-        raise ConfigError(f"--tp {tp}: the CNN has no tensor-parallel form (use --tp 1)")
+        raise ConfigError(f"--tp {tp}: {spec.name} has no tensor-parallel form here (use --tp 1)")
     import keras
     import tensorflow as tf
 
-    from orchestrator.models import cnn as cnn_model
-
     keras.utils.set_random_seed(seed)
-    model = cnn_model.build()
+    model = spec.new_model()
+    (shape, dtype), vocab = spec.input_specs[0], int(spec.extra.get("vocab", spec.num_classes))
+    common: dict[str, Any] = {"vocab": vocab, "label_shape": tuple(spec.label_shape)}
     out: list[Layer] = []
-    shape: tuple[int, ...] = (28, 28, 1)
-    for i, layer in enumerate(model.layers):
-        nxt = tuple(int(d) for d in layer.compute_output_shape((1, *shape))[1:])
-        out.append(KerasLayer(tf, layer, shape, nxt, loss=i == len(model.layers) - 1))
-        shape = nxt
+    if isinstance(model, keras.Sequential):
+        shape = tuple(shape)
+        for i, layer in enumerate(model.layers):
+            nxt = tuple(int(d) for d in layer.compute_output_shape((1, *shape))[1:])
+            out.append(KerasLayer(tf, layer, shape, nxt, i == len(model.layers) - 1, dtype if i == 0 else "float32",
+                                  **common))
+            shape = nxt
+        return out
+    ops, cuts = cut_points(model)
+    start, x = 0, model.inputs[0]
+    for end in cuts:
+        y = ops[end]._inbound_nodes[0].output_tensors[0]
+        part = ops[start:end + 1]
+        alone = len(part) == 1 and len(part[0]._inbound_nodes[0].input_tensors) == 1     # else a sub-model calls it
+        layer = part[0] if alone else keras.Model(x, y, name=f"{part[0].name}..{part[-1].name}")
+        out.append(KerasLayer(tf, layer, _static(x, spec.name), _static(y, spec.name), end == len(ops) - 1,
+                              str(x.dtype), kind=None if alone else "segment", **common))
+        start, x = end + 1, y
     return out
+
+
+def cut_points(model: Any) -> tuple[list[Any], list[int]]:
+    """The layers of a functional model in its order, and the positions after which to cut: a layer with one
+    output where no tensor made before it (the model's input included) is read after it. Keras lists layers in
+    a topological order, so a cut found there is one of the model's articulation tensors. A layer called twice
+    (shared weights), several outputs, or an output that is not the last layer's: a one-line error."""
+    import keras
+
+    ops = [op for op in model.operations if not isinstance(op, keras.layers.InputLayer)]
+    if len(model.outputs) != 1 or len(model.inputs) != 1:
+        raise ConfigError(f"model {model.name}: {len(model.inputs)} inputs, {len(model.outputs)} outputs; the layer "
+                          "profiler times a chain with one of each")
+    last_read: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        if len(op._inbound_nodes) != 1:       # Keras' own record of each call of a layer (keras 3)
+            raise ConfigError(f"layer {op.name} of {model.name} is called {len(op._inbound_nodes)} times (shared "
+                              "weights): the layer profiler cuts a chain of layers called once each")
+        node = op._inbound_nodes[0]
+        for t in node.input_tensors:
+            last_read[id(t)] = i
+    if ops[-1]._inbound_nodes[0].output_tensors[0] is not model.outputs[0]:
+        raise ConfigError(f"model {model.name}: its output is not its last layer's (the profiler cuts a chain)")
+    cuts, open_ = [], {id(model.inputs[0])}       # tensors made so far that a later layer reads
+    for i, op in enumerate(ops):
+        outs = op._inbound_nodes[0].output_tensors
+        open_ = {t for t in open_ if last_read.get(t, -1) > i} | {id(t) for t in outs if last_read.get(id(t), -1) > i}
+        if i == len(ops) - 1 or (len(outs) == 1 and open_ <= {id(outs[0])}):
+            cuts.append(i)
+    return ops, cuts
+
+
+def _static(t: Any, model: str) -> tuple[int, ...]:
+    dims = tuple(t.shape[1:])
+    if any(d is None for d in dims):
+        raise ConfigError(f"model {model}: tensor {t.name} has shape {tuple(t.shape)}: the profiler needs every "
+                          "dimension but the batch fixed")
+    return tuple(int(d) for d in dims)
 
 
 def label_spec(layers: list[Layer]) -> tuple[int, ...]:
     """Per sample: the labels the last layer's loss reads (next tokens, or one class)."""
-    return layers[0].input_spec()[0] if isinstance(layers[0], Embedding) else ()
+    return layers[0].input_spec()[0] if isinstance(layers[0], Embedding) else getattr(layers[-1], "label_shape", ())

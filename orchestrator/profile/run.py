@@ -5,32 +5,34 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.profile import record, writer
-from orchestrator.profile.models import MODELS, GptSize, cnn, gpt
+from orchestrator.profile.models import GptSize, Layer, gpt, keras_chain, keras_spec
 from orchestrator.progress import Bar, enabled
 
 
 def check(args: Any) -> GptSize | None:
-    """The model's sizes (gpt), or a one-line error for a bad name or size."""
-    if args.model not in MODELS:
-        raise ConfigError(f"--model={args.model!r}: unknown model (one of {', '.join(MODELS)})")
+    """The model's sizes (gpt; None for a Keras model), or a one-line error for a bad size."""
     for key in ("global_batch",) + (("memory_gb",) if args.memory_gb is not None else ()):
         value = getattr(args, key)
         if not (value > 0 and math.isfinite(value)):
             raise ConfigError(f"--{key.replace('_', '-')}={value}: must be a number > 0")
     if args.tp is None:
-        args.tp = [1] if args.model == "cnn" else [1, 2]
+        args.tp = [1, 2] if args.model == "gpt" else [1]
     if max(args.tp) > args.devices_per_node:
         raise ConfigError(f"--tp {max(args.tp)} exceeds --devices-per-node={args.devices_per_node} "
                           "(a TP group is measured inside one machine)")
-    if args.model == "cnn":
+    if args.model != "gpt":
         if args.tp != [1]:
-            raise ConfigError(f"--tp {','.join(map(str, args.tp))}: the CNN has no tensor-parallel form (use --tp 1)")
+            raise ConfigError(f"--tp {','.join(map(str, args.tp))}: --model {args.model} has no tensor-parallel form "
+                              "here (use --tp 1; gpt has one)")
         return None
+    if args.factory is not None or args.model_options:
+        raise ConfigError("--factory and --set are for a Keras model (got --model gpt: its sizes are --layers, --hidden, ...)")
     size = GptSize(args.layers, args.hidden, args.heads, args.sequence, args.vocab)
     size.check(args.tp)
     return size
@@ -73,21 +75,30 @@ def training_config(args: Any, name: str, size: GptSize | None, layers: int) -> 
     return doc
 
 
+def model_of(args: Any, size: GptSize | None) -> tuple[str, int, Callable[[int], list[Layer]], int]:
+    """The model's name, its number of layers, its chain's builder (per TP degree) and its classes; a Keras model
+    is built and cut into its chain here, before anything is measured."""
+    if size is not None:
+        name = args.name or f"gpt-L{size.layers}-H{size.hidden}"
+        writer.check_name(name)
+        return name, size.layers + 2, lambda tp: gpt(size, tp), size.vocab
+    spec = keras_spec(args.model, args.factory, dict(args.model_options))
+    writer.check_name(args.name or spec.name)
+    chain = keras_chain(spec, 1)
+    return args.name or spec.name, len(chain), lambda tp: chain, spec.num_classes
+
+
 def profile_layers(args: Any) -> int:
     size = check(args)
-    name = args.name or (f"gpt-L{size.layers}-H{size.hidden}" if size else args.model)
-    writer.check_name(name)
+    name, n_layers, build, classes = model_of(args, size)
     out = Path(args.out)
     writer.check_writable(out)
-    n_layers = size.layers + 2 if size else 7
     training = training_config(args, name, size, n_layers)
     writer.preflight(out, (*writer.MODEL_FILES, f"cluster/training_config_{name}.json", writer.BASIC, *writer.NETWORK),
                      name)
     writer.check_shape(out, name, n_layers, training)     # before measuring: nothing is measured to be thrown away
     device, dtype = device_of(args)
     note = writer.merge_note(out, name, dtype, args.mbs, args.tp)
-    build = (lambda tp: gpt(size, tp)) if size else cnn
-    classes = size.vocab if size else 10
     t0 = time.perf_counter()
     with record.tracked(args, "layers", {"model": name, "profile.device_type": dtype}) as sink:
         from orchestrator.profile.layers import run
