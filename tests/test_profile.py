@@ -120,19 +120,9 @@ def test_the_profile_is_an_mlflow_run_with_its_files(tiny):
     assert {"cluster/basic_cluster_config.json", "network/intra_node_bandwidths.json"} <= set(written), written
 
 
-def test_a_functional_model_is_cut_where_every_path_passes():
-    """A residual block is one profile layer: the tensors its skip connection jumps over are not cuts."""
-    from profile_models import tiny_resnet
-
-    from orchestrator.profile.models import cut_points
-
-    model, _ = tiny_resnet()
-    ops, cuts = cut_points(model)
-    assert [ops[c].name for c in cuts] == ["stem", "b0_add", "b1_add", "pool", "logits"]
-
-
 def test_a_users_keras_model_is_profiled_and_planned(tmp_path):
-    """--model keras --factory: a functional model's segments measured, then planned as `model=llm` reads them."""
+    """--model keras --factory: a functional model cut where every path passes (a residual block is one profile layer:
+    the tensors its skip connection jumps over are not cuts), its segments measured, then planned from the files."""
     out = profile(tmp_path, "layers", "--model", "keras", "--factory", "profile_models:tiny_resnet", "--mbs", "2",
                   "--warmup", "0", "--repeats", "1", "--progress", "false", "--out", "prof")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -142,7 +132,7 @@ def test_a_users_keras_model_is_profiled_and_planned(tmp_path):
     assert prof.num_layers == 5
     assert prof.layer_sizes(1).params[1] == 2 * (3 * 3 * 8 * 8 + 8)          # the block: both its convolutions
     stats = json.loads((tmp_path / "prof" / "profile_stats.json").read_text())["tinyres"]["CPU"]
-    assert stats["layers"][1] == "1:b0_c1..b0_add"
+    assert stats["layers"] == ["0:stem", "1:b0_c1..b0_add", "2:b1_c1..b1_add", "3:pool", "4:logits"]
     plan = run_inprocess(tmp_path, "+planner=joint", "model=llm", "model.name=tinyres", "model.data=prof",
                          "hardware=gpu_cluster", "hardware.data=prof", "hardware.gpus={CPU: 2}", "progress=false")
     assert plan.returncode == 0, plan.stderr[-2000:]
