@@ -79,3 +79,15 @@ def test_the_cheapest_figure_tables_reproduce():
     fidelity = [line for line in reproduced if "fidelity" in line]
     assert out.returncode == 0 and len(fidelity) >= 2 and len(reproduced) > len(fidelity), out.stdout + out.stderr
     assert not any(line.startswith("differs") for line in lines)
+
+
+def test_regenerating_one_recipes_table_keeps_the_others():
+    from benchmarks import recipe_tables as rt
+
+    old = ("old intro\n\n### `placement_rl_vs_expert` (2026-12-03)\n\n| a |\n\n`verdict: x`\n\n"
+           "### `hybrid` (2026-12-03)\n\n| old |\n\n`verdict: old`\n")
+    new = rt.merge(old, {"hybrid": "### `hybrid` (2026-12-07)\n\n| new |\n", "tune_delay": "### `tune_delay` (t)\n"})
+    assert new.startswith(rt.INTRO) and "old intro" not in new
+    assert "### `placement_rl_vs_expert` (2026-12-03)\n\n| a |\n\n`verdict: x`" in new     # kept whole
+    assert "| old |" not in new and "| new |" in new
+    assert new.index("placement_rl_vs_expert") < new.index("`hybrid`") < new.index("tune_delay")   # RECIPES order
