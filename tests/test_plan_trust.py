@@ -64,6 +64,14 @@ def test_a_shape_far_from_every_measured_plan_is_flagged_outside_the_range():
     assert near.distance < judged.distance
 
 
+def test_a_model_no_measured_plan_trained_is_outside_the_range():
+    """The nearest plans' errors were measured on OPT-350M's layers: for another model the line says so."""
+    plan, doc = _measured("N8_D2")
+    assert not trust.assess(plan, doc["gbs"], "project", roots=(SAILOR,), model="OPT-350").outside
+    judged = trust.assess(plan, doc["gbs"], "project", roots=(SAILOR,), model="resnet50")
+    assert judged.outside == ["model resnet50 (measured: OPT-350)"] and judged.distance == 0.0
+
+
 def test_no_measured_plans_means_an_unknown_error(tmp_path):
     judged = trust.assess(_two_pipelines(), 256, "project", roots=(tmp_path,))
     assert not judged.nearest and not judged.errors and "the error of this figure is unknown" in judged.line()

@@ -268,7 +268,7 @@ class PlanningPhase:
             compare_simulators(est, plan, profile, cluster, batch, metrics, tags)
         metrics[f"plan.iteration_s.{est.simulator}"] = est.iteration_s
         others = tuple(k.removeprefix("plan.iteration_s.") for k in metrics if k.startswith("plan.iteration_s."))
-        judged = assess(plan, batch, est.simulator, others, precision=profile.precision)   # against the measured plans
+        judged = assess(plan, batch, est.simulator, others, precision=profile.precision, model=profile.model)  # vs measured
         metrics.update(judged.metrics())
         tags.update(judged.tags())             # plan.trust: the summary's trust line (docs/plans.md)
         self.disagreement(est.simulator, metrics, tags, judged)

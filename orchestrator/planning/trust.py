@@ -130,6 +130,7 @@ class Measured:
     shape: Shape
     real_s: float
     simulated_s: dict[str, float | None] = field(default_factory=dict)
+    model: str = ""           # the model the plan trained
 
     def error(self, sim: str) -> float | None:
         t = self.simulated_s.get(sim)
@@ -188,7 +189,7 @@ def reference(roots: tuple[str, ...], sims: tuple[str, ...]) -> tuple[Measured, 
                     figures[sim] = float(engine.estimate(plan, profile, cluster, int(doc["gbs"])).iteration_s)
                 except (UserError, NotImplementedError, KeyError, ValueError):
                     figures[sim] = None            # a simulator that cannot judge this measured plan: no error
-            out.append(Measured(name, plan_shape(plan, int(doc["gbs"])), float(doc["real"]), figures))
+            out.append(Measured(name, plan_shape(plan, int(doc["gbs"])), float(doc["real"]), figures, profile.model))
     return tuple(out)
 
 
@@ -268,10 +269,12 @@ def outside_range(shape: Shape, refs: tuple[Measured, ...] | list[Measured]) -> 
 
 
 def assess(plan: Plan, global_batch: int, sim: str, others: tuple[str, ...] = (),
-           roots: tuple[Path, ...] | None = None, exclude: str | None = None, precision: str = "fp32") -> Trust:
+           roots: tuple[Path, ...] | None = None, exclude: str | None = None, precision: str = "fp32",
+           model: str | None = None) -> Trust:
     """The plan's shape against the measured plans under ``roots`` (default: ``default_roots``), the nearest
     ``NEAREST`` of them (``exclude``: one left out, by name) and the errors of ``sim`` and ``others`` on them;
-    a training ``precision`` other than the measured plans' (fp32) is outside their range."""
+    a training ``precision`` other than the measured plans' (fp32), or a ``model`` none of them trained, is outside
+    their range (their errors were measured on another model's layers)."""
     roots = tuple(roots or default_roots())
     sims = tuple(dict.fromkeys((sim, *others)))
     refs = [m for m in reference(tuple(str(r) for r in roots), sims) if m.name != exclude]
@@ -284,6 +287,9 @@ def assess(plan: Plan, global_batch: int, sim: str, others: tuple[str, ...] = ()
         if errs:
             errors[s] = max(errs)
     outside = outside_range(shape, refs) + ([f"precision {precision} (measured: fp32)"] if precision != "fp32" else [])
+    models = sorted({m.model for m in refs})
+    if model is not None and refs and model not in models:
+        outside.append(f"model {model} (measured: {', '.join(models)})")
     return Trust(shape, sim, nearest, outside, errors, roots)
 
 
