@@ -120,9 +120,19 @@ def test_the_profile_is_an_mlflow_run_with_its_files(tiny):
     assert {"cluster/basic_cluster_config.json", "network/intra_node_bandwidths.json"} <= set(written), written
 
 
+def test_a_functional_model_is_cut_where_every_path_passes():
+    """A residual block is one profile layer: the tensors its skip connection jumps over are not cuts."""
+    from profile_models import tiny_resnet
+
+    from orchestrator.profile.models import cut_points
+
+    ops, cuts = cut_points(tiny_resnet()[0])
+    assert [ops[c].name for c in cuts] == ["stem", "b0_add", "b1_add", "pool", "logits"]
+
+
+@pytest.mark.slow
 def test_a_users_keras_model_is_profiled_and_planned(tmp_path):
-    """--model keras --factory: a functional model cut where every path passes (a residual block is one profile layer:
-    the tensors its skip connection jumps over are not cuts), its segments measured, then planned from the files."""
+    """--model keras --factory: a functional model's segments measured, then planned from the files."""
     out = profile(tmp_path, "layers", "--model", "keras", "--factory", "profile_models:tiny_resnet", "--mbs", "2",
                   "--warmup", "0", "--repeats", "1", "--progress", "false", "--out", "prof")
     assert out.returncode == 0, out.stderr[-2000:]
