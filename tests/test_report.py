@@ -360,3 +360,12 @@ def test_profiler_runs_are_a_table_of_their_own_and_not_judged():
     text = comparison([layers, links], "speedup")
     assert "mbs 1,2 x tp 1,2" in text and "0.01 " in text and "3.1%" in text and "8.0%" in text, text
     assert "verdict" not in text and "placer" not in text, text
+
+
+def test_a_sync_trials_row_shows_its_comparison_on_the_same_workers():
+    """A recipe's table of equal-batch trials also shows what balanced allreduce reached on each row's workers."""
+    from orchestrator.tracking.runs import versus
+
+    tags = {"compare.label": "allreduce, sync.balance=static, fixed batch hybrid G <= 256, its tuned defaults adam lr=0.008"}
+    assert versus(tags, {"compare.speedup": 1.6583}) == "allreduce, sync.balance=static: 1.658"
+    assert versus(tags, {"speedup": 1.0}) is None                 # no comparison ran (a placement, a baseline)

@@ -23,6 +23,7 @@ COLUMNS = [
     ("speedup", "speedup", lambda r: r.metric("speedup")),
     ("speedup_spread", "over seeds", runs.seed_spread),
     ("speedup_over", "speedup over", lambda r: runs.speedup_over(r.tags, r.metrics)),
+    ("versus", "versus: its speedup", lambda r: runs.versus(r.tags, r.metrics)),
     ("time_to_target_s", "time to target (s)", lambda r: r.metric("train.time_to_target_s")),
     ("final_test_accuracy", "final accuracy", lambda r: r.metric("train.final_test_accuracy")),
     ("figures", "figures", lambda r: runs.figures_kind(r.tags) if runs.has_figures(r) else None),   # none logged: '-'

@@ -123,6 +123,15 @@ def speedup_over(tags: dict[str, str], metrics: dict[str, float]) -> str | None:
     return f"placement: {tags.get('placement.baseline', 'baseline')}"[:60]
 
 
+def versus(tags: dict[str, str], metrics: dict[str, float]) -> str | None:
+    """A data-parallel trial's comparison on the same workers and its speedup over the trial's own baseline
+    (``compare.speedup``; the summary's ``versus:`` line): "allreduce, sync.balance=static: 1.66"."""
+    if "compare.speedup" not in metrics:
+        return None
+    label = ", ".join(tags.get("compare.label", "?").split(", ")[:2])
+    return f"{label}: {metrics['compare.speedup']:.4g}"
+
+
 def has_figures(r) -> bool:
     """Whether the run logged a result (a failed or killed one may have logged only its worker count)."""
     return any(k.startswith(("placement.", "train.", "plan.", "speedup")) for k in r.metrics)
