@@ -1,4 +1,5 @@
-"""Does a layer profile add up to the training step it was cut from? For a small GPT and the MNIST CNN, the
+"""Does a layer profile add up to the training step it was cut from? For a small GPT, the MNIST CNN and ResNet-50
+(a functional model, cut at its blocks: ``keras_chain``; 64 x 64 inputs), the
 layer profiler's entries (``orchestrator.profile.layers.run``, as ``python -m orchestrator.profile layers``
 measures them) summed over the layers, ``sum(fwd + bwd) + update``, against a measured single-process training
 step of the same model: the same layers and variables, the same micro-batch, the same Adam kernel, in one
@@ -6,7 +7,7 @@ step of the same model: the same layers and variables, the same micro-batch, the
 median of both sets), so that a change of load on the machine falls on both sides. Target (issue 43):
 |error| <= 10% (docs/benchmarks/profiling.md).
 
-    python benchmarks/profile_accuracy.py                 # about 15 s on 2 cores
+    python benchmarks/profile_accuracy.py                 # about a minute on 2 cores
     python benchmarks/profile_accuracy.py --repeats 15    # more repeats per entry
 """
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.profile.layers import Adam, run, sample_input, sample_labels  # noqa: E402
-from orchestrator.profile.models import GptSize, cnn, gpt  # noqa: E402
+from orchestrator.profile.models import GptSize, gpt, keras_chain, keras_spec  # noqa: E402
 from orchestrator.profile.timing import Sample, timed  # noqa: E402
 
 
@@ -77,8 +78,13 @@ def main(argv=None) -> int:
         for mbs in (1, 4):
             results.append(case(tf, f"gpt-L{size.layers}-H{size.hidden} (seq {size.sequence}, vocab {size.vocab})",
                                 lambda tp: gpt(size, tp), mbs, size.vocab, args.warmup, args.repeats))
+        cnn = keras_spec("cnn")
         for mbs in (32, 128):
-            results.append(case(tf, "cnn (MNIST)", cnn, mbs, 10, args.warmup, args.repeats))
+            results.append(case(tf, "cnn (MNIST)", lambda tp: keras_chain(cnn, tp), mbs, 10, args.warmup, args.repeats))
+        resnet = keras_spec("resnet50", options={"input_size": 64, "classes": 10})
+        for mbs in (2, 8):
+            results.append(case(tf, "resnet50 (64 x 64, cut at its blocks)", lambda tp: keras_chain(resnet, tp), mbs, 10,
+                                args.warmup, args.repeats))
     print(f"Sum of profiled layers vs a measured training step (Adam), one process on /CPU:0, "
           f"{args.repeats} repeats after {args.warmup} warm-up; both sides measured; {time.perf_counter() - t0:.0f} s")
     for stat in ("median", "min"):
