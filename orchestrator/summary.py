@@ -351,10 +351,10 @@ def context_lines(m: dict[str, float], t: dict[str, str]) -> list[str]:
     r = m.get("compare.speedup_over_it")
     label = t.get("compare.label", "?").split(", ")
     other = label[0]
-    if other == sync:    # the same strategy under other settings: name the comparison's, and call this one the trial
-        other, sync = f"{label[0]} ({label[1]})" if len(label) > 1 else other, f"this trial ({sync})"
     if t.get("train.batch_policy") == "adaptive":
         sync, other = f"{sync} with the adaptive batch", f"{other} at its fixed batch"
+    elif other == sync:  # the same strategy under other settings: name the comparison's, and call this one the trial
+        other, sync = f"{label[0]} ({label[1]})" if len(label) > 1 else other, f"this trial ({sync})"
     if r is not None and t.get("compare.source") != "this trial":
         if r >= 1.0:
             out.append(f"  verdict:  {sync} beat {other} on these workers: {r:.2f}x as fast to the target")
