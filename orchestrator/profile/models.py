@@ -208,11 +208,10 @@ class KerasLayer(Layer):
     cross-entropy of its logits against labels of ``label_shape``."""
 
     def __init__(self, tf: Any, layer: Any, in_shape: tuple[int, ...], out_shape: tuple[int, ...], loss: bool,
-                 dtype: str = "float32", name: str | None = None, kind: str | None = None, vocab: int = 2,
-                 label_shape: tuple[int, ...] = ()):
+                 dtype: str = "float32", kind: str | None = None, vocab: int = 2, label_shape: tuple[int, ...] = ()):
         super().__init__()
         self.tf, self.layer, self.loss = tf, layer, loss
-        self.name, self.kind = name or layer.name, kind or type(layer).__name__.lower()
+        self.name, self.kind = layer.name, kind or type(layer).__name__.lower()
         self.in_shape, self.out_shape, self.dtype = in_shape, out_shape, dtype
         self.vocab, self.label_shape = vocab, label_shape           # an integer input's range; the loss's labels
         self.variables = [v.value for v in layer.trainable_weights]
